@@ -1,0 +1,178 @@
+//! Element types and their storage layouts.
+//!
+//! Every type has a block size (how many values one block holds) and a type
+//! size (how many bytes one block takes). Plain types have blocks of one
+//! value. The quantised layouts are byte-compatible with ggml's and with the
+//! `gguf` Python package; see [`crate::quant`] for the block formats.
+
+use std::fmt;
+
+/// Values per super-block of the K-quants.
+pub const QK_K: usize = 256;
+/// Values per block of the `_0` quants.
+pub const QK8_0: usize = 32;
+/// Values per block of Q4_0.
+pub const QK4_0: usize = 32;
+
+/// An element type of a tensor.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    I32,
+    Q8_0,
+    Q4_0,
+    Q4_K,
+    Q6_K,
+}
+
+impl DType {
+    /// Every type ggraph knows, in ggml id order.
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::F16,
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q6_K,
+        DType::I32,
+        DType::BF16,
+    ];
+
+    /// The floating-point types that elementwise ops read and write.
+    pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// The block-quantised types.
+    pub const QUANTIZED: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K];
+
+    /// Values per block.
+    pub const fn block_size(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
+            DType::Q8_0 => QK8_0,
+            DType::Q4_0 => QK4_0,
+            DType::Q4_K | DType::Q6_K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn type_size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            // f16 scale + 32 signed bytes
+            DType::Q8_0 => 2 + QK8_0,
+            // f16 scale + 16 bytes of nibbles
+            DType::Q4_0 => 2 + QK4_0 / 2,
+            // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+            DType::Q4_K => 2 + 2 + 12 + QK_K / 2,
+            // 128 bytes low nibbles, 64 bytes high bits, 16 i8 scales, f16 d
+            DType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
+        }
+    }
+
+    /// Bytes taken by a row of `n` values; `None` if `n` is not a whole
+    /// number of blocks.
+    pub const fn row_size(self, n: usize) -> Option<usize> {
+        if n % self.block_size() != 0 {
+            return None;
+        }
+        Some(n / self.block_size() * self.type_size())
+    }
+
+    pub const fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    pub const fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::BF16)
+    }
+
+    /// ggml's name for the type, as GGUF tools print it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::I32 => "I32",
+            DType::Q8_0 => "Q8_0",
+            DType::Q4_0 => "Q4_0",
+            DType::Q4_K => "Q4_K",
+            DType::Q6_K => "Q6_K",
+        }
+    }
+
+    /// ggml's numeric type id (`enum ggml_type`), as stored in GGUF.
+    pub const fn ggml_id(self) -> u32 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q8_0 => 8,
+            DType::Q4_K => 12,
+            DType::Q6_K => 14,
+            DType::I32 => 26,
+            DType::BF16 => 30,
+        }
+    }
+
+    /// The type with ggml id `id`, if ggraph supports it.
+    pub fn from_ggml_id(id: u32) -> Option<DType> {
+        DType::ALL.into_iter().find(|t| t.ggml_id() == id)
+    }
+
+    /// The type named `name` (ggml's spelling, case-insensitive).
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// ggml's name for any ggml type id, including the ones ggraph does not
+    /// support, so that errors can name what they found.
+    pub fn ggml_name_of_id(id: u32) -> Option<&'static str> {
+        const NAMES: [&str; 42] = [
+            "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
+            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
+            "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
+            "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",
+            "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4", "NVFP4", "Q1_0",
+        ];
+        NAMES.get(id as usize).copied()
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_layouts_match_ggml() {
+        assert_eq!(DType::Q8_0.type_size(), 34);
+        assert_eq!(DType::Q4_0.type_size(), 18);
+        assert_eq!(DType::Q4_K.type_size(), 144);
+        assert_eq!(DType::Q6_K.type_size(), 210);
+        assert_eq!(DType::Q4_K.row_size(4096), Some(16 * 144));
+        assert_eq!(DType::Q4_0.row_size(33), None);
+        assert_eq!(DType::F16.row_size(3), Some(6));
+    }
+
+    #[test]
+    fn ids_and_names_round_trip() {
+        for t in DType::ALL {
+            assert_eq!(DType::from_ggml_id(t.ggml_id()), Some(t));
+            assert_eq!(DType::from_name(t.name()), Some(t));
+            assert_eq!(DType::ggml_name_of_id(t.ggml_id()), Some(t.name()));
+        }
+        assert_eq!(DType::from_ggml_id(13), None);
+        assert_eq!(DType::ggml_name_of_id(13), Some("Q5_K"));
+    }
+}

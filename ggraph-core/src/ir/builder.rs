@@ -1,0 +1,997 @@
+//! The graph builder: ggml's op API with shape and type checks.
+//!
+//! Every op checks its operands when it is made and returns an error that
+//! names the op and the mismatch; nothing here panics on bad input.
+
+use smallvec::SmallVec;
+
+use super::graph::Graph;
+use super::op::{BinaryOp, GluOp, Op, RopeMode, RopeParams, SortOrder, UnaryOp};
+use super::tensor::{
+    MAX_DIMS, Tensor, TensorData, TensorId, ViewOf, contiguous_strides, shape4, span_bytes,
+};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Builds a [`Graph`]: make leafs and ops, then `expand` the results you
+/// want computed (in the order they must run) and `build`.
+#[derive(Default)]
+pub struct GraphBuilder {
+    graph: Graph,
+    visited: Vec<bool>,
+}
+
+fn float_types() -> &'static str {
+    "F32, F16 or BF16"
+}
+
+impl GraphBuilder {
+    pub fn new() -> GraphBuilder {
+        GraphBuilder::default()
+    }
+
+    /// The graph built so far (tensors made; nodes expanded so far).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// A tensor made so far.
+    pub fn tensor(&self, id: TensorId) -> Result<&Tensor> {
+        self.graph.get(id)
+    }
+
+    /// Finishes the graph.
+    pub fn build(self) -> Graph {
+        self.graph
+    }
+
+    fn push(&mut self, t: Tensor) -> TensorId {
+        self.visited.push(false);
+        self.graph.push_tensor(t)
+    }
+
+    fn shape(op: &'static str, shape: &[usize]) -> Result<[usize; MAX_DIMS]> {
+        shape4(shape).ok_or_else(|| {
+            Error::shape(
+                op,
+                format!("a shape has 1 to 4 dimensions, {} given", shape.len()),
+            )
+        })
+    }
+
+    fn check_row_blocks(op: &'static str, dtype: DType, ne0: usize) -> Result<()> {
+        if ne0 % dtype.block_size() != 0 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{dtype} rows hold whole blocks of {} values; ne[0] = {ne0}",
+                    dtype.block_size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn new_leaf(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<TensorId> {
+        let ne = Self::shape("new_tensor", shape)?;
+        Self::check_row_blocks("new_tensor", dtype, ne[0])?;
+        Ok(self.push(Tensor::leaf(name.to_string(), dtype, ne)))
+    }
+
+    /// A leaf the user fills before each compute.
+    pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<TensorId> {
+        let id = self.new_leaf(name, dtype, shape)?;
+        self.graph.tensor_mut(id).flags.input = true;
+        Ok(id)
+    }
+
+    /// A model parameter.
+    pub fn weight(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<TensorId> {
+        let id = self.new_leaf(name, dtype, shape)?;
+        self.graph.tensor_mut(id).flags.weight = true;
+        Ok(id)
+    }
+
+    /// A model parameter that already lives in memory.
+    pub fn bound_weight(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        data: TensorData,
+    ) -> Result<TensorId> {
+        let id = self.weight(name, dtype, shape)?;
+        if let Err(e) = self.graph.set_data(id, data) {
+            // leave the arena as it was
+            self.graph.tensors.pop();
+            self.visited.pop();
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// A plain leaf: a cache or other state tensor the user manages.
+    pub fn tensor_leaf(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<TensorId> {
+        self.new_leaf(name, dtype, shape)
+    }
+
+    /// A plain leaf that already lives in memory (a KV cache, say).
+    pub fn bound_leaf(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        data: TensorData,
+    ) -> Result<TensorId> {
+        let id = self.new_leaf(name, dtype, shape)?;
+        if let Err(e) = self.graph.set_data(id, data) {
+            self.graph.tensors.pop();
+            self.visited.pop();
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    pub fn set_name(&mut self, id: TensorId, name: &str) -> Result<TensorId> {
+        self.graph.get(id)?;
+        self.graph.tensor_mut(id).name = name.to_string();
+        Ok(id)
+    }
+
+    pub fn set_input(&mut self, id: TensorId) -> Result<()> {
+        self.graph.get(id)?;
+        self.graph.tensor_mut(id).flags.input = true;
+        Ok(())
+    }
+
+    /// Marks a result the user reads after compute, and expands it.
+    pub fn set_output(&mut self, id: TensorId) -> Result<()> {
+        self.graph.get(id)?;
+        self.graph.tensor_mut(id).flags.output = true;
+        self.expand(id)
+    }
+
+    /// Adds `id` and everything it depends on that is not yet in the graph
+    /// to the node list, sources first (ggml's `build_forward_expand`).
+    pub fn expand(&mut self, id: TensorId) -> Result<()> {
+        self.graph.get(id)?;
+        let mut stack: Vec<(TensorId, usize)> = vec![(id, 0)];
+        while let Some((t, next)) = stack.pop() {
+            if self.visited[t.index()] {
+                continue;
+            }
+            let src = &self.graph.tensor(t).src;
+            if next < src.len() {
+                let s = src[next];
+                stack.push((t, next + 1));
+                if !self.visited[s.index()] {
+                    stack.push((s, 0));
+                }
+                continue;
+            }
+            self.visited[t.index()] = true;
+            if matches!(self.graph.tensor(t).op, Op::Leaf) {
+                self.graph.leafs.push(t);
+            } else {
+                self.graph.nodes.push(t);
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, op: Op, dtype: DType, ne: [usize; MAX_DIMS], src: &[TensorId]) -> TensorId {
+        let mut t = Tensor::leaf(String::new(), dtype, ne);
+        t.op = op;
+        t.src = SmallVec::from_slice(src);
+        self.push(t)
+    }
+
+    fn view_node(
+        &mut self,
+        op: Op,
+        a: TensorId,
+        ne: [usize; MAX_DIMS],
+        nb: [usize; MAX_DIMS],
+        offset: usize,
+    ) -> TensorId {
+        let src = self.graph.tensor(a);
+        let (base, base_offset) = match src.view {
+            Some(v) => (v.base, v.offset),
+            None => (a, 0),
+        };
+        let mut t = Tensor::leaf(String::new(), src.dtype, ne);
+        t.nb = nb;
+        t.op = op;
+        t.src = SmallVec::from_slice(&[a]);
+        t.view = Some(ViewOf {
+            base,
+            offset: base_offset + offset,
+        });
+        self.push(t)
+    }
+
+    fn float(&self, op: &'static str, operand: &'static str, id: TensorId) -> Result<&Tensor> {
+        let t = self.graph.get(id)?;
+        if !t.dtype.is_float() {
+            return Err(Error::dtype(op, operand, t.dtype, float_types()));
+        }
+        Ok(t)
+    }
+
+    fn i32(&self, op: &'static str, operand: &'static str, id: TensorId) -> Result<&Tensor> {
+        let t = self.graph.get(id)?;
+        if t.dtype != DType::I32 {
+            return Err(Error::dtype(op, operand, t.dtype, "I32"));
+        }
+        Ok(t)
+    }
+
+    // ---- views ----------------------------------------------------------
+
+    /// A view of `a` with its own shape and strides (bytes), starting
+    /// `offset` bytes into `a`. It must stay inside `a`'s base memory.
+    pub fn view(
+        &mut self,
+        a: TensorId,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+    ) -> Result<TensorId> {
+        const OP: &str = "view";
+        let ne = Self::shape(OP, shape)?;
+        let src = self.graph.get(a)?;
+        if strides.len() + 1 != shape.len() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "{} dims need {} strides (nb[1]..), {} given",
+                    shape.len(),
+                    shape.len() - 1,
+                    strides.len()
+                ),
+            ));
+        }
+        Self::check_row_blocks(OP, src.dtype, ne[0])?;
+        let ts = src.dtype.type_size();
+        if offset % ts != 0 || strides.iter().any(|s| s % ts != 0) {
+            return Err(Error::shape(
+                OP,
+                format!("offset {offset} and strides {strides:?} must be multiples of the {} byte element size", ts),
+            ));
+        }
+        let mut nb = [0usize; MAX_DIMS];
+        nb[0] = src.dtype.type_size();
+        nb[1..=strides.len()].copy_from_slice(strides);
+        for i in strides.len() + 1..MAX_DIMS {
+            nb[i] = nb[i - 1] * ne[i - 1];
+        }
+        let (base, base_offset) = match src.view {
+            Some(v) => (v.base, v.offset),
+            None => (a, 0),
+        };
+        let base_bytes = self.graph.tensor(base).nbytes();
+        let span = span_bytes(src.dtype, ne, nb);
+        if base_offset + offset + span > base_bytes {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "view of {span} bytes at offset {} overruns its base '{}' of {base_bytes} bytes",
+                    base_offset + offset,
+                    self.graph.display_name(base)
+                ),
+            ));
+        }
+        Ok(self.view_node(Op::View, a, ne, nb, offset))
+    }
+
+    pub fn view_1d(&mut self, a: TensorId, ne0: usize, offset: usize) -> Result<TensorId> {
+        self.view(a, &[ne0], &[], offset)
+    }
+
+    pub fn view_2d(
+        &mut self,
+        a: TensorId,
+        ne0: usize,
+        ne1: usize,
+        nb1: usize,
+        offset: usize,
+    ) -> Result<TensorId> {
+        self.view(a, &[ne0, ne1], &[nb1], offset)
+    }
+
+    pub fn view_3d(
+        &mut self,
+        a: TensorId,
+        ne: [usize; 3],
+        nb1: usize,
+        nb2: usize,
+        offset: usize,
+    ) -> Result<TensorId> {
+        self.view(a, &ne, &[nb1, nb2], offset)
+    }
+
+    pub fn view_4d(
+        &mut self,
+        a: TensorId,
+        ne: [usize; 4],
+        nb: [usize; 3],
+        offset: usize,
+    ) -> Result<TensorId> {
+        self.view(a, &ne, &nb, offset)
+    }
+
+    /// `a` seen with another shape; `a` must be contiguous.
+    pub fn reshape(&mut self, a: TensorId, shape: &[usize]) -> Result<TensorId> {
+        const OP: &str = "reshape";
+        let ne = Self::shape(OP, shape)?;
+        let src = self.graph.get(a)?;
+        if !src.is_contiguous() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "source {} is not contiguous; make it so with cont first",
+                    src.shape_str()
+                ),
+            ));
+        }
+        if ne.iter().product::<usize>() != src.nelements() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "{:?} has {} elements, the source {} has {}",
+                    ne,
+                    ne.iter().product::<usize>(),
+                    src.shape_str(),
+                    src.nelements()
+                ),
+            ));
+        }
+        Self::check_row_blocks(OP, src.dtype, ne[0])?;
+        let nb = contiguous_strides(src.dtype, ne);
+        Ok(self.view_node(Op::Reshape, a, ne, nb, 0))
+    }
+
+    /// Source dim i becomes dim `axes[i]` (ggml's `permute`).
+    pub fn permute(&mut self, a: TensorId, axes: [usize; 4]) -> Result<TensorId> {
+        const OP: &str = "permute";
+        let src = self.graph.get(a)?;
+        let mut seen = [false; 4];
+        for &ax in &axes {
+            if ax >= 4 || seen[ax] {
+                return Err(Error::shape(
+                    OP,
+                    format!("axes {axes:?} are not a permutation of 0..4"),
+                ));
+            }
+            seen[ax] = true;
+        }
+        if src.dtype.is_quantized() && axes[0] != 0 {
+            return Err(Error::shape(
+                OP,
+                format!("{} rows cannot be permuted away from dim 0", src.dtype),
+            ));
+        }
+        let mut ne = [0; 4];
+        let mut nb = [0; 4];
+        for i in 0..4 {
+            ne[axes[i]] = src.ne[i];
+            nb[axes[i]] = src.nb[i];
+        }
+        Ok(self.view_node(Op::Permute(axes), a, ne, nb, 0))
+    }
+
+    /// Dims 0 and 1 swapped.
+    pub fn transpose(&mut self, a: TensorId) -> Result<TensorId> {
+        let src = self.graph.get(a)?;
+        if src.dtype.is_quantized() {
+            return Err(Error::shape(
+                "transpose",
+                format!("{} rows cannot be transposed", src.dtype),
+            ));
+        }
+        let mut ne = src.ne;
+        let mut nb = src.nb;
+        ne.swap(0, 1);
+        nb.swap(0, 1);
+        Ok(self.view_node(Op::Transpose, a, ne, nb, 0))
+    }
+
+    // ---- compute ops ----------------------------------------------------
+
+    /// Rows of `a` picked by `idx`: a [n, rows, b1, b2], idx I32
+    /// [m, b1, b2] → [n, m, b1, b2], F32 (I32 when `a` is I32).
+    pub fn get_rows(&mut self, a: TensorId, idx: TensorId) -> Result<TensorId> {
+        const OP: &str = "get_rows";
+        let i = self.i32(OP, "indices", idx)?.clone();
+        let src = self.graph.get(a)?;
+        if src.ne[2] != i.ne[1] || src.ne[3] != i.ne[2] || i.ne[3] != 1 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "source {} and indices {} disagree: need src.ne[2] == idx.ne[1], src.ne[3] == idx.ne[2], idx.ne[3] == 1",
+                    src.shape_str(),
+                    i.shape_str()
+                ),
+            ));
+        }
+        if src.dtype.is_quantized() && !src.has_contiguous_rows() {
+            return Err(Error::shape(OP, "quantised source rows must be packed"));
+        }
+        let dtype = if src.dtype == DType::I32 {
+            DType::I32
+        } else {
+            DType::F32
+        };
+        let ne = [src.ne[0], i.ne[0], i.ne[1], i.ne[2]];
+        Ok(self.node(Op::GetRows, dtype, ne, &[a, idx]))
+    }
+
+    /// `a (op) b` with `b` repeated to `a`'s shape; the result has `a`'s
+    /// shape and type.
+    pub fn binary(&mut self, op: BinaryOp, a: TensorId, b: TensorId) -> Result<TensorId> {
+        let name = match op {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+        };
+        let ta = self.float(name, "a", a)?;
+        let tb = self.float(name, "b", b)?;
+        if !can_repeat(tb.ne, ta.ne) {
+            return Err(Error::shape(
+                name,
+                format!(
+                    "b {} does not repeat to a {} (each dim of b must divide a's)",
+                    tb.shape_str(),
+                    ta.shape_str()
+                ),
+            ));
+        }
+        let (dtype, ne) = (ta.dtype, ta.ne);
+        Ok(self.node(Op::Binary(op), dtype, ne, &[a, b]))
+    }
+
+    pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+
+    pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+
+    pub fn mul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+
+    pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    /// `a * s`.
+    pub fn scale(&mut self, a: TensorId, s: f32) -> Result<TensorId> {
+        self.scale_bias(a, s, 0.0)
+    }
+
+    /// `a * s + bias`.
+    pub fn scale_bias(&mut self, a: TensorId, s: f32, bias: f32) -> Result<TensorId> {
+        let t = self.float("scale", "a", a)?;
+        let (dtype, ne) = (t.dtype, t.ne);
+        Ok(self.node(Op::Scale { scale: s, bias }, dtype, ne, &[a]))
+    }
+
+    pub fn unary(&mut self, op: UnaryOp, a: TensorId) -> Result<TensorId> {
+        let t = self.float("unary", "a", a)?;
+        let (dtype, ne) = (t.dtype, t.ne);
+        Ok(self.node(Op::Unary(op), dtype, ne, &[a]))
+    }
+
+    pub fn silu(&mut self, a: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Silu, a)
+    }
+
+    pub fn gelu(&mut self, a: TensorId) -> Result<TensorId> {
+        self.unary(UnaryOp::Gelu, a)
+    }
+
+    /// act(x) * y where each row of `a` is [x | y] (or [y | x] if swapped).
+    pub fn glu(&mut self, op: GluOp, a: TensorId, swapped: bool) -> Result<TensorId> {
+        const OP: &str = "glu";
+        let t = self.float(OP, "a", a)?;
+        if t.ne[0] % 2 != 0 {
+            return Err(Error::shape(
+                OP,
+                format!("rows of {} split in halves; ne[0] is odd", t.shape_str()),
+            ));
+        }
+        let mut ne = t.ne;
+        ne[0] /= 2;
+        let dtype = t.dtype;
+        Ok(self.node(Op::Glu { op, swapped }, dtype, ne, &[a]))
+    }
+
+    /// act(a) * b with `a` and `b` of the same shape.
+    pub fn glu_split(&mut self, op: GluOp, a: TensorId, b: TensorId) -> Result<TensorId> {
+        const OP: &str = "glu_split";
+        let ta = self.float(OP, "a", a)?;
+        let tb = self.float(OP, "b", b)?;
+        if ta.ne != tb.ne {
+            return Err(Error::shape(
+                OP,
+                format!("a {} and b {} differ", ta.shape_str(), tb.shape_str()),
+            ));
+        }
+        let (dtype, ne) = (ta.dtype, ta.ne);
+        Ok(self.node(
+            Op::Glu { op, swapped: false },
+            dtype,
+            ne,
+            &[a, b],
+        ))
+    }
+
+    pub fn swiglu(&mut self, a: TensorId) -> Result<TensorId> {
+        self.glu(GluOp::Swiglu, a, false)
+    }
+
+    pub fn swiglu_split(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.glu_split(GluOp::Swiglu, a, b)
+    }
+
+    /// a [k, m, a2, a3] (weights, any type) times b [k, n, b2, b3]
+    /// (activations, float) → F32 [m, n, b2, b3]; a repeats over dims 2, 3.
+    pub fn mul_mat(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        const OP: &str = "mul_mat";
+        let ta = self.graph.get(a)?;
+        let tb = self.float(OP, "b", b)?;
+        if ta.dtype == DType::I32 {
+            return Err(Error::dtype(OP, "a", ta.dtype, "a float or quantised type"));
+        }
+        if ta.ne[0] != tb.ne[0] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a {} and b {} differ in ne[0] (the shared dimension)",
+                    ta.shape_str(),
+                    tb.shape_str()
+                ),
+            ));
+        }
+        if !divides(ta.ne[2], tb.ne[2]) || !divides(ta.ne[3], tb.ne[3]) {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a {} does not broadcast over b {} in dims 2 and 3",
+                    ta.shape_str(),
+                    tb.shape_str()
+                ),
+            ));
+        }
+        if ta.is_transposed() {
+            return Err(Error::shape(OP, "a must not be transposed"));
+        }
+        if ta.dtype.is_quantized() && !ta.has_contiguous_rows() {
+            return Err(Error::shape(OP, "quantised a must have packed rows"));
+        }
+        let ne = [ta.ne[1], tb.ne[1], tb.ne[2], tb.ne[3]];
+        Ok(self.node(Op::MulMat, DType::F32, ne, &[a, b]))
+    }
+
+    /// Expert matmul: experts [k, m, n_expert], b [k, n_b, n_tokens],
+    /// ids I32 [n_used, n_tokens] → F32 [m, n_used, n_tokens].
+    pub fn mul_mat_id(&mut self, experts: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+        const OP: &str = "mul_mat_id";
+        let ti = self.i32(OP, "ids", ids)?.clone();
+        let ta = self.graph.get(experts)?;
+        let tb = self.float(OP, "b", b)?;
+        if ta.dtype == DType::I32 {
+            return Err(Error::dtype(OP, "experts", ta.dtype, "a float or quantised type"));
+        }
+        if ta.ne[0] != tb.ne[0] || ta.ne[3] != 1 || tb.ne[3] != 1 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "experts {} and b {} need equal ne[0] and ne[3] == 1",
+                    ta.shape_str(),
+                    tb.shape_str()
+                ),
+            ));
+        }
+        if ti.ne[1] != tb.ne[2] || ti.ne[2] != 1 || ti.ne[3] != 1 || !divides(tb.ne[1], ti.ne[0])
+        {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "ids {} and b {}: need ids.ne[1] == b.ne[2] (tokens) and b.ne[1] dividing ids.ne[0]",
+                    ti.shape_str(),
+                    tb.shape_str()
+                ),
+            ));
+        }
+        if ta.dtype.is_quantized() && !ta.has_contiguous_rows() {
+            return Err(Error::shape(OP, "quantised experts must have packed rows"));
+        }
+        let ne = [ta.ne[1], ti.ne[0], tb.ne[2], 1];
+        Ok(self.node(Op::MulMatId, DType::F32, ne, &[experts, b, ids]))
+    }
+
+    pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
+        let t = self.float("rms_norm", "a", a)?;
+        let (dtype, ne) = (t.dtype, t.ne);
+        Ok(self.node(Op::RmsNorm { eps }, dtype, ne, &[a]))
+    }
+
+    pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
+        let t = self.float("norm", "a", a)?;
+        let (dtype, ne) = (t.dtype, t.ne);
+        Ok(self.node(Op::Norm { eps }, dtype, ne, &[a]))
+    }
+
+    /// Plain rope with base 10000.
+    pub fn rope(&mut self, a: TensorId, pos: TensorId, n_dims: usize, mode: RopeMode) -> Result<TensorId> {
+        self.rope_ext(a, pos, None, RopeParams::new(n_dims, mode))
+    }
+
+    /// Rotary embedding: a [head_dim, n_head, n_tokens, x], pos I32
+    /// [n_tokens], optional F32 frequency divisors [n_dims / 2].
+    pub fn rope_ext(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        freq_factors: Option<TensorId>,
+        params: RopeParams,
+    ) -> Result<TensorId> {
+        const OP: &str = "rope";
+        let tp = self.i32(OP, "positions", pos)?.clone();
+        let ta = self.float(OP, "a", a)?;
+        if tp.ne[0] != ta.ne[2] || tp.nelements() != tp.ne[0] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "positions {} must be a vector of a.ne[2] = {} entries",
+                    tp.shape_str(),
+                    ta.ne[2]
+                ),
+            ));
+        }
+        if params.n_dims == 0 || params.n_dims % 2 != 0 || params.n_dims > ta.ne[0] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "n_dims {} must be even, positive and at most ne[0] = {}",
+                    params.n_dims, ta.ne[0]
+                ),
+            ));
+        }
+        let (dtype, ne) = (ta.dtype, ta.ne);
+        let mut src: SmallVec<[TensorId; 4]> = SmallVec::from_slice(&[a, pos]);
+        if let Some(ff) = freq_factors {
+            let tf = self.graph.get(ff)?;
+            if tf.dtype != DType::F32 {
+                return Err(Error::dtype(OP, "freq_factors", tf.dtype, "F32"));
+            }
+            if tf.ne[0] < params.n_dims / 2 {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "freq_factors has {} entries, n_dims / 2 = {} needed",
+                        tf.ne[0],
+                        params.n_dims / 2
+                    ),
+                ));
+            }
+            src.push(ff);
+        }
+        Ok(self.node(Op::Rope(params), dtype, ne, &src))
+    }
+
+    /// softmax along rows.
+    pub fn soft_max(&mut self, a: TensorId) -> Result<TensorId> {
+        self.soft_max_ext(a, None, 1.0, 0.0)
+    }
+
+    /// softmax(a * scale + mask * slope) along rows, with ALiBi slopes
+    /// when max_bias > 0.
+    pub fn soft_max_ext(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "soft_max";
+        let ta = self.float(OP, "a", a)?.clone();
+        let mut src: SmallVec<[TensorId; 4]> = SmallVec::from_slice(&[a]);
+        if let Some(m) = mask {
+            let tm = self.graph.get(m)?;
+            if !matches!(tm.dtype, DType::F32 | DType::F16) {
+                return Err(Error::dtype(OP, "mask", tm.dtype, "F32 or F16"));
+            }
+            check_mask(OP, tm, ta.ne[0], ta.ne[1], ta.ne[2], ta.ne[3])?;
+            src.push(m);
+        }
+        if max_bias > 0.0 && mask.is_none() {
+            return Err(Error::InvalidArgument(
+                "soft_max: max_bias (ALiBi) needs a mask".into(),
+            ));
+        }
+        Ok(self.node(Op::SoftMax { scale, max_bias }, ta.dtype, ta.ne, &src))
+    }
+
+    /// Writes `a`'s values into `b` (converting type); the result is a
+    /// view of `b` to order later reads after the write.
+    pub fn cpy(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        const OP: &str = "cpy";
+        let ta = self.graph.get(a)?;
+        let tb = self.graph.get(b)?;
+        if ta.nelements() != tb.nelements() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a {} and b {} hold different numbers of elements",
+                    ta.shape_str(),
+                    tb.shape_str()
+                ),
+            ));
+        }
+        check_convertible(OP, ta, tb.dtype)?;
+        if tb.dtype.is_quantized() && !tb.has_contiguous_rows() {
+            return Err(Error::shape(OP, "a quantised destination needs packed rows"));
+        }
+        if tb.dtype.is_quantized() && ta.ne[0] != tb.ne[0] {
+            return Err(Error::shape(
+                OP,
+                "copying into a quantised tensor needs equal row lengths",
+            ));
+        }
+        let (ne, nb) = (tb.ne, tb.nb);
+        let id = self.view_node(Op::Cpy, b, ne, nb, 0);
+        self.graph.tensor_mut(id).src = SmallVec::from_slice(&[a, b]);
+        Ok(id)
+    }
+
+    /// A contiguous copy of `a`.
+    pub fn cont(&mut self, a: TensorId) -> Result<TensorId> {
+        let dtype = self.graph.get(a)?.dtype;
+        self.cast(a, dtype)
+    }
+
+    /// A contiguous copy of `a` converted to `dtype`.
+    pub fn cast(&mut self, a: TensorId, dtype: DType) -> Result<TensorId> {
+        const OP: &str = "cont";
+        let ta = self.graph.get(a)?;
+        check_convertible(OP, ta, dtype)?;
+        Self::check_row_blocks(OP, dtype, ta.ne[0])?;
+        let ne = ta.ne;
+        Ok(self.node(Op::Cont, dtype, ne, &[a]))
+    }
+
+    /// Writes row r of `src` to row idx[r] of `dst` (converting type);
+    /// the result is a view of `dst`.
+    pub fn set_rows(&mut self, dst: TensorId, src: TensorId, idx: TensorId) -> Result<TensorId> {
+        const OP: &str = "set_rows";
+        let ti = self.i32(OP, "indices", idx)?.clone();
+        let ts = self.float(OP, "src", src)?.clone();
+        let td = self.graph.get(dst)?;
+        if td.ne[0] != ts.ne[0] || td.ne[2] != ts.ne[2] || td.ne[3] != ts.ne[3] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "dst {} and src {} must agree in dims 0, 2 and 3",
+                    td.shape_str(),
+                    ts.shape_str()
+                ),
+            ));
+        }
+        if ts.ne[1] != ti.ne[0]
+            || !divides(ti.ne[1], ts.ne[2])
+            || !divides(ti.ne[2], ts.ne[3])
+            || ti.ne[3] != 1
+        {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "indices {} do not fit src {}: need idx.ne[0] == src.ne[1] and idx dims 1, 2 dividing src dims 2, 3",
+                    ti.shape_str(),
+                    ts.shape_str()
+                ),
+            ));
+        }
+        if td.dtype == DType::I32 {
+            return Err(Error::dtype(OP, "dst", td.dtype, "a float or quantised type"));
+        }
+        if td.dtype.is_quantized() && !td.has_contiguous_rows() {
+            return Err(Error::shape(OP, "a quantised destination needs packed rows"));
+        }
+        let (ne, nb) = (td.ne, td.nb);
+        let id = self.view_node(Op::SetRows, dst, ne, nb, 0);
+        self.graph.tensor_mut(id).src = SmallVec::from_slice(&[dst, src, idx]);
+        Ok(id)
+    }
+
+    /// `a` and `b` joined along `dim`.
+    pub fn concat(&mut self, a: TensorId, b: TensorId, dim: usize) -> Result<TensorId> {
+        const OP: &str = "concat";
+        let ta = self.graph.get(a)?;
+        let tb = self.graph.get(b)?;
+        if dim >= MAX_DIMS {
+            return Err(Error::shape(OP, format!("dim {dim} is not below 4")));
+        }
+        if ta.dtype != tb.dtype || ta.dtype.is_quantized() {
+            return Err(Error::dtype(
+                OP,
+                "b",
+                tb.dtype,
+                format!("the same non-quantised type as a ({})", ta.dtype),
+            ));
+        }
+        for i in 0..MAX_DIMS {
+            if i != dim && ta.ne[i] != tb.ne[i] {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "a {} and b {} differ outside dim {dim}",
+                        ta.shape_str(),
+                        tb.shape_str()
+                    ),
+                ));
+            }
+        }
+        let mut ne = ta.ne;
+        ne[dim] += tb.ne[dim];
+        let dtype = ta.dtype;
+        Ok(self.node(Op::Concat { dim }, dtype, ne, &[a, b]))
+    }
+
+    /// Sum of each row: [n, a, b, c] → [1, a, b, c].
+    pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
+        let t = self.float("sum_rows", "a", a)?;
+        let ne = [1, t.ne[1], t.ne[2], t.ne[3]];
+        let dtype = t.dtype;
+        Ok(self.node(Op::SumRows, dtype, ne, &[a]))
+    }
+
+    /// Indices that sort each row (I32).
+    pub fn argsort(&mut self, a: TensorId, order: SortOrder) -> Result<TensorId> {
+        let t = self.float("argsort", "a", a)?;
+        let ne = t.ne;
+        Ok(self.node(Op::ArgSort { order }, DType::I32, ne, &[a]))
+    }
+
+    /// Indices of the `k` largest values of each row, largest first (I32).
+    pub fn top_k(&mut self, a: TensorId, k: usize) -> Result<TensorId> {
+        const OP: &str = "top_k";
+        let t = self.float(OP, "a", a)?;
+        if k > t.ne[0] {
+            return Err(Error::shape(
+                OP,
+                format!("k = {k} exceeds the row length {}", t.ne[0]),
+            ));
+        }
+        let ne = [k, t.ne[1], t.ne[2], t.ne[3]];
+        Ok(self.node(Op::TopK { k }, DType::I32, ne, &[a]))
+    }
+
+    /// Fused attention: q [d, n_q, n_head, n_seq] (float), k [d, n_kv,
+    /// n_head_kv, n_seq], v [dv, n_kv, n_head_kv, n_seq] (float or Q8_0 /
+    /// Q4_0), optional mask [n_kv, >= n_q, m2, m3] (F32 or F16) →
+    /// F32 [dv, n_head, n_q, n_seq]. softcap 0 disables capping.
+    pub fn flash_attn_ext(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+    ) -> Result<TensorId> {
+        const OP: &str = "flash_attn_ext";
+        let tq = self.float(OP, "q", q)?.clone();
+        let tk = self.graph.get(k)?.clone();
+        let tv = self.graph.get(v)?.clone();
+        for (name, t) in [("k", &tk), ("v", &tv)] {
+            if !(t.dtype.is_float() || matches!(t.dtype, DType::Q8_0 | DType::Q4_0)) {
+                return Err(Error::dtype(OP, name, t.dtype, "F32, F16, BF16, Q8_0 or Q4_0"));
+            }
+            if t.dtype.is_quantized() && !t.has_contiguous_rows() {
+                return Err(Error::shape(OP, format!("quantised {name} needs packed rows")));
+            }
+        }
+        if tq.ne[0] != tk.ne[0] || tk.ne[1] != tv.ne[1] || tk.ne[2] != tv.ne[2] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "q {}, k {}, v {}: need q.ne[0] == k.ne[0], k and v equal in dims 1 and 2",
+                    tq.shape_str(),
+                    tk.shape_str(),
+                    tv.shape_str()
+                ),
+            ));
+        }
+        if !divides(tk.ne[2], tq.ne[2]) || tq.ne[3] != tk.ne[3] || tq.ne[3] != tv.ne[3] {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "q heads {} must be a multiple of kv heads {}, and q, k, v share ne[3]",
+                    tq.ne[2], tk.ne[2]
+                ),
+            ));
+        }
+        let mut src: SmallVec<[TensorId; 4]> = SmallVec::from_slice(&[q, k, v]);
+        if let Some(m) = mask {
+            let tm = self.graph.get(m)?;
+            if !matches!(tm.dtype, DType::F32 | DType::F16) {
+                return Err(Error::dtype(OP, "mask", tm.dtype, "F32 or F16"));
+            }
+            check_mask(OP, tm, tk.ne[1], tq.ne[1], tq.ne[2], tq.ne[3])?;
+            src.push(m);
+        }
+        if max_bias > 0.0 && mask.is_none() {
+            return Err(Error::InvalidArgument(
+                "flash_attn_ext: max_bias (ALiBi) needs a mask".into(),
+            ));
+        }
+        let ne = [tv.ne[0], tq.ne[2], tq.ne[1], tq.ne[3]];
+        Ok(self.node(
+            Op::FlashAttnExt {
+                scale,
+                max_bias,
+                softcap,
+            },
+            DType::F32,
+            ne,
+            &src,
+        ))
+    }
+}
+
+/// `small` divides `big` (0 divides only 0).
+fn divides(small: usize, big: usize) -> bool {
+    if small == 0 {
+        big == 0
+    } else {
+        big % small == 0
+    }
+}
+
+/// `b` repeats to `a`: every dim of b divides a's.
+pub fn can_repeat(b: [usize; 4], a: [usize; 4]) -> bool {
+    (0..4).all(|i| divides(b[i], a[i]))
+}
+
+fn check_mask(
+    op: &'static str,
+    m: &Tensor,
+    n_cols: usize,
+    n_rows: usize,
+    d2: usize,
+    d3: usize,
+) -> Result<()> {
+    if m.ne[0] != n_cols || m.ne[1] < n_rows || !divides(m.ne[2], d2) || !divides(m.ne[3], d3) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "mask {} must be [{n_cols}, >= {n_rows}, dividing {d2}, dividing {d3}]",
+                m.shape_str()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_convertible(op: &'static str, src: &Tensor, to: DType) -> Result<()> {
+    let int_src = src.dtype == DType::I32;
+    let int_dst = to == DType::I32;
+    if int_src != int_dst {
+        return Err(Error::dtype(
+            op,
+            "a",
+            src.dtype,
+            format!("a type convertible to {to} (I32 converts only to I32)"),
+        ));
+    }
+    if src.dtype.is_quantized() && !src.has_contiguous_rows() {
+        return Err(Error::shape(op, "quantised source rows must be packed"));
+    }
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! The tensor graph IR: tensors in an arena, ops with ggml's semantics, a
+//! checked builder, and DOT export.
+
+mod builder;
+mod dot;
+mod graph;
+mod op;
+mod tensor;
+
+pub use builder::{GraphBuilder, can_repeat};
+pub use dot::NodeStyle;
+pub use graph::{Graph, row_index};
+pub use op::{BinaryOp, GluOp, Op, OpKind, RopeMode, RopeParams, SortOrder, UnaryOp};
+pub use tensor::{
+    Flags, MAX_DIMS, Tensor, TensorData, TensorId, ViewOf, contiguous_strides, shape4, span_bytes,
+};

@@ -1,0 +1,400 @@
+//! Ops and their parameters, with ggml's semantics.
+//!
+//! Sources are listed per op in the order the builder takes them. Shapes use
+//! ggml's convention: ne[0] is the innermost (row) dimension.
+
+use std::fmt;
+
+/// Elementwise binary ops; src1 is broadcast to src0 by repetition
+/// (every ne1[i] divides ne0[i]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// Elementwise unary ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Silu,
+    /// The tanh approximation, as ggml's `gelu`.
+    Gelu,
+    Relu,
+    Neg,
+    Exp,
+    Sigmoid,
+    Tanh,
+    Sqr,
+    Sqrt,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 9] = [
+        UnaryOp::Silu,
+        UnaryOp::Gelu,
+        UnaryOp::Relu,
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::Sqr,
+        UnaryOp::Sqrt,
+    ];
+
+    /// The op on one value, in f64: the definition every backend matches.
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Gelu => {
+                const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+                0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+            }
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sqr => x * x,
+            UnaryOp::Sqrt => x.sqrt(),
+        }
+    }
+}
+
+/// Gated linear units: act(a) * b.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GluOp {
+    /// silu(a) * b
+    Swiglu,
+    /// gelu(a) * b
+    Geglu,
+}
+
+/// Rotary embedding layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// Rotates adjacent pairs (x[2i], x[2i+1]) (ggml mode 0, llama).
+    Normal,
+    /// Rotates (x[i], x[i + n_dims/2]) (ggml mode 2, GPT-NeoX, qwen).
+    Neox,
+}
+
+impl RopeMode {
+    /// ggml's mode number.
+    pub fn ggml_mode(self) -> i32 {
+        match self {
+            RopeMode::Normal => 0,
+            RopeMode::Neox => 2,
+        }
+    }
+}
+
+/// Parameters of `rope`, as ggml's `ggml_rope_ext`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Leading dimensions rotated; the rest are copied.
+    pub n_dims: usize,
+    pub mode: RopeMode,
+    /// Training context length, for YaRN's correction dims.
+    pub n_ctx_orig: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix; 0 disables YaRN.
+    pub ext_factor: f32,
+    /// Magnitude scale of cos and sin.
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+impl RopeParams {
+    /// Plain rope: base 10000, no scaling.
+    pub fn new(n_dims: usize, mode: RopeMode) -> RopeParams {
+        RopeParams {
+            n_dims,
+            mode,
+            n_ctx_orig: 0,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+        }
+    }
+
+    pub fn freq_base(mut self, base: f32) -> Self {
+        self.freq_base = base;
+        self
+    }
+
+    pub fn freq_scale(mut self, scale: f32) -> Self {
+        self.freq_scale = scale;
+        self
+    }
+
+    /// YaRN correction range [low, high] in rotated-pair indices, as ggml's
+    /// `ggml_rope_yarn_corr_dims`.
+    pub fn yarn_corr_dims(&self) -> [f32; 2] {
+        let n_dims = self.n_dims as f32;
+        let corr_dim = |n_rot: f32| {
+            n_dims * (self.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * self.freq_base.ln())
+        };
+        let start = corr_dim(self.beta_fast).floor();
+        let end = corr_dim(self.beta_slow).ceil();
+        [start.max(0.0), end.min(n_dims - 1.0)]
+    }
+
+    /// cos and sin of the rotation for pair `i0/2` at position `pos`,
+    /// with an optional per-pair frequency divisor: the definition every
+    /// backend follows (ggml's `rope_yarn`).
+    pub fn rotation(&self, pos: f64, i0: usize, freq_factor: f64) -> (f64, f64) {
+        let theta_scale = (self.freq_base as f64).powf(-2.0 / self.n_dims as f64);
+        let theta_extrap = pos * theta_scale.powi((i0 / 2) as i32) / freq_factor;
+        let theta_interp = self.freq_scale as f64 * theta_extrap;
+        let mut theta = theta_interp;
+        let mut mscale = self.attn_factor as f64;
+        if self.ext_factor != 0.0 {
+            let [low, high] = self.yarn_corr_dims();
+            let y = ((i0 / 2) as f64 - low as f64) / (high as f64 - low as f64).max(0.001);
+            let ramp_mix = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor as f64;
+            theta = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
+            mscale *= 1.0 + 0.1 * (1.0 / self.freq_scale as f64).ln();
+        }
+        (theta.cos() * mscale, theta.sin() * mscale)
+    }
+}
+
+/// Sort direction of `argsort`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    Ascending,
+    Descending,
+}
+
+/// What a tensor is computed by, with the op's parameters inline.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// No computation: an input, a weight or another tensor filled by the user.
+    Leaf,
+
+    // Views: no computation, they reinterpret their source's memory.
+    /// `view(a, ne, nb, offset)`.
+    View,
+    /// `reshape(a, ne)`: a contiguous tensor seen with another shape.
+    Reshape,
+    /// `permute(a, axes)`: source dim i becomes dim axes[i].
+    Permute([usize; 4]),
+    /// `transpose(a)`: dims 0 and 1 swapped.
+    Transpose,
+
+    /// `get_rows(a, idx)`: rows of a picked by I32 indices.
+    /// a [n, rows, b1, b2], idx [m, b1, b2] → [n, m, b1, b2] in F32 (I32 for
+    /// an I32 source).
+    GetRows,
+    /// `a (op) b` with b broadcast over a.
+    Binary(BinaryOp),
+    /// `a * scale + bias`.
+    Scale { scale: f32, bias: f32 },
+    Unary(UnaryOp),
+    /// One source: act(first half of each row) * second half (the halves
+    /// exchanged when `swapped`). Two sources: act(a) * b.
+    Glu { op: GluOp, swapped: bool },
+    /// `mul_mat(a, b)`: a [k, m, a2, a3] · b [k, n, b2, b3] → [m, n, b2, b3],
+    /// a broadcast over dims 2 and 3. Result F32.
+    MulMat,
+    /// `mul_mat_id(as, b, ids)`: as [k, m, n_expert], b [k, n_b, n_tokens],
+    /// ids I32 [n_used, n_tokens] → [m, n_used, n_tokens]; row e of token t
+    /// multiplies expert ids[e, t] with b column e % n_b of token t.
+    MulMatId,
+    /// x / sqrt(mean(x²) + eps) along rows.
+    RmsNorm { eps: f32 },
+    /// (x - mean) / sqrt(var + eps) along rows.
+    Norm { eps: f32 },
+    /// `rope(a, pos[, freq_factors])`: a [head_dim, n_head, n_tokens, 1],
+    /// pos I32 [n_tokens], freq_factors F32 [n_dims/2].
+    Rope(RopeParams),
+    /// softmax(a * scale + mask * slope) along rows; mask optional
+    /// [ne0, >= ne1, m2, m3] broadcast over dims 2 and 3; slope is the ALiBi
+    /// slope of the head (1 when max_bias is 0).
+    SoftMax { scale: f32, max_bias: f32 },
+    /// `cpy(a, b)`: a's values written into b (converting type); the result
+    /// is a view of b.
+    Cpy,
+    /// A contiguous copy of a, converting to the result's type (covers
+    /// ggml's cont, dup and cast).
+    Cont,
+    /// `set_rows(dst, src, idx)`: row r of src written to row idx[r] of dst
+    /// (converting type); the result is a view of dst. dst [n, rows, d2, d3],
+    /// src [n, m, s2, s3], idx I32 [m, i1, i2], s2 % i1 == 0, s3 % i2 == 0.
+    SetRows,
+    /// `concat(a, b, dim)`.
+    Concat { dim: usize },
+    /// Sum of each row: [n, a, b, c] → [1, a, b, c].
+    SumRows,
+    /// Indices that sort each row, I32.
+    ArgSort { order: SortOrder },
+    /// Indices of the k largest values of each row, largest first, I32.
+    TopK { k: usize },
+    /// Fused attention (ggml's `flash_attn_ext`): q [d, n_q, n_head, n_seq],
+    /// k [d, n_kv, n_head_kv, n_seq], v [dv, n_kv, n_head_kv, n_seq],
+    /// optional mask [n_kv, >= n_q, m2, m3] → [dv, n_head, n_q, n_seq].
+    /// softmax(q·kᵀ * scale (softcapped) + mask * slope) · v, computed
+    /// without materialising the score matrix.
+    FlashAttnExt {
+        scale: f32,
+        max_bias: f32,
+        softcap: f32,
+    },
+}
+
+/// The op without its parameters, for capability tables and statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Leaf,
+    View,
+    Reshape,
+    Permute,
+    Transpose,
+    GetRows,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Scale,
+    Unary,
+    Glu,
+    MulMat,
+    MulMatId,
+    RmsNorm,
+    Norm,
+    Rope,
+    SoftMax,
+    Cpy,
+    Cont,
+    SetRows,
+    Concat,
+    SumRows,
+    ArgSort,
+    TopK,
+    FlashAttnExt,
+}
+
+impl OpKind {
+    /// ggml's name for the op, as its tools print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Leaf => "NONE",
+            OpKind::View => "VIEW",
+            OpKind::Reshape => "RESHAPE",
+            OpKind::Permute => "PERMUTE",
+            OpKind::Transpose => "TRANSPOSE",
+            OpKind::GetRows => "GET_ROWS",
+            OpKind::Add => "ADD",
+            OpKind::Sub => "SUB",
+            OpKind::Mul => "MUL",
+            OpKind::Div => "DIV",
+            OpKind::Scale => "SCALE",
+            OpKind::Unary => "UNARY",
+            OpKind::Glu => "GLU",
+            OpKind::MulMat => "MUL_MAT",
+            OpKind::MulMatId => "MUL_MAT_ID",
+            OpKind::RmsNorm => "RMS_NORM",
+            OpKind::Norm => "NORM",
+            OpKind::Rope => "ROPE",
+            OpKind::SoftMax => "SOFT_MAX",
+            OpKind::Cpy => "CPY",
+            OpKind::Cont => "CONT",
+            OpKind::SetRows => "SET_ROWS",
+            OpKind::Concat => "CONCAT",
+            OpKind::SumRows => "SUM_ROWS",
+            OpKind::ArgSort => "ARGSORT",
+            OpKind::TopK => "TOP_K",
+            OpKind::FlashAttnExt => "FLASH_ATTN_EXT",
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Op {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Leaf => OpKind::Leaf,
+            Op::View => OpKind::View,
+            Op::Reshape => OpKind::Reshape,
+            Op::Permute(_) => OpKind::Permute,
+            Op::Transpose => OpKind::Transpose,
+            Op::GetRows => OpKind::GetRows,
+            Op::Binary(BinaryOp::Add) => OpKind::Add,
+            Op::Binary(BinaryOp::Sub) => OpKind::Sub,
+            Op::Binary(BinaryOp::Mul) => OpKind::Mul,
+            Op::Binary(BinaryOp::Div) => OpKind::Div,
+            Op::Scale { .. } => OpKind::Scale,
+            Op::Unary(_) => OpKind::Unary,
+            Op::Glu { .. } => OpKind::Glu,
+            Op::MulMat => OpKind::MulMat,
+            Op::MulMatId => OpKind::MulMatId,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::Norm { .. } => OpKind::Norm,
+            Op::Rope(_) => OpKind::Rope,
+            Op::SoftMax { .. } => OpKind::SoftMax,
+            Op::Cpy => OpKind::Cpy,
+            Op::Cont => OpKind::Cont,
+            Op::SetRows => OpKind::SetRows,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::SumRows => OpKind::SumRows,
+            Op::ArgSort { .. } => OpKind::ArgSort,
+            Op::TopK { .. } => OpKind::TopK,
+            Op::FlashAttnExt { .. } => OpKind::FlashAttnExt,
+        }
+    }
+
+    /// A label for logs and DOT: the op name with its variant.
+    pub fn label(&self) -> String {
+        match self {
+            Op::Unary(u) => format!("UNARY({u:?})"),
+            Op::Glu { op, .. } => format!("GLU({op:?})"),
+            Op::Rope(p) => format!("ROPE({:?})", p.mode),
+            op => op.kind().name().to_string(),
+        }
+    }
+
+    /// Views and leafs: nothing for a backend to compute.
+    pub fn is_noop(&self) -> bool {
+        matches!(
+            self,
+            Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
+        )
+    }
+
+    /// Ops that make a view of their first source.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
+        )
+    }
+
+    /// Ops whose result may take the memory of src[0] when it has no other
+    /// consumer and the same layout (each output element depends only on
+    /// input elements at or before its own position in its row).
+    pub fn can_run_in_place(&self) -> bool {
+        matches!(
+            self,
+            Op::Binary(_)
+                | Op::Scale { .. }
+                | Op::Unary(_)
+                | Op::RmsNorm { .. }
+                | Op::Norm { .. }
+                | Op::SoftMax { .. }
+                | Op::Rope(_)
+        )
+    }
+}
