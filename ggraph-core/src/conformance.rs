@@ -68,7 +68,10 @@ enum Fill {
     /// A random permutation of evenly spaced values, so sorts have no ties.
     Distinct,
     /// A causal mask: 0 where key j <= query i + (n_kv - n_q), -inf elsewhere.
-    Causal { n_kv: usize, n_q: usize },
+    Causal {
+        n_kv: usize,
+        n_q: usize,
+    },
     /// Positions p0, p0+1, ...
     Positions(i32),
 }
@@ -114,8 +117,12 @@ pub struct Case {
 /// The outcome of one case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    Pass { nmse: f64 },
-    Fail { nmse: f64 },
+    Pass {
+        nmse: f64,
+    },
+    Fail {
+        nmse: f64,
+    },
     /// The device's `supports_op` refused an op of the case.
     Unsupported,
     /// Building, running or reading back failed.
@@ -192,10 +199,22 @@ impl Report {
             "worst nmse"
         );
         for (op, p, f, u, w) in by_op {
-            let _ = writeln!(s, "{:<16} {:>5} {:>5} {:>6} {:>10.2e}", op.name(), p, f, u, w);
+            let _ = writeln!(
+                s,
+                "{:<16} {:>5} {:>5} {:>6} {:>10.2e}",
+                op.name(),
+                p,
+                f,
+                u,
+                w
+            );
         }
         for r in self.failures() {
-            let _ = writeln!(s, "FAILED {}: {:?} (bound {:.1e})", r.name, r.outcome, r.max_nmse);
+            let _ = writeln!(
+                s,
+                "FAILED {}: {:?} (bound {:.1e})",
+                r.name, r.outcome, r.max_nmse
+            );
         }
         s
     }
@@ -221,7 +240,8 @@ pub fn run_filtered(device: &Arc<dyn Device>, filter: impl Fn(&str) -> bool) -> 
         .into_iter()
         .filter(|c| filter(&c.name))
         .map(|c| {
-            let outcome = run_case(device.as_ref(), &c).unwrap_or_else(|e| Outcome::Error(e.to_string()));
+            let outcome =
+                run_case(device.as_ref(), &c).unwrap_or_else(|e| Outcome::Error(e.to_string()));
             CaseResult {
                 name: c.name,
                 op: c.op,
@@ -264,13 +284,20 @@ pub fn nmse(out: &[f32], reference: &[f64]) -> f64 {
 }
 
 /// Fills the case's leafs with data, returning their bytes.
-fn fill_leafs(graph: &Graph, fills: &HashMap<TensorId, Fill>, seed: u64) -> Result<HashMap<TensorId, Vec<u8>>> {
+fn fill_leafs(
+    graph: &Graph,
+    fills: &HashMap<TensorId, Fill>,
+    seed: u64,
+) -> Result<HashMap<TensorId, Vec<u8>>> {
     let mut rng = Rng::new(seed);
     let mut out = HashMap::new();
     for &leaf in graph.leafs() {
         let t = graph.tensor(leaf);
         let n = t.nelements();
-        let fill = fills.get(&leaf).cloned().unwrap_or(Fill::Uniform(-1.0, 1.0));
+        let fill = fills
+            .get(&leaf)
+            .cloned()
+            .unwrap_or(Fill::Uniform(-1.0, 1.0));
         let values: Vec<f32> = match fill {
             Fill::Uniform(lo, hi) => rng.vec(n, lo, hi),
             Fill::AwayFromZero(lo, hi) => (0..n)
@@ -288,7 +315,9 @@ fn fill_leafs(graph: &Graph, fills: &HashMap<TensorId, Fill>, seed: u64) -> Resu
                 (0..n).map(|i| all[i % max.max(1)] as f32).collect()
             }
             Fill::Distinct => {
-                let mut v: Vec<f32> = (0..n).map(|i| i as f32 / n.max(1) as f32 * 2.0 - 1.0).collect();
+                let mut v: Vec<f32> = (0..n)
+                    .map(|i| i as f32 / n.max(1) as f32 * 2.0 - 1.0)
+                    .collect();
                 for i in (1..v.len()).rev() {
                     v.swap(i, rng.below(i + 1));
                 }
@@ -351,8 +380,9 @@ fn run_case(device: &dyn Device, case: &Case) -> Result<Outcome> {
 }
 
 fn fnv(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Error bound for a result stored as `dtype` computed in f32.
@@ -490,10 +520,15 @@ fn binary_cases(c: &mut Cases) {
 fn unary_cases(c: &mut Cases) {
     for t in DType::FLOATS {
         for (label, s, bias) in [("scale", 0.37f32, 0.0f32), ("scale_bias", -1.5, 0.25)] {
-            c.add(OpKind::Scale, format!("{label}[{t}]"), bound_for(t), move |cb| {
-                let a = cb.input(t, &[33, 4, 3])?;
-                cb.b.scale_bias(a, s, bias)
-            });
+            c.add(
+                OpKind::Scale,
+                format!("{label}[{t}]"),
+                bound_for(t),
+                move |cb| {
+                    let a = cb.input(t, &[33, 4, 3])?;
+                    cb.b.scale_bias(a, s, bias)
+                },
+            );
         }
     }
     c.add(OpKind::Scale, "scale[F32,transposed]".into(), 1e-6, |cb| {
@@ -518,7 +553,11 @@ fn unary_cases(c: &mut Cases) {
         }
         let name = format!("unary[{u:?},F32,permuted]");
         c.add(OpKind::Unary, name, 1e-6, move |cb| {
-            let fill = if u == UnaryOp::Sqrt { Fill::Uniform(0.0, 4.0) } else { Fill::Uniform(-3.0, 3.0) };
+            let fill = if u == UnaryOp::Sqrt {
+                Fill::Uniform(0.0, 4.0)
+            } else {
+                Fill::Uniform(-3.0, 3.0)
+            };
             let a = cb.filled(DType::F32, &[7, 5, 3], fill)?;
             let p = cb.b.permute(a, [1, 2, 0, 3])?;
             cb.b.unary(u, p)
@@ -591,13 +630,39 @@ fn mul_mat_cases(c: &mut Cases) {
             cb.b.mul_mat(a, b)
         });
     }
-    c.add(OpKind::MulMat, "mul_mat[F32,F32,kq_shape]".into(), 1e-6, |cb| {
-        // attention scores: k [d, n_kv, h_kv] times q [d, n_q, h] with GQA
-        let k = cb.input(DType::F32, &[32, 19, 2])?;
-        let q = cb.input(DType::F32, &[32, 5, 4])?;
-        cb.b.mul_mat(k, q)
-    });
-    for w in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K] {
+    for w in [DType::F32, DType::F16] {
+        c.add(
+            OpKind::MulMat,
+            format!("mul_mat[{w},F32,strided_a]"),
+            matmul_bound(w),
+            move |cb| {
+                // a [k=6, m=5, 4] whose values are 16 bytes apart within a row
+                let x = cb.input(w, &[4, 6, 5])?;
+                let a = cb.b.permute(x, [2, 0, 1, 3])?;
+                let b = cb.input(DType::F32, &[6, 3, 4])?;
+                cb.b.mul_mat(a, b)
+            },
+        );
+    }
+    c.add(
+        OpKind::MulMat,
+        "mul_mat[F32,F32,kq_shape]".into(),
+        1e-6,
+        |cb| {
+            // attention scores: k [d, n_kv, h_kv] times q [d, n_q, h] with GQA
+            let k = cb.input(DType::F32, &[32, 19, 2])?;
+            let q = cb.input(DType::F32, &[32, 5, 4])?;
+            cb.b.mul_mat(k, q)
+        },
+    );
+    for w in [
+        DType::F32,
+        DType::F16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
         let k = row_len(w);
         for n_b in [1usize, 2] {
             let name = format!("mul_mat_id[{w},F32,n_b={n_b}]");
@@ -613,23 +678,42 @@ fn mul_mat_cases(c: &mut Cases) {
 
 fn norm_cases(c: &mut Cases) {
     for t in DType::FLOATS {
-        for (label, shape) in [("row64", vec![64usize, 5, 2]), ("odd", vec![17, 3]), ("empty", vec![8, 0])] {
+        for (label, shape) in [
+            ("row64", vec![64usize, 5, 2]),
+            ("odd", vec![17, 3]),
+            ("empty", vec![8, 0]),
+        ] {
             let s = shape.clone();
-            c.add(OpKind::RmsNorm, format!("rms_norm[{t},{label}]"), bound_for(t), move |cb| {
-                let a = cb.input(t, &s)?;
-                cb.b.rms_norm(a, 1e-6)
-            });
-            c.add(OpKind::Norm, format!("norm[{t},{label}]"), bound_for(t), move |cb| {
-                let a = cb.input(t, &shape)?;
-                cb.b.norm(a, 1e-5)
-            });
+            c.add(
+                OpKind::RmsNorm,
+                format!("rms_norm[{t},{label}]"),
+                bound_for(t),
+                move |cb| {
+                    let a = cb.input(t, &s)?;
+                    cb.b.rms_norm(a, 1e-6)
+                },
+            );
+            c.add(
+                OpKind::Norm,
+                format!("norm[{t},{label}]"),
+                bound_for(t),
+                move |cb| {
+                    let a = cb.input(t, &shape)?;
+                    cb.b.norm(a, 1e-5)
+                },
+            );
         }
     }
-    c.add(OpKind::RmsNorm, "rms_norm[F32,permuted]".into(), 1e-6, |cb| {
-        let a = cb.input(DType::F32, &[6, 32, 3])?;
-        let p = cb.b.permute(a, [1, 0, 2, 3])?;
-        cb.b.rms_norm(p, 1e-5)
-    });
+    c.add(
+        OpKind::RmsNorm,
+        "rms_norm[F32,permuted]".into(),
+        1e-6,
+        |cb| {
+            let a = cb.input(DType::F32, &[6, 32, 3])?;
+            let p = cb.b.permute(a, [1, 0, 2, 3])?;
+            cb.b.rms_norm(p, 1e-5)
+        },
+    );
 }
 
 fn rope_cases(c: &mut Cases) {
@@ -649,7 +733,9 @@ fn rope_cases(c: &mut Cases) {
             let a = cb.input(DType::F32, &[32, 3, 4])?;
             let pos = cb.filled(DType::I32, &[4], Fill::Positions(40))?;
             let ff = cb.filled(DType::F32, &[16], Fill::Uniform(1.0, 8.0))?;
-            let p = RopeParams::new(32, mode).freq_base(500000.0).freq_scale(0.25);
+            let p = RopeParams::new(32, mode)
+                .freq_base(500000.0)
+                .freq_scale(0.25);
             cb.b.rope_ext(a, pos, Some(ff), p)
         });
         let name = format!("rope[{mode:?},F32,yarn]");
@@ -665,7 +751,8 @@ fn rope_cases(c: &mut Cases) {
         c.add(OpKind::Rope, name, 1e-6, move |cb| {
             // q as a strided view of a fused [3 * 32 * 2, tokens] projection
             let qkv = cb.input(DType::F32, &[3 * 32 * 2, 5])?;
-            let q = cb.b.view_3d(qkv, [32, 2, 5], 32 * 4, 3 * 32 * 2 * 4, 32 * 2 * 4)?;
+            let q =
+                cb.b.view_3d(qkv, [32, 2, 5], 32 * 4, 3 * 32 * 2 * 4, 32 * 2 * 4)?;
             let pos = cb.filled(DType::I32, &[5], Fill::Positions(0))?;
             cb.b.rope(q, pos, 32, mode)
         });
@@ -674,33 +761,58 @@ fn rope_cases(c: &mut Cases) {
 
 fn soft_max_cases(c: &mut Cases) {
     for t in DType::FLOATS {
-        c.add(OpKind::SoftMax, format!("soft_max[{t},plain]"), bound_for(t), move |cb| {
-            let a = cb.filled(t, &[33, 7, 2], Fill::Uniform(-5.0, 5.0))?;
-            cb.b.soft_max(a)
-        });
+        c.add(
+            OpKind::SoftMax,
+            format!("soft_max[{t},plain]"),
+            bound_for(t),
+            move |cb| {
+                let a = cb.filled(t, &[33, 7, 2], Fill::Uniform(-5.0, 5.0))?;
+                cb.b.soft_max(a)
+            },
+        );
     }
     for mt in [DType::F32, DType::F16] {
-        c.add(OpKind::SoftMax, format!("soft_max[F32,mask={mt},causal]"), 1e-6, move |cb| {
-            let a = cb.filled(DType::F32, &[33, 7, 4], Fill::Uniform(-5.0, 5.0))?;
-            let m = cb.filled(mt, &[33, 8], Fill::Causal { n_kv: 33, n_q: 7 })?;
-            cb.b.soft_max_ext(a, Some(m), 0.125, 0.0)
-        });
-        c.add(OpKind::SoftMax, format!("soft_max[F32,mask={mt},alibi]"), 1e-6, move |cb| {
-            let a = cb.filled(DType::F32, &[19, 3, 6], Fill::Uniform(-5.0, 5.0))?;
-            let m = cb.filled(mt, &[19, 3], Fill::Uniform(-1.0, 0.0))?;
-            cb.b.soft_max_ext(a, Some(m), 0.5, 8.0)
-        });
+        c.add(
+            OpKind::SoftMax,
+            format!("soft_max[F32,mask={mt},causal]"),
+            1e-6,
+            move |cb| {
+                let a = cb.filled(DType::F32, &[33, 7, 4], Fill::Uniform(-5.0, 5.0))?;
+                let m = cb.filled(mt, &[33, 8], Fill::Causal { n_kv: 33, n_q: 7 })?;
+                cb.b.soft_max_ext(a, Some(m), 0.125, 0.0)
+            },
+        );
+        c.add(
+            OpKind::SoftMax,
+            format!("soft_max[F32,mask={mt},alibi]"),
+            1e-6,
+            move |cb| {
+                let a = cb.filled(DType::F32, &[19, 3, 6], Fill::Uniform(-5.0, 5.0))?;
+                let m = cb.filled(mt, &[19, 3], Fill::Uniform(-1.0, 0.0))?;
+                cb.b.soft_max_ext(a, Some(m), 0.5, 8.0)
+            },
+        );
     }
-    c.add(OpKind::SoftMax, "soft_max[F32,mask_per_head]".into(), 1e-6, |cb| {
-        let a = cb.filled(DType::F32, &[16, 3, 2, 2], Fill::Uniform(-5.0, 5.0))?;
-        let m = cb.filled(DType::F32, &[16, 3, 2, 1], Fill::Uniform(-2.0, 0.0))?;
-        cb.b.soft_max_ext(a, Some(m), 1.0, 0.0)
-    });
-    c.add(OpKind::SoftMax, "soft_max[F32,permuted]".into(), 1e-6, |cb| {
-        let a = cb.filled(DType::F32, &[5, 24, 3], Fill::Uniform(-5.0, 5.0))?;
-        let p = cb.b.permute(a, [1, 0, 2, 3])?;
-        cb.b.soft_max(p)
-    });
+    c.add(
+        OpKind::SoftMax,
+        "soft_max[F32,mask_per_head]".into(),
+        1e-6,
+        |cb| {
+            let a = cb.filled(DType::F32, &[16, 3, 2, 2], Fill::Uniform(-5.0, 5.0))?;
+            let m = cb.filled(DType::F32, &[16, 3, 2, 1], Fill::Uniform(-2.0, 0.0))?;
+            cb.b.soft_max_ext(a, Some(m), 1.0, 0.0)
+        },
+    );
+    c.add(
+        OpKind::SoftMax,
+        "soft_max[F32,permuted]".into(),
+        1e-6,
+        |cb| {
+            let a = cb.filled(DType::F32, &[5, 24, 3], Fill::Uniform(-5.0, 5.0))?;
+            let p = cb.b.permute(a, [1, 0, 2, 3])?;
+            cb.b.soft_max(p)
+        },
+    );
 }
 
 fn copy_cases(c: &mut Cases) {
@@ -715,15 +827,25 @@ fn copy_cases(c: &mut Cases) {
     ];
     for to in targets {
         let n = row_len(to);
-        c.add(OpKind::Cpy, format!("cpy[F32->{to}]"), bound_for(to), move |cb| {
-            let a = cb.input(DType::F32, &[n, 3, 2])?;
-            let b = cb.input(to, &[n, 3, 2])?;
-            cb.b.cpy(a, b)
-        });
-        c.add(OpKind::Cont, format!("cast[F32->{to}]"), bound_for(to), move |cb| {
-            let a = cb.input(DType::F32, &[n, 4])?;
-            cb.b.cast(a, to)
-        });
+        c.add(
+            OpKind::Cpy,
+            format!("cpy[F32->{to}]"),
+            bound_for(to),
+            move |cb| {
+                let a = cb.input(DType::F32, &[n, 3, 2])?;
+                let b = cb.input(to, &[n, 3, 2])?;
+                cb.b.cpy(a, b)
+            },
+        );
+        c.add(
+            OpKind::Cont,
+            format!("cast[F32->{to}]"),
+            bound_for(to),
+            move |cb| {
+                let a = cb.input(DType::F32, &[n, 4])?;
+                cb.b.cast(a, to)
+            },
+        );
         if to != DType::F32 {
             c.add(OpKind::Cont, format!("cast[{to}->F32]"), 1e-9, move |cb| {
                 let a = cb.input(to, &[n, 4])?;
@@ -737,19 +859,37 @@ fn copy_cases(c: &mut Cases) {
         (DType::BF16, DType::F16),
         (DType::I32, DType::I32),
     ] {
-        c.add(OpKind::Cpy, format!("cpy[{from}->{to},transposed_src]"), bound_for(to), move |cb| {
-            let fill = if from == DType::I32 { Fill::Indices(1 << 20) } else { Fill::Uniform(-1.0, 1.0) };
-            let a0 = cb.filled(from, &[7, 13, 2], fill)?;
-            let a = cb.b.transpose(a0)?;
-            let b = cb.input(to, &[13, 7, 2])?;
-            cb.b.cpy(a, b)
-        });
-        c.add(OpKind::Cont, format!("cont[{from},permuted]"), bound_for(from), move |cb| {
-            let fill = if from == DType::I32 { Fill::Indices(1 << 20) } else { Fill::Uniform(-1.0, 1.0) };
-            let a0 = cb.filled(from, &[7, 5, 3, 2], fill)?;
-            let a = cb.b.permute(a0, [2, 0, 3, 1])?;
-            cb.b.cont(a)
-        });
+        c.add(
+            OpKind::Cpy,
+            format!("cpy[{from}->{to},transposed_src]"),
+            bound_for(to),
+            move |cb| {
+                let fill = if from == DType::I32 {
+                    Fill::Indices(1 << 20)
+                } else {
+                    Fill::Uniform(-1.0, 1.0)
+                };
+                let a0 = cb.filled(from, &[7, 13, 2], fill)?;
+                let a = cb.b.transpose(a0)?;
+                let b = cb.input(to, &[13, 7, 2])?;
+                cb.b.cpy(a, b)
+            },
+        );
+        c.add(
+            OpKind::Cont,
+            format!("cont[{from},permuted]"),
+            bound_for(from),
+            move |cb| {
+                let fill = if from == DType::I32 {
+                    Fill::Indices(1 << 20)
+                } else {
+                    Fill::Uniform(-1.0, 1.0)
+                };
+                let a0 = cb.filled(from, &[7, 5, 3, 2], fill)?;
+                let a = cb.b.permute(a0, [2, 0, 3, 1])?;
+                cb.b.cont(a)
+            },
+        );
     }
     c.add(OpKind::Cpy, "cpy[F32->F16,into_view]".into(), 1e-5, |cb| {
         // a KV-cache style write into a slice of a larger tensor
@@ -779,20 +919,30 @@ fn set_rows_cases(c: &mut Cases) {
     ];
     for dst in dsts {
         let n = row_len(dst);
-        c.add(OpKind::SetRows, format!("set_rows[{dst},flat]"), bound_for(dst), move |cb| {
-            let d = cb.input(dst, &[n, 10])?;
-            let s = cb.input(DType::F32, &[n, 3])?;
-            let idx = cb.filled(DType::I32, &[3], Fill::DistinctIndices(10))?;
-            let w = cb.b.set_rows(d, s, idx)?;
-            cb.b.expand(w)?;
-            Ok(w)
-        });
-        c.add(OpKind::SetRows, format!("set_rows[{dst},batched]"), bound_for(dst), move |cb| {
-            let d = cb.input(dst, &[n, 6, 2])?;
-            let s = cb.input(DType::F32, &[n, 3, 2])?;
-            let idx = cb.filled(DType::I32, &[3, 1], Fill::DistinctIndices(6))?;
-            cb.b.set_rows(d, s, idx)
-        });
+        c.add(
+            OpKind::SetRows,
+            format!("set_rows[{dst},flat]"),
+            bound_for(dst),
+            move |cb| {
+                let d = cb.input(dst, &[n, 10])?;
+                let s = cb.input(DType::F32, &[n, 3])?;
+                let idx = cb.filled(DType::I32, &[3], Fill::DistinctIndices(10))?;
+                let w = cb.b.set_rows(d, s, idx)?;
+                cb.b.expand(w)?;
+                Ok(w)
+            },
+        );
+        c.add(
+            OpKind::SetRows,
+            format!("set_rows[{dst},batched]"),
+            bound_for(dst),
+            move |cb| {
+                let d = cb.input(dst, &[n, 6, 2])?;
+                let s = cb.input(DType::F32, &[n, 3, 2])?;
+                let idx = cb.filled(DType::I32, &[3, 1], Fill::DistinctIndices(6))?;
+                cb.b.set_rows(d, s, idx)
+            },
+        );
     }
     c.add(OpKind::SetRows, "set_rows[F16,none]".into(), 1e-5, |cb| {
         let d = cb.input(DType::F16, &[16, 4])?;
@@ -805,48 +955,83 @@ fn set_rows_cases(c: &mut Cases) {
 fn misc_cases(c: &mut Cases) {
     for t in [DType::F32, DType::F16, DType::I32] {
         for dim in 0..4 {
-            c.add(OpKind::Concat, format!("concat[{t},dim={dim}]"), bound_for(t), move |cb| {
-                let mut sa = [5usize, 4, 3, 2];
-                let mut sb = sa;
-                sa[dim] = 3;
-                sb[dim] = 2;
-                let fill = if t == DType::I32 { Fill::Indices(100) } else { Fill::Uniform(-1.0, 1.0) };
-                let a = cb.filled(t, &sa, fill.clone())?;
-                let b = cb.filled(t, &sb, fill)?;
-                cb.b.concat(a, b, dim)
-            });
+            c.add(
+                OpKind::Concat,
+                format!("concat[{t},dim={dim}]"),
+                bound_for(t),
+                move |cb| {
+                    let mut sa = [5usize, 4, 3, 2];
+                    let mut sb = sa;
+                    sa[dim] = 3;
+                    sb[dim] = 2;
+                    let fill = if t == DType::I32 {
+                        Fill::Indices(100)
+                    } else {
+                        Fill::Uniform(-1.0, 1.0)
+                    };
+                    let a = cb.filled(t, &sa, fill.clone())?;
+                    let b = cb.filled(t, &sb, fill)?;
+                    cb.b.concat(a, b, dim)
+                },
+            );
         }
     }
-    c.add(OpKind::Concat, "concat[F32,dim=1,transposed_a]".into(), 1e-9, |cb| {
-        let a0 = cb.input(DType::F32, &[3, 5])?;
-        let a = cb.b.transpose(a0)?;
-        let b = cb.input(DType::F32, &[5, 2])?;
-        cb.b.concat(a, b, 1)
-    });
+    c.add(
+        OpKind::Concat,
+        "concat[F32,dim=1,transposed_a]".into(),
+        1e-9,
+        |cb| {
+            let a0 = cb.input(DType::F32, &[3, 5])?;
+            let a = cb.b.transpose(a0)?;
+            let b = cb.input(DType::F32, &[5, 2])?;
+            cb.b.concat(a, b, 1)
+        },
+    );
     for t in DType::FLOATS {
-        c.add(OpKind::SumRows, format!("sum_rows[{t}]"), bound_for(t), move |cb| {
-            let a = cb.input(t, &[67, 5, 3])?;
-            cb.b.sum_rows(a)
-        });
+        c.add(
+            OpKind::SumRows,
+            format!("sum_rows[{t}]"),
+            bound_for(t),
+            move |cb| {
+                let a = cb.input(t, &[67, 5, 3])?;
+                cb.b.sum_rows(a)
+            },
+        );
     }
     for n in [1usize, 7, 64, 100] {
         for order in [SortOrder::Ascending, SortOrder::Descending] {
-            c.add(OpKind::ArgSort, format!("argsort[{order:?},n={n}]"), 0.0, move |cb| {
-                let a = cb.filled(DType::F32, &[n, 3, 2], Fill::Distinct)?;
-                cb.b.argsort(a, order)
-            });
+            c.add(
+                OpKind::ArgSort,
+                format!("argsort[{order:?},n={n}]"),
+                0.0,
+                move |cb| {
+                    let a = cb.filled(DType::F32, &[n, 3, 2], Fill::Distinct)?;
+                    cb.b.argsort(a, order)
+                },
+            );
         }
     }
     for (n, k) in [(37usize, 1usize), (37, 4), (64, 8), (8, 8)] {
-        c.add(OpKind::TopK, format!("top_k[n={n},k={k}]"), 0.0, move |cb| {
-            let a = cb.filled(DType::F32, &[n, 5], Fill::Distinct)?;
-            cb.b.top_k(a, k)
-        });
+        c.add(
+            OpKind::TopK,
+            format!("top_k[n={n},k={k}]"),
+            0.0,
+            move |cb| {
+                let a = cb.filled(DType::F32, &[n, 5], Fill::Distinct)?;
+                cb.b.top_k(a, k)
+            },
+        );
     }
 }
 
 fn flash_attn_cases(c: &mut Cases) {
-    let kv_types = [DType::F16, DType::F32, DType::BF16, DType::Q8_0, DType::Q4_0];
+    let kv_types = [
+        DType::F16,
+        DType::F32,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+    ];
     for kv in kv_types {
         for (n_q, n_kv) in [(1usize, 33usize), (7, 64)] {
             let d = if kv.is_quantized() { 64 } else { 40 };
@@ -860,39 +1045,60 @@ fn flash_attn_cases(c: &mut Cases) {
             });
         }
     }
-    c.add(OpKind::FlashAttnExt, "flash_attn_ext[F16,no_mask,softcap]".into(), 5e-4, |cb| {
-        let q = cb.input(DType::F32, &[32, 3, 2, 2])?;
-        let k = cb.input(DType::F16, &[32, 20, 2, 2])?;
-        let v = cb.input(DType::F16, &[16, 20, 2, 2])?;
-        cb.b.flash_attn_ext(q, k, v, None, 0.3, 0.0, 20.0)
-    });
-    c.add(OpKind::FlashAttnExt, "flash_attn_ext[F16,alibi]".into(), 5e-4, |cb| {
-        let q = cb.input(DType::F32, &[32, 4, 4, 1])?;
-        let k = cb.input(DType::F16, &[32, 16, 4, 1])?;
-        let v = cb.input(DType::F16, &[32, 16, 4, 1])?;
-        let m = cb.filled(DType::F16, &[16, 4], Fill::Causal { n_kv: 16, n_q: 4 })?;
-        cb.b.flash_attn_ext(q, k, v, Some(m), 0.2, 8.0, 0.0)
-    });
-    c.add(OpKind::FlashAttnExt, "flash_attn_ext[F16,permuted_views]".into(), 5e-4, |cb| {
-        // as llama builds it: q [d, heads, tokens] permuted to [d, tokens, heads],
-        // k and v as views of a cache [d * h_kv, n_ctx]
-        let (d, h, h_kv, n_q, n_ctx, n_kv) = (32usize, 4usize, 2usize, 5usize, 40usize, 24usize);
-        let q0 = cb.input(DType::F32, &[d, h, n_q])?;
-        let q = cb.b.permute(q0, [0, 2, 1, 3])?;
-        let kc = cb.input(DType::F16, &[d * h_kv, n_ctx])?;
-        let vc = cb.input(DType::F16, &[d * h_kv, n_ctx])?;
-        let row = d * h_kv * 2;
-        let k = cb.b.view_3d(kc, [d, n_kv, h_kv], row, d * 2, 0)?;
-        let v = cb.b.view_3d(vc, [d, n_kv, h_kv], row, d * 2, 0)?;
-        let m = cb.filled(DType::F16, &[n_kv, n_q], Fill::Causal { n_kv, n_q })?;
-        cb.b.flash_attn_ext(q, k, v, Some(m), 0.17, 0.0, 0.0)
-    });
-    c.add(OpKind::FlashAttnExt, "flash_attn_ext[F16,empty_q]".into(), 5e-4, |cb| {
-        let q = cb.input(DType::F32, &[32, 0, 2, 1])?;
-        let k = cb.input(DType::F16, &[32, 8, 2, 1])?;
-        let v = cb.input(DType::F16, &[32, 8, 2, 1])?;
-        cb.b.flash_attn_ext(q, k, v, None, 0.2, 0.0, 0.0)
-    });
+    c.add(
+        OpKind::FlashAttnExt,
+        "flash_attn_ext[F16,no_mask,softcap]".into(),
+        5e-4,
+        |cb| {
+            let q = cb.input(DType::F32, &[32, 3, 2, 2])?;
+            let k = cb.input(DType::F16, &[32, 20, 2, 2])?;
+            let v = cb.input(DType::F16, &[16, 20, 2, 2])?;
+            cb.b.flash_attn_ext(q, k, v, None, 0.3, 0.0, 20.0)
+        },
+    );
+    c.add(
+        OpKind::FlashAttnExt,
+        "flash_attn_ext[F16,alibi]".into(),
+        5e-4,
+        |cb| {
+            let q = cb.input(DType::F32, &[32, 4, 4, 1])?;
+            let k = cb.input(DType::F16, &[32, 16, 4, 1])?;
+            let v = cb.input(DType::F16, &[32, 16, 4, 1])?;
+            let m = cb.filled(DType::F16, &[16, 4], Fill::Causal { n_kv: 16, n_q: 4 })?;
+            cb.b.flash_attn_ext(q, k, v, Some(m), 0.2, 8.0, 0.0)
+        },
+    );
+    c.add(
+        OpKind::FlashAttnExt,
+        "flash_attn_ext[F16,permuted_views]".into(),
+        5e-4,
+        |cb| {
+            // as llama builds it: q [d, heads, tokens] permuted to [d, tokens, heads],
+            // k and v as views of a cache [d * h_kv, n_ctx]
+            let (d, h, h_kv, n_q, n_ctx, n_kv) =
+                (32usize, 4usize, 2usize, 5usize, 40usize, 24usize);
+            let q0 = cb.input(DType::F32, &[d, h, n_q])?;
+            let q = cb.b.permute(q0, [0, 2, 1, 3])?;
+            let kc = cb.input(DType::F16, &[d * h_kv, n_ctx])?;
+            let vc = cb.input(DType::F16, &[d * h_kv, n_ctx])?;
+            let row = d * h_kv * 2;
+            let k = cb.b.view_3d(kc, [d, n_kv, h_kv], row, d * 2, 0)?;
+            let v = cb.b.view_3d(vc, [d, n_kv, h_kv], row, d * 2, 0)?;
+            let m = cb.filled(DType::F16, &[n_kv, n_q], Fill::Causal { n_kv, n_q })?;
+            cb.b.flash_attn_ext(q, k, v, Some(m), 0.17, 0.0, 0.0)
+        },
+    );
+    c.add(
+        OpKind::FlashAttnExt,
+        "flash_attn_ext[F16,empty_q]".into(),
+        5e-4,
+        |cb| {
+            let q = cb.input(DType::F32, &[32, 0, 2, 1])?;
+            let k = cb.input(DType::F16, &[32, 8, 2, 1])?;
+            let v = cb.input(DType::F16, &[32, 8, 2, 1])?;
+            cb.b.flash_attn_ext(q, k, v, None, 0.2, 0.0, 0.0)
+        },
+    );
 }
 
 #[cfg(test)]
@@ -928,7 +1134,10 @@ mod tests {
 
     #[test]
     fn nmse_treats_matching_infinities_as_equal() {
-        assert_eq!(nmse(&[f32::NEG_INFINITY, 1.0], &[f64::NEG_INFINITY, 1.0]), 0.0);
+        assert_eq!(
+            nmse(&[f32::NEG_INFINITY, 1.0], &[f64::NEG_INFINITY, 1.0]),
+            0.0
+        );
         assert!(nmse(&[1.0], &[f64::NAN]).is_infinite());
         assert!(nmse(&[1.0, 2.0], &[1.0]).is_infinite());
     }

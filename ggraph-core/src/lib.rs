@@ -10,8 +10,11 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod ir;
+pub mod model;
 pub mod quant;
 pub mod reference;
+pub mod testing;
+pub mod util;
 
 pub use backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceKind};
 pub use dtype::DType;

@@ -33,10 +33,10 @@ pub fn evaluate<'g>(
     };
     for &leaf in graph.leafs() {
         let base = graph.base_of(leaf);
-        if !ev.memory.contains_key(&base) {
+        if let std::collections::hash_map::Entry::Vacant(e) = ev.memory.entry(base) {
             let bytes = leaf_bytes(base)?;
             let slots = decode_storage(graph.tensor(base), &bytes)?;
-            ev.memory.insert(base, slots);
+            e.insert(slots);
         }
     }
     for &node in graph.nodes() {
@@ -74,9 +74,7 @@ fn round_to(dtype: DType, v: f64) -> f64 {
 }
 
 fn bad_index(op: &str, idx: f64, limit: usize) -> Error {
-    Error::InvalidArgument(format!(
-        "{op}: index {idx} is outside 0..{limit}"
-    ))
+    Error::InvalidArgument(format!("{op}: index {idx} is outside 0..{limit}"))
 }
 
 impl Evaluation<'_> {
@@ -273,7 +271,8 @@ impl Evaluation<'_> {
                 let ff = t.src.get(2).copied();
                 let nd = p.n_dims;
                 self.map_rows(ne, |ev, [_, i1, i2, i3]| {
-                    let mut x: Vec<f64> = (0..ne[0]).map(|i0| ev.get(a, [i0, i1, i2, i3])).collect();
+                    let mut x: Vec<f64> =
+                        (0..ne[0]).map(|i0| ev.get(a, [i0, i1, i2, i3])).collect();
                     let position = ev.get(pos, [i2, 0, 0, 0]);
                     for i0 in (0..nd).step_by(2) {
                         let f = ff.map_or(1.0, |ff| ev.get(ff, [i0 / 2, 0, 0, 0]));
@@ -325,7 +324,9 @@ impl Evaluation<'_> {
                     if target < 0.0 || target as usize >= n_dst_rows {
                         return Err(bad_index("set_rows", target, n_dst_rows));
                     }
-                    let row = (0..ts.ne[0]).map(|i0| self.get(s, [i0, i1, i2, i3])).collect();
+                    let row = (0..ts.ne[0])
+                        .map(|i0| self.get(s, [i0, i1, i2, i3]))
+                        .collect();
                     rows.push(([0, target as usize, i2, i3], row));
                 }
                 for (at, row) in rows {
@@ -360,7 +361,11 @@ impl Evaluation<'_> {
                     let key = |i: &usize| ev.get(a, [*i, i1, i2, i3]);
                     idx.sort_by(|x, y| {
                         let o = key(x).total_cmp(&key(y));
-                        if *order == SortOrder::Ascending { o } else { o.reverse() }
+                        if *order == SortOrder::Ascending {
+                            o
+                        } else {
+                            o.reverse()
+                        }
                     });
                     idx.into_iter().map(|i| i as f64).collect()
                 })

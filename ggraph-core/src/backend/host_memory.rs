@@ -86,7 +86,13 @@ impl HostMemory {
     }
 
     /// Copies within or between host allocations (ranges may overlap).
-    pub fn copy_from(&self, dst_offset: u64, src: &HostMemory, src_offset: u64, len: u64) -> Result<()> {
+    pub fn copy_from(
+        &self,
+        dst_offset: u64,
+        src: &HostMemory,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<()> {
         check_range("copy source", src_offset, len, src.size as u64)?;
         check_range("copy destination", dst_offset, len, self.size as u64)?;
         // SAFETY: both ranges are inside their allocations; `copy` allows overlap.

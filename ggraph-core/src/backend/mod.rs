@@ -209,7 +209,13 @@ pub trait Buffer: Send + Sync {
     /// Copies `len` bytes from `src` into this buffer, if this buffer knows
     /// how to reach `src` directly; `Ok(false)` means the caller should
     /// stage through host memory.
-    fn copy_from(&self, _dst_offset: u64, _src: &dyn Buffer, _src_offset: u64, _len: u64) -> Result<bool> {
+    fn copy_from(
+        &self,
+        _dst_offset: u64,
+        _src: &dyn Buffer,
+        _src_offset: u64,
+        _len: u64,
+    ) -> Result<bool> {
         Ok(false)
     }
 
@@ -223,7 +229,12 @@ pub trait Buffer: Send + Sync {
 
 impl fmt::Debug for dyn Buffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Buffer({}, {} bytes)", self.buffer_type_name(), self.size())
+        write!(
+            f,
+            "Buffer({}, {} bytes)",
+            self.buffer_type_name(),
+            self.size()
+        )
     }
 }
 

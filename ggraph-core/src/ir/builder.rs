@@ -21,6 +21,13 @@ pub struct GraphBuilder {
     visited: Vec<bool>,
 }
 
+/// Largest element count of a tensor: keeps every byte computation far
+/// from overflow.
+const MAX_ELEMENTS: u128 = 1 << 48;
+
+/// Largest stride or offset of a view, in bytes.
+const MAX_VIEW_BYTES: usize = 1 << 52;
+
 fn float_types() -> &'static str {
     "F32, F16 or BF16"
 }
@@ -51,12 +58,23 @@ impl GraphBuilder {
     }
 
     fn shape(op: &'static str, shape: &[usize]) -> Result<[usize; MAX_DIMS]> {
-        shape4(shape).ok_or_else(|| {
+        let ne = shape4(shape).ok_or_else(|| {
             Error::shape(
                 op,
                 format!("a shape has 1 to 4 dimensions, {} given", shape.len()),
             )
-        })
+        })?;
+        // strides multiply every dim, even when another one is 0
+        let elements = ne
+            .iter()
+            .try_fold(1u128, |acc, &n| acc.checked_mul(n.max(1) as u128));
+        match elements {
+            Some(e) if e <= MAX_ELEMENTS => Ok(ne),
+            _ => Err(Error::shape(
+                op,
+                format!("{shape:?} has more than 2^48 elements"),
+            )),
+        }
     }
 
     fn check_row_blocks(op: &'static str, dtype: DType, ne0: usize) -> Result<()> {
@@ -253,10 +271,16 @@ impl GraphBuilder {
         }
         Self::check_row_blocks(OP, src.dtype, ne[0])?;
         let ts = src.dtype.type_size();
+        if offset > MAX_VIEW_BYTES || strides.iter().any(|s| *s > MAX_VIEW_BYTES) {
+            return Err(Error::shape(OP, "offset or stride beyond 2^52 bytes"));
+        }
         if offset % ts != 0 || strides.iter().any(|s| s % ts != 0) {
             return Err(Error::shape(
                 OP,
-                format!("offset {offset} and strides {strides:?} must be multiples of the {} byte element size", ts),
+                format!(
+                    "offset {offset} and strides {strides:?} must be multiples of the {} byte element size",
+                    ts
+                ),
             ));
         }
         let mut nb = [0usize; MAX_DIMS];
@@ -270,6 +294,29 @@ impl GraphBuilder {
             None => (a, 0),
         };
         let base_bytes = self.graph.tensor(base).nbytes();
+        let bs = src.dtype.block_size();
+        let wide_span: u128 = if ne.contains(&0) {
+            0
+        } else {
+            let row = if bs == 1 {
+                (ne[0] as u128 - 1) * nb[0] as u128 + ts as u128
+            } else {
+                (ne[0] / bs) as u128 * nb[0] as u128
+            };
+            row + (1..MAX_DIMS)
+                .map(|i| (ne[i] as u128 - 1) * nb[i] as u128)
+                .sum::<u128>()
+        };
+        if (base_offset + offset) as u128 + wide_span > base_bytes as u128 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "view of {wide_span} bytes at offset {} overruns its base '{}' of {base_bytes} bytes",
+                    base_offset + offset,
+                    self.graph.display_name(base)
+                ),
+            ));
+        }
         let span = span_bytes(src.dtype, ne, nb);
         if base_offset + offset + span > base_bytes {
             return Err(Error::shape(
@@ -521,12 +568,7 @@ impl GraphBuilder {
             ));
         }
         let (dtype, ne) = (ta.dtype, ta.ne);
-        Ok(self.node(
-            Op::Glu { op, swapped: false },
-            dtype,
-            ne,
-            &[a, b],
-        ))
+        Ok(self.node(Op::Glu { op, swapped: false }, dtype, ne, &[a, b]))
     }
 
     pub fn swiglu(&mut self, a: TensorId) -> Result<TensorId> {
@@ -578,13 +620,23 @@ impl GraphBuilder {
 
     /// Expert matmul: experts [k, m, n_expert], b [k, n_b, n_tokens],
     /// ids I32 [n_used, n_tokens] → F32 [m, n_used, n_tokens].
-    pub fn mul_mat_id(&mut self, experts: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+    pub fn mul_mat_id(
+        &mut self,
+        experts: TensorId,
+        b: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId> {
         const OP: &str = "mul_mat_id";
         let ti = self.i32(OP, "ids", ids)?.clone();
         let ta = self.graph.get(experts)?;
         let tb = self.float(OP, "b", b)?;
         if ta.dtype == DType::I32 {
-            return Err(Error::dtype(OP, "experts", ta.dtype, "a float or quantised type"));
+            return Err(Error::dtype(
+                OP,
+                "experts",
+                ta.dtype,
+                "a float or quantised type",
+            ));
         }
         if ta.ne[0] != tb.ne[0] || ta.ne[3] != 1 || tb.ne[3] != 1 {
             return Err(Error::shape(
@@ -596,8 +648,7 @@ impl GraphBuilder {
                 ),
             ));
         }
-        if ti.ne[1] != tb.ne[2] || ti.ne[2] != 1 || ti.ne[3] != 1 || !divides(tb.ne[1], ti.ne[0])
-        {
+        if ti.ne[1] != tb.ne[2] || ti.ne[2] != 1 || ti.ne[3] != 1 || !divides(tb.ne[1], ti.ne[0]) {
             return Err(Error::shape(
                 OP,
                 format!(
@@ -627,7 +678,13 @@ impl GraphBuilder {
     }
 
     /// Plain rope with base 10000.
-    pub fn rope(&mut self, a: TensorId, pos: TensorId, n_dims: usize, mode: RopeMode) -> Result<TensorId> {
+    pub fn rope(
+        &mut self,
+        a: TensorId,
+        pos: TensorId,
+        n_dims: usize,
+        mode: RopeMode,
+    ) -> Result<TensorId> {
         self.rope_ext(a, pos, None, RopeParams::new(n_dims, mode))
     }
 
@@ -735,7 +792,10 @@ impl GraphBuilder {
         }
         check_convertible(OP, ta, tb.dtype)?;
         if tb.dtype.is_quantized() && !tb.has_contiguous_rows() {
-            return Err(Error::shape(OP, "a quantised destination needs packed rows"));
+            return Err(Error::shape(
+                OP,
+                "a quantised destination needs packed rows",
+            ));
         }
         if tb.dtype.is_quantized() && ta.ne[0] != tb.ne[0] {
             return Err(Error::shape(
@@ -797,10 +857,18 @@ impl GraphBuilder {
             ));
         }
         if td.dtype == DType::I32 {
-            return Err(Error::dtype(OP, "dst", td.dtype, "a float or quantised type"));
+            return Err(Error::dtype(
+                OP,
+                "dst",
+                td.dtype,
+                "a float or quantised type",
+            ));
         }
         if td.dtype.is_quantized() && !td.has_contiguous_rows() {
-            return Err(Error::shape(OP, "a quantised destination needs packed rows"));
+            return Err(Error::shape(
+                OP,
+                "a quantised destination needs packed rows",
+            ));
         }
         let (ne, nb) = (td.ne, td.nb);
         let id = self.view_node(Op::SetRows, dst, ne, nb, 0);
@@ -891,10 +959,18 @@ impl GraphBuilder {
         let tv = self.graph.get(v)?.clone();
         for (name, t) in [("k", &tk), ("v", &tv)] {
             if !(t.dtype.is_float() || matches!(t.dtype, DType::Q8_0 | DType::Q4_0)) {
-                return Err(Error::dtype(OP, name, t.dtype, "F32, F16, BF16, Q8_0 or Q4_0"));
+                return Err(Error::dtype(
+                    OP,
+                    name,
+                    t.dtype,
+                    "F32, F16, BF16, Q8_0 or Q4_0",
+                ));
             }
             if t.dtype.is_quantized() && !t.has_contiguous_rows() {
-                return Err(Error::shape(OP, format!("quantised {name} needs packed rows")));
+                return Err(Error::shape(
+                    OP,
+                    format!("quantised {name} needs packed rows"),
+                ));
             }
         }
         if tq.ne[0] != tk.ne[0] || tk.ne[1] != tv.ne[1] || tk.ne[2] != tv.ne[2] {

@@ -24,7 +24,9 @@ impl Graph {
 
     /// DOT with a style per node (colour by backend, clusters by split).
     pub fn to_dot_styled(&self, style: impl Fn(TensorId) -> NodeStyle) -> String {
-        let mut out = String::from("digraph ggraph {\n  rankdir = TB;\n  node [fontname=\"monospace\" fontsize=10];\n");
+        let mut out = String::from(
+            "digraph ggraph {\n  rankdir = TB;\n  node [fontname=\"monospace\" fontsize=10];\n",
+        );
         let label = |id: TensorId| {
             let t = self.tensor(id);
             format!(
@@ -47,7 +49,10 @@ impl Graph {
         for &n in self.nodes() {
             let s = style(n);
             let color = s.color.unwrap_or_else(|| "#ffffff".into());
-            let note = s.note.map(|n| format!(" | {}", escape(&n))).unwrap_or_default();
+            let note = s
+                .note
+                .map(|n| format!(" | {}", escape(&n)))
+                .unwrap_or_default();
             let line = format!(
                 "  t{} [shape=record style=\"rounded,filled\" fillcolor=\"{}\" label=\"{{{}{}}}\"];",
                 n.0,
@@ -67,7 +72,11 @@ impl Graph {
             }
         }
         for (k, name, lines) in clusters {
-            let _ = writeln!(out, "  subgraph cluster_{k} {{\n    label=\"{}\";", escape(&name));
+            let _ = writeln!(
+                out,
+                "  subgraph cluster_{k} {{\n    label=\"{}\";",
+                escape(&name)
+            );
             for l in lines {
                 let _ = writeln!(out, "  {l}");
             }

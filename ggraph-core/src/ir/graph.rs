@@ -86,7 +86,9 @@ impl Graph {
 
     /// The first tensor with this name.
     pub fn find(&self, name: &str) -> Option<TensorId> {
-        self.tensors().find(|(_, t)| t.name == name).map(|(id, _)| id)
+        self.tensors()
+            .find(|(_, t)| t.name == name)
+            .map(|(id, _)| id)
     }
 
     /// A printable name: the tensor's own, or its op and id.

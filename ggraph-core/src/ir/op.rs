@@ -197,11 +197,17 @@ pub enum Op {
     /// `a (op) b` with b broadcast over a.
     Binary(BinaryOp),
     /// `a * scale + bias`.
-    Scale { scale: f32, bias: f32 },
+    Scale {
+        scale: f32,
+        bias: f32,
+    },
     Unary(UnaryOp),
     /// One source: act(first half of each row) * second half (the halves
     /// exchanged when `swapped`). Two sources: act(a) * b.
-    Glu { op: GluOp, swapped: bool },
+    Glu {
+        op: GluOp,
+        swapped: bool,
+    },
     /// `mul_mat(a, b)`: a [k, m, a2, a3] · b [k, n, b2, b3] → [m, n, b2, b3],
     /// a broadcast over dims 2 and 3. Result F32.
     MulMat,
@@ -210,16 +216,23 @@ pub enum Op {
     /// multiplies expert ids[e, t] with b column e % n_b of token t.
     MulMatId,
     /// x / sqrt(mean(x²) + eps) along rows.
-    RmsNorm { eps: f32 },
+    RmsNorm {
+        eps: f32,
+    },
     /// (x - mean) / sqrt(var + eps) along rows.
-    Norm { eps: f32 },
+    Norm {
+        eps: f32,
+    },
     /// `rope(a, pos[, freq_factors])`: a [head_dim, n_head, n_tokens, 1],
     /// pos I32 [n_tokens], freq_factors F32 [n_dims/2].
     Rope(RopeParams),
     /// softmax(a * scale + mask * slope) along rows; mask optional
     /// [ne0, >= ne1, m2, m3] broadcast over dims 2 and 3; slope is the ALiBi
     /// slope of the head (1 when max_bias is 0).
-    SoftMax { scale: f32, max_bias: f32 },
+    SoftMax {
+        scale: f32,
+        max_bias: f32,
+    },
     /// `cpy(a, b)`: a's values written into b (converting type); the result
     /// is a view of b.
     Cpy,
@@ -231,13 +244,19 @@ pub enum Op {
     /// src [n, m, s2, s3], idx I32 [m, i1, i2], s2 % i1 == 0, s3 % i2 == 0.
     SetRows,
     /// `concat(a, b, dim)`.
-    Concat { dim: usize },
+    Concat {
+        dim: usize,
+    },
     /// Sum of each row: [n, a, b, c] → [1, a, b, c].
     SumRows,
     /// Indices that sort each row, I32.
-    ArgSort { order: SortOrder },
+    ArgSort {
+        order: SortOrder,
+    },
     /// Indices of the k largest values of each row, largest first, I32.
-    TopK { k: usize },
+    TopK {
+        k: usize,
+    },
     /// Fused attention (ggml's `flash_attn_ext`): q [d, n_q, n_head, n_seq],
     /// k [d, n_kv, n_head_kv, n_seq], v [dv, n_kv, n_head_kv, n_seq],
     /// optional mask [n_kv, >= n_q, m2, m3] → [dv, n_head, n_q, n_seq].

@@ -49,12 +49,7 @@ pub struct TensorData {
 
 impl fmt::Debug for TensorData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}+{}",
-            self.buffer.buffer_type_name(),
-            self.offset
-        )
+        write!(f, "{}+{}", self.buffer.buffer_type_name(), self.offset)
     }
 }
 

@@ -9,7 +9,10 @@ const BLOCK_BYTES: usize = DType::Q4_0.type_size();
 const HALF: usize = QK4_0 / 2;
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    for (block, out) in src.chunks_exact(BLOCK_BYTES).zip(dst.chunks_exact_mut(QK4_0)) {
+    for (block, out) in src
+        .chunks_exact(BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(QK4_0))
+    {
         let d = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
         for (j, q) in block[2..].iter().enumerate() {
             out[j] = ((q & 0x0f) as i32 - 8) as f32 * d;
@@ -19,7 +22,10 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
 }
 
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src.chunks_exact(QK4_0).zip(dst.chunks_exact_mut(BLOCK_BYTES)) {
+    for (x, block) in src
+        .chunks_exact(QK4_0)
+        .zip(dst.chunks_exact_mut(BLOCK_BYTES))
+    {
         // the value of largest magnitude, with its sign, maps to -8
         let max = x
             .iter()

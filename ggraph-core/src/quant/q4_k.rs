@@ -26,7 +26,10 @@ pub(crate) fn scale_min(j: usize, s: &[u8]) -> (u8, u8) {
 }
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    for (block, out) in src.chunks_exact(BLOCK_BYTES).zip(dst.chunks_exact_mut(QK_K)) {
+    for (block, out) in src
+        .chunks_exact(BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(QK_K))
+    {
         let d = f16_to_f32(u16::from_le_bytes([block[0], block[1]]));
         let dmin = f16_to_f32(u16::from_le_bytes([block[2], block[3]]));
         let scales = &block[4..16];
@@ -117,7 +120,10 @@ fn fit_scale_min(x: &[f32], weights: &[f32], nmax: i32, codes: &mut [u8]) -> (f3
 }
 
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BLOCK_BYTES)) {
+    for (x, block) in src
+        .chunks_exact(QK_K)
+        .zip(dst.chunks_exact_mut(BLOCK_BYTES))
+    {
         let mut codes = [0u8; QK_K];
         let mut scales = [0f32; N_SUB];
         let mut mins = [0f32; N_SUB];
@@ -133,7 +139,11 @@ pub fn quantize(src: &[f32], dst: &mut [u8]) {
         }
         let max_scale = scales.iter().fold(0f32, |m, v| m.max(*v));
         let max_min = mins.iter().fold(0f32, |m, v| m.max(*v));
-        let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+        let inv_scale = if max_scale > 0.0 {
+            63.0 / max_scale
+        } else {
+            0.0
+        };
         let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
 
         block.fill(0);

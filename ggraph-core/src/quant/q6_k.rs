@@ -14,7 +14,10 @@ const N_SUB: usize = QK_K / SUB;
 const GROUP_MAX_EPS: f32 = 1e-15;
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    for (block, out) in src.chunks_exact(BLOCK_BYTES).zip(dst.chunks_exact_mut(QK_K)) {
+    for (block, out) in src
+        .chunks_exact(BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(QK_K))
+    {
         let (ql, rest) = block.split_at(QK_K / 2);
         let (qh, rest) = rest.split_at(QK_K / 4);
         let (sc, d) = rest.split_at(QK_K / 16);
@@ -91,13 +94,20 @@ fn fit_symmetric(x: &[f32], nmax: i32, codes: &mut [u8]) -> f32 {
 }
 
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
-    for (x, block) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(BLOCK_BYTES)) {
+    for (x, block) in src
+        .chunks_exact(QK_K)
+        .zip(dst.chunks_exact_mut(BLOCK_BYTES))
+    {
         let mut codes = [0u8; QK_K];
         let mut scales = [0f32; N_SUB];
         let mut max_scale = 0f32;
         let mut max_abs_scale = 0f32;
         for (j, s) in scales.iter_mut().enumerate() {
-            *s = fit_symmetric(&x[SUB * j..SUB * (j + 1)], 32, &mut codes[SUB * j..SUB * (j + 1)]);
+            *s = fit_symmetric(
+                &x[SUB * j..SUB * (j + 1)],
+                32,
+                &mut codes[SUB * j..SUB * (j + 1)],
+            );
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
                 max_scale = *s;

@@ -1,0 +1,224 @@
+//! The CPU device: host memory, rayon threads.
+
+use std::any::Any;
+use std::sync::{Arc, Weak};
+
+use ggraph_core::backend::{
+    Backend, Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, HostMemory,
+    MemoryInfo, MemorySource,
+};
+use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::{Error, Result};
+
+use crate::stream::{CpuStream, MemoryAccess};
+use crate::supports::cpu_supports;
+
+/// Name of the CPU buffer type.
+pub const CPU_BUFFER_TYPE: &str = "CPU";
+
+/// The host CPU.
+pub struct CpuDevice {
+    me: Weak<CpuDevice>,
+    threads: usize,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    buffer_type: Arc<CpuBufferType>,
+}
+
+impl CpuDevice {
+    /// The CPU with rayon's global pool (one thread per core).
+    pub fn new() -> Arc<CpuDevice> {
+        Arc::new_cyclic(|me| CpuDevice {
+            me: me.clone(),
+            threads: rayon::current_num_threads(),
+            pool: None,
+            buffer_type: Arc::new(CpuBufferType),
+        })
+    }
+
+    /// The CPU with its own pool of `threads` threads.
+    pub fn with_threads(threads: usize) -> Result<Arc<CpuDevice>> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("ggraph-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::backend("CPU", format!("cannot start {threads} threads: {e}")))?;
+        Ok(Arc::new_cyclic(|me| CpuDevice {
+            me: me.clone(),
+            threads: threads.max(1),
+            pool: Some(Arc::new(pool)),
+            buffer_type: Arc::new(CpuBufferType),
+        }))
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> &str {
+        "CPU"
+    }
+
+    fn description(&self) -> String {
+        format!("{} ({} threads)", cpu_model_name(), self.threads)
+    }
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    fn memory(&self) -> MemoryInfo {
+        host_memory_info()
+    }
+
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.buffer_type.clone()
+    }
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps::default()
+    }
+
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        cpu_supports(graph, node)
+    }
+
+    /// Any host-addressable memory (CPU buffers, pinned host buffers of GPU
+    /// backends).
+    fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
+        buft.is_host()
+    }
+
+    fn offload_op(&self, _graph: &Graph, _node: TensorId) -> bool {
+        false
+    }
+
+    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+        let me: Arc<dyn Device> = self
+            .me
+            .upgrade()
+            .ok_or_else(|| Error::backend("CPU", "device dropped"))?;
+        Ok(Box::new(CpuStream::new(
+            me,
+            self.pool.clone(),
+            MemoryAccess::Host,
+        )))
+    }
+}
+
+/// Host memory, 64-byte aligned.
+#[derive(Debug, Default)]
+pub struct CpuBufferType;
+
+impl BufferType for CpuBufferType {
+    fn name(&self) -> &str {
+        CPU_BUFFER_TYPE
+    }
+
+    fn alignment(&self) -> u64 {
+        64
+    }
+
+    fn is_host(&self) -> bool {
+        true
+    }
+
+    fn alloc(&self, size: u64, usage: BufferUsage) -> Result<Arc<dyn Buffer>> {
+        Ok(Arc::new(CpuBuffer {
+            memory: HostMemory::new(size, CPU_BUFFER_TYPE)?,
+            usage,
+        }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// One allocation of host memory.
+pub struct CpuBuffer {
+    memory: HostMemory,
+    usage: BufferUsage,
+}
+
+impl Buffer for CpuBuffer {
+    fn buffer_type_name(&self) -> &str {
+        CPU_BUFFER_TYPE
+    }
+
+    fn size(&self) -> u64 {
+        self.memory.len() as u64
+    }
+
+    fn usage(&self) -> BufferUsage {
+        self.usage
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.memory.write(offset, data)
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.memory.read(offset, out)
+    }
+
+    fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
+        self.memory.fill(offset, len, value)
+    }
+
+    fn copy_from(
+        &self,
+        dst_offset: u64,
+        src: &dyn Buffer,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<bool> {
+        match src.as_any().downcast_ref::<CpuBuffer>() {
+            Some(s) => {
+                self.memory
+                    .copy_from(dst_offset, &s.memory, src_offset, len)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn host_ptr(&self) -> Option<*mut u8> {
+        Some(self.memory.as_ptr())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Free and total host memory from /proc/meminfo (MemAvailable counts as
+/// free); zeros where that file does not exist.
+pub fn host_memory_info() -> MemoryInfo {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    MemoryInfo {
+        free_bytes: field("MemAvailable:"),
+        total_bytes: field("MemTotal:"),
+        source: MemorySource::Driver,
+    }
+}
+
+fn cpu_model_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}

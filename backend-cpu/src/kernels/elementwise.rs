@@ -1,0 +1,134 @@
+//! Elementwise kernels: binary ops with broadcasting, scale, unary, GLU.
+//! Rows are read into f32 scratch and written back converted, so every
+//! float type and every stride is handled the same way, and a destination
+//! that aliases its source (in-place) is safe.
+
+use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
+
+use super::par_ranges;
+use crate::tensor_ref::TRef;
+
+const MIN_ROWS: usize = 4;
+
+pub fn binary(dst: TRef, a: TRef, b: TRef, op: BinaryOp) {
+    let n0 = dst.ne[0];
+    let nb0 = b.ne[0];
+    par_ranges(dst.nrows(), MIN_ROWS, |rows| {
+        let mut x = vec![0f32; n0];
+        let mut y = vec![0f32; nb0];
+        for r in rows {
+            let (i1, i2, i3) = dst.row_coords(r);
+            // SAFETY: rows in bounds; this task owns dst row r.
+            unsafe {
+                a.load_row(i1, i2, i3, &mut x);
+                b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], &mut y);
+            }
+            if nb0 == n0 {
+                apply(op, &mut x, &y);
+            } else {
+                for (i, v) in x.iter_mut().enumerate() {
+                    let w = y[i % nb0];
+                    *v = match op {
+                        BinaryOp::Add => *v + w,
+                        BinaryOp::Sub => *v - w,
+                        BinaryOp::Mul => *v * w,
+                        BinaryOp::Div => *v / w,
+                    };
+                }
+            }
+            // SAFETY: as above.
+            unsafe { dst.store_row(i1, i2, i3, &x) };
+        }
+    });
+}
+
+fn apply(op: BinaryOp, x: &mut [f32], y: &[f32]) {
+    match op {
+        BinaryOp::Add => x.iter_mut().zip(y).for_each(|(a, b)| *a += b),
+        BinaryOp::Sub => x.iter_mut().zip(y).for_each(|(a, b)| *a -= b),
+        BinaryOp::Mul => x.iter_mut().zip(y).for_each(|(a, b)| *a *= b),
+        BinaryOp::Div => x.iter_mut().zip(y).for_each(|(a, b)| *a /= b),
+    }
+}
+
+/// Applies `f` to every row of `a`, writing `dst` (same shape).
+fn map_rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32]) + Sync + Send) {
+    let n0 = dst.ne[0];
+    par_ranges(dst.nrows(), MIN_ROWS, |rows| {
+        let mut x = vec![0f32; n0];
+        for r in rows {
+            let (i1, i2, i3) = dst.row_coords(r);
+            // SAFETY: rows in bounds; this task owns dst row r.
+            unsafe { a.load_row(i1, i2, i3, &mut x) };
+            f(&mut x);
+            // SAFETY: as above.
+            unsafe { dst.store_row(i1, i2, i3, &x) };
+        }
+    });
+}
+
+pub fn scale(dst: TRef, a: TRef, s: f32, bias: f32) {
+    map_rows(dst, a, |x| x.iter_mut().for_each(|v| *v = *v * s + bias));
+}
+
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+}
+
+pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
+    match u {
+        UnaryOp::Silu => silu,
+        UnaryOp::Gelu => gelu,
+        UnaryOp::Relu => |x| x.max(0.0),
+        UnaryOp::Neg => |x| -x,
+        UnaryOp::Exp => f32::exp,
+        UnaryOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Tanh => f32::tanh,
+        UnaryOp::Sqr => |x| x * x,
+        UnaryOp::Sqrt => f32::sqrt,
+    }
+}
+
+pub fn unary(dst: TRef, a: TRef, u: UnaryOp) {
+    let f = unary_fn(u);
+    map_rows(dst, a, |x| x.iter_mut().for_each(|v| *v = f(*v)));
+}
+
+pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
+    let act = match op {
+        GluOp::Swiglu => silu,
+        GluOp::Geglu => gelu,
+    };
+    let n0 = dst.ne[0];
+    par_ranges(dst.nrows(), MIN_ROWS, |rows| {
+        let mut x = vec![0f32; a.ne[0]];
+        let mut g = vec![0f32; n0];
+        let mut out = vec![0f32; n0];
+        for r in rows {
+            let (i1, i2, i3) = dst.row_coords(r);
+            // SAFETY: rows in bounds; this task owns dst row r.
+            unsafe { a.load_row(i1, i2, i3, &mut x) };
+            let (xs, gs): (&[f32], &[f32]) = match b {
+                Some(b) => {
+                    // SAFETY: as above.
+                    unsafe { b.load_row(i1, i2, i3, &mut g) };
+                    (&x[..n0], &g)
+                }
+                None if swapped => (&x[n0..], &x[..n0]),
+                None => (&x[..n0], &x[n0..]),
+            };
+            for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
+                *o = act(*xv) * gv;
+            }
+            // SAFETY: as above.
+            unsafe { dst.store_row(i1, i2, i3, &out) };
+        }
+    });
+}

@@ -1,0 +1,150 @@
+//! CPU kernels, one file per family of ops, and the dispatch from a node to
+//! its kernel.
+
+mod attention;
+mod copy;
+mod elementwise;
+pub(crate) mod matmul;
+mod norm;
+mod rope;
+mod sort;
+
+use std::ops::Range;
+
+use ggraph_core::ir::{Graph, Op, TensorId};
+use ggraph_core::{Error, Result};
+use rayon::prelude::*;
+
+use crate::tensor_ref::TRef;
+
+/// Runs `f` over `0..n` in parallel chunks of at least `min_chunk` items.
+pub(crate) fn par_ranges(n: usize, min_chunk: usize, f: impl Fn(Range<usize>) + Sync + Send) {
+    if n == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let chunk = n.div_ceil(threads * 4).max(min_chunk.max(1));
+    let n_chunks = n.div_ceil(chunk);
+    if n_chunks == 1 {
+        f(0..n);
+        return;
+    }
+    (0..n_chunks)
+        .into_par_iter()
+        .for_each(|c| f(c * chunk..((c + 1) * chunk).min(n)));
+}
+
+/// Computes one node. `resolve` gives the memory of any tensor of the graph.
+pub(crate) fn run_node(
+    graph: &Graph,
+    id: TensorId,
+    resolve: &dyn Fn(TensorId) -> Result<TRef>,
+) -> Result<()> {
+    let t = graph.tensor(id);
+    if t.op.is_noop() {
+        return Ok(());
+    }
+    let dst = resolve(id)?;
+    let src: Vec<TRef> = t.src.iter().map(|&s| resolve(s)).collect::<Result<_>>()?;
+    match &t.op {
+        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
+        Op::GetRows => copy::get_rows(dst, src[0], src[1]),
+        Op::Binary(op) => {
+            elementwise::binary(dst, src[0], src[1], *op);
+            Ok(())
+        }
+        Op::Scale { scale, bias } => {
+            elementwise::scale(dst, src[0], *scale, *bias);
+            Ok(())
+        }
+        Op::Unary(u) => {
+            elementwise::unary(dst, src[0], *u);
+            Ok(())
+        }
+        Op::Glu { op, swapped } => {
+            elementwise::glu(dst, src[0], src.get(1).copied(), *op, *swapped);
+            Ok(())
+        }
+        Op::MulMat => {
+            matmul::mul_mat(dst, src[0], src[1]);
+            Ok(())
+        }
+        Op::MulMatId => matmul::mul_mat_id(dst, src[0], src[1], src[2]),
+        Op::RmsNorm { eps } => {
+            norm::rms_norm(dst, src[0], *eps);
+            Ok(())
+        }
+        Op::Norm { eps } => {
+            norm::norm(dst, src[0], *eps);
+            Ok(())
+        }
+        Op::Rope(p) => {
+            rope::rope(dst, src[0], src[1], src.get(2).copied(), p);
+            Ok(())
+        }
+        Op::SoftMax { scale, max_bias } => {
+            norm::soft_max(dst, src[0], src.get(1).copied(), *scale, *max_bias);
+            Ok(())
+        }
+        Op::Cpy => {
+            copy::copy_values(dst, src[0]);
+            Ok(())
+        }
+        Op::Cont => {
+            copy::copy_values(dst, src[0]);
+            Ok(())
+        }
+        Op::SetRows => copy::set_rows(dst, src[1], src[2]),
+        Op::Concat { dim } => {
+            copy::concat(dst, src[0], src[1], *dim);
+            Ok(())
+        }
+        Op::SumRows => {
+            sort::sum_rows(dst, src[0]);
+            Ok(())
+        }
+        Op::ArgSort { order } => {
+            sort::argsort(dst, src[0], *order);
+            Ok(())
+        }
+        Op::TopK { k } => {
+            sort::top_k(dst, src[0], *k);
+            Ok(())
+        }
+        Op::FlashAttnExt {
+            scale,
+            max_bias,
+            softcap,
+        } => {
+            attention::flash_attn_ext(
+                dst,
+                src[0],
+                src[1],
+                src[2],
+                src.get(3).copied(),
+                *scale,
+                *max_bias,
+                *softcap,
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Checks that every I32 index in `idx` lies in 0..limit, before a kernel
+/// uses them, so that a bad index is an error and never a wild access.
+pub(crate) fn check_indices(op: &str, idx: TRef, limit: usize) -> Result<()> {
+    for r in 0..idx.nrows() {
+        let (i1, i2, i3) = idx.row_coords(r);
+        for i0 in 0..idx.ne[0] {
+            // SAFETY: in-bounds element of the index tensor.
+            let v = unsafe { idx.get_i32([i0, i1, i2, i3]) };
+            if v < 0 || v as usize >= limit {
+                return Err(Error::InvalidArgument(format!(
+                    "{op}: index {v} at [{i0}, {i1}, {i2}, {i3}] is outside 0..{limit}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Row reductions: rms_norm, norm, soft_max.
+
+use super::par_ranges;
+use crate::tensor_ref::TRef;
+
+fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync + Send) {
+    let n0 = dst.ne[0];
+    if n0 == 0 {
+        return;
+    }
+    par_ranges(dst.nrows(), 4, |range| {
+        let mut x = vec![0f32; n0];
+        for r in range {
+            let c = dst.row_coords(r);
+            // SAFETY: rows in bounds; this task owns dst row r.
+            unsafe { a.load_row(c.0, c.1, c.2, &mut x) };
+            f(&mut x, c);
+            // SAFETY: as above.
+            unsafe { dst.store_row(c.0, c.1, c.2, &x) };
+        }
+    });
+}
+
+pub fn rms_norm(dst: TRef, a: TRef, eps: f32) {
+    rows(dst, a, |x, _| {
+        let ss: f64 = x.iter().map(|v| (*v as f64) * (*v as f64)).sum();
+        let s = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+        x.iter_mut().for_each(|v| *v *= s);
+    });
+}
+
+pub fn norm(dst: TRef, a: TRef, eps: f32) {
+    rows(dst, a, |x, _| {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|v| *v as f64).sum::<f64>() / n;
+        let var = x.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let s = 1.0 / (var + eps as f64).sqrt();
+        x.iter_mut()
+            .for_each(|v| *v = ((*v as f64 - mean) * s) as f32);
+    });
+}
+
+/// ALiBi slope of head `h` (1 when max_bias is 0), as ggml computes it.
+pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f32 {
+    ggraph_core::reference::alibi_slope(max_bias, n_head, h) as f32
+}
+
+/// In-place softmax of a row; a row with no finite value becomes zeros.
+pub fn softmax_row(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return;
+    }
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+pub fn soft_max(dst: TRef, a: TRef, mask: Option<TRef>, scale: f32, max_bias: f32) {
+    let n_head = dst.ne[2];
+    let n0 = dst.ne[0];
+    rows(dst, a, |x, (i1, i2, i3)| {
+        x.iter_mut().for_each(|v| *v *= scale);
+        if let Some(m) = mask {
+            let slope = alibi_slope(max_bias, n_head, i2);
+            let mut mrow = vec![0f32; n0];
+            // SAFETY: mask row in bounds (checked by the builder).
+            unsafe { m.load_row(i1, i2 % m.ne[2], i3 % m.ne[3], &mut mrow) };
+            for (v, mv) in x.iter_mut().zip(&mrow) {
+                *v += slope * mv;
+            }
+        }
+        softmax_row(x);
+    });
+}

@@ -1,0 +1,115 @@
+//! The compute stream of the CPU and of the simulated devices: resolves the
+//! memory of every tensor of a split and runs the kernels in order.
+
+use std::sync::Arc;
+
+use ggraph_core::backend::{Backend, Buffer, Device};
+use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::{Error, Result};
+
+use crate::kernels;
+use crate::sim::SimBuffer;
+use crate::tensor_ref::TRef;
+
+/// Which memory a stream's kernels may touch.
+#[derive(Clone, Debug)]
+pub enum MemoryAccess {
+    /// Any host-addressable buffer.
+    Host,
+    /// Only the buffers of the simulated device with this name.
+    Sim(String),
+}
+
+pub struct CpuStream {
+    device: Arc<dyn Device>,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    access: MemoryAccess,
+}
+
+impl CpuStream {
+    pub fn new(
+        device: Arc<dyn Device>,
+        pool: Option<Arc<rayon::ThreadPool>>,
+        access: MemoryAccess,
+    ) -> CpuStream {
+        CpuStream {
+            device,
+            pool,
+            access,
+        }
+    }
+
+    fn pointer(&self, buffer: &dyn Buffer) -> Option<*mut u8> {
+        match &self.access {
+            MemoryAccess::Host => buffer.host_ptr(),
+            MemoryAccess::Sim(name) => buffer
+                .as_any()
+                .downcast_ref::<SimBuffer>()
+                .filter(|b| b.device_name() == name)
+                .map(|b| b.device_ptr()),
+        }
+    }
+
+    fn resolve(&self, graph: &Graph, id: TensorId) -> Result<TRef> {
+        let t = graph.tensor(id);
+        let (buffer, offset) = graph
+            .data_of(id)
+            .ok_or_else(|| Error::Unallocated(graph.display_name(id)))?;
+        if offset + t.nbytes() as u64 > buffer.size() {
+            return Err(Error::OutOfBounds {
+                what: "tensor memory",
+                offset,
+                end: offset + t.nbytes() as u64,
+                size: buffer.size(),
+            });
+        }
+        let base = self.pointer(buffer.as_ref()).ok_or_else(|| {
+            Error::backend(
+                self.device.name(),
+                format!(
+                    "tensor '{}' lives in {} memory, which {} cannot address; copy it first",
+                    graph.display_name(id),
+                    buffer.buffer_type_name(),
+                    self.device.name()
+                ),
+            )
+        })?;
+        // SAFETY: offset + nbytes is inside the buffer (checked above).
+        Ok(TRef::new(unsafe { base.add(offset as usize) }, t))
+    }
+
+    fn run(&self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        let resolve = |id: TensorId| self.resolve(graph, id);
+        for &n in nodes {
+            graph.get(n)?;
+            if graph.tensor(n).op.is_noop() {
+                continue;
+            }
+            if !self.device.supports_op(graph, n) {
+                return Err(Error::Unsupported {
+                    device: self.device.name().to_string(),
+                    what: format!(
+                        "{} ('{}')",
+                        graph.tensor(n).op.label(),
+                        graph.display_name(n)
+                    ),
+                });
+            }
+            kernels::run_node(graph, n, &resolve)?;
+        }
+        Ok(())
+    }
+}
+
+impl Backend for CpuStream {
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.clone()
+    }
+
+    fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        match &self.pool {
+            Some(pool) => pool.install(|| self.run(graph, nodes)),
+            None => self.run(graph, nodes),
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The sample graph `ggraph devices` runs on every device: a small llama
+//! model, checked against the f64 reference.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ggraph_core::backend::Device;
+use ggraph_core::conformance::nmse;
+use ggraph_core::model::llama::{
+    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama,
+};
+use ggraph_core::{DType, Result, exec, reference, testing};
+
+/// What a sample run measured.
+pub struct SampleRun {
+    pub nodes: usize,
+    pub millis: f64,
+    pub nmse: f64,
+}
+
+/// The sample model: 4 layers, n_embd 256, 8 heads (4 KV heads), 32 tokens.
+pub fn sample_config() -> (LlamaConfig, BuildShape) {
+    let config = LlamaConfig::dense(1000, 256, 4, 8, 4, 512);
+    let shape = BuildShape {
+        n_tokens: 32,
+        n_outputs: 32,
+        n_kv: 32,
+        attention: Attention::Standard,
+        kv: None,
+    };
+    (config, shape)
+}
+
+/// Builds the sample graph with `weights`, runs it on `device` (after one
+/// warm-up run) and compares the logits with the f64 reference.
+pub fn run_sample(device: &Arc<dyn Device>, weights: DType) -> Result<SampleRun> {
+    let (config, shape) = sample_config();
+    let lg = build_llama(
+        &config,
+        &shape,
+        &mut FreshWeights { dtype: weights },
+        &mut FreshCache,
+    )?;
+    let mut graph = lg.builder.graph().clone();
+    let data = testing::llama_leaf_data(&lg, &graph, &config, &shape, 7)?;
+    let _buffer = exec::alloc_one_buffer(&mut graph, &device.buffer_type())?;
+    for (id, bytes) in &data {
+        graph.write_bytes(*id, bytes)?;
+    }
+    let mut backend = device.new_backend()?;
+    backend.compute(&graph, graph.nodes())?;
+    backend.synchronize()?;
+    let start = Instant::now();
+    backend.compute(&graph, graph.nodes())?;
+    backend.synchronize()?;
+    let millis = start.elapsed().as_secs_f64() * 1e3;
+    let got = graph.read_f32(lg.logits)?;
+    let ev = reference::evaluate(&graph, |id| Ok(data[&id].clone()))?;
+    Ok(SampleRun {
+        nodes: graph.nodes().len(),
+        millis,
+        nmse: nmse(&got, &ev.values(lg.logits)),
+    })
+}

@@ -1,0 +1,3 @@
+//! Model-level pieces: graph builders for model architectures.
+
+pub mod llama;
