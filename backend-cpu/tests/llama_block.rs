@@ -46,13 +46,7 @@ fn run(
 }
 
 fn no_cache(n_tokens: usize, attention: Attention) -> BuildShape {
-    BuildShape {
-        n_tokens,
-        n_outputs: n_tokens,
-        n_kv: n_tokens,
-        attention,
-        kv: None,
-    }
+    BuildShape::prompt(n_tokens, attention)
 }
 
 #[test]
@@ -123,17 +117,16 @@ fn a_kv_cache_with_earlier_cells_is_read_and_written() {
         (Attention::Standard, DType::F16),
         (Attention::Flash, DType::Q8_0),
     ] {
-        let shape = BuildShape {
-            n_tokens: 4,
-            n_outputs: 1,
-            n_kv: 11,
-            attention,
-            kv: Some(KvLayout {
-                kv_size: 16,
-                k_type: DType::F16,
-                v_type,
-            }),
+        let kv = KvLayout {
+            kv_size: 16,
+            k_type: DType::F16,
+            v_type,
         };
+        let mut shape = BuildShape::cached(4, 1, 11, attention, kv);
+        // one run with each mask type
+        if attention == Attention::Flash {
+            shape.mask_type = DType::F32;
+        }
         let (e, logits) = run(CpuDevice::new(), &cfg, shape, DType::F32);
         assert!(e < 1e-6, "{attention:?}: nmse {e}");
         assert_eq!(logits.len(), cfg.n_vocab);

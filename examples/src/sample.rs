@@ -21,13 +21,7 @@ pub struct SampleRun {
 /// The sample model: 4 layers, n_embd 256, 8 heads (4 KV heads), 32 tokens.
 pub fn sample_config() -> (LlamaConfig, BuildShape) {
     let config = LlamaConfig::dense(1000, 256, 4, 8, 4, 512);
-    let shape = BuildShape {
-        n_tokens: 32,
-        n_outputs: 32,
-        n_kv: 32,
-        attention: Attention::Standard,
-        kv: None,
-    };
+    let shape = BuildShape::prompt(32, Attention::Standard);
     (config, shape)
 }
 

@@ -4,6 +4,7 @@
 //! A user builds a backend-agnostic [`ir::Graph`] with [`ir::GraphBuilder`],
 //! places its memory, and runs it on any [`backend::Device`].
 
+pub mod alloc;
 pub mod backend;
 pub mod conformance;
 pub mod dtype;

@@ -11,7 +11,12 @@ use crate::error::{Error, Result};
 pub const HOST_ALIGNMENT: usize = 64;
 
 /// A zeroed, 64-byte aligned heap allocation.
+///
+/// Allocated through the system's zeroing allocator with its natural
+/// alignment and aligned by hand, so that large buffers come from calloc's
+/// lazily zeroed pages instead of being written with zeros up front.
 pub struct HostMemory {
+    raw: NonNull<u8>,
     ptr: NonNull<u8>,
     size: usize,
 }
@@ -31,11 +36,17 @@ impl HostMemory {
             available_bytes: 0,
         };
         let size = usize::try_from(size).map_err(|_| oom())?;
-        let layout = Layout::from_size_align(size.max(1), HOST_ALIGNMENT).map_err(|_| oom())?;
+        let layout = Self::layout(size).ok_or_else(oom)?;
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(oom)?;
-        Ok(HostMemory { ptr, size })
+        let raw = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(oom)?;
+        let pad = raw.as_ptr().align_offset(HOST_ALIGNMENT);
+        // SAFETY: the allocation has HOST_ALIGNMENT spare bytes for `pad`.
+        let ptr = unsafe { NonNull::new_unchecked(raw.as_ptr().add(pad)) };
+        Ok(HostMemory { raw, ptr, size })
+    }
+
+    fn layout(size: usize) -> Option<Layout> {
+        Layout::from_size_align(size.checked_add(HOST_ALIGNMENT)?, 16).ok()
     }
 
     pub fn len(&self) -> usize {
@@ -109,9 +120,8 @@ impl HostMemory {
 
 impl Drop for HostMemory {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.size.max(1), HOST_ALIGNMENT)
-            .expect("layout was valid at allocation");
+        let layout = Self::layout(self.size).expect("layout was valid at allocation");
         // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        unsafe { dealloc(self.raw.as_ptr(), layout) };
     }
 }

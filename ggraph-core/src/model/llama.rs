@@ -210,6 +210,42 @@ pub struct BuildShape {
     pub attention: Attention,
     /// The cache; None attends only to the ubatch's own tokens.
     pub kv: Option<KvLayout>,
+    /// Type of the attention mask: F16 (exact for 0 and -inf, half the
+    /// bytes) or F32 (as ggml builds it for standard attention).
+    pub mask_type: DType,
+}
+
+impl BuildShape {
+    /// A ubatch that attends only to itself (no cache), every token
+    /// producing logits.
+    pub fn prompt(n_tokens: usize, attention: Attention) -> BuildShape {
+        BuildShape {
+            n_tokens,
+            n_outputs: n_tokens,
+            n_kv: n_tokens,
+            attention,
+            kv: None,
+            mask_type: DType::F16,
+        }
+    }
+
+    /// A ubatch over `n_kv` visible cells of a cache.
+    pub fn cached(
+        n_tokens: usize,
+        n_outputs: usize,
+        n_kv: usize,
+        attention: Attention,
+        kv: KvLayout,
+    ) -> BuildShape {
+        BuildShape {
+            n_tokens,
+            n_outputs,
+            n_kv,
+            attention,
+            kv: Some(kv),
+            mask_type: DType::F16,
+        }
+    }
 }
 
 /// Provides each layer's cache tensors ([n_embd_kv, kv_size] each).
@@ -255,15 +291,15 @@ pub struct LlamaInputs {
     pub tokens: TensorId,
     /// I32 [n_tokens] positions.
     pub positions: TensorId,
-    /// F32 [n_kv, n_tokens] attention mask (0 or -inf).
+    /// [n_kv, n_tokens] attention mask (0 or -inf), F16 or F32.
     pub kq_mask: TensorId,
     /// I32 [n_outputs] rows of the last layer to keep (absent when every
     /// token outputs).
     pub out_ids: Option<TensorId>,
     /// I32 [n_tokens] cache cells the ubatch writes (with a cache).
     pub k_idx: Option<TensorId>,
-    /// I32 indices of the V writes: [n_tokens] row-major, or
-    /// [n_embd_kv * n_tokens] single values for the transposed layout.
+    /// I32 [n_tokens] cache cells the ubatch writes in V (the same cells as
+    /// K; a separate input so that K and V may live on different devices).
     pub v_idx: Option<TensorId>,
 }
 
@@ -319,7 +355,13 @@ pub fn build_llama(
 
     let tokens = b.input("inp_tokens", DType::I32, &[n_tokens])?;
     let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;
-    let kq_mask = b.input("kq_mask", DType::F32, &[n_kv, n_tokens])?;
+    if !matches!(shape.mask_type, DType::F32 | DType::F16) {
+        return Err(Error::InvalidArgument(format!(
+            "the attention mask is F32 or F16, not {}",
+            shape.mask_type
+        )));
+    }
+    let kq_mask = b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?;
     let out_ids = if shape.n_outputs < n_tokens {
         Some(b.input("inp_out_ids", DType::I32, &[shape.n_outputs])?)
     } else {
@@ -329,11 +371,7 @@ pub fn build_llama(
     let (k_idx, v_idx) = match shape.kv {
         Some(_) => {
             let k = b.input("kv_idx_k", DType::I32, &[n_tokens])?;
-            let v = if transposed_v {
-                b.input("kv_idx_v", DType::I32, &[c.n_embd_kv() * n_tokens])?
-            } else {
-                b.input("kv_idx_v", DType::I32, &[n_tokens])?
-            };
+            let v = b.input("kv_idx_v", DType::I32, &[n_tokens])?;
             (Some(k), Some(v))
         }
         None => (None, None),
@@ -376,12 +414,15 @@ pub fn build_llama(
                 b.expand(wk)?;
                 let wv = if transposed_v {
                     // the cache holds V transposed: element (e, cell) at
-                    // e * kv_size + cell; write one value per index
-                    let flat = b.reshape(vc, &[1, c.n_embd_kv() * kv.kv_size])?;
-                    let vt = b.transpose(v)?;
-                    let vt = b.cont(vt)?;
-                    let vt = b.reshape(vt, &[1, c.n_embd_kv() * n_tokens])?;
-                    b.set_rows(flat, vt, vi)?
+                    // e * kv_size + cell. Seen as [1, kv_size, n_embd_kv]
+                    // it has one-value rows per cell in every plane e, and
+                    // V seen as [1, n_tokens, n_embd_kv] (a strided view)
+                    // writes them with the same per-token indices
+                    let es = 4; // v is F32
+                    let planes = b.reshape(vc, &[1, kv.kv_size, c.n_embd_kv()])?;
+                    let vt =
+                        b.view_3d(v, [1, n_tokens, c.n_embd_kv()], c.n_embd_kv() * es, es, 0)?;
+                    b.set_rows(planes, vt, vi)?
                 } else {
                     b.set_rows(vc, v, vi)?
                 };

@@ -10,6 +10,8 @@ use crate::ir::{Graph, TensorId};
 use crate::model::llama::{BuildShape, LlamaConfig, LlamaGraph, causal_mask};
 use crate::quant;
 
+pub mod random_graph;
+
 /// Bytes for a tensor of `graph` holding `values` (logical order),
 /// quantised to its type. The tensor must be contiguous.
 pub fn bytes_of(graph: &Graph, id: TensorId, values: &[f32]) -> Result<Vec<u8>> {
@@ -54,19 +56,7 @@ pub fn llama_leaf_data(
         } else if Some(leaf) == lg.inputs.k_idx {
             positions.iter().map(|p| *p as f32).collect()
         } else if Some(leaf) == lg.inputs.v_idx {
-            if n == n_tokens {
-                positions.iter().map(|p| *p as f32).collect()
-            } else {
-                let kv_size = shape.kv.map_or(0, |k| k.kv_size);
-                let n_embd_kv = config.n_embd_kv();
-                (0..n_embd_kv)
-                    .flat_map(|e| {
-                        positions
-                            .iter()
-                            .map(move |p| (e * kv_size) as f32 + *p as f32)
-                    })
-                    .collect()
-            }
+            positions.iter().map(|p| *p as f32).collect()
         } else if t.name.contains("norm") {
             rng.vec(n, 0.8, 1.2)
         } else if t.flags.weight {
