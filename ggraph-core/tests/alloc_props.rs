@@ -121,8 +121,8 @@ proptest! {
         let mut rg = r.build(16, n).unwrap();
         bind_weights(&mut rg);
         let bt = buft(32, u64::MAX);
-        let p1 = plan_graph(&rg.graph, &[bt.clone()], &|_| 0, st).unwrap();
-        let p2 = plan_graph(&rg.graph, &[bt.clone()], &|_| 0, st).unwrap();
+        let p1 = plan_graph(&rg.graph, std::slice::from_ref(&bt), &|_| 0, st).unwrap();
+        let p2 = plan_graph(&rg.graph, std::slice::from_ref(&bt), &|_| 0, st).unwrap();
         prop_assert_eq!(p1.chunk_sizes(), p2.chunk_sizes());
         let ids: Vec<TensorId> = rg.graph.tensors().map(|(id, _)| id).collect();
         for &id in &ids {
@@ -161,7 +161,7 @@ fn chunks_are_bounded_by_the_max_size() {
     bind_weights(&mut rg);
     let bt = buft(64, 16 << 10);
     for st in [Strategy::BestFit, Strategy::GreedyBySize] {
-        let plan = plan_graph(&rg.graph, &[bt.clone()], &|_| 0, st).unwrap();
+        let plan = plan_graph(&rg.graph, std::slice::from_ref(&bt), &|_| 0, st).unwrap();
         assert!(
             plan.chunk_sizes()[0].len() > 1,
             "{st:?}: needs more than one 16 KiB chunk"
@@ -203,7 +203,7 @@ fn greedy_by_size_never_needs_more_than_best_fit_on_layered_graphs() {
         let mut rg = r.build(32, 8).unwrap();
         bind_weights(&mut rg);
         let bt = buft(64, u64::MAX);
-        let bf = plan_graph(&rg.graph, &[bt.clone()], &|_| 0, Strategy::BestFit).unwrap();
+        let bf = plan_graph(&rg.graph, std::slice::from_ref(&bt), &|_| 0, Strategy::BestFit).unwrap();
         let gs = plan_graph(&rg.graph, &[bt], &|_| 0, Strategy::GreedyBySize).unwrap();
         let (a, b) = (bf.bytes_per_buffer_type()[0], gs.bytes_per_buffer_type()[0]);
         // not a theorem, but on these graphs planning ahead must not lose
