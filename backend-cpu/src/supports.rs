@@ -10,7 +10,7 @@ pub fn cpu_supports(graph: &Graph, node: TensorId) -> bool {
     let src = |i: usize| graph.tensor(t.src[i]).dtype;
     let float = |d: DType| d.is_float();
     match &t.op {
-        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => true,
+        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => true,
         Op::GetRows => src(1) == DType::I32,
         Op::Binary(_) => float(src(0)) && float(src(1)) && float(t.dtype),
         Op::Scale { .. } | Op::Unary(_) | Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => {

@@ -14,6 +14,7 @@ pub mod ir;
 pub mod model;
 pub mod quant;
 pub mod reference;
+pub mod sched;
 pub mod testing;
 pub mod util;
 

@@ -312,7 +312,7 @@ impl Evaluation<'_> {
                 self.store(id, &vals)?;
                 return Ok(());
             }
-            Op::Cont => self.values(src(0)),
+            Op::Cont | Op::Transfer => self.values(src(0)),
             Op::SetRows => {
                 let (s, idx) = (src(1), src(2));
                 let (ts, ti) = (g.tensor(s), g.tensor(idx));

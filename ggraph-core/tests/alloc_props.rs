@@ -203,7 +203,13 @@ fn greedy_by_size_never_needs_more_than_best_fit_on_layered_graphs() {
         let mut rg = r.build(32, 8).unwrap();
         bind_weights(&mut rg);
         let bt = buft(64, u64::MAX);
-        let bf = plan_graph(&rg.graph, std::slice::from_ref(&bt), &|_| 0, Strategy::BestFit).unwrap();
+        let bf = plan_graph(
+            &rg.graph,
+            std::slice::from_ref(&bt),
+            &|_| 0,
+            Strategy::BestFit,
+        )
+        .unwrap();
         let gs = plan_graph(&rg.graph, &[bt], &|_| 0, Strategy::GreedyBySize).unwrap();
         let (a, b) = (bf.bytes_per_buffer_type()[0], gs.bytes_per_buffer_type()[0]);
         // not a theorem, but on these graphs planning ahead must not lose

@@ -47,7 +47,7 @@ pub(crate) fn run_node(
     let dst = resolve(id)?;
     let src: Vec<TRef> = t.src.iter().map(|&s| resolve(s)).collect::<Result<_>>()?;
     match &t.op {
-        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
+        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => Ok(()),
         Op::GetRows => copy::get_rows(dst, src[0], src[1]),
         Op::Binary(op) => {
             elementwise::binary(dst, src[0], src[1], *op);

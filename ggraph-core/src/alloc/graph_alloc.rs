@@ -369,6 +369,7 @@ fn structure_of(
         let flags = t.flags.input as u32
             | (t.flags.output as u32) << 1
             | (t.flags.weight as u32) << 2
+            | (t.flags.keep as u32) << 3
             | (needs as u32) << 4;
         // the op kind says whether it may run in place
         enc.extend_from_slice(&[

@@ -73,7 +73,8 @@ impl Pass<'_> {
 
     fn close(&mut self, id: TensorId, time: u32) {
         let i = id.index();
-        if !self.owns[i] || self.graph.tensor(id).flags.output {
+        let flags = self.graph.tensor(id).flags;
+        if !self.owns[i] || flags.output || flags.keep {
             return;
         }
         self.owns[i] = false;
@@ -86,7 +87,7 @@ impl Pass<'_> {
         let i = id.index();
         let t = self.graph.tensor(id);
         // an output (or a view that is one) keeps its memory to the end
-        if self.children[i] != 0 || self.views[i] != 0 || t.flags.output {
+        if self.children[i] != 0 || self.views[i] != 0 || t.flags.output || t.flags.keep {
             return;
         }
         match t.view {

@@ -16,4 +16,6 @@ pub use graph_alloc::{AllocStats, Assign, GraphAllocator, Plan, Slot, plan_graph
 pub use liveness::{Block, Liveness, liveness};
 pub use placement::Strategy;
 pub use virtual_buffer::{VirtualBuffer, VirtualBufferType};
-pub use weights::{PackPlan, PackedWeights, bind_graph_weights, pack_weights, plan_packing};
+pub use weights::{
+    PackPlan, PackedWeights, bind_graph_weights, bind_graph_weights_by, pack_weights, plan_packing,
+};

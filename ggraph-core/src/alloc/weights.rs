@@ -85,6 +85,16 @@ pub fn bind_graph_weights(
     graph: &mut Graph,
     buft: &Arc<dyn BufferType>,
 ) -> Result<Vec<Arc<dyn Buffer>>> {
+    bind_graph_weights_by(graph, |_, _| buft.clone())
+}
+
+/// Packs every weight of `graph` that has no memory yet into buffers of the
+/// type `choose` picks for it (by id and name), one packing per type, and
+/// binds them. Returns the buffers.
+pub fn bind_graph_weights_by(
+    graph: &mut Graph,
+    choose: impl Fn(TensorId, &str) -> Arc<dyn BufferType>,
+) -> Result<Vec<Arc<dyn Buffer>>> {
     let ids: Vec<TensorId> = graph
         .leafs()
         .iter()
@@ -94,15 +104,28 @@ pub fn bind_graph_weights(
             t.flags.weight && t.data.is_none() && t.view.is_none()
         })
         .collect();
-    let sizes: Vec<(String, u64)> = ids
-        .iter()
-        .map(|&id| (graph.display_name(id), buft.alloc_size(graph.tensor(id))))
-        .collect();
-    let packed = pack_weights(buft, &sizes)?;
-    for (id, data) in ids.into_iter().zip(packed.placements) {
-        graph.set_data(id, data)?;
+    // group by buffer type, keeping the graph's order within each group
+    let mut groups: Vec<(Arc<dyn BufferType>, Vec<TensorId>)> = Vec::new();
+    for id in ids {
+        let bt = choose(id, &graph.tensor(id).name);
+        match groups.iter_mut().find(|(b, _)| b.name() == bt.name()) {
+            Some((_, v)) => v.push(id),
+            None => groups.push((bt, vec![id])),
+        }
     }
-    Ok(packed.buffers)
+    let mut buffers = Vec::new();
+    for (bt, ids) in groups {
+        let sizes: Vec<(String, u64)> = ids
+            .iter()
+            .map(|&id| (graph.display_name(id), bt.alloc_size(graph.tensor(id))))
+            .collect();
+        let packed = pack_weights(&bt, &sizes)?;
+        for (id, data) in ids.into_iter().zip(packed.placements) {
+            graph.set_data(id, data)?;
+        }
+        buffers.extend(packed.buffers);
+    }
+    Ok(buffers)
 }
 
 #[cfg(test)]

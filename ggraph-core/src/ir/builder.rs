@@ -93,7 +93,7 @@ impl GraphBuilder {
     fn new_leaf(&mut self, name: &str, dtype: DType, shape: &[usize]) -> Result<TensorId> {
         let ne = Self::shape("new_tensor", shape)?;
         Self::check_row_blocks("new_tensor", dtype, ne[0])?;
-        Ok(self.push(Tensor::leaf(name.to_string(), dtype, ne)))
+        Ok(self.push(Tensor::leaf(name, dtype, ne)))
     }
 
     /// A leaf the user fills before each compute.
@@ -152,7 +152,7 @@ impl GraphBuilder {
 
     pub fn set_name(&mut self, id: TensorId, name: &str) -> Result<TensorId> {
         self.graph.get(id)?;
-        self.graph.tensor_mut(id).name = name.to_string();
+        self.graph.tensor_mut(id).name = name.into();
         Ok(id)
     }
 
@@ -198,7 +198,7 @@ impl GraphBuilder {
     }
 
     fn node(&mut self, op: Op, dtype: DType, ne: [usize; MAX_DIMS], src: &[TensorId]) -> TensorId {
-        let mut t = Tensor::leaf(String::new(), dtype, ne);
+        let mut t = Tensor::leaf("", dtype, ne);
         t.op = op;
         t.src = SmallVec::from_slice(src);
         self.push(t)
@@ -217,7 +217,7 @@ impl GraphBuilder {
             Some(v) => (v.base, v.offset),
             None => (a, 0),
         };
-        let mut t = Tensor::leaf(String::new(), src.dtype, ne);
+        let mut t = Tensor::leaf("", src.dtype, ne);
         t.nb = nb;
         t.op = op;
         t.src = SmallVec::from_slice(&[a]);

@@ -87,7 +87,7 @@ impl Graph {
     /// The first tensor with this name.
     pub fn find(&self, name: &str) -> Option<TensorId> {
         self.tensors()
-            .find(|(_, t)| t.name == name)
+            .find(|(_, t)| &*t.name == name)
             .map(|(id, _)| id)
     }
 
@@ -97,7 +97,7 @@ impl Graph {
         if t.name.is_empty() {
             format!("{}{}", t.op.kind().name().to_lowercase(), id)
         } else {
-            t.name.clone()
+            t.name.to_string()
         }
     }
 

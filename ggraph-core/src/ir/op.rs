@@ -267,6 +267,11 @@ pub enum Op {
         max_bias: f32,
         softcap: f32,
     },
+    /// A copy of src[0] (same layout) in another device's memory, inserted
+    /// by the scheduler where a split reads a tensor from another backend.
+    /// Backends never compute it: the scheduler moves the bytes through
+    /// the buffers' copy paths before the split runs.
+    Transfer,
 }
 
 /// The op without its parameters, for capability tables and statistics.
@@ -299,6 +304,7 @@ pub enum OpKind {
     ArgSort,
     TopK,
     FlashAttnExt,
+    Transfer,
 }
 
 impl OpKind {
@@ -332,6 +338,7 @@ impl OpKind {
             OpKind::ArgSort => "ARGSORT",
             OpKind::TopK => "TOP_K",
             OpKind::FlashAttnExt => "FLASH_ATTN_EXT",
+            OpKind::Transfer => "TRANSFER",
         }
     }
 }
@@ -372,6 +379,7 @@ impl Op {
             Op::ArgSort { .. } => OpKind::ArgSort,
             Op::TopK { .. } => OpKind::TopK,
             Op::FlashAttnExt { .. } => OpKind::FlashAttnExt,
+            Op::Transfer => OpKind::Transfer,
         }
     }
 
@@ -385,11 +393,11 @@ impl Op {
         }
     }
 
-    /// Views and leafs: nothing for a backend to compute.
+    /// Views, leafs and transfers: nothing for a backend to compute.
     pub fn is_noop(&self) -> bool {
         matches!(
             self,
-            Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose
+            Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer
         )
     }
 

@@ -38,6 +38,9 @@ pub struct Flags {
     pub output: bool,
     /// Model parameters: long-lived, placed by the model loader.
     pub weight: bool,
+    /// Memory kept for the whole graph and never reused (the scheduler's
+    /// pipelined input copies).
+    pub keep: bool,
 }
 
 /// Where a tensor's bytes live: a buffer and a byte offset in it.
@@ -65,7 +68,8 @@ pub struct ViewOf {
 /// memory is once placed.
 #[derive(Clone, Debug)]
 pub struct Tensor {
-    pub name: String,
+    /// Shared, so that cloning a graph does not copy names.
+    pub name: Arc<str>,
     pub dtype: DType,
     /// Number of elements per dimension, innermost first.
     pub ne: [usize; MAX_DIMS],
@@ -83,9 +87,9 @@ pub struct Tensor {
 
 impl Tensor {
     /// A new contiguous leaf tensor.
-    pub(crate) fn leaf(name: String, dtype: DType, ne: [usize; MAX_DIMS]) -> Tensor {
+    pub(crate) fn leaf(name: &str, dtype: DType, ne: [usize; MAX_DIMS]) -> Tensor {
         Tensor {
-            name,
+            name: name.into(),
             dtype,
             ne,
             nb: contiguous_strides(dtype, ne),

@@ -61,7 +61,7 @@ pub fn llama_leaf_data(
             rng.vec(n, 0.8, 1.2)
         } else if t.flags.weight {
             let fan_in = t.ne[0].max(1) as f32;
-            let a = if t.name == "token_embd.weight" {
+            let a = if &*t.name == "token_embd.weight" {
                 1.0
             } else {
                 1.5 / fan_in.sqrt()

@@ -1,0 +1,464 @@
+//! The scheduler on the CPU and simulated devices: where ops go and why,
+//! the splits and copies that follow, and results equal to a CPU-only run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ggraph_core::alloc::bind_graph_weights_by;
+use ggraph_core::backend::{Buffer, Device};
+use ggraph_core::ir::{Graph, OpKind, TensorId};
+use ggraph_core::model::llama::{
+    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
+};
+use ggraph_core::sched::{BackendSpec, Cause, EvalCallback, OffloadPolicy, SchedConfig, Scheduler};
+use ggraph_core::{DType, Error, testing};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+
+struct Fixture {
+    lg: LlamaGraph,
+    data: HashMap<TensorId, Vec<u8>>,
+}
+
+fn fixture(n_layer: usize, n_tokens: usize) -> Fixture {
+    let config = LlamaConfig::dense(97, 64, n_layer, 4, 2, 96);
+    let shape = BuildShape::prompt(n_tokens, Attention::Standard);
+    let lg = build_llama(
+        &config,
+        &shape,
+        &mut FreshWeights { dtype: DType::Q8_0 },
+        &mut FreshCache,
+    )
+    .unwrap();
+    let data = testing::llama_leaf_data(&lg, lg.builder.graph(), &config, &shape, 11).unwrap();
+    Fixture { lg, data }
+}
+
+/// Layer of a weight by name; the output weights count as the last layer
+/// plus one (as in llama.cpp's n_gpu_layers).
+fn layer_of(name: &str, n_layer: usize) -> usize {
+    LlamaConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
+        0
+    } else {
+        n_layer
+    })
+}
+
+struct Run {
+    sched: Scheduler,
+    logits: Vec<f32>,
+    _weights: Vec<Arc<dyn Buffer>>,
+}
+
+/// Binds each weight to the device `home` picks, schedules over `specs`,
+/// fills the data and computes.
+fn run(
+    f: &Fixture,
+    specs: Vec<BackendSpec>,
+    config: SchedConfig,
+    home: &dyn Fn(&str) -> Arc<dyn Device>,
+) -> Run {
+    let mut graph = f.lg.builder.graph().clone();
+    let weights = bind_graph_weights_by(&mut graph, |_, name| home(name).buffer_type()).unwrap();
+    let is_weight = |g: &Graph, id: TensorId| g.tensor(id).flags.weight;
+    for (id, bytes) in &f.data {
+        if is_weight(&graph, *id) {
+            graph.write_bytes(*id, bytes).unwrap();
+        }
+    }
+    let mut sched = Scheduler::new(specs, config).unwrap();
+    sched.alloc_graph(graph).unwrap();
+    let g = sched.graph().unwrap();
+    for (id, bytes) in &f.data {
+        if !is_weight(g, *id) {
+            g.write_bytes(*id, bytes).unwrap();
+        }
+    }
+    sched.compute().unwrap();
+    let logits = sched.graph().unwrap().read_f32(f.lg.logits).unwrap();
+    Run {
+        sched,
+        logits,
+        _weights: weights,
+    }
+}
+
+fn cpu_only(f: &Fixture) -> Vec<f32> {
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let c = cpu.clone();
+    let r = run(
+        f,
+        vec![BackendSpec::new(cpu)],
+        SchedConfig::default(),
+        &move |_| c.clone(),
+    );
+    assert_eq!(r.sched.splits().len(), 1);
+    r.logits
+}
+
+fn devices(n_sims: usize, unsupported: &[OpKind]) -> (Arc<dyn Device>, Vec<Arc<dyn Device>>) {
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let sims = (0..n_sims)
+        .map(|i| {
+            SimDevice::new(i, SimConfig::gpu(256 << 20).unsupported(unsupported)) as Arc<dyn Device>
+        })
+        .collect();
+    (cpu, sims)
+}
+
+fn name_of(r: &Run, id: TensorId) -> String {
+    r.sched.graph().unwrap().display_name(id)
+}
+
+#[test]
+fn the_last_layers_on_a_simulated_gpu_give_two_splits_and_the_cpu_result() {
+    let f = fixture(4, 7);
+    let want = cpu_only(&f);
+    let (cpu, sims) = devices(1, &[]);
+    let sim = sims[0].clone();
+    let (c2, s2) = (cpu.clone(), sim.clone());
+    let home = move |name: &str| {
+        if layer_of(name, 4) >= 2 {
+            s2.clone()
+        } else {
+            c2.clone()
+        }
+    };
+    let specs = vec![
+        BackendSpec::new(sim).op_offload(false),
+        BackendSpec::new(cpu),
+    ];
+    let r = run(&f, specs, SchedConfig::default(), &home);
+    let splits = r.sched.splits();
+    println!("{}", r.sched.explain());
+    assert_eq!(splits.len(), 2, "CPU layers, then simulated-GPU layers");
+    assert_eq!(r.sched.device(splits[0].backend).name(), "CPU");
+    assert_eq!(r.sched.device(splits[1].backend).name(), "sim:0");
+    // layer 1's closing residual add has no weight: the GPU-phase upward
+    // expansion from layer 2 takes it, so its two operands are copied
+    let g = r.sched.graph().unwrap();
+    let l_out_1 = g.find("l_out-1").unwrap();
+    assert!(matches!(
+        r.sched.cause_of(l_out_1),
+        Some(Cause::Expanded {
+            direction: ggraph_core::sched::Direction::Up,
+            gpu_phase: true,
+            ..
+        })
+    ));
+    let copied: Vec<TensorId> = splits[1].inputs.iter().map(|i| i.source).collect();
+    let mut names: Vec<String> = copied.iter().map(|&i| name_of(&r, i)).collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names.contains(&"inp_pos".to_string()) && names.contains(&"kq_mask".to_string()));
+    let operands = &f.lg.builder.graph().tensor(l_out_1).src;
+    assert!(
+        operands.iter().all(|o| copied.contains(o)),
+        "the residual's operands are copied"
+    );
+    assert!(splits[0].inputs.is_empty(), "inputs start on the host");
+    assert_eq!(r.logits, want, "same kernels, same numbers");
+}
+
+#[test]
+fn graph_inputs_start_on_the_host_and_weights_pull_their_ops() {
+    let f = fixture(2, 5);
+    let (cpu, sims) = devices(1, &[]);
+    let sim = sims[0].clone();
+    let s2 = sim.clone();
+    let r = run(
+        &f,
+        vec![BackendSpec::new(sim), BackendSpec::new(cpu)],
+        SchedConfig::default(),
+        &move |_| s2.clone(),
+    );
+    let g = r.sched.graph().unwrap();
+    for name in ["inp_tokens", "inp_pos", "kq_mask"] {
+        let id = g.find(name).unwrap();
+        assert_eq!(r.sched.cause_of(id), Some(&Cause::GraphInput), "{name}");
+        assert_eq!(
+            r.sched.device(r.sched.backend_of(id).unwrap()).name(),
+            "CPU"
+        );
+    }
+    let mm = g
+        .nodes()
+        .iter()
+        .copied()
+        .find(|&n| g.tensor(n).op.kind() == OpKind::MulMat)
+        .unwrap();
+    assert!(matches!(
+        r.sched.cause_of(mm),
+        Some(Cause::WeightSource { .. })
+    ));
+    assert_eq!(
+        r.sched.splits().len(),
+        1,
+        "everything but the inputs on the device"
+    );
+}
+
+#[test]
+fn op_offload_moves_exactly_the_large_batch_matrix_ops_with_host_weights() {
+    let f = fixture(2, 40);
+    let want = cpu_only(&f);
+    let (cpu, sims) = devices(1, &[]);
+    let c2 = cpu.clone();
+    let home = move |_: &str| c2.clone();
+    let placements = |offload: bool| {
+        let specs = vec![
+            BackendSpec::new(sims[0].clone()).op_offload(offload),
+            BackendSpec::new(cpu.clone()),
+        ];
+        run(&f, specs, SchedConfig::default(), &home)
+    };
+    let off = placements(false);
+    let on = placements(true);
+    assert_eq!(
+        off.sched.splits().len(),
+        1,
+        "all weights on the host: one CPU split"
+    );
+    assert_eq!(off.logits, want);
+    assert_eq!(on.logits, want);
+    let g = on.sched.graph().unwrap();
+    for &n in f.lg.builder.graph().nodes() {
+        let moved = on.sched.backend_of(n) != off.sched.backend_of(n);
+        let t = g.tensor(n);
+        // a mul_mat whose first source is a host weight and whose batch is
+        // at least 32 is offloaded; nothing else moves
+        let original = f.lg.builder.graph();
+        let offloadable = t.op.kind() == OpKind::MulMat
+            && original.tensor(original.tensor(n).src[0]).flags.weight
+            && t.ne[1] >= 32;
+        if offloadable {
+            assert!(moved, "{} should be offloaded", g.display_name(n));
+            assert!(matches!(
+                on.sched.cause_of(n),
+                Some(Cause::OpOffload { .. })
+            ));
+        } else if !t.op.is_view() {
+            assert!(
+                !moved || matches!(on.sched.cause_of(n), Some(Cause::Expanded { .. })),
+                "{} moved: {:?}",
+                g.display_name(n),
+                on.sched.cause_of(n)
+            );
+        }
+    }
+    assert!(on.sched.splits().len() > 1);
+}
+
+#[test]
+fn a_cost_model_refuses_offload_to_a_slow_link() {
+    let f = fixture(2, 40);
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let mut slow = SimConfig::gpu(256 << 20);
+    slow.perf.link_bytes_per_s = 1e6; // 1 MB/s: copying a weight costs more than the whole op
+    let sim: Arc<dyn Device> = SimDevice::new(0, slow);
+    let c2 = cpu.clone();
+    let config = SchedConfig {
+        offload_policy: OffloadPolicy::CostModel(Default::default()),
+        ..SchedConfig::default()
+    };
+    let r = run(
+        &f,
+        vec![BackendSpec::new(sim), BackendSpec::new(cpu)],
+        config,
+        &move |_| c2.clone(),
+    );
+    assert_eq!(r.sched.splits().len(), 1, "nothing offloaded");
+}
+
+#[test]
+fn an_op_the_device_refuses_falls_back_with_the_cause_recorded() {
+    let f = fixture(2, 7);
+    let want = cpu_only(&f);
+    let (cpu, sims) = devices(1, &[OpKind::Glu, OpKind::SoftMax]);
+    let s2 = sims[0].clone();
+    let r = run(
+        &f,
+        vec![BackendSpec::new(sims[0].clone()), BackendSpec::new(cpu)],
+        SchedConfig::default(),
+        &move |_| s2.clone(),
+    );
+    let g = r.sched.graph().unwrap();
+    let mut refused = 0;
+    for &n in g.nodes() {
+        if matches!(g.tensor(n).op.kind(), OpKind::Glu | OpKind::SoftMax) {
+            refused += 1;
+            assert_eq!(r.sched.device(r.sched.backend_of(n).unwrap()).name(), "CPU");
+            assert!(
+                matches!(r.sched.cause_of(n), Some(Cause::Fallback { .. })),
+                "{}: {:?}",
+                g.display_name(n),
+                r.sched.cause_of(n)
+            );
+        }
+    }
+    assert_eq!(refused, 4);
+    assert!(r.sched.explain().contains("refuses the op"));
+    assert_eq!(r.logits, want);
+}
+
+#[test]
+fn manual_placement_overrides_the_passes() {
+    let f = fixture(2, 5);
+    let (cpu, sims) = devices(1, &[]);
+    let graph = f.lg.builder.graph();
+    let norm = graph
+        .nodes()
+        .iter()
+        .copied()
+        .find(|&n| graph.tensor(n).op.kind() == OpKind::RmsNorm)
+        .unwrap();
+    let mut sched = Scheduler::new(
+        vec![BackendSpec::new(cpu), BackendSpec::new(sims[0].clone())],
+        SchedConfig::default(),
+    )
+    .unwrap();
+    let sim = sched.backend_named("sim:0").unwrap();
+    sched.set_tensor_backend(norm, sim).unwrap();
+    sched.split_graph(graph.clone()).unwrap();
+    assert_eq!(sched.backend_of(norm), Some(sim));
+    assert_eq!(sched.cause_of(norm), Some(&Cause::Manual));
+    sched.reset();
+    sched.split_graph(graph.clone()).unwrap();
+    assert_ne!(sched.backend_of(norm), Some(sim));
+}
+
+#[test]
+fn pipeline_depths_2_to_4_give_the_outputs_of_depth_1_run_after_run() {
+    let f = fixture(3, 6);
+    let (cpu, sims) = devices(2, &[]);
+    let home = |name: &str| -> Arc<dyn Device> {
+        match layer_of(name, 3) {
+            0 => cpu.clone(),
+            1 => sims[0].clone(),
+            _ => sims[1].clone(),
+        }
+    };
+    let outputs = |depth: usize| {
+        let specs = vec![
+            BackendSpec::new(sims[0].clone()),
+            BackendSpec::new(sims[1].clone()),
+            BackendSpec::new(cpu.clone()),
+        ];
+        let config = SchedConfig {
+            n_copies: depth,
+            ..SchedConfig::default()
+        };
+        let mut r = run(&f, specs, config, &home);
+        let tokens = f.lg.inputs.tokens;
+        let mut per_run = vec![r.logits.clone()];
+        for step in 1..6 {
+            let toks: Vec<i32> = (0..6).map(|i| (i * 7 + step * 13) % 97).collect();
+            r.sched.graph().unwrap().write_i32(tokens, &toks).unwrap();
+            r.sched.compute().unwrap();
+            per_run.push(r.sched.graph().unwrap().read_f32(f.lg.logits).unwrap());
+        }
+        assert!(r.sched.stats().graph_reuses >= 5);
+        (per_run, r.sched.splits().len())
+    };
+    let (base, n_splits) = outputs(1);
+    assert!(n_splits >= 3);
+    for depth in 2..=4 {
+        let (got, _) = outputs(depth);
+        assert_eq!(got, base, "depth {depth}");
+    }
+}
+
+#[test]
+fn eval_and_abort_callbacks() {
+    struct Watch(Arc<Mutex<Vec<String>>>);
+    impl EvalCallback for Watch {
+        fn wants(&mut self, g: &Graph, n: TensorId) -> bool {
+            g.tensor(n).op.kind() == OpKind::RmsNorm
+        }
+        fn observe(&mut self, g: &Graph, n: TensorId) -> bool {
+            let v = g.read_f32(n).unwrap();
+            // rms-normalised rows have mean square 1
+            let ms: f32 = v[..64].iter().map(|x| x * x).sum::<f32>() / 64.0;
+            assert!((ms - 1.0).abs() < 1e-3);
+            self.0.lock().unwrap().push(g.display_name(n));
+            true
+        }
+    }
+    let f = fixture(2, 5);
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let mut graph = f.lg.builder.graph().clone();
+    let _w = bind_graph_weights_by(&mut graph, |_, _| cpu.buffer_type()).unwrap();
+    for (id, bytes) in &f.data {
+        if graph.tensor(*id).flags.weight {
+            graph.write_bytes(*id, bytes).unwrap();
+        }
+    }
+    let mut sched = Scheduler::with_devices(&[cpu], SchedConfig::default()).unwrap();
+    let weights: Vec<TensorId> = f
+        .data
+        .keys()
+        .copied()
+        .filter(|&id| graph.tensor(id).flags.weight)
+        .collect();
+    sched.alloc_graph(graph).unwrap();
+    for (id, bytes) in &f.data {
+        if !weights.contains(id) {
+            sched.graph().unwrap().write_bytes(*id, bytes).unwrap();
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    sched.set_eval_callback(Some(Box::new(Watch(seen.clone()))));
+    sched.compute().unwrap();
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2 * 2 + 1,
+        "two norms per layer and the output norm"
+    );
+    sched.set_eval_callback(None);
+    sched.set_abort_callback(Some(Box::new(|| true)));
+    assert!(matches!(sched.compute(), Err(Error::Aborted)));
+}
+
+#[test]
+fn explain_and_dot_show_backends_and_splits() {
+    let f = fixture(2, 5);
+    let (cpu, sims) = devices(1, &[]);
+    let (c2, s2) = (cpu.clone(), sims[0].clone());
+    let home = move |name: &str| {
+        if layer_of(name, 2) >= 1 {
+            s2.clone()
+        } else {
+            c2.clone()
+        }
+    };
+    let r = run(
+        &f,
+        vec![BackendSpec::new(sims[0].clone()), BackendSpec::new(cpu)],
+        SchedConfig::default(),
+        &home,
+    );
+    let text = r.sched.explain();
+    assert!(
+        text.contains("split 0 on CPU") && text.contains("split 1 on sim:0"),
+        "{text}"
+    );
+    assert!(text.contains("pass 1: graph input"));
+    assert!(text.contains("kq_mask (CPU -> sim:0)"), "{text}");
+    let dot = r.sched.to_dot();
+    assert!(dot.contains("subgraph cluster_0") && dot.contains("split 1: sim:0"));
+}
+
+#[test]
+fn a_scheduler_needs_a_host_and_a_valid_depth() {
+    let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(1 << 20));
+    assert!(Scheduler::with_devices(std::slice::from_ref(&sim), SchedConfig::default()).is_err());
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let bad = SchedConfig {
+        n_copies: 5,
+        ..SchedConfig::default()
+    };
+    assert!(Scheduler::with_devices(&[cpu.clone()], bad).is_err());
+    assert!(
+        Scheduler::with_devices(&[cpu.clone(), cpu], SchedConfig::default()).is_err(),
+        "a device twice"
+    );
+}

@@ -1,0 +1,462 @@
+//! The scheduler: assigns every op of a graph to a backend in four passes,
+//! cuts the graph into splits with the copies between them, plans memory
+//! per backend with the graph allocator, and runs the splits.
+//!
+//! ```text
+//! Graph ─► 1 weights location ─► 2 expansion ─► 3 upgrade ─► 4 copy insertion ─► splits
+//!            (passes/weights_location.rs, expansion.rs, upgrade.rs, copy_insertion.rs)
+//! ```
+//!
+//! Every assignment keeps its [`Cause`]; [`Scheduler::explain`] prints, per
+//! node, its backend and why, and per split its inputs and the bytes
+//! copied.
+
+pub mod cause;
+mod execute;
+mod explain;
+pub mod offload;
+pub mod passes;
+pub mod split;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use cause::{BackendId, Cause, Direction, Pass};
+pub use offload::{HostPerf, OffloadPolicy};
+pub use split::{Split, SplitInput};
+
+use crate::alloc::{GraphAllocator, Strategy, VirtualBufferType};
+use crate::backend::{Backend, BufferType, Device, DeviceKind, Event};
+use crate::error::{Error, Result};
+use crate::ir::{Graph, TensorId};
+use passes::copy_insertion::Scheduled;
+use passes::{Assignments, BackendInfo, BufferTypes, PassContext};
+
+/// One backend of a scheduler, in priority order.
+pub struct BackendSpec {
+    pub device: Arc<dyn Device>,
+    /// Whether ops whose weights are in host memory may be lifted to this
+    /// backend (op offload).
+    pub op_offload: bool,
+}
+
+impl BackendSpec {
+    pub fn new(device: Arc<dyn Device>) -> BackendSpec {
+        BackendSpec {
+            device,
+            op_offload: true,
+        }
+    }
+
+    pub fn op_offload(mut self, on: bool) -> BackendSpec {
+        self.op_offload = on;
+        self
+    }
+}
+
+/// Scheduler settings.
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    /// Graph copies for pipeline parallelism, 1 to 4: consecutive runs
+    /// rotate input copies so one run's copies can overlap the last one's
+    /// compute.
+    pub n_copies: usize,
+    pub offload_policy: OffloadPolicy,
+    /// How the allocator places compute memory.
+    pub strategy: Strategy,
+    /// Plan only: compute memory is virtual and `compute` is refused.
+    pub dry_run: bool,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            n_copies: 1,
+            offload_policy: OffloadPolicy::Device,
+            strategy: Strategy::default(),
+            dry_run: false,
+        }
+    }
+}
+
+/// Counters of the scheduler's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Splits of the current graph.
+    pub splits: usize,
+    /// Copies per run of the current graph.
+    pub copies: usize,
+    /// Bytes copied between backends, over all runs.
+    pub bytes_copied: u64,
+    /// Copies made, over all runs.
+    pub copies_made: u64,
+    /// Graphs split.
+    pub graphs_split: u64,
+    /// Runs (computes).
+    pub runs: u64,
+    /// Runs of a graph already split and allocated (no new planning).
+    pub graph_reuses: u64,
+    /// Times the compute memory had to grow.
+    pub reallocations: u64,
+}
+
+/// How long the last split took, per pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PassTimings {
+    pub weights_location: Duration,
+    pub expansion: Duration,
+    pub upgrade: Duration,
+    pub copy_insertion: Duration,
+}
+
+impl PassTimings {
+    pub fn total(&self) -> Duration {
+        self.weights_location + self.expansion + self.upgrade + self.copy_insertion
+    }
+}
+
+/// Observes node outputs while a graph runs.
+pub trait EvalCallback: Send {
+    /// Whether to stop after `node` and show it to `observe`.
+    fn wants(&mut self, graph: &Graph, node: TensorId) -> bool;
+
+    /// Sees `node`'s output (readable through the graph); `false` stops
+    /// the run with [`Error::Aborted`].
+    fn observe(&mut self, graph: &Graph, node: TensorId) -> bool;
+}
+
+/// Asked between splits; `true` stops the run with [`Error::Aborted`].
+pub type AbortCallback = Box<dyn FnMut() -> bool + Send>;
+
+/// Places and runs graphs across an ordered list of backends.
+pub struct Scheduler {
+    config: SchedConfig,
+    infos: Vec<BackendInfo>,
+    streams: Vec<Box<dyn Backend>>,
+    host: BackendId,
+    bufts: BufferTypes,
+    allocator: GraphAllocator,
+    manual: HashMap<TensorId, BackendId>,
+    assignments: Assignments,
+    scheduled: Option<Scheduled>,
+    allocated: bool,
+    /// Per split, per graph copy: the event of that split's last run.
+    events: Vec<Vec<Option<Arc<dyn Event>>>>,
+    stats: SchedStats,
+    timings: PassTimings,
+    eval: Option<Box<dyn EvalCallback>>,
+    abort: Option<AbortCallback>,
+}
+
+impl Scheduler {
+    /// A scheduler over `backends` (priority = order). One of them must be
+    /// a CPU: graph inputs start there.
+    pub fn new(backends: Vec<BackendSpec>, config: SchedConfig) -> Result<Scheduler> {
+        if !(1..=4).contains(&config.n_copies) {
+            return Err(Error::InvalidArgument(format!(
+                "pipeline depth (graph copies) must be 1 to 4, not {}",
+                config.n_copies
+            )));
+        }
+        if backends.is_empty() || backends.len() > u16::MAX as usize {
+            return Err(Error::InvalidArgument(
+                "a scheduler needs 1 to 65535 backends".into(),
+            ));
+        }
+        let host = backends
+            .iter()
+            .position(|b| b.device.kind() == DeviceKind::Cpu)
+            .ok_or_else(|| {
+                Error::InvalidArgument(
+                    "a scheduler needs a host (CPU) backend: graph inputs start there".into(),
+                )
+            })?;
+        let mut names: Vec<&str> = backends.iter().map(|b| b.device.name()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Error::InvalidArgument(format!(
+                "each device may appear once in a scheduler: {names:?}"
+            )));
+        }
+        let mut bufts: HashMap<String, Arc<dyn BufferType>> = HashMap::new();
+        let mut compute: Vec<Arc<dyn BufferType>> = Vec::new();
+        for b in &backends {
+            let bt = b.device.buffer_type();
+            bufts.insert(bt.name().to_string(), bt.clone());
+            if let Some(h) = b.device.host_buffer_type() {
+                bufts.insert(h.name().to_string(), h);
+            }
+            compute.push(if config.dry_run {
+                VirtualBufferType::like(bt.as_ref())
+            } else {
+                bt
+            });
+        }
+        let streams = if config.dry_run {
+            Vec::new()
+        } else {
+            backends
+                .iter()
+                .map(|b| b.device.new_backend())
+                .collect::<Result<Vec<_>>>()?
+        };
+        let infos: Vec<BackendInfo> = backends
+            .into_iter()
+            .map(|b| BackendInfo {
+                compute_buft: b.device.buffer_type().name().to_string(),
+                device: b.device,
+                op_offload: b.op_offload,
+            })
+            .collect();
+        let bufts = BufferTypes::new(&infos, &bufts);
+        Ok(Scheduler {
+            allocator: GraphAllocator::new(compute).with_strategy(config.strategy),
+            config,
+            infos,
+            streams,
+            host: BackendId(host as u16),
+            bufts,
+            manual: HashMap::new(),
+            assignments: Assignments::default(),
+            scheduled: None,
+            allocated: false,
+            events: Vec::new(),
+            stats: SchedStats::default(),
+            timings: PassTimings::default(),
+            eval: None,
+            abort: None,
+        })
+    }
+
+    /// A scheduler over `devices` with op offload on everywhere.
+    pub fn with_devices(devices: &[Arc<dyn Device>], config: SchedConfig) -> Result<Scheduler> {
+        Scheduler::new(
+            devices
+                .iter()
+                .map(|d| BackendSpec::new(d.clone()))
+                .collect(),
+            config,
+        )
+    }
+
+    pub fn n_backends(&self) -> usize {
+        self.infos.len()
+    }
+
+    pub fn device(&self, b: BackendId) -> &Arc<dyn Device> {
+        &self.infos[b.index()].device
+    }
+
+    /// The backend of the device named `name`.
+    pub fn backend_named(&self, name: &str) -> Option<BackendId> {
+        self.infos
+            .iter()
+            .position(|i| i.device.name() == name)
+            .map(|i| BackendId(i as u16))
+    }
+
+    pub fn host(&self) -> BackendId {
+        self.host
+    }
+
+    pub fn config(&self) -> &SchedConfig {
+        &self.config
+    }
+
+    /// Places `id` on `b` in the next split, whatever the passes would say.
+    pub fn set_tensor_backend(&mut self, id: TensorId, b: BackendId) -> Result<()> {
+        if b.index() >= self.infos.len() {
+            return Err(Error::InvalidArgument(format!(
+                "backend {} does not exist ({} backends)",
+                b.0,
+                self.infos.len()
+            )));
+        }
+        self.manual.insert(id, b);
+        Ok(())
+    }
+
+    /// Forgets manual placements.
+    pub fn reset(&mut self) {
+        self.manual.clear();
+    }
+
+    pub fn set_eval_callback(&mut self, cb: Option<Box<dyn EvalCallback>>) {
+        self.eval = cb;
+    }
+
+    pub fn set_abort_callback(&mut self, cb: Option<AbortCallback>) {
+        self.abort = cb;
+    }
+
+    /// Runs the four passes on `graph`; the result becomes the scheduler's
+    /// graph (the same tensor ids, plus transfers). The scheduler takes the
+    /// graph: read and write its tensors through [`Scheduler::graph`].
+    pub fn split_graph(&mut self, graph: Graph) -> Result<&[Split]> {
+        let _span = tracing::debug_span!("split_graph", nodes = graph.nodes().len()).entered();
+        graph.validate()?;
+        let ctx = PassContext::new(
+            &graph,
+            &self.infos,
+            self.host,
+            &self.config.offload_policy,
+            &self.bufts,
+        );
+        let mut asg = Assignments::new(graph.n_tensors());
+        let t0 = Instant::now();
+        {
+            let _s = tracing::trace_span!("pass 1: weights location").entered();
+            passes::weights_location::weights_location(&ctx, &mut asg, &self.manual)?;
+        }
+        let t1 = Instant::now();
+        {
+            let _s = tracing::trace_span!("pass 2: expansion").entered();
+            passes::expansion::expansion(&ctx, &mut asg);
+        }
+        let t2 = Instant::now();
+        {
+            let _s = tracing::trace_span!("pass 3: upgrade").entered();
+            passes::upgrade::upgrade(&ctx, &mut asg)?;
+        }
+        let t3 = Instant::now();
+        let scheduled = {
+            let _s = tracing::trace_span!("pass 4: copy insertion").entered();
+            let plan =
+                passes::copy_insertion::copy_insertion(&ctx, &mut asg, self.config.n_copies)?;
+            drop(ctx);
+            passes::copy_insertion::apply(graph, plan)
+        };
+        let t4 = Instant::now();
+        self.timings = PassTimings {
+            weights_location: t1 - t0,
+            expansion: t2 - t1,
+            upgrade: t3 - t2,
+            copy_insertion: t4 - t3,
+        };
+        self.stats.splits = scheduled.splits.len();
+        self.stats.copies = scheduled.splits.iter().map(|s| s.inputs.len()).sum();
+        self.stats.graphs_split += 1;
+        self.events = vec![vec![None; self.config.n_copies]; scheduled.splits.len()];
+        self.assignments = asg;
+        self.scheduled = Some(scheduled);
+        self.allocated = false;
+        Ok(&self.scheduled.as_ref().expect("just set").splits)
+    }
+
+    /// Splits `graph` and sizes the compute memory of every backend for it
+    /// (the worst case later graphs will fit).
+    pub fn reserve(&mut self, graph: Graph) -> Result<()> {
+        self.split_graph(graph)?;
+        let host = self.host.index();
+        let asg = &self.assignments;
+        let assign = |id: TensorId| asg.get(id).map_or(host, |b| b.index());
+        let g = &self.scheduled.as_ref().expect("split above").graph;
+        self.allocator.reserve(g, &assign)
+    }
+
+    /// Splits `graph` and gives every tensor that needs it memory.
+    pub fn alloc_graph(&mut self, graph: Graph) -> Result<()> {
+        self.split_graph(graph)?;
+        self.alloc_scheduled()
+    }
+
+    fn alloc_scheduled(&mut self) -> Result<()> {
+        let host = self.host.index();
+        let asg = &self.assignments;
+        let assign = |id: TensorId| asg.get(id).map_or(host, |b| b.index());
+        let scheduled = self.scheduled.as_mut().ok_or_else(|| {
+            Error::InvalidArgument("no graph: call split_graph or alloc_graph first".into())
+        })?;
+        let before = self.allocator.stats().reallocations;
+        self.allocator.alloc_graph(&mut scheduled.graph, &assign)?;
+        self.stats.reallocations += self.allocator.stats().reallocations - before;
+        self.allocated = true;
+        Ok(())
+    }
+
+    /// Compute memory per backend, in bytes (what the allocator holds).
+    pub fn compute_buffer_bytes(&self) -> Vec<u64> {
+        self.allocator.buffer_bytes()
+    }
+
+    /// Compute memory per backend a graph needs, without allocating.
+    pub fn measure(&mut self, graph: Graph) -> Result<Vec<u64>> {
+        self.split_graph(graph)?;
+        let host = self.host.index();
+        let asg = &self.assignments;
+        let assign = |id: TensorId| asg.get(id).map_or(host, |b| b.index());
+        let g = &self.scheduled.as_ref().expect("split above").graph;
+        self.allocator.measure(g, &assign)
+    }
+
+    /// The scheduled graph: the user's tensor ids are valid in it; write
+    /// inputs and read outputs here.
+    pub fn graph(&self) -> Option<&Graph> {
+        self.scheduled.as_ref().map(|s| &s.graph)
+    }
+
+    pub fn graph_mut(&mut self) -> Option<&mut Graph> {
+        self.scheduled.as_mut().map(|s| &mut s.graph)
+    }
+
+    pub fn splits(&self) -> &[Split] {
+        self.scheduled.as_ref().map_or(&[], |s| &s.splits)
+    }
+
+    /// The backend a tensor of the scheduled graph runs on.
+    pub fn backend_of(&self, id: TensorId) -> Option<BackendId> {
+        self.assignments.get(id)
+    }
+
+    /// Why a tensor runs where it runs.
+    pub fn cause_of(&self, id: TensorId) -> Option<&Cause> {
+        self.assignments
+            .cause
+            .get(id.index())
+            .and_then(|c| c.as_ref())
+    }
+
+    pub fn stats(&self) -> SchedStats {
+        self.stats
+    }
+
+    /// How long the last split took, per pass.
+    pub fn pass_timings(&self) -> PassTimings {
+        self.timings
+    }
+
+    /// The allocator's counters.
+    pub fn alloc_stats(&self) -> crate::alloc::AllocStats {
+        self.allocator.stats()
+    }
+
+    /// Runs the scheduled graph and waits for it.
+    pub fn compute(&mut self) -> Result<()> {
+        self.compute_async()?;
+        self.synchronize()
+    }
+
+    /// Queues the scheduled graph's splits; `synchronize` waits for them.
+    pub fn compute_async(&mut self) -> Result<()> {
+        if self.config.dry_run {
+            return Err(Error::InvalidArgument(
+                "a dry-run scheduler plans only; it cannot compute".into(),
+            ));
+        }
+        if !self.allocated {
+            self.alloc_scheduled()?;
+        } else {
+            self.stats.graph_reuses += 1;
+        }
+        execute::run(self)
+    }
+
+    /// Waits for every backend.
+    pub fn synchronize(&mut self) -> Result<()> {
+        for s in &mut self.streams {
+            s.synchronize()?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,267 @@
+//! The four assignment passes, each its own function with one job:
+//! [weights location](weights_location), [expansion](expansion),
+//! [upgrade](upgrade) and [copy insertion](copy_insertion).
+
+pub mod copy_insertion;
+pub mod expansion;
+pub mod upgrade;
+pub mod weights_location;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::cause::{BackendId, Cause};
+use super::offload::OffloadPolicy;
+use crate::backend::{BufferType, Device};
+use crate::ir::{Graph, TensorId};
+
+/// What the passes know about one backend.
+pub struct BackendInfo {
+    pub device: Arc<dyn Device>,
+    /// Name of the buffer type its compute memory comes from.
+    pub compute_buft: String,
+    /// Op offload switch.
+    pub op_offload: bool,
+}
+
+/// The backend and cause of every tensor, by tensor index.
+#[derive(Clone, Debug, Default)]
+pub struct Assignments {
+    pub backend: Vec<Option<BackendId>>,
+    pub cause: Vec<Option<Cause>>,
+    /// The first backend that refused a node the rules sent it.
+    pub refused: Vec<Option<BackendId>>,
+}
+
+impl Assignments {
+    pub fn new(n: usize) -> Assignments {
+        Assignments {
+            backend: vec![None; n],
+            cause: vec![None; n],
+            refused: vec![None; n],
+        }
+    }
+
+    pub fn get(&self, id: TensorId) -> Option<BackendId> {
+        self.backend.get(id.index()).copied().flatten()
+    }
+
+    pub fn set(&mut self, id: TensorId, b: BackendId, cause: Cause) {
+        let i = id.index();
+        if i >= self.backend.len() {
+            self.backend.resize(i + 1, None);
+            self.cause.resize(i + 1, None);
+            self.refused.resize(i + 1, None);
+        }
+        self.backend[i] = Some(b);
+        self.cause[i] = Some(cause);
+    }
+
+    pub fn refuse(&mut self, id: TensorId, b: BackendId) {
+        let r = &mut self.refused[id.index()];
+        if r.is_none() {
+            *r = Some(b);
+        }
+    }
+}
+
+/// A buffer type's small index in a scheduler's table.
+pub type BuftId = u16;
+
+/// Memory of a type no backend of the scheduler knows.
+pub const UNKNOWN_BUFT: BuftId = u16::MAX;
+
+/// The buffer types a scheduler knows, by index, and which backend's
+/// kernels use which: answered once, then looked up.
+pub struct BufferTypes {
+    names: Vec<Arc<str>>,
+    ids: HashMap<String, BuftId>,
+    is_host: Vec<bool>,
+    /// usable[backend][buft]
+    usable: Vec<Vec<bool>>,
+    /// The compute memory of each backend.
+    compute: Vec<BuftId>,
+}
+
+impl BufferTypes {
+    pub fn new(
+        backends: &[BackendInfo],
+        known: &HashMap<String, Arc<dyn BufferType>>,
+    ) -> BufferTypes {
+        let mut names: Vec<Arc<str>> = known.keys().map(|k| Arc::from(k.as_str())).collect();
+        names.sort();
+        let ids: HashMap<String, BuftId> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), i as BuftId))
+            .collect();
+        let is_host = names.iter().map(|n| known[&**n].is_host()).collect();
+        let usable = backends
+            .iter()
+            .map(|b| {
+                names
+                    .iter()
+                    .map(|n| b.device.supports_buffer_type(known[&**n].as_ref()))
+                    .collect()
+            })
+            .collect();
+        let compute = backends.iter().map(|b| ids[&b.compute_buft]).collect();
+        BufferTypes {
+            names,
+            ids,
+            is_host,
+            usable,
+            compute,
+        }
+    }
+
+    pub fn id(&self, name: &str) -> BuftId {
+        self.ids.get(name).copied().unwrap_or(UNKNOWN_BUFT)
+    }
+
+    pub fn name(&self, id: BuftId) -> Arc<str> {
+        self.names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| Arc::from("unknown"))
+    }
+}
+
+/// Everything the passes read.
+pub struct PassContext<'a> {
+    pub graph: &'a Graph,
+    pub backends: &'a [BackendInfo],
+    /// The backend graph inputs start on.
+    pub host: BackendId,
+    pub offload: &'a OffloadPolicy,
+    pub bufts: &'a BufferTypes,
+    /// The buffer type of each tensor's own memory (NO_DATA if none).
+    bound: Vec<BuftId>,
+    /// supports_op answers per (tensor, backend): 0 not asked, 1 no, 2 yes.
+    supported: RefCell<Vec<u8>>,
+}
+
+/// No memory yet.
+const NO_DATA: BuftId = u16::MAX - 1;
+
+impl<'a> PassContext<'a> {
+    pub fn new(
+        graph: &'a Graph,
+        backends: &'a [BackendInfo],
+        host: BackendId,
+        offload: &'a OffloadPolicy,
+        bufts: &'a BufferTypes,
+    ) -> PassContext<'a> {
+        // tensors share few buffers: look each buffer's type up once
+        let mut by_buffer: Vec<(usize, BuftId)> = Vec::new();
+        let bound = graph
+            .tensors()
+            .map(|(_, t)| match &t.data {
+                None => NO_DATA,
+                Some(d) => {
+                    let key = Arc::as_ptr(&d.buffer) as *const () as usize;
+                    match by_buffer.iter().find(|(k, _)| *k == key) {
+                        Some(&(_, id)) => id,
+                        None => {
+                            let id = bufts.id(d.buffer.buffer_type_name());
+                            by_buffer.push((key, id));
+                            id
+                        }
+                    }
+                }
+            })
+            .collect();
+        PassContext {
+            graph,
+            backends,
+            host,
+            offload,
+            bufts,
+            bound,
+            supported: RefCell::new(vec![0; graph.n_tensors() * backends.len()]),
+        }
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = BackendId> + '_ {
+        (0..self.backends.len()).map(|b| BackendId(b as u16))
+    }
+
+    pub fn device(&self, b: BackendId) -> &dyn Device {
+        self.backends[b.index()].device.as_ref()
+    }
+
+    /// Backend `b` computes `node` (views and leafs need no support).
+    pub fn supports(&self, b: BackendId, node: TensorId) -> bool {
+        let t = self.graph.tensor(node);
+        if t.op.is_noop() {
+            return true;
+        }
+        let k = node.index() * self.backends.len() + b.index();
+        let cached = self.supported.borrow().get(k).copied().unwrap_or(0);
+        if cached != 0 {
+            return cached == 2;
+        }
+        let yes = self.device(b).supports_op(self.graph, node);
+        if let Some(slot) = self.supported.borrow_mut().get_mut(k) {
+            *slot = if yes { 2 } else { 1 };
+        }
+        yes
+    }
+
+    /// Backend `b`'s kernels use memory of type `buft`.
+    pub fn supports_buft(&self, b: BackendId, buft: BuftId) -> bool {
+        self.bufts.usable[b.index()]
+            .get(buft as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    pub fn is_host_buft(&self, buft: BuftId) -> bool {
+        self.bufts
+            .is_host
+            .get(buft as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The buffer type a tensor's memory is in already (its own, or its
+    /// view base's); UNKNOWN_BUFT for memory of a type no backend knows.
+    pub fn bound_buft(&self, id: TensorId) -> Option<BuftId> {
+        match self.bound[self.graph.base_of(id).index()] {
+            NO_DATA => None,
+            b => Some(b),
+        }
+    }
+
+    /// The name of the buffer type of a bound tensor, for errors.
+    pub fn bound_buft_name(&self, id: TensorId) -> String {
+        let base = self.graph.base_of(id);
+        self.graph
+            .tensor(base)
+            .data
+            .as_ref()
+            .map_or_else(String::new, |d| d.buffer.buffer_type_name().to_string())
+    }
+
+    /// Where a tensor's memory is or will be: bound memory, else the
+    /// compute memory of its (or its view base's) backend.
+    pub fn buft_of(&self, id: TensorId, asg: &Assignments) -> Option<BuftId> {
+        if let Some(b) = self.bound_buft(id) {
+            return Some(b);
+        }
+        let owner = asg.get(id).or_else(|| asg.get(self.graph.base_of(id)))?;
+        Some(self.bufts.compute[owner.index()])
+    }
+
+    /// Whether backend `b` reads `src` where it lies.
+    pub fn reads_in_place(&self, b: BackendId, src: TensorId, asg: &Assignments) -> bool {
+        self.buft_of(src, asg)
+            .is_some_and(|t| self.supports_buft(b, t))
+    }
+
+    /// Whether two backends compute in the same memory.
+    pub fn same_compute_memory(&self, a: BackendId, b: BackendId) -> bool {
+        self.bufts.compute[a.index()] == self.bufts.compute[b.index()]
+    }
+}
