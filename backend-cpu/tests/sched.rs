@@ -456,7 +456,7 @@ fn a_scheduler_needs_a_host_and_a_valid_depth() {
         n_copies: 5,
         ..SchedConfig::default()
     };
-    assert!(Scheduler::with_devices(&[cpu.clone()], bad).is_err());
+    assert!(Scheduler::with_devices(std::slice::from_ref(&cpu), bad).is_err());
     assert!(
         Scheduler::with_devices(&[cpu.clone(), cpu], SchedConfig::default()).is_err(),
         "a device twice"
