@@ -79,6 +79,12 @@ impl EmuRuntime {
         self.allocated.load(Ordering::Relaxed)
     }
 
+    /// Live allocations (device and pinned): one per buffer, never one
+    /// per tensor.
+    pub fn live_allocations(&self) -> usize {
+        self.sizes.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     fn host_alloc(&self, bytes: u64, what: &str) -> Result<*mut u8> {
         let oom = || Error::OutOfMemory {
             buffer_type: format!("emu:{} {what}", self.ordinal),
