@@ -92,7 +92,7 @@ __device__ __forceinline__ u16 f2h(float f) {
     return (u16)(sign | h);
 }
 
-// +infinity without math.h (NVRTC has no INFINITY macro)
+// +infinity without math.h (NVRTC has no such macro)
 __device__ __forceinline__ float inf_f() { return bits_to_f32(0x7f800000u); }
 
 __device__ __forceinline__ float bf2f(u16 h) { return bits_to_f32(((u32)h) << 16); }
