@@ -1,8 +1,15 @@
-//! ggraph HIP backend.
+//! ggraph HIP backend: the GPU engine of `ggraph-cuda` (devices, buffers,
+//! streams, dispatch and the one kernel source) over the HIP runtime, with
+//! the kernels compiled at run time by hiprtc for the device's `gfx`
+//! architecture. hipBLAS is not used: matrix products run on the shared
+//! kernels (mat-vec and tiled).
 //!
-//! Device discovery, buffers and kernels land with issue #6; until then the
-//! crate registers the HIP family with no devices, so that programs built
-//! against the registry keep the same API when it arrives.
+//! The runtime is behind the `hip` feature (it needs ROCm at build time).
+//! Without the feature, or without an AMD GPU, the backend lists no
+//! devices.
+
+#[cfg(feature = "hip")]
+pub mod hip;
 
 use std::sync::Arc;
 
@@ -18,6 +25,38 @@ impl BackendRegistration for Registration {
     }
 
     fn devices(&self) -> Vec<Arc<dyn Device>> {
-        Vec::new()
+        #[cfg(feature = "hip")]
+        {
+            hip::devices()
+                .into_iter()
+                .map(|d| d as Arc<dyn Device>)
+                .collect()
+        }
+        #[cfg(not(feature = "hip"))]
+        {
+            Vec::new()
+        }
+    }
+}
+
+/// Whether the HIP runtime is compiled into this build.
+pub const fn compiled_in() -> bool {
+    cfg!(feature = "hip")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registration_never_panics_and_lists_only_hip_devices() {
+        let d = Registration.devices();
+        assert_eq!(Registration.name(), "HIP");
+        if !compiled_in() {
+            assert!(d.is_empty());
+        }
+        for dev in d {
+            assert!(dev.name().starts_with("hip:"));
+        }
     }
 }

@@ -1,0 +1,373 @@
+//! The host emulator: a [`Runtime`] whose "device memory" is host memory
+//! and whose kernels are those of `kernels/ggraph.cu`, compiled as C++ by
+//! build.rs with `kernels/emu.h` (threads as fibers, `__syncthreads` and
+//! warp shuffles as barriers). A device over it runs the real dispatch code
+//! and the real kernels, so the conformance suite checks both without a
+//! GPU. The BLAS entry point is emulated in Rust with cuBLAS's column-major
+//! semantics, so the argument mapping of the cuBLAS path is checked too.
+//!
+//! It is a test device: slow (every GPU thread is a fiber) and never
+//! registered by [`crate::Registration`].
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
+use ggraph_core::{DType, Error, Result};
+
+use crate::engine::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
+
+unsafe extern "C" {
+    fn ggraph_emu_launch(
+        name: *const c_char,
+        gx: u32,
+        gy: u32,
+        gz: u32,
+        bx: u32,
+        by: u32,
+        bz: u32,
+        shared_bytes: u32,
+        args: *mut *mut c_void,
+        err: *mut c_char,
+        errlen: usize,
+    ) -> i32;
+}
+
+const ALIGN: usize = 256;
+
+/// An emulated GPU with a declared memory size.
+pub struct EmuRuntime {
+    ordinal: usize,
+    name: String,
+    budget_bytes: u64,
+    allocated: AtomicU64,
+    blas: bool,
+    sizes: Mutex<HashMap<u64, usize>>,
+    next_handle: AtomicU64,
+}
+
+impl EmuRuntime {
+    /// Emulated device `ordinal` with `budget_bytes` of memory; `blas`
+    /// says whether it offers the (emulated) BLAS path.
+    pub fn new(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<EmuRuntime> {
+        Arc::new(EmuRuntime {
+            ordinal,
+            name: format!(
+                "host emulator of the GPU kernels ({})",
+                if blas { "with BLAS" } else { "kernels only" }
+            ),
+            budget_bytes,
+            allocated: AtomicU64::new(0),
+            blas,
+            sizes: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+        })
+    }
+
+    /// A GPU device (`emu:N`) over a new emulator.
+    pub fn device(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<GpuDevice> {
+        GpuDevice::new(EmuRuntime::new(ordinal, budget_bytes, blas), "emu")
+    }
+
+    /// Bytes allocated on the emulated device now.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Live allocations (device and pinned): one per buffer, never one
+    /// per tensor.
+    pub fn live_allocations(&self) -> usize {
+        self.sizes.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn host_alloc(&self, bytes: u64, what: &str) -> Result<*mut u8> {
+        let oom = || Error::OutOfMemory {
+            buffer_type: format!("emu:{} {what}", self.ordinal),
+            requested_bytes: bytes,
+            available_bytes: 0,
+        };
+        let size = usize::try_from(bytes).map_err(|_| oom())?.max(1);
+        let layout = Layout::from_size_align(size, ALIGN).map_err(|_| oom())?;
+        // SAFETY: non-zero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(oom());
+        }
+        self.sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(p as u64, size);
+        Ok(p)
+    }
+
+    fn host_free(&self, p: u64) -> usize {
+        let size = self
+            .sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&p);
+        match size {
+            Some(size) => {
+                let layout = Layout::from_size_align(size, ALIGN).expect("valid at allocation");
+                // SAFETY: allocated by host_alloc with this layout.
+                unsafe { dealloc(p as *mut u8, layout) };
+                size
+            }
+            None => 0,
+        }
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// One element of a plain float type as f32.
+///
+/// # Safety
+/// `p` is valid for reads of the type's size.
+unsafe fn read_elem(t: DType, p: *const u8) -> f32 {
+    // SAFETY: caller's contract.
+    unsafe {
+        match t {
+            DType::F32 => (p as *const f32).read_unaligned(),
+            DType::F16 => f16_to_f32((p as *const u16).read_unaligned()),
+            DType::BF16 => bf16_to_f32((p as *const u16).read_unaligned()),
+            _ => f32::NAN,
+        }
+    }
+}
+
+impl Runtime for EmuRuntime {
+    fn family(&self) -> &'static str {
+        "emu"
+    }
+
+    fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    fn arch(&self) -> &str {
+        "host"
+    }
+
+    fn memory(&self) -> Result<(u64, u64)> {
+        Ok((
+            self.budget_bytes.saturating_sub(self.allocated_bytes()),
+            self.budget_bytes,
+        ))
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+        // as the host allocation: at least one byte
+        let bytes = bytes.max(1);
+        let prev = self.allocated.fetch_add(bytes, Ordering::SeqCst);
+        if prev.saturating_add(bytes) > self.budget_bytes {
+            self.allocated.fetch_sub(bytes, Ordering::SeqCst);
+            return Err(Error::OutOfMemory {
+                buffer_type: format!("emu:{}", self.ordinal),
+                requested_bytes: bytes,
+                available_bytes: self.budget_bytes.saturating_sub(prev),
+            });
+        }
+        match self.host_alloc(bytes, "device memory") {
+            Ok(p) => Ok(p as u64),
+            Err(e) => {
+                self.allocated.fetch_sub(bytes, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+
+    unsafe fn free(&self, ptr: DevPtr) {
+        let size = self.host_free(ptr) as u64;
+        self.allocated.fetch_sub(size, Ordering::SeqCst);
+    }
+
+    fn alloc_pinned(&self, bytes: u64) -> Result<*mut u8> {
+        self.host_alloc(bytes, "pinned memory")
+    }
+
+    unsafe fn free_pinned(&self, ptr: *mut u8) {
+        self.host_free(ptr as u64);
+    }
+
+    unsafe fn htod(
+        &self,
+        dst: DevPtr,
+        src: *const u8,
+        len: usize,
+        _: Option<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::copy(src, dst as *mut u8, len) };
+        Ok(())
+    }
+
+    unsafe fn dtoh(
+        &self,
+        dst: *mut u8,
+        src: DevPtr,
+        len: usize,
+        _: Option<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::copy(src as *const u8, dst, len) };
+        Ok(())
+    }
+
+    unsafe fn dtod(
+        &self,
+        dst: DevPtr,
+        src: DevPtr,
+        len: usize,
+        _: Option<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    }
+
+    unsafe fn memset(
+        &self,
+        dst: DevPtr,
+        value: u8,
+        len: usize,
+        _: Option<RawStream>,
+    ) -> Result<()> {
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
+        Ok(())
+    }
+
+    /// Emulated devices reach each other directly, like GPUs with peer
+    /// access.
+    unsafe fn peer_copy(
+        &self,
+        dst: DevPtr,
+        src_rt: &dyn Runtime,
+        src: DevPtr,
+        len: usize,
+        _: Option<RawStream>,
+    ) -> Result<bool> {
+        if src_rt.as_any().downcast_ref::<EmuRuntime>().is_none() {
+            return Ok(false);
+        }
+        // SAFETY: caller's contract.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(true)
+    }
+
+    fn stream_create(&self) -> Result<RawStream> {
+        Ok(self.handle())
+    }
+
+    unsafe fn stream_destroy(&self, _: RawStream) {}
+
+    fn stream_sync(&self, _: RawStream) -> Result<()> {
+        Ok(())
+    }
+
+    fn event_create(&self) -> Result<RawEvent> {
+        Ok(self.handle())
+    }
+
+    unsafe fn event_destroy(&self, _: RawEvent) {}
+
+    fn event_record(&self, _: RawEvent, _: RawStream) -> Result<()> {
+        Ok(())
+    }
+
+    fn event_sync(&self, _: RawEvent) -> Result<()> {
+        Ok(())
+    }
+
+    fn stream_wait_event(&self, _: RawStream, _: RawEvent) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn launch(&self, _: RawStream, spec: &mut LaunchSpec<'_>) -> Result<()> {
+        let name =
+            CString::new(spec.kernel).map_err(|_| Error::backend("emu", "bad kernel name"))?;
+        let mut err = vec![0 as c_char; 512];
+        let [gx, gy, gz] = spec.grid;
+        let [bx, by, bz] = spec.block;
+        // SAFETY: the arguments match the kernel (caller's contract);
+        // every pointer in them is host memory of this emulator.
+        let rc = unsafe {
+            ggraph_emu_launch(
+                name.as_ptr(),
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                spec.shared_bytes,
+                spec.args.as_mut_ptr(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: the emulator writes a NUL-terminated message.
+            let msg = unsafe { CStr::from_ptr(err.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
+            return Err(Error::backend(
+                format!("emu:{}", self.ordinal),
+                format!("kernel {}: {msg}", spec.kernel),
+            ));
+        }
+        Ok(())
+    }
+
+    fn has_blas(&self) -> bool {
+        self.blas
+    }
+
+    /// `C = Aᵀ · B` per batch, column-major, f32 accumulation: what
+    /// `cublasGemmStridedBatchedEx(T, N, ...)` computes.
+    unsafe fn gemm(&self, _: RawStream, g: &Gemm) -> Result<()> {
+        if !self.blas {
+            return Err(Error::backend("emu", "BLAS is off on this emulated device"));
+        }
+        let (ea, eb) = (g.a_type.type_size(), g.b_type.type_size());
+        for bt in 0..g.batch as i64 {
+            for j in 0..g.n as i64 {
+                for i in 0..g.m as i64 {
+                    let mut sum = 0f32;
+                    for kk in 0..g.k as i64 {
+                        let ai = bt * g.stride_a + i * g.lda as i64 + kk;
+                        let bi = bt * g.stride_b + j * g.ldb as i64 + kk;
+                        // SAFETY: the dispatcher sized A and B (caller's contract).
+                        let (x, y) = unsafe {
+                            (
+                                read_elem(g.a_type, (g.a + (ai as u64) * ea as u64) as *const u8),
+                                read_elem(g.b_type, (g.b + (bi as u64) * eb as u64) as *const u8),
+                            )
+                        };
+                        sum += x * y;
+                    }
+                    let ci = bt * g.stride_c + j * g.ldc as i64 + i;
+                    // SAFETY: as above, for C.
+                    unsafe { ((g.c + ci as u64 * 4) as *mut f32).write_unaligned(sum) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
