@@ -38,13 +38,7 @@ fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights
 }
 
 fn no_cache(n_tokens: usize, attention: Attention) -> BuildShape {
-    BuildShape {
-        n_tokens,
-        n_outputs: n_tokens,
-        n_kv: n_tokens,
-        attention,
-        kv: None,
-    }
+    BuildShape::prompt(n_tokens, attention)
 }
 
 fn emu() -> Arc<dyn Device> {
@@ -79,17 +73,13 @@ fn quantised_llama_weights_on_the_emulated_gpu() {
 #[test]
 fn kv_cache_and_mixture_of_experts_on_the_emulated_gpu() {
     let cfg = LlamaConfig::dense(97, 64, 1, 2, 1, 96);
-    let shape = BuildShape {
-        n_tokens: 4,
-        n_outputs: 1,
-        n_kv: 11,
-        attention: Attention::Flash,
-        kv: Some(KvLayout {
-            kv_size: 16,
-            k_type: DType::F16,
-            v_type: DType::Q8_0,
-        }),
+    let kv = KvLayout {
+        kv_size: 16,
+        k_type: DType::F16,
+        v_type: DType::Q8_0,
     };
+    let mut shape = BuildShape::cached(4, 1, 11, Attention::Flash, kv);
+    shape.mask_type = DType::F32;
     let e = run(emu(), &cfg, shape, DType::F32);
     assert!(e < 1e-6, "kv cache: nmse {e}");
 

@@ -88,7 +88,7 @@ pub(crate) fn run_node(s: &mut GpuStream, graph: &Graph, id: TensorId) -> Result
     let n = t.nelements() as u64;
     let block = [ELEMWISE_BLOCK, 1, 1];
     match &t.op {
-        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => Ok(()),
+        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => Ok(()),
         Op::GetRows => {
             let (a, idx) = (kt(s, src(0))?, kt(s, src(1))?);
             let err = s.err_ptr();

@@ -16,7 +16,7 @@ pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
     let src = |i: usize| graph.tensor(t.src[i]);
     let float = |d: DType| d.is_float();
     match &t.op {
-        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => true,
+        Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => true,
         Op::GetRows => src(1).dtype == DType::I32,
         Op::Binary(_) => float(src(0).dtype) && float(src(1).dtype) && float(t.dtype),
         Op::Scale { .. } | Op::Unary(_) | Op::RmsNorm { .. } | Op::Norm { .. } | Op::SumRows => {
