@@ -462,3 +462,21 @@ fn a_scheduler_needs_a_host_and_a_valid_depth() {
         "a device twice"
     );
 }
+
+#[test]
+fn the_mixed_device_check_passes_on_one_and_two_simulated_gpus() {
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let (_, sims) = devices(2, &[]);
+    for n in [1, 2] {
+        let m = ggraph_core::testing::mixed::mixed_llama(
+            &sims[..n],
+            cpu.clone(),
+            DType::Q8_0,
+            Attention::Standard,
+        )
+        .unwrap();
+        assert!(m.passed(), "{m:?}");
+        assert_eq!(m.nmse_vs_cpu, 0.0, "same kernels on the simulated devices");
+        assert_eq!(m.splits, n + 1, "{}", m.explain);
+    }
+}

@@ -90,3 +90,15 @@ fn kv_cache_and_mixture_of_experts_on_the_emulated_gpu() {
     let e = run(emu(), &moe, no_cache(6, Attention::Flash), DType::F32);
     assert!(e < 1e-9, "moe: nmse {e}");
 }
+
+#[test]
+fn the_scheduler_splits_a_llama_model_between_the_cpu_and_the_emulated_gpu() {
+    let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
+    for attention in [Attention::Standard, Attention::Flash] {
+        let m =
+            ggraph_core::testing::mixed::mixed_llama(&[emu()], cpu.clone(), DType::Q8_0, attention)
+                .unwrap();
+        assert!(m.passed(), "{attention:?}: {m:?}");
+        assert!(m.splits >= 2 && m.device_nodes > 20, "{}", m.explain);
+    }
+}

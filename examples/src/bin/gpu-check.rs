@@ -186,11 +186,38 @@ fn llama_block(d: &Arc<dyn Device>) -> bool {
 /// does not count as a pass or a failure (the whole block runs on the GPU
 /// in `llama_block` above).
 fn mixed_cpu_gpu_llama(d: &Arc<dyn Device>) -> bool {
-    println!(
-        "mixed CPU+{} llama block through the scheduler: NOT RUN (no scheduler in this build)",
-        d.name()
-    );
-    true
+    let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
+    let mut ok = true;
+    for attention in [
+        ggraph::model::llama::Attention::Standard,
+        ggraph::model::llama::Attention::Flash,
+    ] {
+        match ggraph::testing::mixed::mixed_llama(
+            std::slice::from_ref(d),
+            cpu.clone(),
+            DType::Q8_0,
+            attention,
+        ) {
+            Ok(m) => {
+                println!(
+                    "mixed CPU+{} llama block ({attention:?} attention) through the scheduler: {} splits, {} copies, {} nodes on the device, nmse vs CPU {:.1e}, vs f64 reference {:.1e}: {}",
+                    d.name(),
+                    m.splits,
+                    m.copies,
+                    m.device_nodes,
+                    m.nmse_vs_cpu,
+                    m.nmse_vs_reference,
+                    if m.passed() { "PASS" } else { "FAIL" }
+                );
+                ok &= m.passed();
+            }
+            Err(e) => {
+                println!("mixed CPU+{} llama block: FAILED: {e}", d.name());
+                ok = false;
+            }
+        }
+    }
+    ok
 }
 
 /// Shapes of the bench: (m, k) = weight rows and row length.

@@ -10,6 +10,7 @@ use crate::ir::{Graph, TensorId};
 use crate::model::llama::{BuildShape, LlamaConfig, LlamaGraph, causal_mask};
 use crate::quant;
 
+pub mod mixed;
 pub mod random_graph;
 
 /// Bytes for a tensor of `graph` holding `values` (logical order),
