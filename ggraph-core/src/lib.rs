@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod ir;
+pub mod kv;
 pub mod model;
 pub mod quant;
 pub mod reference;
