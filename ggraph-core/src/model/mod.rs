@@ -1,3 +1,5 @@
-//! Model-level pieces: graph builders for model architectures.
+//! Model-level pieces: graph builders for model architectures, the GGUF
+//! model file, and memory estimates.
 
+pub mod gguf;
 pub mod llama;
