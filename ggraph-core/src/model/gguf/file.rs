@@ -31,14 +31,23 @@ fn format_error(path: &Path, msg: impl Into<String>) -> Error {
 /// Reads only as much of `path` as the header needs, growing the read
 /// until the tensor infos end. Works on a full GGUF and on a prefix of one
 /// (then [`GgufHeader::data_present`] is false).
-pub fn read_header(path: &Path, mut progress: Option<Progress<'_>>) -> Result<GgufHeader> {
+pub fn read_header(path: &Path, progress: Option<Progress<'_>>) -> Result<GgufHeader> {
+    read_header_from(path, FIRST_READ, progress)
+}
+
+/// [`read_header`] with the size of the first read given.
+fn read_header_from(
+    path: &Path,
+    first_read: u64,
+    mut progress: Option<Progress<'_>>,
+) -> Result<GgufHeader> {
     let mut file = File::open(path).map_err(|e| format_error(path, e.to_string()))?;
     let file_len = file
         .metadata()
         .map_err(|e| format_error(path, e.to_string()))?
         .len();
     let mut buf: Vec<u8> = Vec::new();
-    let mut want = file_len.min(FIRST_READ);
+    let mut want = file_len.min(first_read.max(1));
     loop {
         // Read in steps so that a large header reports progress.
         while (buf.len() as u64) < want {
@@ -302,5 +311,73 @@ impl Checksum {
         let mut h = self.h ^ self.len;
         h = (h ^ (h >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
         h ^ (h >> 33)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::model::gguf::{ArrayValues, GgufWriter};
+
+    fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("ggraph-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    fn sample() -> Vec<u8> {
+        let mut w = GgufWriter::new();
+        let tokens: Vec<String> = (0..500).map(|i| format!("token{i}")).collect();
+        w.kv("general.architecture", "llama")
+            .kv("tokenizer.ggml.tokens", ArrayValues::String(tokens));
+        w.tensor("a", DType::F32.into(), &[64, 4], vec![3; 1024])
+            .unwrap();
+        w.to_bytes().unwrap()
+    }
+
+    #[test]
+    fn a_header_is_read_in_growing_steps_with_progress() {
+        let bytes = sample();
+        let path = temp_file("grow.gguf", &bytes);
+        let mut calls = Vec::new();
+        let mut progress = |done: u64, total: u64| calls.push((done, total));
+        let h = read_header_from(&path, 16, Some(&mut progress)).unwrap();
+        assert_eq!(h, crate::model::gguf::parse_header(&bytes, "mem").unwrap());
+        assert!(h.data_present());
+        // It grew from 16 bytes and stopped before the data.
+        assert!(calls.len() > 3, "{calls:?}");
+        assert_eq!(calls[0], (16, 16));
+        let last = calls.last().unwrap().0;
+        assert!(last < bytes.len() as u64, "read {last} of {}", bytes.len());
+        std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn full_and_header_only_opening_of_a_file_and_of_its_prefix() {
+        let bytes = sample();
+        let full = temp_file("full.gguf", &bytes);
+        let m = ModelFile::open(&full).unwrap();
+        assert!(m.has_data());
+        assert_eq!(m.tensor_data("a").unwrap(), &[3u8; 1024][..]);
+        assert_ne!(m.checksum_data(None).unwrap(), 0);
+        let header_len = m.header().layout().unwrap().header_len as usize;
+
+        let prefix = temp_file("prefix.gguf", &bytes[..header_len]);
+        let e = ModelFile::open(&prefix).unwrap_err().to_string();
+        assert!(e.contains("truncated") && e.contains("header-only"), "{e}");
+        let h = ModelFile::open_header(&prefix, None).unwrap();
+        assert!(!h.has_data());
+        assert!(!h.header().data_present());
+        assert_eq!(h.header(), m.header());
+        let e = h.tensor_data("a").unwrap_err().to_string();
+        assert!(e.contains("header-only"), "{e}");
+
+        let cut = temp_file("cut.gguf", &bytes[..header_len - 3]);
+        let e = ModelFile::open_header(&cut, None).unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        for p in [full, prefix, cut] {
+            std::fs::remove_file(p).ok();
+        }
     }
 }
