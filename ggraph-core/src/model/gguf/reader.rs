@@ -108,7 +108,7 @@ impl<'a> Cursor<'a> {
             Ok(())
         } else {
             bad(format!(
-                "{} at offset {}: {count} items of at least {min_size} bytes each cannot fit in the {} bytes left in the file",
+                "{} at offset {}: {count} items of at least {min_size} bytes each cannot fit in the {} bytes left in the file (truncated or corrupt)",
                 what(),
                 self.pos,
                 self.remaining_in_file()
@@ -268,7 +268,7 @@ pub(crate) fn parse(buf: &[u8], file_len: u64) -> Parsed<GgufHeader> {
         .and_then(|(a, b)| a.checked_add(b));
     if min_header.is_none_or(|n| n > c.remaining_in_file()) {
         return bad(format!(
-            "header claims {n_kv} key-value pairs and {n_tensors} tensors, which cannot fit in a file of {} bytes",
+            "header claims {n_kv} key-value pairs and {n_tensors} tensors, which cannot fit in a file of {} bytes (truncated or corrupt)",
             c.file_len
         ));
     }
