@@ -117,8 +117,9 @@ pub fn layer_size(l: &Layer<'_>) -> u64 {
 }
 
 /// Layers past this are refused: Ollama would allocate per-layer tables
-/// of this length, and no model comes near it.
-const MAX_BLOCKS: u64 = 1 << 20;
+/// of this length and fit them layer by layer, and no model comes near it
+/// (the largest have a few hundred).
+const MAX_BLOCKS: u64 = 1 << 16;
 
 /// Ollama's `KV` getters over a header.
 pub struct OllamaKv<'a> {

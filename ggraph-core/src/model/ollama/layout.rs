@@ -71,12 +71,13 @@ fn greedy_fit(layers: &[u64], gpus: &[Room], capacity: f32, requested: i64) -> V
         }
         loop {
             if layers[i] <= free {
-                out[0].layers.insert(0, i);
+                // Collected last to first; put in order at the end.
+                out[0].layers.push(i);
                 free -= layers[i];
                 break;
             }
             if device == 0 {
-                return out;
+                return in_order(out);
             }
             device -= 1;
             out.insert(
@@ -88,6 +89,13 @@ fn greedy_fit(layers: &[u64], gpus: &[Room], capacity: f32, requested: i64) -> V
             );
             free = scaled(gpus[device].free, capacity);
         }
+    }
+    in_order(out)
+}
+
+fn in_order(mut out: Vec<GpuLayers>) -> Vec<GpuLayers> {
+    for g in &mut out {
+        g.layers.reverse();
     }
     out
 }
