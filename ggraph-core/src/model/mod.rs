@@ -5,3 +5,7 @@ pub mod estimate;
 pub mod gguf;
 pub mod llama;
 pub mod ollama;
+
+/// The JSON library of header JSON and estimate documents, re-exported so
+/// that users of these APIs need no dependency of their own.
+pub use serde_json;
