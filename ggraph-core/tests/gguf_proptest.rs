@@ -97,7 +97,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 
 fn apply(mut bytes: Vec<u8>, edits: &[Edit], cut: Option<usize>) -> Vec<u8> {
     // Most edits land in the header, where they matter.
-    let span = bytes.len().min(1500).max(1);
+    let span = bytes.len().clamp(1, 1500);
     for e in edits {
         match *e {
             Edit::Byte(p, b) => {

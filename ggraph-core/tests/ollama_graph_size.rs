@@ -374,4 +374,18 @@ fn where_ollama_would_panic_there_is_an_error() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("divides by the head count"), "{e}");
+    // A block count no model has is refused rather than sized layer by
+    // layer.
+    let m = model("llama", 70_000, 64, 4, 4, 10);
+    let e = graph_size(
+        &m.header(),
+        64,
+        8,
+        1,
+        KvCacheType::F16,
+        FlashAttention::Auto,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("70000") && e.contains("not a model"), "{e}");
 }

@@ -40,11 +40,7 @@ impl StderrProgress {
         if total < self.threshold && done < self.threshold {
             return;
         }
-        let pct = if total > 0 {
-            done.saturating_mul(100) / total
-        } else {
-            100
-        };
+        let pct = done.saturating_mul(100).checked_div(total).unwrap_or(100);
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let rate = format_bytes((done as f64 / secs) as u64);
         let line = format!(

@@ -99,7 +99,7 @@ pub struct OllamaEstimate {
     /// Weights and cache of each layer, the output layer last.
     pub layer_weights: Vec<u64>,
     pub layer_cache: Vec<u64>,
-    /// Bytes taken off every GPU first (blk.0 + kv[0]); `None` without blk.0.
+    /// Bytes taken off every GPU first (`blk.0 + kv[0]`); `None` without blk.0.
     pub reserved_buffer: Option<u64>,
     pub gpus: Vec<GpuEstimate>,
     pub layers_on_gpu: usize,

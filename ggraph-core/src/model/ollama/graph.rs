@@ -6,11 +6,12 @@
 //! computed as `uint64(float64(n) * bytesPerElement)`. The quirks kept on
 //! purpose (they are what Ollama computes):
 //!
-//! - Attention layers: `ctx*parallel * (head_k + head_v) * head_count_kv[i]
-//!   * bytes`, with head sizes from `key_length`/`value_length`, else
-//!   `embedding_length / min(head_count)`. A layer with zero heads or zero
-//!   KV heads counts as recurrent: `((conv_kernel-1) * (inner + 2*groups*
-//!   state) + state*inner) * 4`, always f32.
+//! - Attention layers: `ctx * parallel * (head_k + head_v) *
+//!   head_count_kv[i] * bytes`, with head sizes from
+//!   `key_length`/`value_length`, else `embedding_length /
+//!   min(head_count)`. A layer with zero heads or zero KV heads counts as
+//!   recurrent: `((conv_kernel - 1) * (inner + 2 * groups * state) +
+//!   state * inner) * 4`, always f32.
 //! - The per-architecture formulas use the *largest* head counts, and
 //!   "embeddingHeads" is embedding / *smallest* head count.
 //! - mllama: cross-attention layers get `heads_kv * (head_k + head_v) * 4 *
@@ -32,7 +33,7 @@
 //!   three times; a `blk.0.ffn_gate.0.weight` (8x7b layout) replaces both.
 //! - chatglm: with `blk.0.attn_qkv.bias`, its first dimension enters both.
 //! - Architectures without a branch get 0 for both graph sizes; the caller
-//!   falls back (see [`super::estimate`]).
+//!   falls back (see [`super::estimate()`]).
 
 use std::cmp::max;
 use std::num::Wrapping;

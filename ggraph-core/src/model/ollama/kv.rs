@@ -203,7 +203,7 @@ impl<'a> OllamaKv<'a> {
         }
     }
 
-    /// `KV.BlockCount` (bounded, see [`MAX_BLOCKS`]).
+    /// `KV.BlockCount`; more than 65536 layers is refused as not a model.
     pub fn block_count(&self) -> Result<u64> {
         let n = u64::from(self.uint("block_count", 0));
         if n > MAX_BLOCKS {
@@ -265,11 +265,7 @@ impl<'a> OllamaKv<'a> {
     /// divided by the *smallest* head count (0 when that is 0).
     pub fn embedding_head_count_max(&self) -> Result<u64> {
         let heads = self.head_count_min()?;
-        Ok(if heads > 0 {
-            self.embedding_length() / heads
-        } else {
-            0
-        })
+        Ok(self.embedding_length().checked_div(heads).unwrap_or(0))
     }
 
     /// `KV.EmbeddingHeadCountK`: `attention.key_length`, defaulting to

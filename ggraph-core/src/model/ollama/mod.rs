@@ -11,12 +11,12 @@
 //!   attention), with attention and recurrent layers, per-layer head
 //!   counts, sliding-window and cross-attention overrides and KV cache
 //!   types f16, q8_0, q4_0 and f32.
-//! - [`estimate`]: the request as Ollama adjusts it, the fallback graph for
-//!   architectures without a formula, the reserved buffer (blk.0 + kv[0])
+//! - [`estimate()`]: the request as Ollama adjusts it, the fallback graph for
+//!   architectures without a formula, the reserved buffer (`blk.0 + kv[0]`)
 //!   and the layer layout over GPUs.
 //!
 //! The quirks are documented where they are reproduced: [`kv`] (typed
-//! getters, Ollama's type table), [`graph`] (formulas), [`estimate`]
+//! getters, Ollama's type table), [`graph`] (formulas), [`mod@estimate`]
 //! (request and load) and [`layout`] (fitting layers to GPUs).
 
 pub mod estimate;
