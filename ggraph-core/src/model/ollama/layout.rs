@@ -269,6 +269,104 @@ mod tests {
         assert_eq!(sum(&out), 3);
     }
 
+    /// Non-empty assignments as (gpu, layers), in list order.
+    fn placed(list: &[GpuLayers]) -> Vec<(usize, Vec<usize>)> {
+        list.iter()
+            .filter(|g| !g.layers.is_empty())
+            .map(|g| (g.gpu, g.layers.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn the_discrete_gpu_cases_of_ollamas_own_layout_test_agree() {
+        // Ollama's llm/server_test.go TestLLMServerFitGPU (one library, no
+        // integrated GPUs, requireFull off): GPU 0 has 128 MiB and GPU 1
+        // 256 MiB above the 457 MiB minimum; the last layer is the output.
+        let small = GPU_MINIMUM_MEMORY + 128 * MIB;
+        let large = GPU_MINIMUM_MEMORY + 256 * MIB;
+        let m = |v: &[u64]| v.iter().map(|x| x * MIB).collect::<Vec<u64>>();
+        type Case<'a> = (&'a str, Vec<u64>, Vec<u64>, i64, Vec<(usize, Vec<usize>)>);
+        let cases: Vec<Case> = vec![
+            ("no gpu", vec![], m(&[50, 50, 50]), -1, vec![]),
+            (
+                "full single",
+                vec![large],
+                m(&[50, 50, 50]),
+                -1,
+                vec![(0, vec![0, 1, 2])],
+            ),
+            (
+                "partial single",
+                vec![large],
+                m(&[100, 100, 100, 100]),
+                -1,
+                vec![(0, vec![1, 2])],
+            ),
+            (
+                "single num_gpu 1",
+                vec![large],
+                m(&[50, 50, 50]),
+                1,
+                vec![(0, vec![1])],
+            ),
+            ("single num_gpu 0", vec![large], m(&[50, 50, 50]), 0, vec![]),
+            (
+                "single num_gpu 999",
+                vec![large],
+                m(&[100, 100, 100, 100]),
+                999,
+                vec![(0, vec![0, 1, 2, 3])],
+            ),
+            (
+                "fits on one",
+                vec![small, large],
+                m(&[50, 50, 50]),
+                -1,
+                vec![(1, vec![0, 1, 2])],
+            ),
+            (
+                "split",
+                vec![small, large],
+                m(&[256, 50, 50]),
+                -1,
+                vec![(1, vec![0]), (0, vec![1, 2])],
+            ),
+            (
+                "multi partial",
+                vec![small, large],
+                m(&[256, 256, 50]),
+                -1,
+                vec![(1, vec![1])],
+            ),
+            (
+                "multi num_gpu 1",
+                vec![small, large],
+                m(&[50, 50, 50]),
+                1,
+                vec![(1, vec![1])],
+            ),
+            (
+                "multi num_gpu 2",
+                vec![small, large],
+                m(&[256, 50, 50]),
+                2,
+                vec![(1, vec![0]), (0, vec![1])],
+            ),
+            (
+                "multi num_gpu 999",
+                vec![small, large],
+                m(&[256, 256, 50]),
+                999,
+                vec![(1, vec![0, 1]), (0, vec![2])],
+            ),
+        ];
+        for (name, free, layers, requested, want) in cases {
+            let graph = vec![0; free.len()];
+            let got = build_layout(&layers, &free, &graph, 0, requested);
+            assert_eq!(placed(&got), want, "{name}");
+        }
+    }
+
     #[test]
     fn no_gpus_no_layers() {
         assert!(build_layout(&[1, 2, 3], &[], &[], 0, -1).is_empty());
