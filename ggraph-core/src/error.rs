@@ -55,6 +55,12 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// A model file (GGUF, GGUF header prefix or header JSON) is malformed
+    /// or uses something ggraph does not read. `file` names the file (or
+    /// `<memory>`), `msg` says what was found where.
+    #[error("{file}: {msg}")]
+    Format { file: String, msg: String },
+
     /// A compute was stopped by its abort callback.
     #[error("compute aborted by the abort callback")]
     Aborted,

@@ -3,6 +3,7 @@
 //!
 //! Usage:
 //!   ggraph [devices] [--weights F32|F16|Q8_0|Q4_0|...]
+//!   ggraph estimate|header|check MODEL ...   (see cli/)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,16 +12,24 @@ use ggraph::DType;
 use ggraph::backend::Device;
 use ggraph::util::format_bytes;
 
-fn usage() -> &'static str {
-    "usage: ggraph [devices] [--weights TYPE]\n\
-     \n\
-     devices   list every device found and run a sample llama graph on each\n\
-     \n\
-     Simulated devices: GGRAPH_SIM_DEVICES=2GiB,4GiB ggraph devices"
+#[path = "../cli/mod.rs"]
+mod cli;
+
+fn usage() -> String {
+    format!(
+        "usage: ggraph [devices] [--weights TYPE]\n       ggraph COMMAND ...\n\n\
+         devices          list every device found and run a sample llama graph on each\n\
+         {}\n\n\
+         Simulated devices: GGRAPH_SIM_DEVICES=2GiB,4GiB ggraph devices",
+        cli::SUMMARY
+    )
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = args.first().and_then(|cmd| cli::run(cmd, &args[1..])) {
+        return code;
+    }
     let mut weights = DType::Q8_0;
     let mut i = 0;
     while i < args.len() {

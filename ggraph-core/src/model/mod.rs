@@ -1,3 +1,11 @@
-//! Model-level pieces: graph builders for model architectures.
+//! Model-level pieces: graph builders for model architectures, the GGUF
+//! model file, and memory estimates.
 
+pub mod estimate;
+pub mod gguf;
 pub mod llama;
+pub mod ollama;
+
+/// The JSON library of header JSON and estimate documents, re-exported so
+/// that users of these APIs need no dependency of their own.
+pub use serde_json;

@@ -1,0 +1,32 @@
+//! The GGUF reader on arbitrary bytes: it must never panic, and whatever
+//! it accepts must re-encode, survive JSON and be estimated without a
+//! panic.
+//!
+//!     cargo +nightly fuzz run gguf_header fuzz/corpus/gguf_header
+//!
+//! Seed the corpus with ggraph-core/tests/fixtures/gguf/*.gguf.
+#![no_main]
+
+use ggraph_core::model::estimate::{EstimateRequest, estimate};
+use ggraph_core::model::gguf::{GgufWriter, JsonOptions, header_from_json, parse_header};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(h) = parse_header(data, "fuzz") else {
+        return;
+    };
+    let bytes = GgufWriter::from_header(&h)
+        .header_bytes()
+        .expect("a parsed header encodes");
+    let again = parse_header(&bytes, "again").expect("an encoded header parses");
+    assert_eq!(again.tensors(), h.tensors());
+    let j = h.to_json(&JsonOptions {
+        max_array_values: None,
+    });
+    let _ = header_from_json(&j, "json");
+    let req = EstimateRequest {
+        gpu_free: vec![1 << 30, 1 << 32],
+        ..EstimateRequest::default()
+    };
+    let _ = estimate(&h, &req).to_json();
+});
