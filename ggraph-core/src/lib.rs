@@ -6,7 +6,9 @@
 
 pub mod alloc;
 pub mod backend;
+pub mod batch;
 pub mod conformance;
+pub mod context;
 pub mod dtype;
 pub mod error;
 pub mod exec;

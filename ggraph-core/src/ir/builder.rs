@@ -37,6 +37,16 @@ impl GraphBuilder {
         GraphBuilder::default()
     }
 
+    /// Continues building on a finished graph (its nodes and leafs count
+    /// as expanded).
+    pub fn from_graph(graph: Graph) -> GraphBuilder {
+        let mut visited = vec![false; graph.n_tensors()];
+        for id in graph.nodes().iter().chain(graph.leafs()) {
+            visited[id.index()] = true;
+        }
+        GraphBuilder { graph, visited }
+    }
+
     /// The graph built so far (tensors made; nodes expanded so far).
     pub fn graph(&self) -> &Graph {
         &self.graph

@@ -1,0 +1,345 @@
+//! The decode loop: incremental decoding equals one-shot decoding, graphs
+//! are reused when shapes repeat, sequences stay apart, cache operations
+//! keep attention right, and every failure leaves the cache as it was.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
+use ggraph_core::batch::Batch;
+use ggraph_core::conformance::nmse;
+use ggraph_core::context::{Context, ContextParams, DecodeError};
+use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::model::desc::ModelDesc;
+use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_core::model::loaded::{LoadMode, Model};
+use ggraph_core::model::placement::PlacementOptions;
+use ggraph_core::{DType, Result};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+
+fn model_on(devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
+    model_with_layers(devices, cpu, 2)
+}
+
+fn model_with_layers(
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    n_layer: usize,
+) -> Arc<Model> {
+    let desc = ModelDesc::random(
+        LlamaConfig::dense(101, 64, n_layer, 4, 2, 96),
+        DType::Q8_0,
+        3,
+    )
+    .unwrap();
+    Arc::new(
+        Model::load(
+            &desc,
+            devices,
+            cpu,
+            &PlacementOptions::default(),
+            LoadMode::Real,
+            None,
+        )
+        .unwrap(),
+    )
+}
+
+fn params(attention: Attention) -> ContextParams {
+    ContextParams {
+        n_ctx: 32,
+        n_batch: 32,
+        n_ubatch: 8,
+        n_seq_max: 4,
+        attention,
+        k_type: DType::F32,
+        v_type: DType::F32,
+        n_kv_pad: 32,
+        ..ContextParams::default()
+    }
+}
+
+fn context(attention: Attention) -> Context {
+    Context::new(model_on(&[], CpuDevice::new()), params(attention)).unwrap()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|x| *x as f64).collect()
+}
+
+const PROMPT: [i32; 9] = [1, 17, 42, 5, 99, 3, 64, 8, 21];
+
+#[test]
+fn incremental_decoding_equals_one_shot_decoding() {
+    for attention in [Attention::Standard, Attention::Flash] {
+        let mut one = context(attention);
+        one.decode(&Batch::tokens(&PROMPT)).unwrap();
+        let want = one.logits().to_vec();
+        let mut inc = context(attention);
+        inc.decode(&Batch::tokens(&PROMPT[..5])).unwrap();
+        for t in &PROMPT[5..] {
+            inc.decode(&Batch::tokens(&[*t])).unwrap();
+        }
+        let e = nmse(inc.logits(), &f64s(&want));
+        assert!(e < 1e-9, "{attention:?}: nmse {e}");
+        // one graph for 9 tokens (two ubatches: 8 + 1), then one-token
+        // graphs reused for every step after the first
+        let s = inc.stats();
+        assert_eq!(s.tokens, 9);
+        assert!(s.graphs_reused >= 3, "{s:?}");
+    }
+}
+
+#[test]
+fn sequences_in_one_batch_do_not_see_each_other() {
+    let mut joint = context(Attention::Flash);
+    let batch = Batch {
+        tokens: vec![5, 6, 7, 50, 60],
+        seq_ids: Some(vec![vec![0], vec![0], vec![0], vec![1], vec![1]]),
+        outputs: Some(vec![false, false, true, false, true]),
+        ..Batch::default()
+    };
+    joint.decode(&batch).unwrap();
+    let mut a = context(Attention::Flash);
+    a.decode(&Batch::tokens(&[5, 6, 7])).unwrap();
+    let mut b = context(Attention::Flash);
+    b.decode(&Batch::tokens(&[50, 60])).unwrap();
+    assert!(nmse(joint.logits_of(2).unwrap(), &f64s(a.logits())) < 1e-9);
+    assert!(nmse(joint.logits_of(4).unwrap(), &f64s(b.logits())) < 1e-9);
+}
+
+#[test]
+fn a_copied_sequence_continues_like_the_original() {
+    let mut ctx = context(Attention::Standard);
+    ctx.decode(&Batch::tokens(&[4, 8, 15])).unwrap();
+    ctx.cache.cells.seq_cp(0, 1, None, None).unwrap();
+    let next = |seq| Batch {
+        tokens: vec![16],
+        seq_ids: Some(vec![vec![seq]]),
+        ..Batch::default()
+    };
+    ctx.decode(&next(0)).unwrap();
+    let from0 = ctx.logits().to_vec();
+    ctx.decode(&next(1)).unwrap();
+    assert!(nmse(ctx.logits(), &f64s(&from0)) < 1e-9);
+    assert_eq!(ctx.cache.cells.used(), 5, "three shared cells and one each");
+}
+
+#[test]
+fn shifted_positions_rotate_k_like_a_fresh_decode() {
+    // decode A B C D, drop A B, shift C D to positions 0 1, then decode E.
+    // With one layer, a token's K and V depend only on the token and its
+    // position, so the shifted cache must equal a fresh decode of C D.
+    let one_layer = || {
+        Context::new(
+            model_with_layers(&[], CpuDevice::new(), 1),
+            params(Attention::Flash),
+        )
+        .unwrap()
+    };
+    let mut shifted = one_layer();
+    shifted.decode(&Batch::tokens(&[10, 20, 30, 40])).unwrap();
+    shifted
+        .cache
+        .cells
+        .seq_rm(Some(0), Some(0), Some(2))
+        .unwrap();
+    shifted.cache.cells.seq_add(0, Some(2), None, -2).unwrap();
+    shifted.decode(&Batch::tokens(&[50])).unwrap();
+    let mut fresh = one_layer();
+    fresh.decode(&Batch::tokens(&[30, 40, 50])).unwrap();
+    let e = nmse(shifted.logits(), &f64s(fresh.logits()));
+    assert!(e < 1e-9, "nmse {e}");
+    assert!(!shifted.cache.cells.has_shift(), "the shift was applied");
+}
+
+#[test]
+fn defragmentation_moves_cells_without_changing_attention() {
+    for attention in [Attention::Standard, Attention::Flash] {
+        let mut ctx = context(attention);
+        let two = Batch {
+            tokens: vec![1, 2, 3, 4, 5, 6],
+            seq_ids: Some(vec![vec![0], vec![1], vec![0], vec![1], vec![0], vec![1]]),
+            outputs: Some(vec![false; 6]),
+            ..Batch::default()
+        };
+        ctx.decode(&two).unwrap();
+        ctx.cache.cells.seq_rm(Some(0), None, None).unwrap();
+        let mut reference = context(attention);
+        reference.decode(&Batch::tokens(&[2, 4, 6])).unwrap();
+        assert_eq!(ctx.cache.cells.used_end(), 6, "sequence 1 is scattered");
+        let moved = ctx.defragment().unwrap();
+        assert!(moved > 0);
+        assert_eq!(ctx.cache.cells.used_end(), 3, "packed");
+        let next = Batch {
+            tokens: vec![7],
+            seq_ids: Some(vec![vec![1]]),
+            ..Batch::default()
+        };
+        ctx.decode(&next).unwrap();
+        reference.decode(&Batch::tokens(&[7])).unwrap();
+        let e = nmse(ctx.logits(), &f64s(reference.logits()));
+        assert!(e < 1e-9, "{attention:?}: nmse {e}");
+    }
+}
+
+#[test]
+fn a_full_cache_is_an_error_and_changes_nothing() {
+    let mut ctx = context(Attention::Flash);
+    ctx.decode(&Batch::tokens(&[1; 24])).unwrap();
+    let before = ctx.cache.cells.clone();
+    match ctx.decode(&Batch::tokens(&[2; 9])) {
+        Err(DecodeError::CacheFull { needed, free }) => {
+            // the first ubatch of 8 fits and stays; the second does not
+            assert_eq!((needed, free), (1, 0));
+        }
+        other => panic!("expected a full cache, got {other:?}"),
+    }
+    assert_eq!(ctx.cache.cells.used(), 32);
+    ctx.cache.cells.seq_rm(Some(0), Some(24), None).unwrap();
+    assert_eq!(ctx.cache.cells.cells(), before.cells());
+}
+
+#[test]
+fn an_abort_rolls_the_ubatch_back() {
+    let mut ctx = context(Attention::Flash);
+    ctx.decode(&Batch::tokens(&[1, 2, 3])).unwrap();
+    let before = ctx.cache.cells.clone();
+    ctx.scheduler_mut()
+        .set_abort_callback(Some(Box::new(|| true)));
+    assert!(matches!(
+        ctx.decode(&Batch::tokens(&[4])),
+        Err(DecodeError::Aborted)
+    ));
+    assert_eq!(ctx.cache.cells, before);
+    ctx.scheduler_mut().set_abort_callback(None);
+    ctx.decode(&Batch::tokens(&[4])).unwrap();
+}
+
+#[test]
+fn invalid_batches_change_nothing() {
+    let mut ctx = context(Attention::Flash);
+    ctx.decode(&Batch::tokens(&[1, 2])).unwrap();
+    let before = ctx.cache.cells.clone();
+    for b in [
+        Batch::tokens(&[500]),
+        Batch {
+            tokens: vec![1],
+            positions: Some(vec![7]),
+            ..Batch::default()
+        },
+        Batch::tokens(&[1; 40]),
+    ] {
+        assert!(
+            matches!(ctx.decode(&b), Err(DecodeError::InvalidBatch(_))),
+            "{b:?}"
+        );
+        assert_eq!(ctx.cache.cells, before);
+    }
+}
+
+#[test]
+fn an_allocation_failure_rolls_back_and_names_the_device() {
+    // a simulated GPU with room for the model, the cache and the first
+    // graphs, but not for an 8-token graph that needs more compute memory
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(1 << 20));
+    let model = model_on(&[sim.clone()], cpu);
+    let mut p = params(Attention::Flash);
+    p.n_ubatch = 1;
+    let mut ctx = Context::new(model, p).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2])).unwrap();
+    // the context reserved for 1-token ubatches; now take the rest
+    let rest = sim.memory().free_bytes;
+    let hog = sim
+        .buffer_type()
+        .alloc(rest, ggraph_core::BufferUsage::Compute)
+        .unwrap();
+    let before = ctx.cache.cells.clone();
+    ctx.params.n_ubatch = 8;
+    match ctx.decode(&Batch::tokens(&[3, 4, 5, 6])) {
+        Err(DecodeError::Alloc(e)) => assert!(e.to_string().contains("sim:0"), "{e}"),
+        other => panic!("expected an allocation failure, got {other:?}"),
+    }
+    assert_eq!(ctx.cache.cells, before);
+    drop(hog);
+    ctx.decode(&Batch::tokens(&[3, 4, 5, 6])).unwrap();
+}
+
+/// The CPU, with a switch that makes every compute fail.
+struct Flaky {
+    cpu: Arc<CpuDevice>,
+    fail: Arc<AtomicBool>,
+}
+
+struct FlakyStream {
+    inner: Box<dyn Backend>,
+    fail: Arc<AtomicBool>,
+    device: Arc<dyn Device>,
+}
+
+impl Device for Flaky {
+    fn name(&self) -> &str {
+        "flaky-CPU"
+    }
+    fn description(&self) -> String {
+        "a CPU that fails on demand".into()
+    }
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+    fn memory(&self) -> MemoryInfo {
+        self.cpu.memory()
+    }
+    fn buffer_type(&self) -> Arc<dyn BufferType> {
+        self.cpu.buffer_type()
+    }
+    fn supports_buffer_type(&self, b: &dyn BufferType) -> bool {
+        self.cpu.supports_buffer_type(b)
+    }
+    fn supports_op(&self, g: &Graph, n: TensorId) -> bool {
+        self.cpu.supports_op(g, n)
+    }
+    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+        Ok(Box::new(FlakyStream {
+            inner: self.cpu.new_backend()?,
+            fail: self.fail.clone(),
+            device: Arc::new(Flaky {
+                cpu: self.cpu.clone(),
+                fail: self.fail.clone(),
+            }),
+        }))
+    }
+}
+
+impl Backend for FlakyStream {
+    fn device(&self) -> Arc<dyn Device> {
+        self.device.clone()
+    }
+    fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(ggraph_core::Error::backend("flaky-CPU", "injected failure"));
+        }
+        self.inner.compute(graph, nodes)
+    }
+}
+
+#[test]
+fn a_compute_failure_rolls_the_ubatch_back() {
+    let fail = Arc::new(AtomicBool::new(false));
+    let cpu: Arc<dyn Device> = Arc::new(Flaky {
+        cpu: CpuDevice::new(),
+        fail: fail.clone(),
+    });
+    let mut ctx = Context::new(model_on(&[], cpu), params(Attention::Flash)).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2, 3])).unwrap();
+    let before = ctx.cache.cells.clone();
+    fail.store(true, Ordering::SeqCst);
+    match ctx.decode(&Batch::tokens(&[4, 5])) {
+        Err(DecodeError::Compute(e)) => assert!(e.to_string().contains("injected"), "{e}"),
+        other => panic!("expected a compute failure, got {other:?}"),
+    }
+    assert_eq!(ctx.cache.cells, before);
+    fail.store(false, Ordering::SeqCst);
+    ctx.decode(&Batch::tokens(&[4, 5])).unwrap();
+}
