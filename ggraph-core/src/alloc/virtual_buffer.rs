@@ -68,7 +68,8 @@ impl BufferType for VirtualBufferType {
     }
 }
 
-/// A buffer with a size and no bytes: reads and writes are errors.
+/// A buffer with a size and no bytes: reads and writes are errors, fills
+/// are accepted.
 pub struct VirtualBuffer {
     name: String,
     size: u64,
@@ -105,8 +106,10 @@ impl Buffer for VirtualBuffer {
         Err(self.refuse())
     }
 
-    fn fill(&self, _offset: u64, _len: u64, _value: u8) -> Result<()> {
-        Err(self.refuse())
+    /// Nothing to fill: setting up memory (zeroing a cache, say) works in
+    /// a dry run as in a real one.
+    fn fill(&self, offset: u64, len: u64, _value: u8) -> Result<()> {
+        crate::backend::check_range("fill", offset, len, self.size)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -6,6 +6,7 @@ pub mod estimate;
 pub mod gguf;
 pub mod llama;
 pub mod loaded;
+pub mod make;
 pub mod ollama;
 pub mod placement;
 pub mod row_split;

@@ -201,6 +201,19 @@ pub fn plan_placement(
     free: &[u64],
     opts: &PlacementOptions,
 ) -> Result<PlacementPlan> {
+    plan_placement_checked(desc, n_devices, free, opts, true)
+}
+
+/// As [`plan_placement`]; `check_free` false skips the free-memory check
+/// (estimates report what does not fit rather than refusing it). Byte
+/// budgets given in `tensor_split` are always checked.
+pub fn plan_placement_checked(
+    desc: &ModelDesc,
+    n_devices: usize,
+    free: &[u64],
+    opts: &PlacementOptions,
+    check_free: bool,
+) -> Result<PlacementPlan> {
     let n_layer = desc.config.n_layer;
     if n_devices > 0 && opts.main_device >= n_devices {
         return Err(Error::InvalidArgument(format!(
@@ -334,7 +347,7 @@ pub fn plan_placement(
     }
     if let Some(TensorSplit::Bytes(budgets)) = &opts.tensor_split {
         check_fit(&weight_bytes, budgets, "its byte budget")?;
-    } else if free.len() == n_devices {
+    } else if check_free && free.len() == n_devices {
         check_fit(&weight_bytes, free, "its free memory")?;
     }
     let kv_device = (0..n_layer)

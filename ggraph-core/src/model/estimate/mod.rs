@@ -25,6 +25,8 @@
 //! run from 0 to block_count; block_count is the output layer, as in
 //! Ollama. All sizes are bytes.
 
+pub mod exact;
+
 use serde_json::{Value as Json, json};
 
 use crate::error::Error;

@@ -1,0 +1,187 @@
+//! The exact estimate equals what a real load and context allocate, on
+//! the CPU and simulated devices; fitting picks what fits.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggraph_core::DType;
+use ggraph_core::backend::Device;
+use ggraph_core::context::{Context, ContextParams};
+use ggraph_core::model::desc::ModelDesc;
+use ggraph_core::model::estimate::exact::{FitRequest, exact_estimate, fit};
+use ggraph_core::model::gguf::{ModelFile, read_header};
+use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_core::model::loaded::{LoadMode, Model};
+use ggraph_core::model::make::{llama_gguf, make_vocab};
+use ggraph_core::model::placement::{GpuLayers, PlacementOptions, SplitMode};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+
+/// A small random llama written as a GGUF file.
+fn gguf(name: &str) -> PathBuf {
+    let desc =
+        ModelDesc::random(LlamaConfig::dense(512, 128, 4, 4, 2, 256), DType::Q4_0, 5).unwrap();
+    let w = llama_gguf(&desc, make_vocab(512)).unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "ggraph-estimate-{}-{name}.gguf",
+        std::process::id()
+    ));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    path
+}
+
+fn params(attention: Attention) -> ContextParams {
+    ContextParams {
+        n_ctx: 256,
+        n_batch: 64,
+        n_ubatch: 32,
+        attention,
+        ..ContextParams::default()
+    }
+}
+
+#[test]
+fn the_estimate_equals_what_loading_and_reserving_allocate() {
+    let path = gguf("equal");
+    let header_only = ModelDesc::from_header(&read_header(&path, None).unwrap(), None).unwrap();
+    let with_data = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    for (mode, attention) in [
+        (SplitMode::Layer, Attention::Standard),
+        (SplitMode::Row, Attention::Flash),
+    ] {
+        let opts = PlacementOptions {
+            split_mode: mode,
+            n_gpu_layers: GpuLayers::Count(4),
+            ..PlacementOptions::default()
+        };
+        let p = params(attention);
+        let sims: Vec<Arc<SimDevice>> = (0..2)
+            .map(|i| SimDevice::new(i, SimConfig::gpu(64 << 20)))
+            .collect();
+        let devices: Vec<Arc<dyn Device>> =
+            sims.iter().map(|s| s.clone() as Arc<dyn Device>).collect();
+        let est = exact_estimate(&header_only, &devices, CpuDevice::new(), &opts, &p).unwrap();
+        assert_eq!(
+            sims.iter().map(|s| s.allocated_bytes()).sum::<u64>(),
+            0,
+            "a dry run allocates nothing"
+        );
+
+        let model = Arc::new(
+            Model::load(
+                &with_data,
+                &devices,
+                CpuDevice::new(),
+                &opts,
+                LoadMode::Real,
+                None,
+            )
+            .unwrap(),
+        );
+        let ctx = Context::new(model.clone(), p).unwrap();
+        for (i, sim) in sims.iter().enumerate() {
+            let d = &est.devices[i + 1];
+            assert_eq!(d.name, sim.name());
+            assert!(d.total() > 0, "{mode:?}: {d:?}");
+            assert_eq!(
+                d.total(),
+                sim.allocated_bytes(),
+                "{mode:?} {}: estimated {d:?}",
+                sim.name()
+            );
+        }
+        let host = &est.devices[0];
+        let weights_host: u64 = model
+            .weight_bytes()
+            .iter()
+            .filter(|(n, _)| n == "CPU")
+            .map(|(_, b)| b)
+            .sum();
+        let kv_host: u64 = ctx
+            .cache
+            .bytes_per_buffer_type()
+            .iter()
+            .filter(|(n, _)| n == "CPU")
+            .map(|(_, b)| b)
+            .sum();
+        assert_eq!(host.weights, weights_host);
+        assert_eq!(host.kv, kv_host);
+        assert_eq!(host.compute, *ctx.compute_bytes().last().unwrap());
+        println!("{mode:?}:\n{}", est.table());
+    }
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn fitting_offloads_what_fits_and_says_why_it_stopped() {
+    let path = gguf("fit");
+    let desc = ModelDesc::from_header(&read_header(&path, None).unwrap(), None).unwrap();
+    let p = params(Attention::Flash);
+    // a device with room for about two layers and the compute memory
+    let small: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(512 << 10));
+    let req = FitRequest {
+        margin: 16 << 10,
+        layers_fixed: false,
+        fit_ctx: false,
+        min_ctx: 64,
+    };
+    let f = fit(
+        &desc,
+        &[small.clone()],
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        &p,
+        req,
+    )
+    .unwrap();
+    let n = f.estimate.n_gpu_layers;
+    assert!(n > 0 && n < 5, "{n} layers: {}", f.reason);
+    assert!(
+        f.reason.contains("one more would not") && f.reason.contains("sim:0"),
+        "{}",
+        f.reason
+    );
+    assert!(f.estimate.over(req.margin).is_empty());
+
+    // the fitted placement loads and reserves for real
+    let with_data = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    let opts = PlacementOptions {
+        n_gpu_layers: GpuLayers::Count(n),
+        ..PlacementOptions::default()
+    };
+    let model = Arc::new(
+        Model::load(
+            &with_data,
+            &[small.clone()],
+            CpuDevice::new(),
+            &opts,
+            LoadMode::Real,
+            None,
+        )
+        .unwrap(),
+    );
+    let _ctx = Context::new(model, p.clone()).unwrap();
+    assert!(small.memory().free_bytes >= req.margin);
+
+    // shrinking the context instead keeps every layer
+    let roomy: Arc<dyn Device> = SimDevice::new(1, SimConfig::gpu(1 << 20 | 512 << 10));
+    let big = ContextParams { n_ctx: 2048, ..p };
+    let f = fit(
+        &desc,
+        &[roomy],
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        &big,
+        FitRequest {
+            fit_ctx: true,
+            ..req
+        },
+    )
+    .unwrap();
+    assert_eq!(f.estimate.n_gpu_layers, 5, "{}", f.reason);
+    assert!(
+        f.estimate.n_ctx < 2048 && f.estimate.n_ctx >= 64,
+        "{}",
+        f.reason
+    );
+    std::fs::remove_file(path).ok();
+}

@@ -1,0 +1,274 @@
+//! Multi-device placement on simulated GPUs: layer and row split give the
+//! single-device logits, splits place what they say, a placement that does
+//! not fit fails before loading, overrides match what the plan lists.
+
+use std::sync::Arc;
+
+use ggraph_core::backend::Device;
+use ggraph_core::batch::Batch;
+use ggraph_core::conformance::nmse;
+use ggraph_core::context::{Context, ContextParams};
+use ggraph_core::model::desc::ModelDesc;
+use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_core::model::loaded::{LoadMode, Model};
+use ggraph_core::model::placement::{
+    GpuLayers, Home, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
+};
+use ggraph_core::{DType, Error};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+
+const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
+
+fn desc(moe: bool) -> ModelDesc {
+    let mut c = LlamaConfig::dense(120, 64, 4, 4, 2, 128);
+    if moe {
+        c.n_expert = 4;
+        c.n_expert_used = 2;
+        c.n_ff_expert = 64;
+    }
+    ModelDesc::random(c, DType::Q8_0, 9).unwrap()
+}
+
+fn params() -> ContextParams {
+    ContextParams {
+        n_ctx: 16,
+        n_batch: 16,
+        n_ubatch: 4,
+        attention: Attention::Standard,
+        n_kv_pad: 16,
+        ..ContextParams::default()
+    }
+}
+
+/// The logits of the prompt's last token, and then of one more token.
+fn logits(model: Model) -> Vec<f32> {
+    run(model).0
+}
+
+/// Logits, the number of per-device partial mul_mats in the last graph,
+/// and its splits.
+fn run(model: Model) -> (Vec<f32>, usize, usize) {
+    let mut ctx = Context::new(Arc::new(model), params()).unwrap();
+    ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
+    let mut out = ctx.logits().to_vec();
+    ctx.decode(&Batch::tokens(&[7])).unwrap();
+    out.extend_from_slice(ctx.logits());
+    let g = ctx.scheduler().graph().unwrap();
+    let parts = g
+        .nodes()
+        .iter()
+        .filter(|&&n| g.tensor(n).name.contains("@rows"))
+        .count();
+    (out, parts, ctx.scheduler().splits().len())
+}
+
+fn single(d: &ModelDesc) -> Vec<f64> {
+    let m = Model::load(
+        d,
+        &[],
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    logits(m).into_iter().map(f64::from).collect()
+}
+
+fn sims(mib: &[u64]) -> Vec<Arc<dyn Device>> {
+    mib.iter()
+        .enumerate()
+        .map(|(i, m)| SimDevice::new(i, SimConfig::gpu(m << 20)) as Arc<dyn Device>)
+        .collect()
+}
+
+#[test]
+fn layer_and_row_split_over_two_to_four_devices_give_the_single_device_logits() {
+    let d = desc(false);
+    let want = single(&d);
+    for memory in [vec![64, 32], vec![48, 16, 32], vec![16, 32, 24, 64]] {
+        for mode in [SplitMode::Layer, SplitMode::Row] {
+            let devices = sims(&memory);
+            let opts = PlacementOptions {
+                split_mode: mode,
+                ..PlacementOptions::default()
+            };
+            let m =
+                Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+            let used = m.weight_bytes();
+            let on_devices = used.iter().filter(|(n, _)| n.starts_with("sim:")).count();
+            assert!(on_devices >= 2, "{mode:?} {memory:?}: weights on {used:?}");
+            let (got, parts, splits) = run(m);
+            let e = nmse(&got, &want);
+            assert!(e < 1e-9, "{mode:?} over {memory:?}: nmse {e}");
+            assert!(splits >= 3, "{mode:?} over {memory:?}: {splits} splits");
+            if mode == SplitMode::Row {
+                // 7 matrices per layer and the output, in at least two parts each
+                assert!(parts >= 2 * (7 * 4 + 1), "{parts} partial mul_mats");
+            } else {
+                assert_eq!(parts, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn fractions_and_bytes_place_what_they_say() {
+    let d = desc(false);
+    let devices = sims(&[256, 256]);
+    let opts = PlacementOptions {
+        tensor_split: Some(TensorSplit::Fractions(vec![1.0, 3.0])),
+        ..PlacementOptions::default()
+    };
+    let m = Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+    let bytes = |name: &str| {
+        m.weight_bytes()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, b)| *b)
+    };
+    let (a, b) = (bytes("sim:0"), bytes("sim:1"));
+    // whole layers: the shares are near 1:3, not exact
+    let share = a as f64 / (a + b) as f64;
+    assert!(
+        share > 0.1 && share < 0.45,
+        "sim:0 holds {share} of the offloaded weights"
+    );
+
+    let layer: u64 = d
+        .tensors
+        .iter()
+        .filter(|t| t.name.starts_with("blk.0."))
+        .map(|t| t.nbytes())
+        .sum();
+    let opts = PlacementOptions {
+        n_gpu_layers: GpuLayers::Count(4),
+        tensor_split: Some(TensorSplit::Bytes(vec![layer + layer / 2, 1 << 30])),
+        ..PlacementOptions::default()
+    };
+    let m = Model::load(
+        &d,
+        &sims(&[256, 256]),
+        CpuDevice::new(),
+        &opts,
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        m.plan.layer_device[1..],
+        [Some(0), Some(1), Some(1), Some(1)]
+    );
+    assert!(m.plan.weight_bytes[1] <= layer + layer / 2);
+}
+
+#[test]
+fn a_placement_that_does_not_fit_fails_before_loading_anything() {
+    let d = desc(false);
+    let small = SimDevice::new(0, SimConfig::gpu(64 << 10));
+    let devices: Vec<Arc<dyn Device>> = vec![small.clone()];
+    match Model::load(
+        &d,
+        &devices,
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    ) {
+        Err(Error::OutOfMemory {
+            buffer_type,
+            requested_bytes,
+            available_bytes,
+        }) => {
+            assert!(buffer_type.contains("device 0"), "{buffer_type}");
+            assert_eq!(available_bytes, 64 << 10);
+            assert!(requested_bytes > available_bytes);
+        }
+        Err(e) => panic!("expected out of memory, got {e}"),
+        Ok(_) => panic!("expected out of memory"),
+    }
+    assert_eq!(small.allocated_bytes(), 0, "nothing was allocated");
+}
+
+#[test]
+fn overrides_match_what_the_dry_run_lists_and_moe_experts_can_stay_home() {
+    let d = desc(true);
+    let want = single(&d);
+    let devices = sims(&[256]);
+    let opts = PlacementOptions::default().cpu_moe();
+    let dry = Model::load(
+        &d,
+        &devices,
+        CpuDevice::new(),
+        &opts,
+        LoadMode::DryRun,
+        None,
+    )
+    .unwrap();
+    let listed = &dry.plan.override_matches[0];
+    assert_eq!(listed.len(), 12, "three expert tensors in four layers");
+    for name in listed {
+        assert_eq!(dry.plan.home_of(&d, name), Some(Home::Host));
+    }
+    let m = Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+    assert_eq!(m.plan.override_matches, dry.plan.override_matches);
+    let e = nmse(&logits(m), &want);
+    assert!(e < 1e-9, "nmse {e}");
+
+    // first match wins
+    let opts = PlacementOptions {
+        overrides: vec![
+            ggraph_core::model::placement::Override::new(r"blk\.0\.", OverrideTarget::Device(0))
+                .unwrap(),
+            ggraph_core::model::placement::Override::new(r"attn_q", OverrideTarget::Host).unwrap(),
+        ],
+        n_gpu_layers: GpuLayers::Count(0),
+        ..PlacementOptions::default()
+    };
+    let p = Model::load(
+        &d,
+        &devices,
+        CpuDevice::new(),
+        &opts,
+        LoadMode::DryRun,
+        None,
+    )
+    .unwrap()
+    .plan;
+    assert_eq!(p.home_of(&d, "blk.0.attn_q.weight"), Some(Home::Device(0)));
+    assert_eq!(p.home_of(&d, "blk.1.attn_q.weight"), Some(Home::Host));
+    assert!(
+        p.override_matches[1]
+            .iter()
+            .all(|n| !n.starts_with("blk.0."))
+    );
+}
+
+#[test]
+fn weights_take_one_allocation_per_device() {
+    let d = desc(false);
+    let m = Model::load(
+        &d,
+        &sims(&[256, 256]),
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    assert_eq!(m.n_buffers(), 3, "host, sim:0, sim:1");
+    let opts = PlacementOptions {
+        split_mode: SplitMode::Row,
+        ..PlacementOptions::default()
+    };
+    let m = Model::load(
+        &d,
+        &sims(&[256, 256]),
+        CpuDevice::new(),
+        &opts,
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    assert!(m.n_buffers() <= 5, "{} buffers", m.n_buffers());
+}
