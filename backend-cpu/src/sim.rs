@@ -115,8 +115,8 @@ impl Device for SimDevice {
 
     fn description(&self) -> String {
         format!(
-            "simulated GPU (not real hardware; CPU-computed), {} MiB declared",
-            self.config.memory_bytes >> 20
+            "simulated GPU (not real hardware; CPU-computed), {} declared",
+            ggraph_core::util::format_bytes(self.config.memory_bytes)
         )
     }
 

@@ -4,6 +4,8 @@
 pub use ggraph_core as core;
 pub use ggraph_core::*;
 
+pub mod args;
+pub mod options;
 pub mod sample;
 
 use ggraph_core::backend::Registry;

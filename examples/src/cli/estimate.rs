@@ -1,6 +1,7 @@
 //! `ggraph estimate MODEL`: what a model will cost on given GPUs, as Ollama
 //! computes it (and, once the allocator exists, as ggraph's dry run does).
 
+use ggraph::model::estimate::exact::ExactEstimate;
 use ggraph::model::estimate::{Estimate, EstimateRequest, estimate};
 use ggraph::model::ollama::{KvCacheType, OllamaEstimate};
 use ggraph::util::{format_bytes, parse_bytes};
@@ -35,7 +36,11 @@ JSON: {\"model\": {...}, \"request\": {...}, \"ollama\": {...}, \"exact\": ...}
     \"layers_on_gpu\", \"graph_kind\" (\"full\" or \"partial\"), and the request
     as Ollama adjusted it with \"notes\" saying why; {\"error\": ...} when
     Ollama's formulas cannot be applied to the model.
-  exact: the dry run of ggraph's own allocator. Not computed yet: null.";
+  exact: ggraph's own figures by a dry run of its loader, cache and
+    allocator on simulated GPUs with the --gpu-free memories: \"devices\"
+    (CPU first: name, layers, weights, kv, compute, total, free),
+    \"n_gpu_layers\" (fitted, or --num-gpu), \"n_ctx\", \"splits\", \"fit\"
+    (why); {\"error\": ...} for models ggraph cannot build.";
 
 const SPEC: Spec = Spec {
     values: &[
@@ -134,15 +139,91 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
     }
     let req = request(&a).map_err(Failure::usage)?;
     let model = load(&a.positional[0]).map_err(Failure::other)?;
-    let est = estimate(&model.header, &req);
+    let mut est = estimate(&model.header, &req);
+    let exact = exact(&model, &req);
+    est.exact = Some(match &exact {
+        Ok((e, reason)) => {
+            let mut j = e.to_json();
+            j["fit"] = reason.clone().into();
+            j
+        }
+        Err(msg) => ggraph::model::serde_json::json!({ "error": msg }),
+    });
     if a.flag("--json") {
         let mut j = est.to_json();
         j["model"]["path"] = model.path.display().to_string().into();
         j["model"]["source"] = model.source.name().into();
         Ok(format!("{j:#}\n"))
     } else {
-        Ok(table(&model, &est))
+        Ok(table(&model, &est, &exact))
     }
+}
+
+/// ggraph's own figures for the request: a dry run on simulated GPUs with
+/// the `--gpu-free` memories, the layers fitted (or `--num-gpu`), less the
+/// GPU overhead.
+fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String), String> {
+    use std::sync::Arc;
+
+    use ggraph::backend::Device;
+    use ggraph::context::ContextParams;
+    use ggraph::model::desc::ModelDesc;
+    use ggraph::model::estimate::exact::{FitRequest, fit};
+    use ggraph::model::llama::Attention;
+    use ggraph::model::placement::{GpuLayers, PlacementOptions};
+
+    let desc = ModelDesc::from_header(&model.header, None).map_err(|e| e.to_string())?;
+    let devices: Vec<Arc<dyn Device>> = req
+        .gpu_free
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            ggraph_cpu::SimDevice::new(i, ggraph_cpu::SimConfig::gpu(b)) as Arc<dyn Device>
+        })
+        .collect();
+    let kv = match req.kv_type {
+        KvCacheType::F16 => ggraph::DType::F16,
+        KvCacheType::Q8_0 => ggraph::DType::Q8_0,
+        KvCacheType::Q4_0 => ggraph::DType::Q4_0,
+        KvCacheType::F32 => ggraph::DType::F32,
+    };
+    let attention = match req.flash_attention {
+        Some(false) if !kv.is_quantized() => Attention::Standard,
+        _ => Attention::Flash,
+    };
+    let n_ctx = (req.ctx * req.parallel as u64) as usize;
+    let params = ContextParams {
+        n_ctx,
+        n_batch: req.batch as usize,
+        n_ubatch: (req.batch as usize).clamp(1, n_ctx),
+        n_seq_max: req.parallel as usize,
+        attention,
+        k_type: kv,
+        v_type: kv,
+        ..ContextParams::default()
+    };
+    let opts = PlacementOptions {
+        n_gpu_layers: req
+            .num_gpu
+            .map_or(GpuLayers::All, |n| GpuLayers::Count(n as usize)),
+        ..PlacementOptions::default()
+    };
+    let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
+    let f = fit(
+        &desc,
+        &devices,
+        cpu,
+        &opts,
+        &params,
+        FitRequest {
+            margin: req.gpu_overhead,
+            layers_fixed: req.num_gpu.is_some(),
+            fit_ctx: false,
+            min_ctx: n_ctx,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((f.estimate, f.reason))
 }
 
 /// `0-15, 20, 32`: layer indices as ranges.
@@ -252,7 +333,11 @@ fn ollama_table(o: &OllamaEstimate, out: &mut String) {
     );
 }
 
-fn table(model: &Loaded, est: &Estimate) -> String {
+fn table(
+    model: &Loaded,
+    est: &Estimate,
+    exact: &Result<(ExactEstimate, String), String>,
+) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(
@@ -286,10 +371,23 @@ fn table(model: &Loaded, est: &Estimate) -> String {
             let _ = writeln!(out, "ollama     cannot estimate: {e}");
         }
     }
-    let _ = writeln!(
-        out,
-        "exact      not computed yet (needs the allocator's dry run)"
-    );
+    match exact {
+        Ok((e, reason)) => {
+            let _ = writeln!(
+                out,
+                "exact      ggraph's dry run: {} of {} layers on GPUs, {} split(s); {reason}",
+                e.n_gpu_layers,
+                est.block_count.map_or(0, |n| n + 1),
+                e.splits
+            );
+            for line in e.table().lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "exact      cannot estimate: {e}");
+        }
+    }
     out
 }
 

@@ -2,16 +2,18 @@
 
 use std::process::ExitCode;
 
-pub mod args;
+pub use ggraph::args;
 pub mod check;
 pub mod estimate;
 pub mod header;
 pub mod model;
+pub mod plan;
 pub mod progress;
 
 /// One line per subcommand, for the tool's usage text.
 pub const SUMMARY: &str = "\
-estimate MODEL   memory a model needs on given GPUs (Ollama's figures; --help)
+plan MODEL       per-device memory and splits by a dry run of ggraph (--help)
+estimate MODEL   memory a model needs on given GPUs (Ollama's and ggraph's; --help)
 header MODEL     a model's header as JSON, or as a GGUF header prefix (--help)
 check MODEL      read and check a whole GGUF, with a checksum (--help)";
 
@@ -71,6 +73,7 @@ fn finish(name: &str, usage: &str, result: Result<String, Failure>) -> ExitCode 
 pub fn run(cmd: &str, args: &[String]) -> Option<ExitCode> {
     Some(match cmd {
         "estimate" => finish(cmd, estimate::USAGE, estimate::render(args)),
+        "plan" => finish(cmd, &plan::usage(), plan::render(args)),
         "header" => finish(cmd, header::USAGE, header::render(args)),
         "check" => finish(cmd, check::USAGE, check::render(args)),
         _ => return None,
@@ -148,7 +151,23 @@ mod tests {
         assert_eq!(o["gpus"][1]["layers"], ggraph::model::serde_json::json!([]));
         assert_eq!(o["layers_on_gpu"], 3);
         assert_eq!(o["graph_kind"], "full");
-        assert!(j["exact"].is_null());
+        // this model's K rows (16 values) are no whole Q8_0 block: ggraph
+        // says so instead of guessing
+        let err = j["exact"]["error"].as_str().unwrap();
+        assert!(err.contains("Q8_0"), "{err}");
+        let j = estimate_json(
+            &fixture("tiny_llama.gguf"),
+            &["--ctx", "128", "--gpu-free", "1GiB", "--gpu-free=512MiB"],
+        );
+        let x = &j["exact"];
+        assert_eq!(x["devices"][0]["name"], "CPU");
+        assert_eq!(x["devices"][1]["name"], "sim:0");
+        assert_eq!(x["devices"][2]["name"], "sim:1");
+        assert_eq!(x["n_ctx"], 128);
+        let total = |d: &ggraph::model::serde_json::Value| d["total"].as_u64().unwrap();
+        assert!(total(&x["devices"][1]) > 0);
+        assert!(total(&x["devices"][1]) <= 1 << 30, "fits the 1 GiB GPU");
+        assert!(x["fit"].as_str().is_some());
     }
 
     #[test]
@@ -196,7 +215,7 @@ mod tests {
         assert!(t.contains("3 of 3 layers on GPUs"), "{t}");
         assert!(t.contains("full graph"), "{t}");
         assert!(t.contains("context_length 256"), "{t}");
-        assert!(t.contains("exact      not computed yet"), "{t}");
+        assert!(t.contains("exact      ggraph's dry run"), "{t}");
     }
 
     #[test]
@@ -231,5 +250,46 @@ mod tests {
         assert!(t.contains("12 tensors"), "{t}");
         assert!(t.contains("Q5_K") && t.contains("does not compute"), "{t}");
         assert!(t.contains("checksum "), "{t}");
+    }
+
+    #[test]
+    fn plan_prints_a_row_per_device_and_the_splits() {
+        let Ok(t) = plan::render(&args(&[
+            &fixture("tiny_llama.gguf"),
+            "--ctx",
+            "64",
+            "--gpu-free",
+            "1MiB",
+            "--gpu-free",
+            "1MiB",
+            "--split-mode",
+            "row",
+        ])) else {
+            panic!("plan failed")
+        };
+        assert!(
+            t.contains("\nCPU ") && t.contains("\nsim:0 ") && t.contains("\nsim:1 "),
+            "{t}"
+        );
+        assert!(t.contains("split(s):"), "{t}");
+        let Ok(f) = plan::render(&args(&[
+            &fixture("tiny_llama.gguf"),
+            "--ctx",
+            "64",
+            "--gpu-free",
+            "64KiB",
+            "--fit",
+        ])) else {
+            panic!("plan --fit failed")
+        };
+        assert!(f.contains("fit      "), "{f}");
+        assert!(
+            plan::render(&args(&[
+                &fixture("tiny_llama.gguf"),
+                "--split-mode",
+                "diagonal"
+            ]))
+            .is_err()
+        );
     }
 }

@@ -6,9 +6,9 @@
 //! flash attention, the free memory of hypothetical GPUs 0, 1, ...) and
 //! gives, side by side:
 //! - `ollama`: what Ollama computes ([`crate::model::ollama`]);
-//! - `exact`: what ggraph's own allocator needs, by a dry run of it. This
-//!   member is not computed yet (it needs the allocator and scheduler); the
-//!   JSON has `"exact": null` until it is.
+//! - `exact`: what ggraph's own loader, cache and allocator allocate, by a
+//!   dry run of them ([`exact`]); `null` where it was not run, and
+//!   `{"error": ...}` for models ggraph cannot build.
 //!
 //! JSON form ([`Estimate::to_json`]), as `ggraph estimate --json` prints it:
 //! ```json
@@ -100,6 +100,9 @@ pub struct Estimate {
     pub request: EstimateRequest,
     /// Ollama's figures, or why they cannot be computed.
     pub ollama: Result<OllamaEstimate, Error>,
+    /// The dry run's figures as JSON ([`exact::ExactEstimate::to_json`]),
+    /// set by whoever has devices to run it on; `null` when not run.
+    pub exact: Option<Json>,
 }
 
 /// Estimates `h` for `req`.
@@ -117,6 +120,7 @@ pub fn estimate(h: &GgufHeader, req: &EstimateRequest) -> Estimate {
         tensor_bytes: h.tensor_bytes_total(),
         request: req.clone(),
         ollama: ollama::estimate(h, req),
+        exact: None,
     }
 }
 
@@ -135,8 +139,7 @@ impl Estimate {
                 Ok(o) => o.to_json(),
                 Err(e) => json!({"error": e.to_string()}),
             },
-            // The dry run of ggraph's allocator; not computed yet.
-            "exact": Json::Null,
+            "exact": self.exact.clone().unwrap_or(Json::Null),
         })
     }
 }

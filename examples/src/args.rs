@@ -21,8 +21,23 @@ pub struct Args {
     flags: Vec<String>,
 }
 
+impl Spec {
+    fn has_value(&self, name: &str) -> bool {
+        self.values.contains(&name) || self.repeated.contains(&name)
+    }
+}
+
 impl Args {
     pub fn parse(spec: &Spec, args: &[String]) -> Result<Args, String> {
+        Args::parse_all(&[spec], args)
+    }
+
+    /// Parses with the options of several specs together (a command's own
+    /// and shared groups such as the placement options).
+    pub fn parse_all(specs: &[&Spec], args: &[String]) -> Result<Args, String> {
+        let is_flag = |n: &str| specs.iter().any(|s| s.flags.contains(&n));
+        let has_value = |n: &str| specs.iter().any(|s| s.has_value(n));
+        let repeats = |n: &str| specs.iter().any(|s| s.repeated.contains(&n));
         let mut out = Args::default();
         let mut i = 0;
         while i < args.len() {
@@ -36,12 +51,12 @@ impl Args {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (a.as_str(), None),
             };
-            if spec.flags.contains(&name) {
+            if is_flag(name) {
                 if inline.is_some() {
                     return Err(format!("{name} takes no value"));
                 }
                 out.flags.push(name.to_string());
-            } else if spec.values.contains(&name) || spec.repeated.contains(&name) {
+            } else if has_value(name) {
                 let v = match inline {
                     Some(v) => v,
                     None => {
@@ -51,7 +66,7 @@ impl Args {
                     }
                 };
                 let slot = out.values.entry(name.to_string()).or_default();
-                if !slot.is_empty() && !spec.repeated.contains(&name) {
+                if !slot.is_empty() && !repeats(name) {
                     return Err(format!("{name} is given twice"));
                 }
                 slot.push(v);
