@@ -90,8 +90,11 @@ fn int(a: &Args, name: &str, default: usize) -> Result<usize, String> {
     )
 }
 
+/// GPU-class devices in order, and the CPU.
+pub type Devices = (Vec<Arc<dyn Device>>, Arc<dyn Device>);
+
 /// The GPU-class devices to use and the CPU.
-pub fn devices(a: &Args) -> Result<(Vec<Arc<dyn Device>>, Arc<dyn Device>), String> {
+pub fn devices(a: &Args) -> Result<Devices, String> {
     let cpu: Arc<dyn Device> = match a.value("--threads") {
         Some(t) => {
             let n: usize = t
