@@ -6,6 +6,7 @@ pub use ggraph_core::*;
 
 pub mod args;
 pub mod options;
+pub mod runner;
 pub mod sample;
 
 use ggraph_core::backend::Registry;

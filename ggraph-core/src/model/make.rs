@@ -21,7 +21,9 @@ pub fn make_vocab(n: usize) -> Vec<String> {
         "▁as", "▁was", "▁be", "▁at", "▁by", "▁this", "er", "in", "on", "an", "en", "at", "es",
         "or", "ed", "ing", "ion", "re", "▁hello", "▁world", "▁graph", "▁model",
     ] {
-        v.push(piece.into());
+        if !v.iter().any(|x| x == piece) {
+            v.push(piece.into());
+        }
     }
     let mut i = 0;
     while v.len() < n {

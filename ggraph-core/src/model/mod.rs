@@ -10,6 +10,7 @@ pub mod make;
 pub mod ollama;
 pub mod placement;
 pub mod row_split;
+pub mod tokenizer;
 
 /// The JSON library of header JSON and estimate documents, re-exported so
 /// that users of these APIs need no dependency of their own.

@@ -1,0 +1,169 @@
+//! The llama runner's pieces: model presets, greedy generation with
+//! timings, and the memory table. The `llama` binary is a thin shell
+//! around these; tests and benches call them directly.
+
+use std::fmt::Write;
+use std::time::Instant;
+
+use ggraph_core::batch::Batch;
+use ggraph_core::context::{Context, DecodeError};
+use ggraph_core::model::desc::ModelDesc;
+use ggraph_core::model::llama::LlamaConfig;
+use ggraph_core::model::make::make_vocab;
+use ggraph_core::util::format_bytes;
+use ggraph_core::{DType, Error, Result};
+
+/// A random-weight model shape by name: `tiny` (tests), `small` (n_embd
+/// 512, 8 layers, 8 heads, n_ff 1408, vocab 32000: the CPU issue's bench
+/// model), `8b-4l` (llama-3-8B layer shapes, 4 layers).
+pub fn preset(name: &str) -> Result<LlamaConfig> {
+    Ok(match name {
+        "tiny" => LlamaConfig::dense(512, 64, 2, 4, 2, 128),
+        "small" => LlamaConfig::dense(32000, 512, 8, 8, 8, 1408),
+        "8b-4l" => LlamaConfig::llama3_8b(4),
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown model shape '{other}' (tiny, small, 8b-4l)"
+            )));
+        }
+    })
+}
+
+/// A random-weight model of a preset shape.
+/// Its vocabulary is [`make_vocab`]'s.
+pub fn random_model(shape: &str, weights: DType, seed: u64) -> Result<ModelDesc> {
+    let mut desc = ModelDesc::random(preset(shape)?, weights, seed)?;
+    desc.tokens = Some(make_vocab(desc.config.n_vocab));
+    Ok(desc)
+}
+
+/// The index of the largest logit (the first of equals).
+pub fn argmax(logits: &[f32]) -> i32 {
+    let mut best = 0;
+    for (i, v) in logits.iter().enumerate() {
+        if *v > logits[best] {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+/// What a generation did and how fast.
+#[derive(Clone, Debug, Default)]
+pub struct Generation {
+    pub prompt: Vec<i32>,
+    pub generated: Vec<i32>,
+    pub prompt_seconds: f64,
+    pub gen_seconds: f64,
+}
+
+impl Generation {
+    pub fn prompt_tokens_per_s(&self) -> f64 {
+        self.prompt.len() as f64 / self.prompt_seconds.max(1e-9)
+    }
+
+    pub fn gen_tokens_per_s(&self) -> f64 {
+        self.generated.len() as f64 / self.gen_seconds.max(1e-9)
+    }
+}
+
+/// Decodes `prompt` (in batches of the context's n_batch) and then
+/// generates `n_predict` tokens greedily, timing both phases.
+pub fn generate(
+    ctx: &mut Context,
+    prompt: &[i32],
+    n_predict: usize,
+) -> std::result::Result<Generation, DecodeError> {
+    if prompt.is_empty() {
+        return Err(DecodeError::InvalidBatch(Error::InvalidArgument(
+            "the prompt is empty".into(),
+        )));
+    }
+    let start = Instant::now();
+    for chunk in prompt.chunks(ctx.params.n_batch) {
+        ctx.decode(&Batch::tokens(chunk))?;
+    }
+    let prompt_seconds = start.elapsed().as_secs_f64();
+    let mut generated = Vec::with_capacity(n_predict);
+    let start = Instant::now();
+    let mut next = argmax(ctx.logits());
+    for i in 0..n_predict {
+        generated.push(next);
+        if i + 1 == n_predict {
+            break;
+        }
+        ctx.decode(&Batch::tokens(&[next]))?;
+        next = argmax(ctx.logits());
+    }
+    Ok(Generation {
+        prompt: prompt.to_vec(),
+        generated,
+        prompt_seconds,
+        gen_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Memory per device of a context: weights, KV cache, compute.
+pub fn memory_table(ctx: &Context) -> String {
+    let model = ctx.model();
+    let weights = model.weight_bytes();
+    let kv = ctx.cache.bytes_per_buffer_type();
+    let compute = ctx.compute_bytes();
+    let devices = ctx.devices();
+    let mut s = format!(
+        "{:<8} {:>11} {:>11} {:>11} {:>11}\n",
+        "device", "weights", "kv", "compute", "total"
+    );
+    for (i, d) in devices.iter().enumerate() {
+        let bt = d.buffer_type();
+        let of = |list: &[(String, u64)]| {
+            list.iter()
+                .filter(|(n, _)| n == bt.name())
+                .map(|(_, b)| b)
+                .sum::<u64>()
+        };
+        let (w, k, c) = (of(&weights), of(&kv), compute.get(i).copied().unwrap_or(0));
+        let _ = writeln!(
+            s,
+            "{:<8} {:>11} {:>11} {:>11} {:>11}",
+            d.name(),
+            format_bytes(w),
+            format_bytes(k),
+            format_bytes(c),
+            format_bytes(w + k + c)
+        );
+    }
+    s
+}
+
+/// A one-line summary of the scheduler's splits and the decode loop's
+/// graph reuse.
+pub fn schedule_summary(ctx: &Context) -> String {
+    let sched = ctx.scheduler();
+    let splits: Vec<String> = sched
+        .splits()
+        .iter()
+        .map(|s| format!("{}[{}]", sched.device(s.backend).name(), s.nodes.len()))
+        .collect();
+    let st = ctx.stats();
+    format!(
+        "{} split(s): {}; {} copies per run; graphs built {}, reused {}",
+        splits.len(),
+        splits.join(" "),
+        sched.stats().copies,
+        st.graphs_built,
+        st.graphs_reused
+    )
+}
+
+/// Deterministic pseudo-random prompt tokens (for benches).
+pub fn random_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<i32> {
+    let mut rng = ggraph_core::conformance::Rng::new(seed);
+    (0..n).map(|_| rng.below(n_vocab) as i32).collect()
+}
+
+/// Loads a model with progress on stderr for large files.
+pub fn open_model(path: &str) -> Result<ModelDesc> {
+    let file = ggraph_core::model::gguf::ModelFile::open(path)?;
+    ModelDesc::from_file(file)
+}

@@ -1,0 +1,150 @@
+//! A minimal tokenizer over a GGUF vocabulary: SentencePiece-style text
+//! (spaces as `▁`, a leading `▁`), greedy longest match, byte tokens
+//! (`<0xXX>`) for what no piece covers. It round-trips the vocabulary's
+//! own pieces; it is not a faithful BPE.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+
+pub struct Tokenizer {
+    pieces: Vec<String>,
+    ids: HashMap<String, i32>,
+    bytes: [Option<i32>; 256],
+    max_len: usize,
+    unk: Option<i32>,
+}
+
+const SPACE: char = '▁';
+
+fn byte_of(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() == 2 {
+        u8::from_str_radix(hex, 16).ok()
+    } else {
+        None
+    }
+}
+
+fn is_special(piece: &str) -> bool {
+    piece.starts_with('<') && piece.ends_with('>')
+}
+
+impl Tokenizer {
+    pub fn new(pieces: Vec<String>) -> Result<Tokenizer> {
+        if pieces.is_empty() {
+            return Err(Error::InvalidArgument("an empty vocabulary".into()));
+        }
+        let mut ids = HashMap::with_capacity(pieces.len());
+        let mut bytes = [None; 256];
+        let mut max_len = 1;
+        for (i, p) in pieces.iter().enumerate() {
+            if let Some(b) = byte_of(p) {
+                bytes[b as usize].get_or_insert(i as i32);
+            } else if !is_special(p) {
+                ids.entry(p.clone()).or_insert(i as i32);
+                max_len = max_len.max(p.len());
+            }
+        }
+        let unk = pieces.iter().position(|p| p == "<unk>").map(|i| i as i32);
+        Ok(Tokenizer {
+            pieces,
+            ids,
+            bytes,
+            max_len,
+            unk,
+        })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// The token ids of `text`.
+    pub fn encode(&self, text: &str) -> Vec<i32> {
+        let s: String = std::iter::once(SPACE)
+            .chain(text.chars().map(|c| if c == ' ' { SPACE } else { c }))
+            .collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < s.len() {
+            let mut matched = None;
+            let mut end = (i + self.max_len).min(s.len());
+            while end > i {
+                if s.is_char_boundary(end) {
+                    if let Some(&id) = self.ids.get(&s[i..end]) {
+                        matched = Some((id, end));
+                        break;
+                    }
+                }
+                end -= 1;
+            }
+            match matched {
+                Some((id, e)) => {
+                    out.push(id);
+                    i = e;
+                }
+                None => {
+                    let c_len = s[i..].chars().next().map_or(1, char::len_utf8);
+                    for &b in &s.as_bytes()[i..i + c_len] {
+                        match self.bytes[b as usize].or(self.unk) {
+                            Some(id) => out.push(id),
+                            None => {}
+                        }
+                    }
+                    i += c_len;
+                }
+            }
+        }
+        out
+    }
+
+    /// The text of `ids` (unknown ids are skipped).
+    pub fn decode(&self, ids: &[i32]) -> String {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let Some(p) = usize::try_from(id).ok().and_then(|i| self.pieces.get(i)) else {
+                continue;
+            };
+            match byte_of(p) {
+                Some(b) => bytes.push(b),
+                None if is_special(p) => {}
+                None => bytes.extend(p.replace(SPACE, " ").as_bytes()),
+            }
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        text.strip_prefix(' ').map(str::to_string).unwrap_or(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::make::make_vocab;
+
+    #[test]
+    fn text_round_trips_and_uses_the_longest_pieces() {
+        let t = Tokenizer::new(make_vocab(512)).unwrap();
+        for text in [
+            "hello world",
+            "the graph model is in the world",
+            "Zebra & π!",
+        ] {
+            assert_eq!(t.decode(&t.encode(text)), text);
+        }
+        let ids = t.encode("hello world");
+        assert_eq!(ids.len(), 2, "▁hello and ▁world are pieces");
+    }
+
+    #[test]
+    fn every_plain_piece_encodes_to_itself() {
+        let v = make_vocab(512);
+        let t = Tokenizer::new(v.clone()).unwrap();
+        for (i, p) in v.iter().enumerate() {
+            if p.starts_with('▁') && p.len() > "▁".len() {
+                let text = p.trim_start_matches('▁');
+                assert_eq!(t.encode(text), vec![i as i32], "{p}");
+            }
+        }
+    }
+}
