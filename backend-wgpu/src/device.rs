@@ -34,6 +34,14 @@ pub(crate) struct Gpu {
 }
 
 impl Gpu {
+    /// Whether the subgroup mul_mat kernels run here: subgroup operations
+    /// with a fixed subgroup size of 8 (lavapipe and llvmpipe on AVX2).
+    pub fn subgroups_of_8(&self) -> bool {
+        self.features.contains(wgpu::Features::SUBGROUP)
+            && self.info.subgroup_min_size == 8
+            && self.info.subgroup_max_size == 8
+    }
+
     /// Alignment of storage bindings (and so of tensors), at least 16 so
     /// that rows of aligned tensors can be read as vec4.
     pub fn storage_align(&self) -> u64 {
@@ -115,7 +123,9 @@ impl WgpuDevice {
     pub(crate) fn open_adapter(adapter: wgpu::Adapter) -> Result<Arc<WgpuDevice>> {
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let features = wgpu::Features::empty();
+        // subgroup operations let the mul_mat kernels share loaded values
+        // between lanes (see kernels/matmul.rs)
+        let features = adapter.features() & wgpu::Features::SUBGROUP;
         let name = format!("wgpu:{}", context::next_ordinal());
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some(&name),

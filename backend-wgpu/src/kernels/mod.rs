@@ -235,6 +235,7 @@ pub(crate) fn pipeline(
         return Ok(p.clone());
     }
     let src = source();
+    let started = std::time::Instant::now();
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -298,6 +299,19 @@ pub(crate) fn pipeline(
             return Err(e);
         }
     };
+    let took = started.elapsed();
+    tracing::debug!(
+        "{}: built kernel {key} in {:.1} ms",
+        gpu.name,
+        took.as_secs_f64() * 1e3
+    );
+    if std::env::var_os("GGRAPH_WGPU_LOG_BUILDS").is_some() {
+        eprintln!(
+            "{}: built kernel {key} in {:.1} ms",
+            gpu.name,
+            took.as_secs_f64() * 1e3
+        );
+    }
     let p = Arc::new(Pipeline {
         pipeline,
         layout,

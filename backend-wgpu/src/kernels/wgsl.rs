@@ -57,13 +57,21 @@ fn sub_word(dtype: DType) -> bool {
 /// WGSL accessors for a tensor bound in `slot` (binding slot + 1) as `x`.
 pub(crate) fn tensor(x: &str, slot: usize, dtype: DType, access: Access) -> String {
     let atomic = access == Access::Write && sub_word(dtype);
-    let base = 16 * slot;
-    let mut s = String::new();
     let elem = if atomic { "atomic<u32>" } else { "u32" };
-    s += &format!(
+    let mut s = format!(
         "@group(0) @binding({b}) var<storage, read_write> {x}: array<{elem}>;\n",
         b = slot + 1
     );
+    s += &accessors(x, slot, dtype, access);
+    s
+}
+
+/// The accessors of `tensor` without the binding declaration (for kernels
+/// that declare the binding with another element type as well).
+pub(crate) fn accessors(x: &str, slot: usize, dtype: DType, access: Access) -> String {
+    let atomic = access == Access::Write && sub_word(dtype);
+    let base = 16 * slot;
+    let mut s = String::new();
     if atomic {
         s += &format!("fn {x}_w(i: u32) -> u32 {{ return atomicLoad(&{x}[i]); }}\n");
     } else {
@@ -250,6 +258,23 @@ impl Shader {
     /// Declares tensor slot `slot` as `x`.
     pub fn tensor(mut self, x: &str, slot: usize, dtype: DType, access: Access) -> Shader {
         self.src += &tensor(x, slot, dtype, access);
+        self
+    }
+
+    /// Declares tensor slot `slot` as `x4`, an array of vec4 words (for
+    /// 16-byte loads), with only the layout accessors of `x` (`x_ne`,
+    /// `x_nb`, `x_off`, `x_row`).
+    pub fn tensor_vec4(mut self, x: &str, slot: usize) -> Shader {
+        let base = 16 * slot;
+        self.src += &format!(
+            r#"@group(0) @binding({b}) var<storage, read_write> {x}4: array<vec4<u32>>;
+fn {x}_off() -> u32 {{ return pu({base}u); }}
+fn {x}_ne(d: u32) -> u32 {{ return pu({base}u + 1u + d); }}
+fn {x}_nb(d: u32) -> u32 {{ return pu({base}u + 5u + d); }}
+fn {x}_row(i1: u32, i2: u32, i3: u32) -> u32 {{ return {x}_off() + i1 * {x}_nb(1u) + i2 * {x}_nb(2u) + i3 * {x}_nb(3u); }}
+"#,
+            b = slot + 1
+        );
         self
     }
 
