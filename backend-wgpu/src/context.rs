@@ -86,7 +86,7 @@ pub(crate) fn registry_devices() -> &'static [Arc<WgpuDevice>] {
         enumerate()
             .into_iter()
             .enumerate()
-            .filter_map(|(i, adapter)| match WgpuDevice::open_adapter(adapter) {
+            .filter_map(|(i, adapter)| match WgpuDevice::open_registry(adapter) {
                 Ok(d) => Some(d),
                 Err(e) => {
                     tracing::warn!("wgpu adapter {i} skipped: {e}");

@@ -27,6 +27,7 @@ pub(crate) struct Gpu {
     /// Bytes of buffers ggraph holds on this device.
     pub allocated: AtomicU64,
     pub budget: Budget,
+    pub options: WgpuOptions,
     pub pipelines: PipelineCache,
     /// Errors wgpu reported outside any error scope (validation of a
     /// submission, a lost device); returned by the next synchronize.
@@ -55,8 +56,9 @@ impl Gpu {
             .limits
             .max_storage_buffer_binding_size
             .min(self.limits.max_buffer_size)
-            .min(1 << 31);
-        limit / self.storage_align() * self.storage_align()
+            .min(1 << 31)
+            .min(self.options.max_binding_bytes.unwrap_or(u64::MAX));
+        (limit / self.storage_align() * self.storage_align()).max(self.storage_align())
     }
 
     /// The errors wgpu reported since the last call, as one error.
@@ -97,6 +99,47 @@ impl Gpu {
     }
 }
 
+/// The mul_mat kernels (see `kernels/matmul.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// Subgroup broadcasts (adapters with 8-lane subgroups, e.g. lavapipe).
+    Subgroup,
+    /// Shared-memory tiles with 4x4 register blocks.
+    Tiled,
+    /// One thread per result element.
+    Generic,
+}
+
+/// How to open a device. The defaults are what the registry uses.
+#[derive(Clone, Debug, Default)]
+pub struct WgpuOptions {
+    /// A declared memory budget: allocations beyond it fail, and memory
+    /// queries report it (as `GGRAPH_WGPU_MEMORY` does).
+    pub memory_budget_bytes: Option<u64>,
+    /// Bind at most this many bytes of a tensor at once (below the
+    /// adapter's limit), e.g. to exercise the windowed weight reads.
+    pub max_binding_bytes: Option<u64>,
+    /// Use this mul_mat kernel wherever it applies instead of choosing
+    /// (`GGRAPH_WGPU_MATMUL=subgroup|tiled|generic` sets it for the
+    /// registry's devices).
+    pub matmul_kernel: Option<MatmulKernel>,
+}
+
+impl WgpuOptions {
+    fn from_env() -> WgpuOptions {
+        let matmul_kernel = match std::env::var("GGRAPH_WGPU_MATMUL").as_deref() {
+            Ok("subgroup") => Some(MatmulKernel::Subgroup),
+            Ok("tiled") => Some(MatmulKernel::Tiled),
+            Ok("generic") => Some(MatmulKernel::Generic),
+            _ => None,
+        };
+        WgpuOptions {
+            matmul_kernel,
+            ..WgpuOptions::default()
+        }
+    }
+}
+
 /// One logical wgpu device, as a ggraph device.
 pub struct WgpuDevice {
     me: Weak<WgpuDevice>,
@@ -110,6 +153,11 @@ impl WgpuDevice {
     /// opened on the same adapter cannot read each other's buffers: data
     /// moves between them through host memory.
     pub fn open(index: usize) -> Result<Arc<WgpuDevice>> {
+        WgpuDevice::open_with(index, WgpuOptions::from_env())
+    }
+
+    /// [`open`](WgpuDevice::open) with options.
+    pub fn open_with(index: usize, options: WgpuOptions) -> Result<Arc<WgpuDevice>> {
         let adapters = context::enumerate();
         let n = adapters.len();
         let adapter = adapters.into_iter().nth(index).ok_or_else(|| {
@@ -117,10 +165,14 @@ impl WgpuDevice {
                 "wgpu adapter {index} does not exist ({n} adapters found)"
             ))
         })?;
-        WgpuDevice::open_adapter(adapter)
+        WgpuDevice::open_adapter(adapter, options)
     }
 
-    pub(crate) fn open_adapter(adapter: wgpu::Adapter) -> Result<Arc<WgpuDevice>> {
+    pub(crate) fn open_registry(adapter: wgpu::Adapter) -> Result<Arc<WgpuDevice>> {
+        WgpuDevice::open_adapter(adapter, WgpuOptions::from_env())
+    }
+
+    fn open_adapter(adapter: wgpu::Adapter, options: WgpuOptions) -> Result<Arc<WgpuDevice>> {
         let info = adapter.get_info();
         let limits = adapter.limits();
         // subgroup operations let the mul_mat kernels share loaded values
@@ -147,7 +199,10 @@ impl WgpuDevice {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(e.to_string());
         }));
-        let budget = memory::budget_for(&adapter, &limits);
+        let budget = match options.memory_budget_bytes {
+            Some(b) => Budget::Declared(b),
+            None => memory::budget_for(&adapter, &limits),
+        };
         let gpu = Arc::new(Gpu {
             name: name.clone(),
             adapter,
@@ -158,6 +213,7 @@ impl WgpuDevice {
             features,
             allocated: AtomicU64::new(0),
             budget,
+            options,
             pipelines: PipelineCache::default(),
             errors,
         });
@@ -199,6 +255,12 @@ impl WgpuDevice {
     /// Pipelines built so far on this device.
     pub fn pipelines_built(&self) -> usize {
         self.gpu.pipelines.len()
+    }
+
+    /// The kernels built so far, by name and specialisation (e.g.
+    /// `mul_mat_subgroup|Q4_0|tm=4,nc=16`).
+    pub fn kernels_built(&self) -> Vec<String> {
+        self.gpu.pipelines.keys()
     }
 
     /// The stream type itself, for callers that want its extra methods.

@@ -53,7 +53,7 @@ use ggraph_core::backend::{BackendRegistration, Device};
 
 pub use buffer::{WgpuBuffer, WgpuBufferType};
 pub use context::{AdapterSummary, adapters};
-pub use device::WgpuDevice;
+pub use device::{MatmulKernel, WgpuDevice, WgpuOptions};
 pub use ggraph_core::backend::MemorySource;
 pub use memory::MemoryReport;
 pub use stream::{WgpuEvent, WgpuStream};

@@ -15,7 +15,7 @@ pub(crate) enum Budget {
     /// `GGRAPH_WGPU_MEMORY`: a declared budget, enforced at allocation.
     Declared(u64),
     /// Vulkan with `VK_EXT_memory_budget`: asked on every query.
-    VulkanBudget,
+    VulkanExt,
     /// Vulkan without the extension: the largest device-local heap.
     VulkanHeap(u64),
     /// No platform figure: the adapter's largest buffer size.
@@ -42,7 +42,7 @@ pub(crate) fn budget_for(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Budg
     }
     if let Some(v) = vulkan::query(adapter) {
         return if v.budget.is_some() {
-            Budget::VulkanBudget
+            Budget::VulkanExt
         } else {
             Budget::VulkanHeap(v.heap_bytes)
         };
@@ -54,7 +54,7 @@ pub(crate) fn budget_for(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Budg
 pub(crate) fn enforced_limit(gpu: &Gpu) -> Option<u64> {
     match gpu.budget {
         Budget::Declared(b) | Budget::VulkanHeap(b) | Budget::MaxBuffer(b) => Some(b),
-        Budget::VulkanBudget => None,
+        Budget::VulkanExt => None,
     }
 }
 
@@ -84,7 +84,7 @@ pub(crate) fn report(gpu: &Gpu) -> MemoryReport {
             "the adapter's largest buffer size minus ggraph's allocations (no platform memory query)"
                 .into(),
         ),
-        Budget::VulkanBudget => match vulkan::query(&gpu.adapter).and_then(|v| v.budget) {
+        Budget::VulkanExt => match vulkan::query(&gpu.adapter).and_then(|v| v.budget) {
             Some((budget, usage)) => MemoryReport {
                 info: MemoryInfo {
                     free_bytes: budget.saturating_sub(usage),

@@ -26,6 +26,7 @@ use ggraph_core::{DType, Result};
 
 use super::wgsl::{Access, Shader, entry};
 use super::{Params, Recorder, TArg, WG, bind, bind_rows, pipeline};
+use crate::device::MatmulKernel as Kernel;
 
 /// Windows of weight rows, each within one binding.
 fn row_windows(rec: &Recorder, graph: &Graph, a: TensorId) -> Vec<(usize, usize)> {
@@ -39,25 +40,6 @@ fn row_windows(rec: &Recorder, graph: &Graph, a: TensorId) -> Vec<(usize, usize)
         .step_by(per)
         .map(|r0| (r0, (r0 + per).min(rows)))
         .collect()
-}
-
-/// Which kernel computes a product (`GGRAPH_WGPU_MATMUL` = `subgroup`,
-/// `tiled` or `generic` forces one where it applies, for tests and
-/// benchmarks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kernel {
-    Subgroup,
-    Tiled,
-    Generic,
-}
-
-fn forced() -> Option<Kernel> {
-    match std::env::var("GGRAPH_WGPU_MATMUL").ok()?.as_str() {
-        "subgroup" => Some(Kernel::Subgroup),
-        "tiled" => Some(Kernel::Tiled),
-        "generic" => Some(Kernel::Generic),
-        _ => None,
-    }
 }
 
 fn aligned(t: &TArg, to: u32) -> bool {
@@ -106,7 +88,7 @@ pub fn mul_mat(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> 
         } else {
             Kernel::Generic
         };
-        let kernel = match forced() {
+        let kernel = match gpu.options.matmul_kernel {
             Some(Kernel::Subgroup) if subgroup_fits(rec, &d, &a, &b) => Kernel::Subgroup,
             Some(Kernel::Tiled) if batch_ok => Kernel::Tiled,
             Some(Kernel::Generic) => Kernel::Generic,

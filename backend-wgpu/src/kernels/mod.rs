@@ -216,6 +216,18 @@ impl PipelineCache {
     pub fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
+
+    pub fn keys(&self) -> Vec<String> {
+        let mut k: Vec<String> = self
+            .map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        k.sort();
+        k
+    }
 }
 
 /// The pipeline for `key`, built from `source()` on first use.
