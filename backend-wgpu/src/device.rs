@@ -1,7 +1,7 @@
 //! A wgpu device: one logical device on an adapter, with its queue, its
 //! pipeline cache and its memory accounting.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use ggraph_core::backend::{Backend, BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo};
@@ -29,6 +29,12 @@ pub(crate) struct Gpu {
     pub budget: Budget,
     pub options: WgpuOptions,
     pub pipelines: PipelineCache,
+    /// Where kernels flag bad input they met (indices outside their
+    /// tensor): word 0 holds a bit per kernel kind, word 1 the last bad
+    /// index, word 2 its limit. Read and cleared by synchronize.
+    pub status: wgpu::Buffer,
+    /// A kernel that can flag the status word ran since it was last read.
+    pub status_pending: AtomicBool,
     /// Errors wgpu reported outside any error scope (validation of a
     /// submission, a lost device); returned by the next synchronize.
     errors: Arc<Mutex<Vec<String>>>,
@@ -82,6 +88,50 @@ impl Gpu {
             })
             .map_err(|e| Error::backend(&self.name, format!("waiting for the queue: {e}")))?;
         self.take_errors()
+    }
+
+    /// Reads and clears the status word after the queue is idle; an error
+    /// names the kernels that met bad indices.
+    pub fn check_status(&self) -> Result<()> {
+        if !self.status_pending.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("ggraph status readback"),
+            size: 16,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+        enc.copy_buffer_to_buffer(&self.status, 0, &staging, 0, 16);
+        enc.clear_buffer(&self.status, 0, None);
+        let index = self.queue.submit([enc.finish()]);
+        staging.map_async(wgpu::MapMode::Read, .., |_| {});
+        self.wait(Some(index))?;
+        let words: [u32; 4] = {
+            let view = staging
+                .get_mapped_range(..)
+                .map_err(|e| Error::backend(&self.name, format!("reading the status word: {e}")))?;
+            bytemuck::pod_read_unaligned(&view[..16])
+        };
+        staging.unmap();
+        if words[0] == 0 {
+            return Ok(());
+        }
+        let kinds: Vec<&str> = [(1, "get_rows"), (2, "set_rows"), (4, "mul_mat_id")]
+            .iter()
+            .filter(|(bit, _)| words[0] & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        Err(Error::InvalidArgument(format!(
+            "{}: {} met index {} outside 0..{}; the results of that compute are not valid",
+            self.name,
+            kinds.join(", "),
+            words[1] as i32,
+            words[2]
+        )))
     }
 
     /// Runs `f` inside an error scope and turns what it caught into an
@@ -203,6 +253,14 @@ impl WgpuDevice {
             Some(b) => Budget::Declared(b),
             None => memory::budget_for(&adapter, &limits),
         };
+        let status = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("ggraph status"),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let gpu = Arc::new(Gpu {
             name: name.clone(),
             adapter,
@@ -215,6 +273,8 @@ impl WgpuDevice {
             budget,
             options,
             pipelines: PipelineCache::default(),
+            status,
+            status_pending: AtomicBool::new(false),
             errors,
         });
         tracing::debug!("opened {name}: {}", gpu.info.name);

@@ -57,7 +57,8 @@ impl WgpuEvent {
 
 impl Event for WgpuEvent {
     fn synchronize(&self) -> Result<()> {
-        self.gpu.wait(self.index.clone())
+        self.gpu.wait(self.index.clone())?;
+        self.gpu.check_status()
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -133,7 +134,8 @@ impl Backend for WgpuStream {
 
     fn synchronize(&mut self) -> Result<()> {
         let gpu = self.gpu().clone();
-        gpu.wait(self.last.clone())
+        gpu.wait(self.last.clone())?;
+        gpu.check_status()
     }
 
     fn record_event(&mut self) -> Result<Arc<dyn Event>> {

@@ -232,3 +232,56 @@ fn ops_on_tensors_larger_than_a_binding_are_refused_not_run() {
         "argsort of rows longer than the kernel takes"
     );
 }
+
+#[test]
+fn an_index_outside_its_tensor_is_an_error_at_synchronize() {
+    let Some(dev) = common::device_or_skip("bad indices") else {
+        return;
+    };
+    let dev: Arc<dyn Device> = dev;
+    let build = |kind: &str| {
+        let mut gb = GraphBuilder::new();
+        let (out, idx) = match kind {
+            "get_rows" => {
+                let table = gb.input("table", DType::F32, &[8, 10]).unwrap();
+                let idx = gb.input("idx", DType::I32, &[3]).unwrap();
+                (gb.get_rows(table, idx).unwrap(), idx)
+            }
+            "set_rows" => {
+                let dst = gb.input("dst", DType::Q8_0, &[32, 4]).unwrap();
+                let src = gb.input("src", DType::F32, &[32, 3]).unwrap();
+                let idx = gb.input("idx", DType::I32, &[3]).unwrap();
+                (gb.set_rows(dst, src, idx).unwrap(), idx)
+            }
+            _ => {
+                let experts = gb.input("experts", DType::F32, &[16, 5, 4]).unwrap();
+                let b = gb.input("b", DType::F32, &[16, 1, 3]).unwrap();
+                let idx = gb.input("ids", DType::I32, &[1, 3]).unwrap();
+                (gb.mul_mat_id(experts, b, idx).unwrap(), idx)
+            }
+        };
+        gb.set_output(out).unwrap();
+        let mut g = gb.build();
+        let buf = exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
+        (g, idx, buf)
+    };
+    for (kind, bad) in [("get_rows", 10), ("set_rows", -1), ("mul_mat_id", 4)] {
+        let (g, idx, _buf) = build(kind);
+        g.write_i32(idx, &[0, bad, 1]).unwrap();
+        let mut s = dev.new_backend().unwrap();
+        s.compute(&g, g.nodes()).unwrap();
+        match s.synchronize() {
+            Err(ggraph_core::Error::InvalidArgument(msg)) => {
+                assert!(
+                    msg.contains(kind) && msg.contains(&bad.to_string()),
+                    "{msg}"
+                )
+            }
+            other => panic!("{kind}: expected an error, got {other:?}"),
+        }
+        // the error is reported once; good indices then work again
+        g.write_i32(idx, &[0, 2, 1]).unwrap();
+        s.compute(&g, g.nodes()).unwrap();
+        s.synchronize().unwrap();
+    }
+}

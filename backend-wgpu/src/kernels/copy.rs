@@ -34,7 +34,7 @@ pub fn get_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     };
     let raw = ta.dtype == DType::I32;
     let key = format!("get_rows|{}>{}", ta.dtype, d.dtype);
-    let p = pipeline(gpu, &key, 3, || {
+    let p = pipeline(gpu, &key, 4, || {
         let value = if raw {
             "D_setbits(D_row(i1, i2, i3) + i0 * D_nb(0u), A_bits(A_row(lr, i2, i3) + i0 * A_nb(0u)));"
         } else {
@@ -46,8 +46,12 @@ pub fn get_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     let r0 = i32(op_u(0u));
     let r1 = i32(op_u(1u));
     if (row < r0 || row >= r1) {{
-        // an index outside the source reads as 0 (written by the first window)
-        if (op_u(2u) == 1u && (row < 0 || row >= i32(op_u(3u)))) {{ D_setbits(D_row(i1, i2, i3) + i0 * D_nb(0u), 0u); }}
+        // an index outside the source reads as 0 (written by the first
+        // window) and is reported by the next synchronize
+        if (op_u(2u) == 1u && (row < 0 || row >= i32(op_u(3u)))) {{
+            D_setbits(D_row(i1, i2, i3) + i0 * D_nb(0u), 0u);
+            bad_index(1u, row, op_u(3u));
+        }}
         return;
     }}
     let lr = u32(row - r0);
@@ -59,9 +63,11 @@ pub fn get_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
             .tensor("D", 0, d.dtype, Access::Write)
             .tensor("A", 1, ta.dtype, Access::Read)
             .tensor("B", 2, DType::I32, Access::Read)
+            .status(3)
             .code(&entry(WG, &code))
             .finish()
     })?;
+    let status = rec.status();
     for (w, &(r0, r1)) in windows.iter().enumerate() {
         let a = if windows.len() == 1 {
             bind(gpu, graph, a_id)?
@@ -75,7 +81,12 @@ pub fn get_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
             .set(2, (w == 0) as u32)
             .set(3, rows as u32)
             .set(31, n as u32);
-        rec.dispatch(p.clone(), &[&d, &a, &idx], params, n.div_ceil(WG as u64))?;
+        rec.dispatch(
+            p.clone(),
+            &[&d, &a, &idx, &status],
+            params,
+            n.div_ceil(WG as u64),
+        )?;
     }
     Ok(())
 }
@@ -137,7 +148,7 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
         d.dtype,
         if idx.is_some() { "set_rows" } else { "copy" }
     );
-    let p = pipeline(gpu, &key, 2 + idx.is_some() as usize, || {
+    let p = pipeline(gpu, &key, 2 + 2 * idx.is_some() as usize, || {
         let target = if idx.is_some() {
             SET_ROWS_TARGET
         } else {
@@ -170,7 +181,7 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
             Access::Read,
         );
         if idx.is_some() {
-            sh = sh.tensor("B", 2, DType::I32, Access::Read);
+            sh = sh.tensor("B", 2, DType::I32, Access::Read).status(3);
         }
         if !same {
             sh = sh.code(quant_block(d.dtype));
@@ -179,9 +190,11 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
     })?;
     let mut params = Params::new();
     params.set(0, blocks_per_row).set(31, n as u32);
+    let status = idx.map(|_| rec.status());
     let mut tensors = vec![d, a];
-    if let Some(i) = idx {
+    if let (Some(i), Some(s)) = (idx, &status) {
         tensors.push(i);
+        tensors.push(s);
     }
     rec.dispatch(p, &tensors, params, n.div_ceil(64))
 }
@@ -192,7 +205,7 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
 /// wins, as when the rows are written in order).
 const SET_ROWS_TARGET: &str = r#"    let ib = B_row(s2 % B_ne(1u), s3 % B_ne(2u), 0u);
     let tgt = bitcast<i32>(B_bits(ib + s1 * B_nb(0u)));
-    if (tgt < 0 || tgt >= i32(D_ne(1u))) { return; }
+    if (tgt < 0 || tgt >= i32(D_ne(1u))) { bad_index(2u, tgt, D_ne(1u)); return; }
     for (var later = s1 + 1u; later < A_ne(1u); later++) {
         if (bitcast<i32>(B_bits(ib + later * B_nb(0u))) == tgt) { return; }
     }
@@ -220,7 +233,7 @@ pub fn set_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     let chunks = a.ne[0].div_ceil(SET_ROWS_CHUNK);
     let n = chunks as u64 * a.nrows();
     let key = format!("set_rows|{}>{}", a.dtype, d.dtype);
-    let p = pipeline(gpu, &key, 3, || {
+    let p = pipeline(gpu, &key, 4, || {
         let code = format!(
             r#"    if (idx >= op_u(31u)) {{ return; }}
     let c = idx % op_u(0u);
@@ -240,12 +253,14 @@ pub fn set_rows(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
             .tensor("D", 0, d.dtype, Access::Write)
             .tensor("A", 1, a.dtype, Access::Read)
             .tensor("B", 2, DType::I32, Access::Read)
+            .status(3)
             .code(&entry(64, &code))
             .finish()
     })?;
     let mut params = Params::new();
     params.set(0, chunks).set(31, n as u32);
-    rec.dispatch(p, &[&d, &a, &idx], params, n.div_ceil(64))
+    let status = rec.status();
+    rec.dispatch(p, &[&d, &a, &idx, &status], params, n.div_ceil(64))
 }
 
 /// `concat(a, b, dim)`: raw element copies from whichever source holds

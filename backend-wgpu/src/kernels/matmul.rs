@@ -480,14 +480,18 @@ pub fn mul_mat_id(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<(
         return Ok(());
     }
     let key = format!("mul_mat_id_generic|{}x{}", a.dtype, b.dtype);
-    let p = pipeline(gpu, &key, 4, || {
+    let p = pipeline(gpu, &key, 5, || {
         let code = r#"    if (idx >= op_u(31u)) { return; }
     let i = idx % D_ne(0u);
     let r = idx / D_ne(0u);
     let e = r % D_ne(1u);
     let tok = r / D_ne(1u);
     let expert = bitcast<i32>(C_bits(C_row(tok, 0u, 0u) + e * C_nb(0u)));
-    if (expert < 0 || expert >= i32(A_ne(2u))) { D_set(i, e, tok, 0u, 0.0); return; }
+    if (expert < 0 || expert >= i32(A_ne(2u))) {
+        D_set(i, e, tok, 0u, 0.0);
+        bad_index(4u, expert, A_ne(2u));
+        return;
+    }
     let ar = A_row(i, u32(expert), 0u);
     let br = B_row(e % B_ne(1u), tok, 0u);
     let k = A_ne(0u);
@@ -500,10 +504,17 @@ pub fn mul_mat_id(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<(
             .tensor("A", 1, a.dtype, Access::Read)
             .tensor("B", 2, b.dtype, Access::Read)
             .tensor("C", 3, DType::I32, Access::Read)
+            .status(4)
             .code(&entry(WG, code))
             .finish()
     })?;
     let mut params = Params::new();
     params.set(31, n as u32);
-    rec.dispatch(p, &[&d, &a, &b, &ids], params, n.div_ceil(WG as u64))
+    let status = rec.status();
+    rec.dispatch(
+        p,
+        &[&d, &a, &b, &ids, &status],
+        params,
+        n.div_ceil(WG as u64),
+    )
 }

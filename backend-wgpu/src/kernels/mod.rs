@@ -348,6 +348,7 @@ struct Dispatch {
 pub(crate) struct Recorder<'g> {
     pub gpu: &'g Arc<Gpu>,
     dispatches: Vec<Dispatch>,
+    uses_status: bool,
 }
 
 impl<'g> Recorder<'g> {
@@ -355,6 +356,24 @@ impl<'g> Recorder<'g> {
         Recorder {
             gpu,
             dispatches: Vec::new(),
+            uses_status: false,
+        }
+    }
+
+    /// The device's status word as a kernel argument (bind it last; see
+    /// [`wgsl::STATUS`]).
+    pub fn status(&mut self) -> TArg {
+        self.uses_status = true;
+        TArg {
+            dtype: DType::I32,
+            ne: [4, 1, 1, 1],
+            nb: [4, 16, 16, 16],
+            rem: 0,
+            binding: Binding {
+                buffer: self.gpu.status.clone(),
+                offset: 0,
+                size: 16,
+            },
         }
     }
 
@@ -479,6 +498,10 @@ impl<'g> Recorder<'g> {
             }
         }
         let index = gpu.queue.submit([enc.finish()]);
+        if self.uses_status {
+            gpu.status_pending
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         gpu.take_errors()?;
         Ok(Some(index))
     }

@@ -243,6 +243,17 @@ fn {x}_put_bytes(b0: u32, n: u32, bytes: ptr<function, array<u32, 212>>) {{
     s
 }
 
+/// The status word in slot `{slot}`: `bad_index(kind, value, limit)`
+/// records an index outside its tensor (kind bits: 1 get_rows, 2
+/// set_rows, 4 mul_mat_id).
+pub(crate) const STATUS: &str = r#"@group(0) @binding({binding}) var<storage, read_write> STATUS: array<atomic<u32>>;
+fn bad_index(kind: u32, value: i32, limit: u32) {
+    atomicOr(&STATUS[0], kind);
+    atomicStore(&STATUS[1], bitcast<u32>(value));
+    atomicStore(&STATUS[2], limit);
+}
+"#;
+
 /// A shader: the prelude, the tensors and a body.
 pub(crate) struct Shader {
     src: String,
@@ -275,6 +286,12 @@ fn {x}_row(i1: u32, i2: u32, i3: u32) -> u32 {{ return {x}_off() + i1 * {x}_nb(1
 "#,
             b = slot + 1
         );
+        self
+    }
+
+    /// Declares the status word in tensor slot `slot`.
+    pub fn status(mut self, slot: usize) -> Shader {
+        self.src += &STATUS.replace("{binding}", &(slot + 1).to_string());
         self
     }
 
