@@ -17,6 +17,7 @@ use ggraph_core::backend::{Buffer, Device};
 use ggraph_core::conformance::Rng;
 use ggraph_core::ir::GraphBuilder;
 use ggraph_core::{DType, Graph, exec, quant};
+use ggraph_wgpu::{MatmulKernel, WgpuDevice, WgpuOptions};
 
 struct Shape {
     m: usize,
@@ -123,14 +124,43 @@ fn main() {
         eprintln!("no wgpu adapter: install mesa-vulkan-drivers (lavapipe) or run on a GPU");
         std::process::exit(1);
     };
+    // the portable tiled kernel (64x64 tiles, 4x4 register blocks, vec4
+    // reads from workgroup memory), for comparison on the first shape
+    let tiled = WgpuDevice::open_with(
+        0,
+        WgpuOptions {
+            matmul_kernel: Some(MatmulKernel::Tiled),
+            ..WgpuOptions::default()
+        },
+    )
+    .unwrap();
     let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
     println!("wgpu: {} — {}", gpu.name(), gpu.description());
     println!("cpu:  {}", cpu.description());
+    println!(
+        "load average at start: {}",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
     println!(
         "{:<7} {:>5} {:>5} {:>5} {:>12} {:>12} {:>11} {:>12}",
         "type", "m", "k", "n", "wgpu GFLOP/s", "wgpu ms", "first ms", "cpu GFLOP/s"
     );
     let budget = Duration::from_secs(if quick { 1 } else { 3 });
+    if let Some((t, s)) = shapes.first().filter(|_| !args.iter().any(|a| a == "--no-tiled")) {
+        let (g, _buf) = setup(tiled.as_ref(), *t, s);
+        let (best, first) = time(tiled.as_ref(), &g, budget);
+        println!(
+            "{:<7} {:>5} {:>5} {:>5} {:>12.2} {:>12.2} {:>11.0} {:>12}",
+            format!("{}*", t.name()),
+            s.m,
+            s.k,
+            s.n,
+            2.0 * (s.m * s.k * s.n) as f64 / best / 1e9,
+            best * 1e3,
+            first * 1e3,
+            "tiled kernel"
+        );
+    }
     for (t, s) in &shapes {
         let flops = 2.0 * (s.m * s.k * s.n) as f64;
         let (g, _buf) = setup(gpu.as_ref(), *t, s);
