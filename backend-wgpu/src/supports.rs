@@ -40,6 +40,7 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
     let src = |i: usize| graph.tensor(t.src[i]);
     let float = |d: DType| d.is_float();
     let max_binding = gpu.max_binding() as usize;
+    let align = gpu.storage_align() as usize;
     // every tensor the kernel binds fits one binding, except the weights of
     // mul_mat and the source of get_rows, which are read in windows of rows
     // when they are plain matrices
@@ -48,11 +49,14 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
             && matches!(t.op, Op::MulMat | Op::GetRows)
             && src(0).ne[2] == 1
             && src(0).ne[3] == 1
-            && src(0).nb[1] + src(0).row_bytes() <= max_binding
+            && src(0).nb[1] + src(0).row_bytes() + align <= max_binding
     };
     let fits = std::iter::once((usize::MAX, t))
         .chain(t.src.iter().enumerate().map(|(i, &s)| (i, graph.tensor(s))))
-        .all(|(i, x)| addressable(graph, x) && (x.nbytes() <= max_binding || windowed(i)));
+        .all(|(i, x)| {
+            // a tensor is bound from the aligned address below its start
+            addressable(graph, x) && (x.nbytes() + align <= max_binding || windowed(i))
+        });
     if !fits {
         return false;
     }

@@ -139,10 +139,15 @@ fn bind_span(gpu: &Arc<Gpu>, graph: &Graph, id: TensorId, extra: u64, span: u64)
     }
     let align = gpu.storage_align();
     let first = offset + extra;
-    let start = first / align * align;
+    let mut start = first / align * align;
     let rem = first - start;
-    let size = (rem + span).div_ceil(4).max(1) * 4;
-    let size = size.min(wb.raw_size() - start);
+    let mut size = ((rem + span).div_ceil(4) * 4).min(wb.raw_size() - start);
+    if size < 4 {
+        // an empty tensor at the very end of its buffer: bind any valid
+        // word, nothing is read
+        start = (wb.raw_size() - 4) / align * align;
+        size = 4;
+    }
     if size > gpu.max_binding() {
         return Err(Error::backend(
             &gpu.name,

@@ -139,14 +139,19 @@ fn main() {
     println!("cpu:  {}", cpu.description());
     println!(
         "load average at start: {}",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
     );
     println!(
         "{:<7} {:>5} {:>5} {:>5} {:>12} {:>12} {:>11} {:>12}",
         "type", "m", "k", "n", "wgpu GFLOP/s", "wgpu ms", "first ms", "cpu GFLOP/s"
     );
     let budget = Duration::from_secs(if quick { 1 } else { 3 });
-    if let Some((t, s)) = shapes.first().filter(|_| !args.iter().any(|a| a == "--no-tiled")) {
+    if let Some((t, s)) = shapes
+        .first()
+        .filter(|_| !args.iter().any(|a| a == "--no-tiled"))
+    {
         let (g, _buf) = setup(tiled.as_ref(), *t, s);
         let (best, first) = time(tiled.as_ref(), &g, budget);
         println!(
