@@ -254,8 +254,10 @@ fn an_index_outside_its_tensor_is_an_error_at_synchronize() {
                 (gb.set_rows(dst, src, idx).unwrap(), idx)
             }
             _ => {
-                let experts = gb.input("experts", DType::F32, &[16, 5, 4]).unwrap();
-                let b = gb.input("b", DType::F32, &[16, 1, 3]).unwrap();
+                // k = 32 runs on the subgroup kernel where there is one, k = 16 on the generic one
+                let k = if kind == "mul_mat_id" { 32 } else { 16 };
+                let experts = gb.input("experts", DType::F32, &[k, 5, 4]).unwrap();
+                let b = gb.input("b", DType::F32, &[k, 1, 3]).unwrap();
                 let idx = gb.input("ids", DType::I32, &[1, 3]).unwrap();
                 (gb.mul_mat_id(experts, b, idx).unwrap(), idx)
             }
@@ -265,8 +267,14 @@ fn an_index_outside_its_tensor_is_an_error_at_synchronize() {
         let buf = exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
         (g, idx, buf)
     };
-    for (kind, bad) in [("get_rows", 10), ("set_rows", -1), ("mul_mat_id", 4)] {
+    for (kind, bad) in [
+        ("get_rows", 10),
+        ("set_rows", -1),
+        ("mul_mat_id", 4),
+        ("mul_mat_id (generic)", 7),
+    ] {
         let (g, idx, _buf) = build(kind);
+        let kind = kind.split(' ').next().unwrap();
         g.write_i32(idx, &[0, bad, 1]).unwrap();
         let mut s = dev.new_backend().unwrap();
         s.compute(&g, g.nodes()).unwrap();

@@ -95,7 +95,7 @@ pub fn mul_mat(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> 
             _ => auto,
         };
         match kernel {
-            Kernel::Subgroup => subgroup(rec, &d, &a, &b, r0 as u32)?,
+            Kernel::Subgroup => subgroup(rec, &d, &a, &b, r0 as u32, None)?,
             Kernel::Tiled => tiled(rec, &d, &a, &b, r0 as u32)?,
             Kernel::Generic => generic(rec, &d, &a, &b, r0 as u32)?,
         }
@@ -383,25 +383,65 @@ fn sg_columns(n: u32) -> u32 {
     n.next_power_of_two().clamp(1, 16)
 }
 
-/// The subgroup kernel (see the module documentation).
-fn subgroup(rec: &mut Recorder, d: &TArg, a: &TArg, b: &TArg, row0: u32) -> Result<()> {
+/// The subgroup kernel (see the module documentation). With `ids`, it
+/// computes mul_mat_id instead: one column per (slot, token) pair, whose
+/// expert is read from `ids` on the device.
+fn subgroup(
+    rec: &mut Recorder,
+    d: &TArg,
+    a: &TArg,
+    b: &TArg,
+    row0: u32,
+    ids: Option<&TArg>,
+) -> Result<()> {
     let gpu = rec.gpu;
-    let (m, n) = (a.ne[1], d.ne[1]);
-    if m == 0 || n == 0 {
+    let m = a.ne[1];
+    let (n, columns) = match ids {
+        None => (d.ne[1], d.ne[1]),
+        // one pair per workgroup column
+        Some(_) => (1, d.ne[1] * d.ne[2]),
+    };
+    if m == 0 || columns == 0 {
         return Ok(());
     }
     let (tm, nc) = (SG_TM, sg_columns(n));
-    let key = format!("mul_mat_subgroup|{}|tm={tm},nc={nc}", a.dtype);
-    let p = pipeline(gpu, &key, 3, || {
+    let mode = if ids.is_some() { "|id" } else { "" };
+    let key = format!("mul_mat_subgroup|{}|tm={tm},nc={nc}{mode}", a.dtype);
+    let n_storage = if ids.is_some() { 5 } else { 3 };
+    let p = pipeline(gpu, &key, n_storage, || {
         let dt = a.dtype;
         let mut s = String::new();
+        let (a_row, b_row, store) = if ids.is_some() {
+            s += r#"    let e = wid.y % D_ne(1u);
+    let tok = wid.y / D_ne(1u);
+    let raw = bitcast<i32>(C_bits(C_row(tok, 0u, 0u) + e * C_nb(0u)));
+    let ok = raw >= 0 && raw < i32(A_ne(2u));
+    if (!ok && lid == 0u && wid.x == 0u) { bad_index(4u, raw, A_ne(2u)); }
+    let ex = u32(clamp(raw, 0, i32(A_ne(2u)) - 1));
+"#;
+            (
+                "A_row(min(rb + {t}u, m - 1u), ex, 0u)",
+                "B_row(e % B_ne(1u), tok, 0u)",
+                "D_set(rb + {t}u, e, tok, 0u, select(0.0, acc{t}_{c}, ok));",
+            )
+        } else {
+            (
+                "A_row(min(rb + {t}u, m - 1u), i2 / op_u(1u), i3 / op_u(2u))",
+                "B_row(min(j0 + {c}u, n - 1u), i2, i3)",
+                "D_set(op_u(0u) + rb + {t}u, j0 + {c}u, i2, i3, acc{t}_{c});",
+            )
+        };
         for t in 0..tm {
             s += &format!(
-                "    let ar{t} = A_row(min(rb + {t}u, m - 1u), i2 / op_u(1u), i3 / op_u(2u));\n"
+                "    let ar{t} = {};\n",
+                a_row.replace("{t}", &t.to_string())
             );
         }
         for c in 0..nc {
-            s += &format!("    let bb{c} = B_row(min(j0 + {c}u, n - 1u), i2, i3) / 16u + sl;\n");
+            s += &format!(
+                "    let bb{c} = {} / 16u + sl;\n",
+                b_row.replace("{c}", &c.to_string())
+            );
         }
         for t in 0..tm {
             for c in 0..nc {
@@ -429,9 +469,15 @@ fn subgroup(rec: &mut Recorder, d: &TArg, a: &TArg, b: &TArg, row0: u32) -> Resu
         s += "    }\n";
         for t in 0..tm {
             for c in 0..nc {
-                s += &format!(
-                    "    if (rb + {t}u < m && j0 + {c}u < n) {{ D_set(op_u(0u) + rb + {t}u, j0 + {c}u, i2, i3, acc{t}_{c}); }}\n"
-                );
+                let guard = if ids.is_some() {
+                    format!("rb + {t}u < m")
+                } else {
+                    format!("rb + {t}u < m && j0 + {c}u < n")
+                };
+                let st = store
+                    .replace("{t}", &t.to_string())
+                    .replace("{c}", &c.to_string());
+                s += &format!("    if ({guard}) {{ {st} }}\n");
             }
         }
         let code = format!(
@@ -456,18 +502,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             DType::F32 | DType::F16 | DType::BF16 => sh.tensor_vec4("A", 1),
             _ => sh.tensor("A", 1, dt, Access::Read),
         };
-        sh.tensor_vec4("B", 2).code(SG_HELPERS).code(&code).finish()
+        sh = sh.tensor_vec4("B", 2);
+        if ids.is_some() {
+            sh = sh.tensor("C", 3, DType::I32, Access::Read).status(4);
+        }
+        sh.code(SG_HELPERS).code(&code).finish()
     })?;
     let rows_per_group = 8 * tm * SG_GROUPS;
-    let groups = [
-        m.div_ceil(rows_per_group),
-        n.div_ceil(nc),
-        d.ne[2] * d.ne[3],
-    ];
-    rec.dispatch_grid(p, &[d, a, b], mm_params(a, b, row0), groups)
+    match ids {
+        None => {
+            let groups = [
+                m.div_ceil(rows_per_group),
+                n.div_ceil(nc),
+                d.ne[2] * d.ne[3],
+            ];
+            rec.dispatch_grid(p, &[d, a, b], mm_params(a, b, row0), groups)
+        }
+        Some(ids) => {
+            let status = rec.status();
+            let groups = [m.div_ceil(rows_per_group), columns, 1];
+            rec.dispatch_grid(p, &[d, a, b, ids, &status], Params::new(), groups)
+        }
+    }
 }
 
-/// `mul_mat_id(as, b, ids)`: one thread per result element.
+/// `mul_mat_id(as, b, ids)`: the subgroup kernel with one column per
+/// (slot, token) pair where it applies, otherwise one thread per result
+/// element.
 pub fn mul_mat_id(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> {
     let gpu = rec.gpu;
     let t = graph.tensor(node);
@@ -478,6 +539,12 @@ pub fn mul_mat_id(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<(
     let n = d.nelements();
     if n == 0 {
         return Ok(());
+    }
+    let pairs = d.ne[1] as u64 * d.ne[2] as u64;
+    let max_groups = gpu.limits.max_compute_workgroups_per_dimension as u64;
+    let subgroup_ok = subgroup_fits(rec, &d, &a, &b) && pairs <= max_groups;
+    if subgroup_ok && gpu.options.matmul_kernel != Some(Kernel::Generic) {
+        return subgroup(rec, &d, &a, &b, 0, Some(&ids));
     }
     let key = format!("mul_mat_id_generic|{}x{}", a.dtype, b.dtype);
     let p = pipeline(gpu, &key, 5, || {
