@@ -37,7 +37,16 @@
 //! directly in the kernels (mul_mat, mul_mat_id, get_rows, flash attention
 //! and copies dequantise on the device; copies into quantised tensors
 //! quantise on the device). Pipelines are built once per (kernel, types,
-//! specialisation) and cached per device.
+//! specialisation) and cached per device. An index outside its tensor
+//! (get_rows, set_rows, mul_mat_id) is reported by the next synchronize.
+//!
+//! `supports_op` refuses, so that the scheduler places them elsewhere:
+//! tensors larger than one storage binding (lavapipe: 128 MiB), except the
+//! 2-d weights of mul_mat and sources of get_rows, which are read in
+//! windows of rows; argsort and top_k of rows longer than 16384 values;
+//! flash attention with value rows longer than 512; layouts whose offsets
+//! or strides split an element's word (f32 at an offset that is not a
+//! multiple of 4, ...); tensors of 2^31 elements or more.
 
 mod buffer;
 mod context;

@@ -18,8 +18,10 @@
 //! - **generic**: one thread per result element, for the cases the others
 //!   do not take (n = 1 off subgroup adapters, huge batches).
 //!
-//! Weights larger than one storage binding are processed in windows of
-//! rows (one dispatch per window).
+//! mul_mat_id runs on the subgroup kernel with one column per (slot,
+//! token) pair, the expert read from `ids` on the device, or on a generic
+//! kernel. Weights larger than one storage binding are processed in
+//! windows of rows (one dispatch per window).
 
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result};
