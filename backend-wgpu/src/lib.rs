@@ -1,14 +1,74 @@
-//! ggraph wgpu backend.
+//! ggraph wgpu backend: WGSL compute kernels on any Vulkan, Metal or DX12
+//! adapter, including Mesa's lavapipe (a Vulkan driver on the CPU), so that
+//! it runs for real on machines without a GPU.
 //!
-//! Device discovery, buffers and kernels land with issue #5; until then the
-//! crate registers the wgpu family with no devices, so that programs built
-//! against the registry keep the same API when it arrives.
+//! # Devices
+//!
+//! One ggraph device per wgpu adapter, named `wgpu:0`, `wgpu:1`, ... in the
+//! order wgpu lists them. The OpenGL fallback is skipped unless the crate's
+//! `gl` feature is on. `WGPU_BACKEND` (e.g. `vulkan`) narrows the search as
+//! in every wgpu program. A machine without an adapter lists no device.
+//!
+//! [`WgpuDevice::open`] opens one more logical device on an adapter (for
+//! multi-device tests on one GPU); every device, and its buffer type, gets
+//! a name no other device of the process has, because two wgpu devices can
+//! never share buffers even on the same adapter.
+//!
+//! # Memory
+//!
+//! wgpu has no portable free-memory query. A device reports, in this order:
+//! 1. `GGRAPH_WGPU_MEMORY` (e.g. `2GiB`) if set: a declared budget minus what
+//!    ggraph has allocated on the device ([`MemorySource::DeclaredBudget`]);
+//!    allocations beyond it fail;
+//! 2. on Vulkan with `VK_EXT_memory_budget`: the driver's budget and usage of
+//!    the device-local heaps ([`MemorySource::Driver`]);
+//! 3. on Vulkan without it: the size of the largest device-local heap as the
+//!    budget, minus what ggraph allocated ([`MemorySource::DeclaredBudget`]);
+//! 4. elsewhere: the adapter's largest buffer size as the budget, minus what
+//!    ggraph allocated ([`MemorySource::DeclaredBudget`]).
+//!
+//! [`WgpuDevice::memory_report`] says which one a device uses.
+//!
+//! # Kernels
+//!
+//! Every op of the IR has a WGSL kernel (see `kernels/`): f32, f16 and
+//! bf16 everywhere (16-bit values are read and written as halves of 32-bit
+//! words, so no shader-f16 support is needed), and the quantised types read
+//! directly in the kernels (mul_mat, mul_mat_id, get_rows, flash attention
+//! and copies dequantise on the device; copies into quantised tensors
+//! quantise on the device). Pipelines are built once per (kernel, types,
+//! specialisation) and cached per device. An index outside its tensor
+//! (get_rows, set_rows, mul_mat_id) is reported by the next synchronize.
+//!
+//! `supports_op` refuses, so that the scheduler places them elsewhere:
+//! tensors larger than one storage binding (lavapipe: 128 MiB), except the
+//! 2-d weights of mul_mat and sources of get_rows, which are read in
+//! windows of rows; argsort and top_k of rows longer than 16384 values;
+//! flash attention with value rows longer than 512; layouts whose offsets
+//! or strides split an element's word (f32 at an offset that is not a
+//! multiple of 4, ...); tensors of 2^31 elements or more.
+
+mod buffer;
+mod context;
+mod device;
+mod kernels;
+mod memory;
+mod stream;
+mod supports;
 
 use std::sync::Arc;
 
 use ggraph_core::backend::{BackendRegistration, Device};
 
-/// The wgpu backend family.
+pub use buffer::{WgpuBuffer, WgpuBufferType};
+pub use context::{AdapterSummary, adapters};
+pub use device::{MatmulKernel, WgpuDevice, WgpuOptions};
+pub use ggraph_core::backend::MemorySource;
+pub use memory::MemoryReport;
+pub use stream::{WgpuEvent, WgpuStream};
+
+/// The wgpu backend family: one device per adapter, opened the first time
+/// the devices are asked for and shared by every registry afterwards.
 #[derive(Default)]
 pub struct Registration;
 
@@ -18,6 +78,14 @@ impl BackendRegistration for Registration {
     }
 
     fn devices(&self) -> Vec<Arc<dyn Device>> {
-        Vec::new()
+        context::registry_devices()
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Device>)
+            .collect()
     }
+}
+
+/// The devices of the registry (one per adapter), as their own type.
+pub fn devices() -> Vec<Arc<WgpuDevice>> {
+    context::registry_devices().to_vec()
 }

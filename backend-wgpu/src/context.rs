@@ -1,0 +1,98 @@
+//! The wgpu instance, the adapters it finds, and device names.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::device::WgpuDevice;
+
+/// The backends searched: Vulkan, Metal and DX12, plus GL with the `gl`
+/// feature, narrowed by `WGPU_BACKEND` when it is set.
+fn backends() -> wgpu::Backends {
+    let mut allowed = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+    if cfg!(feature = "gl") {
+        allowed |= wgpu::Backends::GL;
+    }
+    match wgpu::Backends::from_env() {
+        Some(asked) => allowed & asked,
+        None => allowed,
+    }
+}
+
+/// The process-wide instance (creating one is cheap, but adapters and
+/// devices are tied to it, so one is kept).
+pub(crate) fn instance() -> &'static wgpu::Instance {
+    static INSTANCE: OnceLock<wgpu::Instance> = OnceLock::new();
+    INSTANCE.get_or_init(|| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        desc.backends = backends();
+        wgpu::Instance::new(desc)
+    })
+}
+
+/// The adapters wgpu finds now, in its order.
+pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
+    let backends = backends();
+    if backends.is_empty() {
+        return Vec::new();
+    }
+    pollster::block_on(instance().enumerate_adapters(backends))
+}
+
+/// What an adapter is, for listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterSummary {
+    /// Position in wgpu's list; pass it to [`WgpuDevice::open`].
+    pub index: usize,
+    pub name: String,
+    /// Vulkan, Metal, DX12 or GL.
+    pub backend: String,
+    /// Discrete, integrated, virtual or CPU (lavapipe is a CPU adapter).
+    pub device_type: String,
+    pub driver: String,
+}
+
+/// The adapters wgpu finds, without opening devices on them.
+pub fn adapters() -> Vec<AdapterSummary> {
+    enumerate()
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let info = a.get_info();
+            AdapterSummary {
+                index,
+                name: info.name.clone(),
+                backend: format!("{:?}", info.backend),
+                device_type: format!("{:?}", info.device_type),
+                driver: format!("{} {}", info.driver, info.driver_info)
+                    .trim()
+                    .to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The next free device ordinal: names are never reused in a process, so
+/// that buffer types (compared by name) never collide.
+pub(crate) fn next_ordinal() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One device per adapter, opened on first use. An adapter whose device
+/// cannot be opened is skipped with a warning.
+pub(crate) fn registry_devices() -> &'static [Arc<WgpuDevice>] {
+    static DEVICES: OnceLock<Vec<Arc<WgpuDevice>>> = OnceLock::new();
+    DEVICES.get_or_init(|| {
+        enumerate()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, adapter)| match WgpuDevice::open_registry(adapter) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    tracing::warn!("wgpu adapter {i} skipped: {e}");
+                    None
+                }
+            })
+            .collect()
+    })
+}
