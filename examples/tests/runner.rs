@@ -1,0 +1,162 @@
+//! The llama runner on a small random-weight GGUF: its logits match the
+//! f64 reference, generation is deterministic, and the CPU and a simulated
+//! GPU give the same greedy tokens; a GGUF written by the PyPI gguf package
+//! loads and runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ggraph::backend::Device;
+use ggraph::conformance::nmse;
+use ggraph::context::{Context, ContextParams};
+use ggraph::model::desc::ModelDesc;
+use ggraph::model::gguf::ModelFile;
+use ggraph::model::llama::{
+    Attention, BuildShape, FreshCache, FreshWeights, build_llama, causal_mask,
+};
+use ggraph::model::loaded::{LoadMode, Model};
+use ggraph::model::make::{llama_gguf, make_vocab};
+use ggraph::model::placement::PlacementOptions;
+use ggraph::{DType, TensorId, quant, reference, runner};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+
+const PROMPT: [i32; 7] = [1, 345, 302, 420, 38, 99, 101];
+
+fn write_random_gguf(name: &str) -> std::path::PathBuf {
+    let desc = runner::random_model("tiny", DType::Q8_0, 11).unwrap();
+    let w = llama_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
+    let path =
+        std::env::temp_dir().join(format!("ggraph-runner-{}-{name}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    path
+}
+
+fn params() -> ContextParams {
+    ContextParams {
+        n_ctx: 64,
+        n_batch: 64,
+        n_ubatch: 16,
+        attention: Attention::Standard,
+        k_type: DType::F32,
+        v_type: DType::F32,
+        n_kv_pad: 64,
+        ..ContextParams::default()
+    }
+}
+
+fn context(desc: &ModelDesc, devices: &[Arc<dyn Device>]) -> Context {
+    let m = Model::load(
+        desc,
+        devices,
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    Context::new(Arc::new(m), params()).unwrap()
+}
+
+/// The prompt's last logits by the f64 evaluator, from the file's bytes.
+fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f64> {
+    let shape = BuildShape::prompt(prompt.len(), Attention::Standard);
+    let lg = build_llama(
+        &desc.config,
+        &shape,
+        &mut FreshWeights { dtype: DType::F32 },
+        &mut FreshCache,
+    )
+    .unwrap();
+    let g = lg.builder.graph();
+    let positions: Vec<i32> = (0..prompt.len() as i32).collect();
+    let cells: Vec<Option<i32>> = positions.iter().map(|p| Some(*p)).collect();
+    let mut inputs: HashMap<TensorId, Vec<u8>> = HashMap::new();
+    inputs.insert(
+        lg.inputs.tokens,
+        prompt.iter().flat_map(|t| t.to_le_bytes()).collect(),
+    );
+    inputs.insert(
+        lg.inputs.positions,
+        positions.iter().flat_map(|t| t.to_le_bytes()).collect(),
+    );
+    inputs.insert(
+        lg.inputs.kq_mask,
+        quant::quantize(
+            g.tensor(lg.inputs.kq_mask).dtype,
+            &causal_mask(&positions, &cells),
+        )
+        .unwrap(),
+    );
+    let ev = reference::evaluate(g, |id| {
+        if let Some(b) = inputs.get(&id) {
+            return Ok(b.clone());
+        }
+        let name = &g.tensor(id).name;
+        // the graph asked for F32 weights: decode the file's tensor
+        let spec = desc.tensor(name).expect("a model tensor");
+        let values = quant::dequantize(
+            spec.dtype,
+            file.tensor_data(name)?,
+            spec.shape.iter().product(),
+        )?;
+        quant::quantize(DType::F32, &values)
+    })
+    .unwrap();
+    let all = ev.values(lg.logits);
+    all[all.len() - desc.config.n_vocab..].to_vec()
+}
+
+#[test]
+fn the_runner_matches_the_f64_reference_and_repeats_itself() {
+    let path = write_random_gguf("reference");
+    let file = ModelFile::open(&path).unwrap();
+    let desc = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    let want = reference_logits(&file, &desc, &PROMPT);
+    let mut ctx = context(&desc, &[]);
+    let g1 = runner::generate(&mut ctx, &PROMPT, 12).unwrap();
+    // the first logits are those of the prompt's last token
+    let mut first = context(&desc, &[]);
+    first
+        .decode(&ggraph::batch::Batch::tokens(&PROMPT))
+        .unwrap();
+    let e = nmse(first.logits(), &want);
+    assert!(e < 1e-6, "nmse against the f64 reference: {e}");
+    assert_eq!(g1.generated[0], runner::argmax(first.logits()));
+    let mut again = context(&desc, &[]);
+    let g2 = runner::generate(&mut again, &PROMPT, 12).unwrap();
+    assert_eq!(g1.generated, g2.generated, "deterministic");
+    let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(64 << 20));
+    let mut split = context(&desc, &[sim]);
+    let g3 = runner::generate(&mut split, &PROMPT, 12).unwrap();
+    assert_eq!(g1.generated, g3.generated, "CPU + simulated GPU");
+    assert!(split.scheduler().splits().len() > 1);
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn a_gguf_written_by_the_gguf_package_loads_and_runs() {
+    // written by gguf-py (fixtures/gguf/generate.py: valued_llama), its
+    // matrices quantised by gguf.quants
+    let path = format!(
+        "{}/../ggraph-core/tests/fixtures/gguf/valued_llama.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let prompt = [1, 10, 20, 30, 40];
+    let desc = runner::open_model(&path).unwrap();
+    let mut ctx = context(&desc, &[]);
+    let g = runner::generate(&mut ctx, &prompt, 6).unwrap();
+    assert_eq!(g.generated.len(), 6);
+    assert!(
+        g.generated
+            .iter()
+            .all(|&t| (t as usize) < desc.config.n_vocab)
+    );
+    let mut first = context(&desc, &[]);
+    first
+        .decode(&ggraph::batch::Batch::tokens(&prompt))
+        .unwrap();
+    assert!(first.logits().iter().all(|v| v.is_finite()));
+    let want = reference_logits(&ModelFile::open(&path).unwrap(), &desc, &prompt);
+    let e = nmse(first.logits(), &want);
+    assert!(e < 1e-6, "nmse against the f64 reference: {e}");
+}
