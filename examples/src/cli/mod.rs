@@ -6,6 +6,7 @@ pub use ggraph::args;
 pub mod check;
 pub mod estimate;
 pub mod header;
+pub mod make;
 pub mod model;
 pub mod plan;
 pub mod progress;
@@ -15,7 +16,8 @@ pub const SUMMARY: &str = "\
 plan MODEL       per-device memory and splits by a dry run of ggraph (--help)
 estimate MODEL   memory a model needs on given GPUs (Ollama's and ggraph's; --help)
 header MODEL     a model's header as JSON, or as a GGUF header prefix (--help)
-check MODEL      read and check a whole GGUF, with a checksum (--help)";
+check MODEL      read and check a whole GGUF, with a checksum (--help)
+make-model OUT   write a random-weight llama GGUF of any shape (--help)";
 
 /// Writes `text` to stdout. A closed pipe (`ggraph ... | head`) is not an
 /// error worth a panic: the output is simply cut.
@@ -76,6 +78,7 @@ pub fn run(cmd: &str, args: &[String]) -> Option<ExitCode> {
         "plan" => finish(cmd, &plan::usage(), plan::render(args)),
         "header" => finish(cmd, header::USAGE, header::render(args)),
         "check" => finish(cmd, check::USAGE, check::render(args)),
+        "make-model" => finish(cmd, make::USAGE, make::render(args)),
         _ => return None,
     })
 }

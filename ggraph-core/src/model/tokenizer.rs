@@ -72,10 +72,11 @@ impl Tokenizer {
             let mut end = (i + self.max_len).min(s.len());
             while end > i {
                 if s.is_char_boundary(end)
-                    && let Some(&id) = self.ids.get(&s[i..end]) {
-                        matched = Some((id, end));
-                        break;
-                    }
+                    && let Some(&id) = self.ids.get(&s[i..end])
+                {
+                    matched = Some((id, end));
+                    break;
+                }
                 end -= 1;
             }
             match matched {
@@ -86,7 +87,9 @@ impl Tokenizer {
                 None => {
                     let c_len = s[i..].chars().next().map_or(1, char::len_utf8);
                     for &b in &s.as_bytes()[i..i + c_len] {
-                        if let Some(id) = self.bytes[b as usize].or(self.unk) { out.push(id) }
+                        if let Some(id) = self.bytes[b as usize].or(self.unk) {
+                            out.push(id)
+                        }
                     }
                     i += c_len;
                 }
