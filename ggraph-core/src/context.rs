@@ -88,6 +88,17 @@ struct Built {
     logits: crate::ir::TensorId,
 }
 
+/// How one ubatch's graph is split.
+#[derive(Clone, Debug)]
+pub struct SplitReport {
+    pub splits: usize,
+    pub copies: usize,
+    /// Bytes moved between devices per run of the graph.
+    pub bytes_copied: u64,
+    pub dot: String,
+    pub explain: String,
+}
+
 /// Counters of the decode loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContextStats {
@@ -210,6 +221,28 @@ impl Context {
         rewrite_row_split(&mut graph)?;
         lg.builder = graph_into_builder(graph);
         Ok(lg)
+    }
+
+    /// How the scheduler splits the graph of a ubatch of `n_tokens` (all
+    /// outputs) over `n_kv` cells: splits, copies and bytes moved per run,
+    /// and the graph in DOT. Plans only; the next decode builds afresh.
+    pub fn split_report(&mut self, n_tokens: usize, n_kv: usize) -> Result<SplitReport> {
+        let key = GraphKey {
+            n_tokens,
+            n_outputs: n_tokens,
+            n_kv: n_kv.clamp(n_tokens, self.params.n_ctx),
+        };
+        let lg = self.build(key)?;
+        self.built = None;
+        let splits = self.sched.split_graph(lg.builder.build())?;
+        let report = SplitReport {
+            splits: splits.len(),
+            copies: splits.iter().map(|s| s.inputs.len()).sum(),
+            bytes_copied: splits.iter().map(|s| s.bytes_copied()).sum(),
+            dot: self.sched.to_dot(),
+            explain: self.sched.explain(),
+        };
+        Ok(report)
     }
 
     /// Logits of the last decode's outputs, n_vocab per row.
