@@ -86,7 +86,7 @@ fn sim(i: usize, spec: &str) -> Result<Arc<dyn Device>, String> {
     Ok(SimDevice::new(i, config))
 }
 
-fn placement(spec: &str, n_layer: usize) -> Result<PlacementOptions, String> {
+fn placement(spec: &str) -> Result<PlacementOptions, String> {
     let mut o = PlacementOptions::default();
     for kv in spec.split(',').filter(|s| !s.is_empty()) {
         let (k, v) = kv
@@ -159,7 +159,6 @@ fn placement(spec: &str, n_layer: usize) -> Result<PlacementOptions, String> {
             _ => return Err(format!("placement '{spec}': unknown key '{k}'")),
         }
     }
-    let _ = n_layer;
     Ok(o)
 }
 
@@ -193,7 +192,7 @@ fn run(args: &[String]) -> Result<String, String> {
             "split=none".into(),
             "split=layer".into(),
             "split=row".into(),
-            format!("ngl={}", (n_layer + 1) / 2),
+            format!("ngl={}", n_layer.div_ceil(2)),
         ];
     }
     let run_tokens = a.parsed("--run", 0usize, |s| s.parse().ok(), "a token count")?;
@@ -220,7 +219,7 @@ fn run(args: &[String]) -> Result<String, String> {
     }
     for spec in &specs {
         let _ = writeln!(out, "\n== placement {spec}");
-        let opts = placement(spec, n_layer)?;
+        let opts = placement(spec)?;
         let cpu: Arc<dyn Device> = CpuDevice::new();
         let mode = if run_tokens > 0 && desc.has_data() {
             LoadMode::Real
