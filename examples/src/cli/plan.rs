@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::estimate::exact::{FitRequest, exact_estimate, fit};
-use ggraph::model::placement::GpuLayers;
+use ggraph::model::placement::{GpuLayers, plan_placement_checked};
 use ggraph::options;
 use ggraph::util::{format_bytes, parse_bytes};
 
@@ -130,6 +130,24 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
     out.push_str(&estimate.table());
     for (name, short) in estimate.over(margin) {
         let _ = writeln!(out, "does not fit: {name} is {} short", format_bytes(short));
+    }
+    if !opts.overrides.is_empty() {
+        let free: Vec<u64> = devices.iter().map(|d| d.memory().free_bytes).collect();
+        let plan = plan_placement_checked(&desc, devices.len(), &free, &opts, false).map_err(Failure::other)?;
+        let _ = writeln!(out, "\noverrides (first match wins):");
+        for (o, matched) in opts.overrides.iter().zip(&plan.override_matches) {
+            let shown: Vec<&str> = matched.iter().take(6).map(String::as_str).collect();
+            let more = matched.len().saturating_sub(shown.len());
+            let _ = writeln!(
+                out,
+                "  {} -> {:?}: {} tensor(s){}{}",
+                o.pattern,
+                o.target,
+                matched.len(),
+                if shown.is_empty() { String::new() } else { format!(": {}", shown.join(", ")) },
+                if more > 0 { format!(" and {more} more") } else { String::new() }
+            );
+        }
     }
     let _ = writeln!(out, "\n{} split(s):", estimate.splits);
     for (i, s) in estimate.split_lines.iter().enumerate() {
