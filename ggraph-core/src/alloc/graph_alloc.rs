@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::dyn_alloc::Addr;
-use super::liveness::{Block, NO_BLOCK, liveness, needs_memory, same_layout};
+use super::liveness::{Block, NO_BLOCK, liveness, same_layout, structure};
 use super::placement::{Strategy, place};
 use crate::backend::{Buffer, BufferType, BufferUsage};
 use crate::error::{Error, Result};
@@ -282,9 +282,7 @@ impl GraphAllocator {
         assign: Assign,
     ) -> Option<Vec<(TensorId, Slot)>> {
         let ids: Vec<TensorId> = graph.leafs().iter().chain(graph.nodes()).copied().collect();
-        if ids.len() != reserved.positions
-            || structure_of(graph, assign, None).0 != reserved.structure
-        {
+        if ids.len() != reserved.positions || structure(graph, assign) != reserved.structure {
             return None;
         }
         let mut slot_of = vec![None; graph.n_tensors()];
@@ -335,57 +333,23 @@ pub fn plan_graph(
             )
     };
     let (addrs, chunk_sizes) = place(strategy, &live.blocks, bufts, &name_of)?;
-    let (structure, by_position) = structure_of(graph, assign, Some(&live.block_of));
+    let by_position = graph
+        .leafs()
+        .iter()
+        .chain(graph.nodes())
+        .enumerate()
+        .filter_map(|(k, id)| {
+            let b = live.block_of[id.index()];
+            (b != NO_BLOCK).then_some((k as u32, b))
+        })
+        .collect();
     Ok(Plan {
         positions: graph.leafs().len() + graph.nodes().len(),
         block_of: live.block_of,
         blocks: live.blocks,
         addrs,
         chunk_sizes,
-        structure,
+        structure: live.structure,
         by_position,
     })
-}
-
-/// Encodes what liveness depends on, by position: per leaf and node, its
-/// op, flags, whether it needs memory and where, and its sources'
-/// positions. Two graphs with the same encoding have the same lifetimes.
-fn structure_of(
-    graph: &Graph,
-    assign: Assign,
-    block_of: Option<&[u32]>,
-) -> (Vec<u32>, Vec<(u32, u32)>) {
-    const NONE: u32 = u32::MAX;
-    let mut pos = vec![NONE; graph.n_tensors()];
-    let (leafs, nodes) = (graph.leafs(), graph.nodes());
-    for (k, id) in leafs.iter().chain(nodes).enumerate() {
-        pos[id.index()] = k as u32;
-    }
-    let mut enc = Vec::with_capacity(nodes.len() * 7 + leafs.len() * 5);
-    let mut by_position = Vec::new();
-    for (k, &id) in leafs.iter().chain(nodes).enumerate() {
-        let t = graph.tensor(id);
-        let needs = needs_memory(t);
-        let flags = t.flags.input as u32
-            | (t.flags.output as u32) << 1
-            | (t.flags.weight as u32) << 2
-            | (t.flags.keep as u32) << 3
-            | (needs as u32) << 4;
-        // the op kind says whether it may run in place
-        enc.extend_from_slice(&[
-            t.op.kind() as u32,
-            flags,
-            if needs { assign(id) as u32 } else { NONE },
-            t.view.map_or(NONE, |v| pos[v.base.index()]),
-            t.src.len() as u32,
-        ]);
-        enc.extend(t.src.iter().map(|s| pos[s.index()]));
-        if let Some(block_of) = block_of {
-            let b = block_of[id.index()];
-            if b != NO_BLOCK {
-                by_position.push((k as u32, b));
-            }
-        }
-    }
-    (enc, by_position)
 }

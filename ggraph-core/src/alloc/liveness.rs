@@ -34,6 +34,8 @@ pub struct Liveness {
     pub block_of: Vec<u32>,
     /// One past the last time step.
     pub end: u32,
+    /// What the lifetimes were computed from (see [`structure`]).
+    pub structure: Vec<u32>,
 }
 
 /// Whether the allocator places this tensor: not a view, no memory yet,
@@ -155,15 +157,16 @@ pub fn liveness(
     assign: &dyn Fn(TensorId) -> usize,
 ) -> Result<Liveness> {
     let n = graph.n_tensors();
+    let (leafs, nodes) = (graph.leafs(), graph.nodes());
     let mut p = Pass {
         graph,
         bufts,
         children: vec![0; n],
         views: vec![0; n],
         owns: vec![false; n],
-        blocks: Vec::with_capacity(graph.nodes().len() + graph.leafs().len()),
+        blocks: Vec::with_capacity(nodes.len() + leafs.len()),
         block_of: vec![NO_BLOCK; n],
-        end: graph.nodes().len() as u32 + 1,
+        end: nodes.len() as u32 + 1,
     };
     let buft_of = |id: TensorId| -> Result<usize> {
         let b = assign(id);
@@ -176,7 +179,9 @@ pub fn liveness(
         }
         Ok(b)
     };
-    for &node in graph.nodes() {
+    let pos = positions(graph);
+    let mut structure = Vec::with_capacity(structure_capacity(graph));
+    for &node in nodes {
         let t = graph.tensor(node);
         for &s in &t.src {
             p.children[s.index()] += 1;
@@ -187,16 +192,20 @@ pub fn liveness(
     }
     // leafs (inputs and other user-filled tensors) are written before
     // anything runs
-    for &leaf in graph.leafs() {
-        if needs_memory(graph.tensor(leaf)) {
-            p.open(leaf, buft_of(leaf)?, 0);
+    for &leaf in leafs {
+        let t = graph.tensor(leaf);
+        let buft = needs_memory(t).then(|| buft_of(leaf)).transpose()?;
+        encode(&mut structure, t, buft, &pos);
+        if let Some(buft) = buft {
+            p.open(leaf, buft, 0);
         }
     }
-    for (i, &node) in graph.nodes().iter().enumerate() {
+    for (i, &node) in nodes.iter().enumerate() {
         let time = i as u32 + 1;
         let t = graph.tensor(node);
-        if needs_memory(t) {
-            let buft = buft_of(node)?;
+        let buft = needs_memory(t).then(|| buft_of(node)).transpose()?;
+        encode(&mut structure, t, buft, &pos);
+        if let Some(buft) = buft {
             match p.in_place_owner(node, buft) {
                 Some(owner) => {
                     p.block_of[node.index()] = p.block_of[owner.index()];
@@ -220,7 +229,56 @@ pub fn liveness(
         blocks: p.blocks,
         block_of: p.block_of,
         end: p.end,
+        structure,
     })
+}
+
+/// Encodes what liveness depends on, by position: per leaf and node, its
+/// op, flags, whether it needs memory and of which buffer type, and its
+/// sources' positions. Two graphs with the same encoding have the same
+/// lifetimes, so a plan made for one fits the other wherever its tensors
+/// are no larger.
+pub fn structure(graph: &Graph, assign: &dyn Fn(TensorId) -> usize) -> Vec<u32> {
+    let pos = positions(graph);
+    let mut structure = Vec::with_capacity(structure_capacity(graph));
+    for &id in graph.leafs().iter().chain(graph.nodes()) {
+        let t = graph.tensor(id);
+        encode(&mut structure, t, needs_memory(t).then(|| assign(id)), &pos);
+    }
+    structure
+}
+
+const NO_POSITION: u32 = u32::MAX;
+
+/// Position of every leaf and node (leafs first), by tensor index.
+fn positions(graph: &Graph) -> Vec<u32> {
+    let mut pos = vec![NO_POSITION; graph.n_tensors()];
+    for (k, id) in graph.leafs().iter().chain(graph.nodes()).enumerate() {
+        pos[id.index()] = k as u32;
+    }
+    pos
+}
+
+fn structure_capacity(graph: &Graph) -> usize {
+    graph.nodes().len() * 7 + graph.leafs().len() * 5
+}
+
+#[inline]
+fn encode(out: &mut Vec<u32>, t: &Tensor, buft: Option<usize>, pos: &[u32]) {
+    let flags = t.flags.input as u32
+        | (t.flags.output as u32) << 1
+        | (t.flags.weight as u32) << 2
+        | (t.flags.keep as u32) << 3
+        | (buft.is_some() as u32) << 4;
+    // the op kind says whether it may run in place
+    out.extend_from_slice(&[
+        t.op.kind() as u32,
+        flags,
+        buft.map_or(NO_POSITION, |b| b as u32),
+        t.view.map_or(NO_POSITION, |v| pos[v.base.index()]),
+        t.src.len() as u32,
+    ]);
+    out.extend(t.src.iter().map(|s| pos[s.index()]));
 }
 
 impl Liveness {

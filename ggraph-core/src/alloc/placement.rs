@@ -115,12 +115,20 @@ fn greedy_by_size(
             b.size.max(1).div_ceil(a) * a
         })
         .collect();
-    // blocks live for the whole graph conflict with everything: stack them
-    // at the bottom of chunk 0 once, and keep them out of the conflict lists
+    // blocks that live through most of the graph, including its busiest
+    // step, conflict with nearly everything: stack them at the bottom of
+    // chunk 0 once and keep them out of the conflict lists. Every one of
+    // them is live at the peak, so this keeps the peak of live bytes
+    // reachable.
     let end = blocks.iter().map(|b| b.death).max().unwrap_or(0);
-    let always = |b: &Block| b.birth == 0 && b.death == end;
+    let peak_time = busiest_steps(blocks, &asize, bufts.len(), end);
+    let at_floor = |b: &Block| {
+        let lifetime = (b.death - b.birth) as u64;
+        let t = peak_time[b.buft as usize];
+        lifetime * 4 > end as u64 * 3 && b.birth <= t && t <= b.death
+    };
     let mut floor = vec![0u64; bufts.len()];
-    for (i, b) in blocks.iter().enumerate().filter(|(_, b)| always(b)) {
+    for (i, b) in blocks.iter().enumerate().filter(|(_, b)| at_floor(b)) {
         let t = b.buft as usize;
         if floor[t] + asize[i] > max_sizes[t] {
             return Err(too_big(b, i, bufts, name_of));
@@ -142,7 +150,7 @@ fn greedy_by_size(
     // block, so the sort is fast
     let long_lived = |b: &Block| (b.death - b.birth) as u64 * 2 > end as u64;
     let mut order: Vec<u128> = (0..n)
-        .filter(|&i| !always(&blocks[i]))
+        .filter(|&i| !at_floor(&blocks[i]))
         .map(|i| {
             let b = &blocks[i];
             ((!long_lived(b) as u128) << 127)
@@ -156,7 +164,7 @@ fn greedy_by_size(
     for (r, &key) in order.iter().enumerate() {
         rank[key as u32 as usize] = r as u32;
     }
-    let conflicts = conflict_lists(blocks, &always, &rank);
+    let conflicts = conflict_lists(blocks, &at_floor, &rank);
     let mut taken: Vec<(u64, u64)> = Vec::new();
     for &key in &order {
         let i = key as u32 as usize;
@@ -201,6 +209,30 @@ fn greedy_by_size(
         addrs[i] = addr;
     }
     Ok((addrs, peaks))
+}
+
+/// The time step with the most live bytes, per buffer type.
+fn busiest_steps(blocks: &[Block], asize: &[u64], n_bufts: usize, end: u32) -> Vec<u32> {
+    let steps = end as usize + 2;
+    let mut delta = vec![0i64; n_bufts * steps];
+    for (b, &size) in blocks.iter().zip(asize) {
+        let row = b.buft as usize * steps;
+        delta[row + b.birth as usize] += size as i64;
+        delta[row + b.death as usize + 1] -= size as i64;
+    }
+    delta
+        .chunks(steps)
+        .map(|row| {
+            let (mut live, mut peak, mut at) = (0i64, 0i64, 0u32);
+            for (t, d) in row.iter().enumerate() {
+                live += d;
+                if live > peak {
+                    (peak, at) = (live, t as u32);
+                }
+            }
+            at
+        })
+        .collect()
 }
 
 /// For each block, the blocks live at the same time that are placed
