@@ -1,5 +1,6 @@
 //! Repeats the scheduler's split pass on the llama-3-8B graph (layers
-//! 16-31 on a simulated GPU) for profiling.
+//! 16-31 on a simulated GPU, or all on the CPU with --cpu-only) for
+//! profiling.
 
 use std::sync::Arc;
 
@@ -18,9 +19,11 @@ fn main() -> ggraph_core::Result<()> {
     let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(80 << 30));
     let cpu_v: Arc<dyn BufferType> = VirtualBufferType::like(cpu.buffer_type().as_ref());
     let sim_v: Arc<dyn BufferType> = VirtualBufferType::like(sim.buffer_type().as_ref());
+    let cpu_only = std::env::args().any(|a| a == "--cpu-only");
+    let gpu_from = if cpu_only { usize::MAX } else { 16 };
     let mut graph = lg.builder.graph().clone();
     bind_graph_weights_by(&mut graph, |_, name| {
-        if LlamaConfig::layer_of(name).unwrap_or(32) >= 16 {
+        if LlamaConfig::layer_of(name).unwrap_or(32) >= gpu_from {
             sim_v.clone()
         } else {
             cpu_v.clone()
@@ -28,16 +31,20 @@ fn main() -> ggraph_core::Result<()> {
     })?;
     for (layer, (k, v)) in lg.caches.iter().enumerate() {
         for c in [*k, *v] {
-            let bt = if layer >= 16 { &sim_v } else { &cpu_v };
+            let bt = if layer >= gpu_from { &sim_v } else { &cpu_v };
             let buffer = bt.alloc(graph.tensor(c).nbytes() as u64, BufferUsage::Compute)?;
             graph.set_data(c, TensorData { buffer, offset: 0 })?;
         }
     }
     let offload = std::env::args().any(|a| a == "--offload");
-    let specs = vec![
-        BackendSpec::new(sim).op_offload(offload),
-        BackendSpec::new(cpu),
-    ];
+    let specs = if cpu_only {
+        vec![BackendSpec::new(cpu)]
+    } else {
+        vec![
+            BackendSpec::new(sim).op_offload(offload),
+            BackendSpec::new(cpu),
+        ]
+    };
     let mut sched = Scheduler::new(
         specs,
         SchedConfig {

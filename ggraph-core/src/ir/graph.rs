@@ -64,6 +64,11 @@ impl Graph {
 
     /// Appends a tensor to the arena without making it a node; graph passes
     /// use this to add copies.
+    /// Makes room for `additional` more tensors (passes that add many).
+    pub fn reserve_tensors(&mut self, additional: usize) {
+        self.tensors.reserve(additional);
+    }
+
     pub fn push_tensor(&mut self, t: Tensor) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
         self.tensors.push(t);

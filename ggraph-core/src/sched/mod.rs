@@ -303,7 +303,8 @@ impl Scheduler {
             &self.config.offload_policy,
             &self.bufts,
         );
-        let mut asg = Assignments::new(graph.n_tensors());
+        let mut asg = std::mem::take(&mut self.assignments);
+        asg.reset(graph.n_tensors());
         let t0 = Instant::now();
         {
             let _s = tracing::trace_span!("pass 1: weights location").entered();

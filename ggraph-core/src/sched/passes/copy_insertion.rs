@@ -5,7 +5,9 @@
 //! the split's nodes read the transfer instead. A transfer keeps its source
 //! alive until it runs. There is no fixed limit on splits or inputs.
 
-use std::collections::HashMap;
+use std::fmt::Write;
+
+use smallvec::SmallVec;
 
 use super::{Assignments, PassContext};
 use crate::error::{Error, Result};
@@ -109,8 +111,8 @@ pub fn copy_insertion(
     let mut splits: Vec<SplitBuild> = Vec::new();
     let mut transfers = Vec::new();
     let mut rewrites = Vec::new();
-    // (source, backend) -> (transfer, write epoch of the source's base)
-    let mut copies: HashMap<(TensorId, BackendId), (TensorId, u64)> = HashMap::new();
+    // per source: (backend, transfer, write epoch of the source's base)
+    let mut copies: Vec<SmallVec<[(BackendId, TensorId, u64); 1]>> = vec![SmallVec::new(); n];
     let mut epoch = vec![0u64; n];
     // the split that last computed or wrote each base tensor
     let mut last_writer: Vec<Option<usize>> = vec![None; n];
@@ -140,8 +142,9 @@ pub fn copy_insertion(
                     continue;
                 }
                 let base = g.base_of(s);
-                let copy = match copies.get(&(s, sb)) {
-                    Some(&(c, e)) if e == epoch[base.index()] => c,
+                let known = copies[s.index()].iter().position(|c| c.0 == sb);
+                let copy = match known.map(|i| copies[s.index()][i]) {
+                    Some((_, c, e)) if e == epoch[base.index()] => c,
                     _ => {
                         // storages first, then the transfer (see `apply`)
                         let storages: Vec<TensorId> = if n_copies > 1 {
@@ -168,7 +171,11 @@ pub fn copy_insertion(
                             bytes: g.tensor(s).nbytes() as u64,
                         });
                         split.waits.push(last_writer[base.index()]);
-                        copies.insert((s, sb), (c, epoch[base.index()]));
+                        let entry = (sb, c, epoch[base.index()]);
+                        match known {
+                            Some(i) => copies[s.index()][i] = entry,
+                            None => copies[s.index()].push(entry),
+                        }
                         c
                     }
                 };
@@ -196,14 +203,21 @@ pub fn copy_insertion(
 /// split.
 pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
     let mut leafs = g.leafs().to_vec();
-    for (source, _backend, id, storages) in &plan.transfers {
-        let st = g.tensor(*source).clone();
-        let name = format!("{}@{}", g.display_name(*source), _backend.0);
-        let layout = |name: String, op: Op| Tensor {
+    let added: usize = plan.transfers.iter().map(|t| 1 + t.3.len()).sum();
+    g.reserve_tensors(added);
+    for (source, backend, id, storages) in &plan.transfers {
+        let st = g.tensor(*source);
+        let (dtype, ne, nb) = (st.dtype, st.ne, st.nb);
+        let mut name = match &*st.name {
+            "" => g.display_name(*source),
+            named => String::with_capacity(named.len() + 4) + named,
+        };
+        let _ = write!(name, "@{}", backend.0);
+        let layout = |name: &str, op: Op| Tensor {
             name: name.into(),
-            dtype: st.dtype,
-            ne: st.ne,
-            nb: st.nb,
+            dtype,
+            ne,
+            nb,
             op,
             src: Default::default(),
             view: None,
@@ -211,13 +225,13 @@ pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
             data: None,
         };
         for (c, &sid) in storages.iter().enumerate() {
-            let mut storage = layout(format!("{name}#{c}"), Op::Leaf);
+            let mut storage = layout(&format!("{name}#{c}"), Op::Leaf);
             storage.flags.keep = true;
             let pushed = g.push_tensor(storage);
             debug_assert_eq!(pushed, sid);
             leafs.push(sid);
         }
-        let mut transfer = layout(name, Op::Transfer);
+        let mut transfer = layout(&name, Op::Transfer);
         transfer.src.push(*source);
         if let Some(&first) = storages.first() {
             transfer.view = Some(ViewOf {

@@ -10,7 +10,7 @@ use crate::sched::cause::{BackendId, Cause, Direction};
 fn sweep(
     ctx: &PassContext,
     asg: &mut Assignments,
-    order: &mut dyn Iterator<Item = TensorId>,
+    order: impl Iterator<Item = TensorId>,
     direction: Direction,
     gpu_phase: bool,
 ) {
@@ -22,7 +22,7 @@ fn sweep(
         }
         match asg.get(id) {
             Some(b) => {
-                let spreads = !gpu_phase || ctx.device(b).kind().is_gpu_class();
+                let spreads = !gpu_phase || ctx.is_gpu_class(b);
                 cur = spreads.then_some((b, id));
             }
             None => {
@@ -53,17 +53,11 @@ fn sweep(
 pub fn expansion(ctx: &PassContext, asg: &mut Assignments) {
     let nodes = ctx.graph.nodes();
     for gpu_phase in [true, false] {
+        sweep(ctx, asg, nodes.iter().copied(), Direction::Down, gpu_phase);
         sweep(
             ctx,
             asg,
-            &mut nodes.iter().copied(),
-            Direction::Down,
-            gpu_phase,
-        );
-        sweep(
-            ctx,
-            asg,
-            &mut nodes.iter().rev().copied(),
+            nodes.iter().rev().copied(),
             Direction::Up,
             gpu_phase,
         );

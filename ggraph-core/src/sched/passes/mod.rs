@@ -43,6 +43,17 @@ impl Assignments {
         }
     }
 
+    /// Forgets every assignment and sizes the tables for `n` tensors,
+    /// keeping their memory.
+    pub fn reset(&mut self, n: usize) {
+        for v in [&mut self.backend, &mut self.refused] {
+            v.clear();
+            v.resize(n, None);
+        }
+        self.cause.clear();
+        self.cause.resize(n, None);
+    }
+
     pub fn get(&self, id: TensorId) -> Option<BackendId> {
         self.backend.get(id.index()).copied().flatten()
     }
@@ -140,6 +151,8 @@ pub struct PassContext<'a> {
     bound: Vec<BuftId>,
     /// supports_op answers per (tensor, backend): 0 not asked, 1 no, 2 yes.
     supported: RefCell<Vec<u8>>,
+    /// Per backend: a GPU-class device (expands first).
+    gpu_class: Vec<bool>,
 }
 
 /// No memory yet.
@@ -180,6 +193,10 @@ impl<'a> PassContext<'a> {
             bufts,
             bound,
             supported: RefCell::new(vec![0; graph.n_tensors() * backends.len()]),
+            gpu_class: backends
+                .iter()
+                .map(|b| b.device.kind().is_gpu_class())
+                .collect(),
         }
     }
 
@@ -189,6 +206,10 @@ impl<'a> PassContext<'a> {
 
     pub fn device(&self, b: BackendId) -> &dyn Device {
         self.backends[b.index()].device.as_ref()
+    }
+
+    pub fn is_gpu_class(&self, b: BackendId) -> bool {
+        self.gpu_class[b.index()]
     }
 
     /// Backend `b` computes `node` (views and leafs need no support).

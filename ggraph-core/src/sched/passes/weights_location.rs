@@ -25,7 +25,7 @@ pub fn weights_location(
 ) -> Result<()> {
     let g = ctx.graph;
     for &id in g.leafs().iter().chain(g.nodes()) {
-        if let Some(&b) = manual.get(&id) {
+        if let Some(&b) = (!manual.is_empty()).then(|| manual.get(&id)).flatten() {
             asg.set(id, b, Cause::Manual);
             continue;
         }
