@@ -480,3 +480,82 @@ fn the_mixed_device_check_passes_on_one_and_two_simulated_gpus() {
         assert_eq!(m.splits, n + 1, "{}", m.explain);
     }
 }
+
+/// The CPU, refusing one kind of op.
+struct RefusingCpu {
+    cpu: Arc<dyn Device>,
+    refuses: OpKind,
+}
+
+impl Device for RefusingCpu {
+    fn name(&self) -> &str {
+        self.cpu.name()
+    }
+    fn description(&self) -> String {
+        self.cpu.description()
+    }
+    fn kind(&self) -> ggraph_core::backend::DeviceKind {
+        self.cpu.kind()
+    }
+    fn memory(&self) -> ggraph_core::backend::MemoryInfo {
+        self.cpu.memory()
+    }
+    fn buffer_type(&self) -> Arc<dyn ggraph_core::backend::BufferType> {
+        self.cpu.buffer_type()
+    }
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        graph.tensor(node).op.kind() != self.refuses && self.cpu.supports_op(graph, node)
+    }
+    fn new_backend(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Backend>> {
+        self.cpu.new_backend()
+    }
+}
+
+#[test]
+fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
+    let f = fixture(2, 5);
+    let want = cpu_only(&f);
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let c = cpu.clone();
+    let r = run(
+        &f,
+        vec![BackendSpec::new(cpu.clone())],
+        SchedConfig::default(),
+        &move |_| c.clone(),
+    );
+    assert_eq!(r.sched.splits().len(), 1);
+    assert_eq!(r.sched.stats().copies, 0);
+    let g = r.sched.graph().unwrap();
+    for &n in g.nodes() {
+        let cause = r.sched.cause_of(n).unwrap();
+        assert!(
+            matches!(
+                cause,
+                Cause::OnlyBackend | Cause::WeightSource { .. } | Cause::ViewOfAllocated { .. }
+            ),
+            "{}: {cause:?}",
+            g.display_name(n)
+        );
+    }
+    assert!(r.sched.explain().contains("the scheduler's only backend"));
+    assert_eq!(r.logits, want);
+
+    let refusing: Arc<dyn Device> = Arc::new(RefusingCpu {
+        cpu,
+        refuses: OpKind::SoftMax,
+    });
+    let mut graph = f.lg.builder.graph().clone();
+    let _weights = bind_graph_weights_by(&mut graph, |_, _| refusing.buffer_type()).unwrap();
+    let mut sched =
+        Scheduler::new(vec![BackendSpec::new(refusing)], SchedConfig::default()).unwrap();
+    match sched.split_graph(graph) {
+        Err(Error::Unsupported { device, what }) => {
+            assert_eq!(device, "CPU");
+            assert!(
+                what.contains("soft_max") && what.contains("only backend"),
+                "{what}"
+            );
+        }
+        other => panic!("expected Unsupported, got {:?}", other.map(|s| s.len())),
+    }
+}

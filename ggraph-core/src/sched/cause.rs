@@ -88,6 +88,8 @@ pub enum Cause {
     Fallback { refused_by: BackendId },
     /// A copy the scheduler made for a split on this backend.
     InputCopy { source: TensorId },
+    /// The scheduler has one backend, and it runs the op.
+    OnlyBackend,
 }
 
 impl Cause {
@@ -99,7 +101,7 @@ impl Cause {
             | Cause::GraphInput
             | Cause::WeightSource { .. }
             | Cause::OpOffload { .. } => Pass::WeightsLocation,
-            Cause::Expanded { .. } => Pass::Expansion,
+            Cause::Expanded { .. } | Cause::OnlyBackend => Pass::Expansion,
             Cause::Upgraded { .. } | Cause::MostSupportedInputs { .. } | Cause::Fallback { .. } => {
                 Pass::Upgrade
             }
@@ -168,6 +170,7 @@ impl fmt::Display for Cause {
                 )
             }
             Cause::InputCopy { source } => write!(f, "copy of {source} for this backend's split"),
+            Cause::OnlyBackend => write!(f, "the scheduler's only backend"),
         }
     }
 }

@@ -7,6 +7,9 @@
 //!            (passes/weights_location.rs, expansion.rs, upgrade.rs, copy_insertion.rs)
 //! ```
 //!
+//! With one backend there is nothing to choose after pass 1: every other
+//! node goes to it and the graph is one split (passes/single.rs).
+//!
 //! Every assignment keeps its [`Cause`]; [`Scheduler::explain`] prints, per
 //! node, its backend and why, and per split its inputs and the bytes
 //! copied.
@@ -311,17 +314,23 @@ impl Scheduler {
             passes::weights_location::weights_location(&ctx, &mut asg, &self.manual)?;
         }
         let t1 = Instant::now();
-        {
+        let single = self.infos.len() == 1;
+        if single {
+            passes::single::assign_rest(&ctx, &mut asg)?;
+        } else {
             let _s = tracing::trace_span!("pass 2: expansion").entered();
             passes::expansion::expansion(&ctx, &mut asg);
         }
         let t2 = Instant::now();
-        {
+        if !single {
             let _s = tracing::trace_span!("pass 3: upgrade").entered();
             passes::upgrade::upgrade(&ctx, &mut asg)?;
         }
         let t3 = Instant::now();
-        let scheduled = {
+        let scheduled = if single {
+            drop(ctx);
+            passes::single::one_split(graph)
+        } else {
             let _s = tracing::trace_span!("pass 4: copy insertion").entered();
             let plan =
                 passes::copy_insertion::copy_insertion(&ctx, &mut asg, self.config.n_copies)?;

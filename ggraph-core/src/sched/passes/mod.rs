@@ -1,9 +1,11 @@
 //! The four assignment passes, each its own function with one job:
 //! [weights location](weights_location), [expansion](expansion),
-//! [upgrade](upgrade) and [copy insertion](copy_insertion).
+//! [upgrade](upgrade) and [copy insertion](copy_insertion); with one
+//! backend, [single] stands in for the last three.
 
 pub mod copy_insertion;
 pub mod expansion;
+pub mod single;
 pub mod upgrade;
 pub mod weights_location;
 
