@@ -1,0 +1,910 @@
+//! Quantised mul_mat: Q8_0, Q4_0, Q4_K or Q6_K weights times f32
+//! activations, with integer dot products on the blocks.
+//!
+//! As ggml does, the activations are quantised once per call to 8 bits
+//! (one f32 scale per block of `QB` values, `QB` being the length over
+//! which the weights keep one scale: 32, or 16 for Q6_K). Every weight
+//! format is read as unsigned codes `u` with a per-block scale `dw`, an
+//! integer offset `o` and (Q4_K) a per-block min `mw`:
+//!
+//! ```text
+//! w = dw * (u - o) - mw          x = dx * q
+//! dot(w, x) over a block = dx * (dw * (sum(u * q) - o * sum(q)) - mw * sum(q))
+//! ```
+//!
+//! `sum(u * q)` is `vpdpbusd` (unsigned times signed bytes) where the
+//! processor has AVX-512 VNNI, and `o * sum(q)` is folded into the
+//! integer accumulator's starting value, so the float work is one
+//! convert and two multiply-adds per block.
+//!
+//! Two paths, as for float weights:
+//!
+//! - **direct** (few columns): the weight rows are decoded a chunk at a
+//!   time into codes in L1 and dotted with each column.
+//! - **panel** (many columns, VNNI only): the codes of 32 rows are
+//!   interleaved four bytes at a time so that one `vpdpbusd` advances 16
+//!   rows by four values against a broadcast column; an 32 x 4 register
+//!   tile keeps whole blocks in integer accumulators.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+use ggraph_core::quant::f16_to_f32;
+use rayon::prelude::*;
+
+use super::gemm::with_scratch;
+use super::isa::Isa;
+use super::matmul::{Cols, WeightRows};
+
+/// Above this many columns, the panel path (where VNNI is available).
+pub(crate) const DIRECT_MAX_N: usize = 8;
+
+/// Values per decoded chunk of a row on the direct path (a multiple of
+/// 256, so whole super-blocks).
+const DIRECT_KC: usize = 2048;
+/// Rows decoded together on the direct path.
+const DIRECT_R: usize = 4;
+/// Columns per call of a direct kernel.
+const DIRECT_C: usize = 4;
+
+/// Rows per interleaved panel (two zmm of 16 rows).
+const PANEL_R: usize = 32;
+/// Columns per panel tile.
+const PANEL_C: usize = 4;
+/// Values per panel chunk (a multiple of 256).
+const PANEL_KC: usize = 512;
+
+/// How one weight format reads as codes.
+#[derive(Clone, Copy)]
+struct Format {
+    dtype: DType,
+    /// Values per scale.
+    qb: usize,
+    /// Offset subtracted from the codes.
+    offset: i32,
+    /// Whether blocks carry a min (`mw`).
+    has_min: bool,
+}
+
+fn format(dtype: DType) -> Option<Format> {
+    let (qb, offset, has_min) = match dtype {
+        DType::Q8_0 => (32, 128, false),
+        DType::Q4_0 => (32, 8, false),
+        DType::Q4_K => (32, 0, true),
+        DType::Q6_K => (16, 32, false),
+        _ => return None,
+    };
+    Some(Format {
+        dtype,
+        qb,
+        offset,
+        has_min,
+    })
+}
+
+/// `out[j][i] = dot(weights row i, b[j])` for quantised weights.
+pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    if m == 0 || n == 0 {
+        return;
+    }
+    let Some(f) = format(a.dtype).filter(|_| a.elem_stride == a.dtype.type_size()) else {
+        dequantized_fallback(isa, a, m, b, out);
+        return;
+    };
+    if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
+        panel_path(f, a, m, b, out);
+    } else {
+        direct_path(isa, f, a, m, b, out);
+    }
+}
+
+/// Weights whose blocks are not packed in a row (never made by the graph
+/// builder, but representable): dequantise rows to f32 and use the float
+/// kernels.
+fn dequantized_fallback(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let k = a.k;
+    let mut rows = vec![0f32; m * k];
+    let bs = a.dtype.block_size();
+    let mut tmp = vec![0f32; bs];
+    for i in 0..m {
+        for blk in 0..k / bs {
+            // SAFETY: block blk of row i is in bounds.
+            let src = unsafe {
+                std::slice::from_raw_parts(
+                    a.ptr.add(i * a.stride + blk * a.elem_stride),
+                    a.dtype.type_size(),
+                )
+            };
+            let _ = ggraph_core::quant::dequantize_row(a.dtype, src, &mut tmp);
+            rows[i * k + blk * bs..i * k + (blk + 1) * bs].copy_from_slice(&tmp);
+        }
+    }
+    let f = WeightRows {
+        ptr: rows.as_ptr() as *const u8,
+        stride: k * 4,
+        elem_stride: 4,
+        dtype: DType::F32,
+        k,
+    };
+    super::gemm::gemm(isa, f, m, b, out);
+}
+
+// ---- decoding weights ---------------------------------------------------------
+
+/// Unpacks the 6-bit scale and min of Q4_K sub-block `j`.
+#[inline]
+fn q4k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        (
+            (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Decodes values `v0..v0 + codes.len()` of one weight row (whole
+/// super-blocks for the K-quants) into unsigned codes, block scales and
+/// (Q4_K) block mins.
+///
+/// # Safety
+/// `row` must hold the row's blocks up to `v0 + codes.len()` values.
+unsafe fn decode(
+    f: Format,
+    row: *const u8,
+    v0: usize,
+    codes: &mut [u8],
+    dw: &mut [f32],
+    mw: &mut [f32],
+) {
+    let len = codes.len();
+    let ts = f.dtype.type_size();
+    let bs = f.dtype.block_size();
+    let nblocks = len / bs;
+    // SAFETY: caller's contract; each arm reads whole blocks.
+    let src = unsafe { std::slice::from_raw_parts(row.add(v0 / bs * ts), nblocks * ts) };
+    let f16 = |b: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]));
+    match f.dtype {
+        DType::Q8_0 => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                dw[bi] = f16(blk, 0);
+                for (c, q) in codes[bi * 32..bi * 32 + 32].iter_mut().zip(&blk[2..]) {
+                    *c = q ^ 0x80;
+                }
+            }
+        }
+        DType::Q4_0 => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                dw[bi] = f16(blk, 0);
+                let c = &mut codes[bi * 32..bi * 32 + 32];
+                for (j, q) in blk[2..].iter().enumerate() {
+                    c[j] = q & 0x0f;
+                    c[j + 16] = q >> 4;
+                }
+            }
+        }
+        DType::Q4_K => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let d = f16(blk, 0);
+                let dmin = f16(blk, 2);
+                let scales = &blk[4..16];
+                let qs = &blk[16..];
+                for j in 0..8 {
+                    let (sc, mn) = q4k_scale_min(j, scales);
+                    dw[bi * 8 + j] = d * sc as f32;
+                    mw[bi * 8 + j] = dmin * mn as f32;
+                }
+                let c = &mut codes[bi * 256..bi * 256 + 256];
+                for g in 0..4 {
+                    for l in 0..32 {
+                        let q = qs[32 * g + l];
+                        c[64 * g + l] = q & 0x0f;
+                        c[64 * g + 32 + l] = q >> 4;
+                    }
+                }
+            }
+        }
+        DType::Q6_K => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let (ql, rest) = blk.split_at(128);
+                let (qh, rest) = rest.split_at(64);
+                let (sc, d) = rest.split_at(16);
+                let d = f16(d, 0);
+                for (j, s) in sc.iter().enumerate() {
+                    dw[bi * 16 + j] = d * (*s as i8) as f32;
+                }
+                let c = &mut codes[bi * 256..bi * 256 + 256];
+                for half in 0..2 {
+                    let ql = &ql[64 * half..];
+                    let qh = &qh[32 * half..];
+                    let o = &mut c[128 * half..];
+                    for l in 0..32 {
+                        o[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                        o[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                        o[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                        o[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+// ---- quantising activations ------------------------------------------------------
+
+/// Activations quantised to 8 bits, columns in tiles of `t`:
+/// codes `[tile][k / 4][t][4]`, and per block `[tile][block][t]` the scale
+/// `d`, the integer `bias` that starts the block's accumulator
+/// (`-o * sum(q) / lanes`), and `sx = d * sum(q)` for the min term.
+struct QActs<'a> {
+    t: usize,
+    k: usize,
+    qb: usize,
+    codes: &'a [i8],
+    d: &'a [f32],
+    bias: &'a [i32],
+    sx: &'a [f32],
+}
+
+impl QActs<'_> {
+    fn nblk(&self) -> usize {
+        self.k / self.qb
+    }
+}
+
+/// Bytes of scratch for `n` columns in tiles of `t`.
+fn qacts_len(n: usize, k: usize, qb: usize, t: usize) -> usize {
+    let cols = n.div_ceil(t) * t;
+    cols * k + 3 * cols * (k / qb) * 4 + 4 * 64
+}
+
+/// Quantises the columns into `buf` (see `QActs`). `lanes` is how many
+/// accumulator lanes share a block in the kernel that will read them.
+fn quantize_acts<'a>(
+    cols: &Cols<f32>,
+    k: usize,
+    f: Format,
+    t: usize,
+    lanes: i32,
+    buf: &'a mut [u8],
+) -> QActs<'a> {
+    let n = cols.0.len();
+    let tiles = n.div_ceil(t);
+    let ncols = tiles * t;
+    let nblk = k / f.qb;
+    let (codes, rest) = buf.split_at_mut(ncols * k);
+    let pad = rest.as_ptr().align_offset(64);
+    let rest = &mut rest[pad..];
+    let (d, rest) = rest.split_at_mut(ncols * nblk * 4);
+    let (bias, rest) = rest.split_at_mut(ncols * nblk * 4);
+    let sx = &mut rest[..ncols * nblk * 4];
+    // SAFETY: 64-byte aligned regions of the right lengths, reinterpreted.
+    let (codes, d, bias, sx) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, codes.len()),
+            std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, ncols * nblk),
+            std::slice::from_raw_parts_mut(bias.as_mut_ptr() as *mut i32, ncols * nblk),
+            std::slice::from_raw_parts_mut(sx.as_mut_ptr() as *mut f32, ncols * nblk),
+        )
+    };
+    let offset = f.offset;
+    let qb = f.qb;
+    codes
+        .par_chunks_mut(t * k)
+        .zip(d.par_chunks_mut(t * nblk))
+        .zip(bias.par_chunks_mut(t * nblk))
+        .zip(sx.par_chunks_mut(t * nblk))
+        .enumerate()
+        .for_each(|(tile, (((codes, d), bias), sx))| {
+            let mut q = [0i8; 32];
+            for c in 0..t {
+                let j = tile * t + c;
+                for blk in 0..nblk {
+                    let (dx, sum) = if j < n {
+                        // SAFETY: column j holds k values.
+                        let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
+                        quantize_block(x, &mut q[..qb])
+                    } else {
+                        q.fill(0);
+                        (0.0, 0)
+                    };
+                    d[blk * t + c] = dx;
+                    bias[blk * t + c] = -offset * sum / lanes;
+                    sx[blk * t + c] = dx * sum as f32;
+                    for g in 0..qb / 4 {
+                        let at = ((blk * qb / 4 + g) * t + c) * 4;
+                        codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
+                    }
+                }
+            }
+        });
+    QActs {
+        t,
+        k,
+        qb,
+        codes,
+        d,
+        bias,
+        sx,
+    }
+}
+
+/// Quantises one block to codes in -127..=127; returns the scale and the
+/// sum of the codes.
+#[inline]
+fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (o, v) in q.iter_mut().zip(x) {
+        // round to nearest (ties to even) by the 1.5 * 2^23 trick: |v * id| <= 127
+        let r = ((v * id + 12582912.0) - 12582912.0) as i32;
+        *o = r as i8;
+        sum += r;
+    }
+    (d, sum)
+}
+
+// ---- direct path --------------------------------------------------------------------
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static DECODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Decoded weight rows for a direct kernel: `R` rows of codes
+/// `stride` bytes apart, scales and mins `sstride` floats apart.
+struct Decoded {
+    codes: *const u8,
+    stride: usize,
+    dw: *const f32,
+    mw: *const f32,
+    sstride: usize,
+}
+
+/// Column data of a direct kernel: for each of its C columns, the codes
+/// and per-block values from block `blk0` on.
+struct ColsQ {
+    codes: [*const i8; DIRECT_C],
+    d: [*const f32; DIRECT_C],
+    bias: [*const i32; DIRECT_C],
+    sx: [*const f32; DIRECT_C],
+}
+
+/// `out[r * C + c] += dot` over `nb` blocks.
+type DirectFn = unsafe fn(f: &Format, nb: usize, w: &Decoded, x: &ColsQ, out: *mut f32);
+
+fn direct_fn(isa: Isa, f: &Format, r: usize, c: usize) -> DirectFn {
+    macro_rules! by_c {
+        ($k:ident, $r:literal) => {
+            match c {
+                1 => $k::<$r, 1> as DirectFn,
+                2 => $k::<$r, 2> as DirectFn,
+                3 => $k::<$r, 3> as DirectFn,
+                _ => $k::<$r, 4> as DirectFn,
+            }
+        };
+    }
+    macro_rules! by_rc {
+        ($k:ident) => {
+            if r == DIRECT_R {
+                by_c!($k, 4)
+            } else {
+                by_c!($k, 1)
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::*;
+        if isa == Isa::Avx512Vnni {
+            return if f.qb == 32 {
+                by_rc!(direct_vnni32)
+            } else {
+                by_rc!(direct_vnni16)
+            };
+        }
+        if isa >= Isa::Avx2 {
+            return by_rc!(direct_avx2);
+        }
+    }
+    let _ = isa;
+    by_rc!(direct_portable)
+}
+
+fn direct_path(isa: Isa, f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    let k = a.k;
+    let lanes = if isa == Isa::Avx512Vnni {
+        (f.qb / 4) as i32
+    } else {
+        1
+    };
+    with_scratch(&ACTS, qacts_len(n, k, f.qb, 1), |buf| {
+        let acts = quantize_acts(b, k, f, 1, lanes, buf);
+        let acts = &acts;
+        let nblk = acts.nblk();
+        super::par_ranges(m, 16, |range| {
+            let kc = DIRECT_KC.min(k);
+            let sb = kc / f.qb;
+            let need = DIRECT_R * kc + 2 * DIRECT_R * sb * 4 + 64;
+            with_scratch(&DECODED, need, |dec| {
+                let (codes, rest) = dec.split_at_mut(DIRECT_R * kc);
+                let pad = rest.as_ptr().align_offset(4);
+                let rest = &mut rest[pad..];
+                // SAFETY: aligned f32 region of 2 * R * sb values.
+                let scales = unsafe {
+                    std::slice::from_raw_parts_mut(rest.as_mut_ptr() as *mut f32, 2 * DIRECT_R * sb)
+                };
+                let (dw, mw) = scales.split_at_mut(DIRECT_R * sb);
+                let mut res = [0f32; DIRECT_R * DIRECT_C];
+                let mut sums = vec![0f32; DIRECT_R * n];
+                let mut i = range.start;
+                while i < range.end {
+                    let r = if range.end - i >= DIRECT_R {
+                        DIRECT_R
+                    } else {
+                        1
+                    };
+                    sums.fill(0.0);
+                    for v0 in (0..k).step_by(kc) {
+                        let len = kc.min(k - v0);
+                        let nb = len / f.qb;
+                        for q in 0..r {
+                            // SAFETY: row i + q < m; values v0..v0+len exist.
+                            unsafe {
+                                decode(
+                                    f,
+                                    a.row(i + q),
+                                    v0,
+                                    &mut codes[q * kc..q * kc + len],
+                                    &mut dw[q * sb..q * sb + nb],
+                                    &mut mw[q * sb..q * sb + nb],
+                                )
+                            };
+                        }
+                        let w = Decoded {
+                            codes: codes.as_ptr(),
+                            stride: kc,
+                            dw: dw.as_ptr(),
+                            mw: mw.as_ptr(),
+                            sstride: sb,
+                        };
+                        let blk0 = v0 / f.qb;
+                        for j0 in (0..n).step_by(DIRECT_C) {
+                            let c = DIRECT_C.min(n - j0);
+                            let mut x = ColsQ {
+                                codes: [std::ptr::null(); DIRECT_C],
+                                d: [std::ptr::null(); DIRECT_C],
+                                bias: [std::ptr::null(); DIRECT_C],
+                                sx: [std::ptr::null(); DIRECT_C],
+                            };
+                            for cc in 0..c {
+                                let j = j0 + cc;
+                                x.codes[cc] = acts.codes[j * k + v0..].as_ptr();
+                                x.d[cc] = acts.d[j * nblk + blk0..].as_ptr();
+                                x.bias[cc] = acts.bias[j * nblk + blk0..].as_ptr();
+                                x.sx[cc] = acts.sx[j * nblk + blk0..].as_ptr();
+                            }
+                            res[..r * c].fill(0.0);
+                            // SAFETY: r rows and c columns of nb blocks each.
+                            unsafe { direct_fn(isa, &f, r, c)(&f, nb, &w, &x, res.as_mut_ptr()) };
+                            for q in 0..r {
+                                for cc in 0..c {
+                                    sums[q * n + j0 + cc] += res[q * c + cc];
+                                }
+                            }
+                        }
+                    }
+                    for q in 0..r {
+                        for j in 0..n {
+                            // SAFETY: output column j holds m values; row i + q is this task's.
+                            unsafe { *out.0[j].add(i + q) = sums[q * n + j] };
+                        }
+                    }
+                    i += r;
+                }
+            });
+        });
+    });
+}
+
+/// The portable direct kernel (also compiled for AVX2 below).
+///
+/// # Safety
+/// `w` holds R rows and `x` C columns of `nb` blocks.
+#[inline(always)]
+unsafe fn direct_generic<const R: usize, const C: usize>(
+    f: &Format,
+    nb: usize,
+    w: &Decoded,
+    x: &ColsQ,
+    out: *mut f32,
+) {
+    let qb = f.qb;
+    // SAFETY: caller's contract.
+    unsafe {
+        for r in 0..R {
+            let codes = std::slice::from_raw_parts(w.codes.add(r * w.stride), nb * qb);
+            for c in 0..C {
+                let xs = std::slice::from_raw_parts(x.codes[c], nb * qb);
+                let mut acc = 0f32;
+                for blk in 0..nb {
+                    let u = &codes[blk * qb..blk * qb + qb];
+                    let q = &xs[blk * qb..blk * qb + qb];
+                    let mut p = 0i32;
+                    for (a, b) in u.iter().zip(q) {
+                        p += *a as i32 * *b as i32;
+                    }
+                    p += *x.bias[c].add(blk);
+                    let dw = *w.dw.add(r * w.sstride + blk);
+                    acc += *x.d[c].add(blk) * dw * p as f32;
+                    if f.has_min {
+                        acc -= *w.mw.add(r * w.sstride + blk) * *x.sx[c].add(blk);
+                    }
+                }
+                *out.add(r * C + c) += acc;
+            }
+        }
+    }
+}
+
+unsafe fn direct_portable<const R: usize, const C: usize>(
+    f: &Format,
+    nb: usize,
+    w: &Decoded,
+    x: &ColsQ,
+    out: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe { direct_generic::<R, C>(f, nb, w, x, out) }
+}
+
+// ---- panel path -----------------------------------------------------------------------
+
+thread_local! {
+    static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+struct SyncOut<'a>(&'a Cols<f32>);
+// SAFETY: tasks write disjoint tiles of the output.
+unsafe impl Sync for SyncOut<'_> {}
+
+#[cfg(target_arch = "x86_64")]
+fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    let k = a.k;
+    let threads = rayon::current_num_threads().max(1);
+    with_scratch(&ACTS, qacts_len(n, k, f.qb, PANEL_C), |buf| {
+        let acts = quantize_acts(b, k, f, PANEL_C, 1, buf);
+        let acts = &acts;
+        let panels = m.div_ceil(PANEL_R);
+        let tiles = n.div_ceil(PANEL_C);
+        let groups = if panels >= 2 * threads {
+            1
+        } else {
+            (2 * threads).div_ceil(panels).min(tiles)
+        };
+        let per_group = tiles.div_ceil(groups);
+        let groups = tiles.div_ceil(per_group);
+        let nblk = k / f.qb;
+        let kc = PANEL_KC.min(k);
+        let sb = kc / f.qb;
+        (0..panels * groups).into_par_iter().for_each(|task| {
+            let (p, g) = (task % panels, task / panels);
+            let i0 = p * PANEL_R;
+            let rows = PANEL_R.min(m - i0);
+            let need = PANEL_R * kc + 2 * PANEL_R * sb * 4 + kc + 2 * sb * 4 + 3 * 64;
+            with_scratch(&PANEL, need, |pb| {
+                let (pcodes, rest) = pb.split_at_mut(PANEL_R * kc);
+                let pad = rest.as_ptr().align_offset(64);
+                let rest = &mut rest[pad..];
+                let (scales, rest) = rest.split_at_mut(2 * PANEL_R * sb * 4);
+                // SAFETY: aligned f32 region.
+                let scales = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        scales.as_mut_ptr() as *mut f32,
+                        2 * PANEL_R * sb,
+                    )
+                };
+                let (pdw, pmw) = scales.split_at_mut(PANEL_R * sb);
+                let (tcodes, rest) = rest.split_at_mut(kc);
+                let pad = rest.as_ptr().align_offset(4);
+                let rest = &mut rest[pad..];
+                // SAFETY: aligned f32 region.
+                let tscales = unsafe {
+                    std::slice::from_raw_parts_mut(rest.as_mut_ptr() as *mut f32, 2 * sb)
+                };
+                let (tdw, tmw) = tscales.split_at_mut(sb);
+                for v0 in (0..k).step_by(kc) {
+                    let len = kc.min(k - v0);
+                    let nb = len / f.qb;
+                    // interleave the codes of the panel's rows, four bytes at a time
+                    for r in 0..PANEL_R {
+                        if r < rows {
+                            // SAFETY: row i0 + r < m, values v0..v0+len exist.
+                            unsafe {
+                                decode(
+                                    f,
+                                    a.row(i0 + r),
+                                    v0,
+                                    &mut tcodes[..len],
+                                    &mut tdw[..nb],
+                                    &mut tmw[..nb],
+                                )
+                            };
+                        } else {
+                            tcodes[..len].fill(0);
+                            tdw[..nb].fill(0.0);
+                            tmw[..nb].fill(0.0);
+                        }
+                        for gq in 0..len / 4 {
+                            let at = (gq * PANEL_R + r) * 4;
+                            pcodes[at..at + 4].copy_from_slice(&tcodes[gq * 4..gq * 4 + 4]);
+                        }
+                        for blk in 0..nb {
+                            pdw[blk * PANEL_R + r] = tdw[blk];
+                            pmw[blk * PANEL_R + r] = tmw[blk];
+                        }
+                    }
+                    let blk0 = v0 / f.qb;
+                    let t_end = ((g + 1) * per_group).min(tiles);
+                    for t in g * per_group..t_end {
+                        let j0 = t * PANEL_C;
+                        let nc = PANEL_C.min(n - j0);
+                        let xcodes = acts.codes[(t * k + v0) * PANEL_C..].as_ptr();
+                        let xo = (t * nblk + blk0) * PANEL_C;
+                        let xd = acts.d[xo..].as_ptr();
+                        let xb = acts.bias[xo..].as_ptr();
+                        let xs = acts.sx[xo..].as_ptr();
+                        let mut tile = [[0f32; PANEL_R]; PANEL_C];
+                        // SAFETY: the panel and the tile hold nb blocks.
+                        unsafe {
+                            x86::panel_vnni(
+                                &f,
+                                nb,
+                                pcodes.as_ptr(),
+                                pdw.as_ptr(),
+                                pmw.as_ptr(),
+                                xcodes,
+                                xd,
+                                xb,
+                                xs,
+                                &mut tile,
+                            )
+                        };
+                        for (c, col) in tile.iter().enumerate().take(nc) {
+                            // SAFETY: output column j0 + c holds m values; rows
+                            // i0..i0+rows of the tile's columns are this task's.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0), rows)
+                            };
+                            if v0 == 0 {
+                                dst.copy_from_slice(&col[..rows]);
+                            } else {
+                                for (d, v) in dst.iter_mut().zip(col) {
+                                    *d += v;
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        });
+    });
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    direct_path(Isa::Portable, f, a, m, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{ColsQ, Decoded, Format, PANEL_C, PANEL_R};
+
+    /// The portable direct kernel, compiled for AVX2.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn direct_avx2<const R: usize, const C: usize>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe { super::direct_generic::<R, C>(f, nb, w, x, out) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps::<1>(v);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// Direct kernel for 32-value blocks: one 256-bit `vpdpbusd` per
+    /// block, row and column.
+    ///
+    /// # Safety
+    /// As for `super::DirectFn`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn direct_vnni32<const R: usize, const C: usize>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            let mut macc = [[0f32; C]; R];
+            for blk in 0..nb {
+                let mut xs = [_mm256_setzero_si256(); C];
+                let mut init = [_mm256_setzero_si256(); C];
+                let mut dx = [0f32; C];
+                for c in 0..C {
+                    xs[c] = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
+                    init[c] = _mm256_set1_epi32(*x.bias[c].add(blk));
+                    dx[c] = *x.d[c].add(blk);
+                }
+                for r in 0..R {
+                    let u =
+                        _mm256_loadu_si256(w.codes.add(r * w.stride + blk * 32) as *const __m256i);
+                    let dw = *w.dw.add(r * w.sstride + blk);
+                    for c in 0..C {
+                        let p = _mm256_dpbusd_epi32(init[c], u, xs[c]);
+                        let s = _mm256_set1_ps(dw * dx[c]);
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][c]);
+                    }
+                    if f.has_min {
+                        let mw = *w.mw.add(r * w.sstride + blk);
+                        for c in 0..C {
+                            macc[r][c] += mw * *x.sx[c].add(blk);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    *out.add(r * C + c) += hsum256(acc[r][c]) - macc[r][c];
+                }
+            }
+        }
+    }
+
+    /// Direct kernel for 16-value blocks (Q6_K), with 128-bit dots.
+    ///
+    /// # Safety
+    /// As for `super::DirectFn`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn direct_vnni16<const R: usize, const C: usize>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut acc = [[_mm_setzero_ps(); C]; R];
+            let mut macc = [[0f32; C]; R];
+            for blk in 0..nb {
+                let mut xs = [_mm_setzero_si128(); C];
+                let mut init = [_mm_setzero_si128(); C];
+                let mut dx = [0f32; C];
+                for c in 0..C {
+                    xs[c] = _mm_loadu_si128(x.codes[c].add(blk * 16) as *const __m128i);
+                    init[c] = _mm_set1_epi32(*x.bias[c].add(blk));
+                    dx[c] = *x.d[c].add(blk);
+                }
+                for r in 0..R {
+                    let u = _mm_loadu_si128(w.codes.add(r * w.stride + blk * 16) as *const __m128i);
+                    let dw = *w.dw.add(r * w.sstride + blk);
+                    for c in 0..C {
+                        let p = _mm_dpbusd_epi32(init[c], u, xs[c]);
+                        let s = _mm_set1_ps(dw * dx[c]);
+                        acc[r][c] = _mm_fmadd_ps(_mm_cvtepi32_ps(p), s, acc[r][c]);
+                    }
+                    if f.has_min {
+                        let mw = *w.mw.add(r * w.sstride + blk);
+                        for c in 0..C {
+                            macc[r][c] += mw * *x.sx[c].add(blk);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    let v = acc[r][c];
+                    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+                    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                    *out.add(r * C + c) += _mm_cvtss_f32(s) - macc[r][c];
+                }
+            }
+        }
+    }
+
+    /// The panel kernel: 32 interleaved rows times PANEL_C columns over
+    /// `nb` blocks, into `tile[c][r]`.
+    ///
+    /// # Safety
+    /// The panel holds `nb` blocks of 32 rows; the activation tile `nb`
+    /// blocks of PANEL_C columns.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn panel_vnni(
+        f: &Format,
+        nb: usize,
+        codes: *const u8,
+        dw: *const f32,
+        mw: *const f32,
+        xcodes: *const i8,
+        xd: *const f32,
+        xbias: *const i32,
+        xsx: *const f32,
+        tile: &mut [[f32; PANEL_R]; PANEL_C],
+    ) {
+        const C: usize = PANEL_C;
+        let steps = f.qb / 4;
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut fa0 = [_mm512_setzero_ps(); C];
+            let mut fa1 = [_mm512_setzero_ps(); C];
+            let mut wp = codes;
+            let mut xp = xcodes as *const i32;
+            for blk in 0..nb {
+                let mut ia0 = [_mm512_setzero_si512(); C];
+                let mut ia1 = [_mm512_setzero_si512(); C];
+                for c in 0..C {
+                    let b = _mm512_set1_epi32(*xbias.add(blk * C + c));
+                    ia0[c] = b;
+                    ia1[c] = b;
+                }
+                for _ in 0..steps {
+                    let w0 = _mm512_loadu_si512(wp as *const __m512i);
+                    let w1 = _mm512_loadu_si512(wp.add(64) as *const __m512i);
+                    for c in 0..C {
+                        let xb = _mm512_set1_epi32(*xp.add(c));
+                        ia0[c] = _mm512_dpbusd_epi32(ia0[c], w0, xb);
+                        ia1[c] = _mm512_dpbusd_epi32(ia1[c], w1, xb);
+                    }
+                    wp = wp.add(128);
+                    xp = xp.add(C);
+                }
+                let d0 = _mm512_loadu_ps(dw.add(blk * PANEL_R));
+                let d1 = _mm512_loadu_ps(dw.add(blk * PANEL_R + 16));
+                for c in 0..C {
+                    let dx = _mm512_set1_ps(*xd.add(blk * C + c));
+                    fa0[c] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia0[c]), d0), dx, fa0[c]);
+                    fa1[c] =
+                        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia1[c]), d1), dx, fa1[c]);
+                }
+                if f.has_min {
+                    let m0 = _mm512_loadu_ps(mw.add(blk * PANEL_R));
+                    let m1 = _mm512_loadu_ps(mw.add(blk * PANEL_R + 16));
+                    for c in 0..C {
+                        let sx = _mm512_set1_ps(*xsx.add(blk * C + c));
+                        fa0[c] = _mm512_fnmadd_ps(m0, sx, fa0[c]);
+                        fa1[c] = _mm512_fnmadd_ps(m1, sx, fa1[c]);
+                    }
+                }
+            }
+            for c in 0..C {
+                _mm512_storeu_ps(tile[c].as_mut_ptr(), fa0[c]);
+                _mm512_storeu_ps(tile[c].as_mut_ptr().add(16), fa1[c]);
+            }
+        }
+    }
+}
