@@ -94,6 +94,8 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     };
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
+    } else if isa == Isa::Avx512Vnni && matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
+        fused_path(f, a, m, b, out);
     } else {
         direct_path(isa, f, a, m, b, out);
     }
@@ -564,15 +566,109 @@ unsafe fn direct_portable<const R: usize, const C: usize>(
     unsafe { direct_generic::<R, C>(f, nb, w, x, out) }
 }
 
+// ---- fused direct path (Q8_0, Q4_0 with VNNI) -------------------------------------
+
+/// Blocks per chunk of a row on the fused path.
+#[cfg(target_arch = "x86_64")]
+const FUSED_BLOCKS: usize = 64;
+
+thread_local! {
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The direct path for Q8_0 and Q4_0 without a decode pass: the kernel
+/// reads the codes straight from the weight blocks, two blocks per zmm;
+/// only the f16 block scales are widened first, a chunk at a time.
+#[cfg(target_arch = "x86_64")]
+fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    let k = a.k;
+    let lanes = (f.qb / 4) as i32;
+    let ts = f.dtype.type_size();
+    with_scratch(&ACTS, qacts_len(n, k, f.qb, 1), |buf| {
+        let acts = quantize_acts(b, k, f, 1, lanes, buf);
+        let acts = &acts;
+        let nblk = acts.nblk();
+        super::par_ranges(m, 16, |range| {
+            with_scratch(&SCALES, DIRECT_R * FUSED_BLOCKS, |dw| {
+                let mut sums = vec![0f32; DIRECT_R * n];
+                let mut res = [0f32; DIRECT_R * DIRECT_C];
+                let mut i = range.start;
+                while i < range.end {
+                    let r = if range.end - i >= DIRECT_R {
+                        DIRECT_R
+                    } else {
+                        1
+                    };
+                    sums.fill(0.0);
+                    for b0 in (0..nblk).step_by(FUSED_BLOCKS) {
+                        let nb = FUSED_BLOCKS.min(nblk - b0);
+                        let mut rows = [std::ptr::null::<u8>(); DIRECT_R];
+                        for q in 0..r {
+                            // SAFETY: row i + q < m, block b0 exists.
+                            rows[q] = unsafe { a.row(i + q).add(b0 * ts) };
+                            // SAFETY: nb blocks of the row from b0.
+                            unsafe {
+                                x86::block_scales(
+                                    rows[q],
+                                    ts,
+                                    nb,
+                                    &mut dw[q * FUSED_BLOCKS..q * FUSED_BLOCKS + nb],
+                                )
+                            };
+                        }
+                        for j0 in (0..n).step_by(DIRECT_C) {
+                            let c = DIRECT_C.min(n - j0);
+                            let mut x = ColsQ {
+                                codes: [std::ptr::null(); DIRECT_C],
+                                d: [std::ptr::null(); DIRECT_C],
+                                bias: [std::ptr::null(); DIRECT_C],
+                                sx: [std::ptr::null(); DIRECT_C],
+                            };
+                            for cc in 0..c {
+                                let j = j0 + cc;
+                                x.codes[cc] = acts.codes[j * k + b0 * f.qb..].as_ptr();
+                                x.d[cc] = acts.d[j * nblk + b0..].as_ptr();
+                                x.bias[cc] = acts.bias[j * nblk + b0..].as_ptr();
+                            }
+                            let w = x86::FusedRows {
+                                rows,
+                                dw: dw.as_ptr(),
+                                dw_stride: FUSED_BLOCKS,
+                            };
+                            res[..r * c].fill(0.0);
+                            // SAFETY: r rows of nb blocks from b0, c columns.
+                            unsafe { x86::fused_fn(f.dtype, r, c)(nb, &w, &x, res.as_mut_ptr()) };
+                            for q in 0..r {
+                                for cc in 0..c {
+                                    sums[q * n + j0 + cc] += res[q * c + cc];
+                                }
+                            }
+                        }
+                    }
+                    for q in 0..r {
+                        for j in 0..n {
+                            // SAFETY: output column j holds m values; row i + q is this task's.
+                            unsafe { *out.0[j].add(i + q) = sums[q * n + j] };
+                        }
+                    }
+                    i += r;
+                }
+            });
+        });
+    });
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    direct_path(Isa::Portable, f, a, m, b, out)
+}
+
 // ---- panel path -----------------------------------------------------------------------
 
 thread_local! {
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
-
-struct SyncOut<'a>(&'a Cols<f32>);
-// SAFETY: tasks write disjoint tiles of the output.
-unsafe impl Sync for SyncOut<'_> {}
 
 #[cfg(target_arch = "x86_64")]
 fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
@@ -904,6 +1000,175 @@ mod x86 {
             for c in 0..C {
                 _mm512_storeu_ps(tile[c].as_mut_ptr(), fa0[c]);
                 _mm512_storeu_ps(tile[c].as_mut_ptr().add(16), fa1[c]);
+            }
+        }
+    }
+
+    /// Rows of a fused kernel: block pointers, and their widened scales.
+    pub(super) struct FusedRows {
+        pub rows: [*const u8; super::DIRECT_R],
+        pub dw: *const f32,
+        pub dw_stride: usize,
+    }
+
+    /// Widens the f16 scales (first two bytes) of `out.len()` blocks of
+    /// `ts` bytes.
+    ///
+    /// # Safety
+    /// `row` must hold that many blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn block_scales(row: *const u8, ts: usize, nb: usize, out: &mut [f32]) {
+        let mut h = [0u16; 16];
+        let mut b = 0;
+        // SAFETY: caller's contract.
+        unsafe {
+            while b < nb {
+                let len = 16.min(nb - b);
+                for (t, v) in h.iter_mut().enumerate().take(len) {
+                    *v = (row.add((b + t) * ts) as *const u16).read_unaligned();
+                }
+                let wide = _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr() as *const __m256i));
+                let mut tmp = [0f32; 16];
+                _mm512_storeu_ps(tmp.as_mut_ptr(), wide);
+                out[b..b + len].copy_from_slice(&tmp[..len]);
+                b += len;
+            }
+        }
+    }
+
+    pub(super) type FusedFn = unsafe fn(nb: usize, w: &FusedRows, x: &ColsQ, out: *mut f32);
+
+    pub(super) fn fused_fn(dtype: ggraph_core::DType, r: usize, c: usize) -> FusedFn {
+        macro_rules! by_c {
+            ($r:literal, $q4:literal) => {
+                match c {
+                    1 => fused_vnni::<$r, 1, $q4> as FusedFn,
+                    2 => fused_vnni::<$r, 2, $q4> as FusedFn,
+                    3 => fused_vnni::<$r, 3, $q4> as FusedFn,
+                    _ => fused_vnni::<$r, 4, $q4> as FusedFn,
+                }
+            };
+        }
+        let q4 = dtype == ggraph_core::DType::Q4_0;
+        match (r == super::DIRECT_R, q4) {
+            (true, false) => by_c!(4, false),
+            (true, true) => by_c!(4, true),
+            (false, false) => by_c!(1, false),
+            (false, true) => by_c!(1, true),
+        }
+    }
+
+    /// Codes of blocks `blk` and `blk + 1` of a Q8_0 (`Q4 = false`) or Q4_0
+    /// row as one zmm of unsigned bytes, block `blk` in the low half.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    unsafe fn pair_codes<const Q4: bool>(row: *const u8, blk: usize) -> __m512i {
+        // SAFETY: caller's contract (both blocks exist).
+        unsafe {
+            if Q4 {
+                let p = row.add(blk * 18 + 2);
+                let lo = _mm_loadu_si128(p as *const __m128i);
+                let hi = _mm_loadu_si128(p.add(18) as *const __m128i);
+                let t = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
+                let z =
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(t), _mm256_srli_epi16::<4>(t));
+                let z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+                // [n0, n1, n0 >> 4, n1 >> 4] -> [n0, n0 >> 4, n1, n1 >> 4]
+                _mm512_shuffle_i64x2::<0xd8>(z, z)
+            } else {
+                let p = row.add(blk * 34 + 2);
+                let lo = _mm256_loadu_si256(p as *const __m256i);
+                let hi = _mm256_loadu_si256(p.add(34) as *const __m256i);
+                let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                _mm512_xor_si512(z, _mm512_set1_epi8(-128))
+            }
+        }
+    }
+
+    /// Codes of one block as a ymm of unsigned bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    unsafe fn one_codes<const Q4: bool>(row: *const u8, blk: usize) -> __m256i {
+        // SAFETY: caller's contract (the block exists).
+        unsafe {
+            if Q4 {
+                let t = _mm_loadu_si128(row.add(blk * 18 + 2) as *const __m128i);
+                let z =
+                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(t), _mm_srli_epi16::<4>(t));
+                _mm256_and_si256(z, _mm256_set1_epi8(0x0f))
+            } else {
+                let z = _mm256_loadu_si256(row.add(blk * 34 + 2) as *const __m256i);
+                _mm256_xor_si256(z, _mm256_set1_epi8(-128))
+            }
+        }
+    }
+
+    /// Two consecutive f32 (or i32) values spread over the halves of a zmm.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pair_ps(p: *const f32) -> __m512 {
+        // SAFETY: caller's contract (two values at p).
+        unsafe {
+            let two = _mm512_castpd_ps(_mm512_set1_pd((p as *const f64).read_unaligned()));
+            let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            _mm512_permutexvar_ps(idx, two)
+        }
+    }
+
+    /// The fused direct kernel: R rows of Q8_0/Q4_0 blocks times C
+    /// quantised columns over `nb` blocks, two blocks per `vpdpbusd`.
+    ///
+    /// # Safety
+    /// The rows hold `nb` blocks, the columns `nb` blocks of codes and
+    /// scales; out holds R * C values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn fused_vnni<const R: usize, const C: usize, const Q4: bool>(
+        nb: usize,
+        w: &FusedRows,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); C]; R];
+            let mut blk = 0;
+            while blk + 2 <= nb {
+                let mut xs = [_mm512_setzero_si512(); C];
+                let mut init = [_mm512_setzero_si512(); C];
+                let mut dx = [_mm512_setzero_ps(); C];
+                for c in 0..C {
+                    xs[c] = _mm512_loadu_si512(x.codes[c].add(blk * 32) as *const __m512i);
+                    init[c] = _mm512_castps_si512(pair_ps(x.bias[c].add(blk) as *const f32));
+                    dx[c] = pair_ps(x.d[c].add(blk));
+                }
+                for r in 0..R {
+                    let u = pair_codes::<Q4>(w.rows[r], blk);
+                    let dw = pair_ps(w.dw.add(r * w.dw_stride + blk));
+                    for c in 0..C {
+                        let p = _mm512_dpbusd_epi32(init[c], u, xs[c]);
+                        let s = _mm512_mul_ps(dw, dx[c]);
+                        acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[r][c]);
+                    }
+                }
+                blk += 2;
+            }
+            let mut tail = [[0f32; C]; R];
+            if blk < nb {
+                for r in 0..R {
+                    let u = one_codes::<Q4>(w.rows[r], blk);
+                    let dw = *w.dw.add(r * w.dw_stride + blk);
+                    for c in 0..C {
+                        let xs = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
+                        let init = _mm256_set1_epi32(*x.bias[c].add(blk));
+                        let p = _mm256_dpbusd_epi32(init, u, xs);
+                        tail[r][c] = hsum256(_mm256_cvtepi32_ps(p)) * dw * *x.d[c].add(blk);
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    *out.add(r * C + c) += _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+                }
             }
         }
     }
