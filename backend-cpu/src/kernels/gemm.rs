@@ -294,6 +294,28 @@ fn pack_a_block<const MR: usize>(
 ) {
     let panels = rows.div_ceil(MR);
     let direct = a.dtype == DType::F32 && a.elem_stride == 4;
+    #[cfg(target_arch = "x86_64")]
+    if MR == 32 && a.elem_stride == a.dtype.type_size() && super::isa::active() >= Isa::Avx512 {
+        for p in 0..panels {
+            let mut ptrs = [std::ptr::null::<u8>(); 32];
+            for (r, q) in ptrs.iter_mut().enumerate() {
+                if p * MR + r < rows {
+                    *q = a.row(i0 + p * MR + r);
+                }
+            }
+            let panel = &mut dst[p * MR * kc..(p + 1) * MR * kc];
+            // SAFETY: the non-null rows hold pc + kc values; the panel kc * 32.
+            unsafe {
+                match a.dtype {
+                    DType::F16 => x86::pack_panel32_avx512::<DT_F16>(&ptrs, pc, kc, panel),
+                    DType::BF16 => x86::pack_panel32_avx512::<DT_BF16>(&ptrs, pc, kc, panel),
+                    _ => x86::pack_panel32_avx512::<DT_F32>(&ptrs, pc, kc, panel),
+                }
+            }
+        }
+        let _ = tmp;
+        return;
+    }
     for p in 0..panels {
         let panel = &mut dst[p * MR * kc..(p + 1) * MR * kc];
         for r in 0..MR {
@@ -369,7 +391,22 @@ const DT_F32: u8 = 0;
 const DT_F16: u8 = 1;
 const DT_BF16: u8 = 2;
 
-type DotTile = unsafe fn(rows: *const *const u8, cols: *const *const f32, k: usize, out: *mut f32);
+/// A dot tile: values `k0..k0 + kc` of R rows times C columns, added to
+/// (or, when `first`, stored in) `acc`: one 16-float slot per (row,
+/// column), `acc[(r * C + c) * 16..]`, whose lanes sum to the dot.
+type DotTile = unsafe fn(
+    rows: *const *const u8,
+    k0: usize,
+    cols: *const *const f32,
+    kc: usize,
+    acc: *mut f32,
+    first: bool,
+);
+
+/// Values of k per chunk of the dot path (the columns' chunk stays in L1).
+const DOT_KC: usize = 512;
+/// Rows per block of the dot path (their partial sums stay in L1/L2).
+const DOT_RB: usize = 64;
 
 /// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
 /// weight dtype, or None to use the portable loop.
@@ -446,34 +483,39 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
     super::par_ranges(m, 16, |range| {
+        let mut acc = vec![0f32; DOT_RB * 8 * 16];
         let mut j0 = 0;
         while j0 < n {
             let c = (n - j0).min(8);
             let cols: Vec<*const f32> = b.0[j0..j0 + c].iter().map(|p| *p as *const f32).collect();
             match (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c)) {
                 (Some((r, tile)), Some(row1)) => {
-                    let mut i = range.start;
-                    let mut res = [0f32; 64];
-                    while i < range.end {
-                        let (rr, f) = if range.end - i >= r {
-                            (r, tile)
-                        } else {
-                            (1, row1)
-                        };
-                        let mut rows = [std::ptr::null::<u8>(); 8];
-                        for (q, row) in rows.iter_mut().enumerate().take(rr) {
-                            // SAFETY: row i + q < m.
-                            *row = a.row(i + q);
-                        }
-                        // SAFETY: rows hold k packed values, columns k f32.
-                        unsafe { f(rows.as_ptr(), cols.as_ptr(), k, res.as_mut_ptr()) };
-                        for q in 0..rr {
-                            for jj in 0..c {
-                                // SAFETY: output column j0 + jj has m values.
-                                unsafe { *out.0[j0 + jj].add(i + q) = res[q * c + jj] };
+                    for i0 in range.clone().step_by(DOT_RB) {
+                        let i1 = (i0 + DOT_RB).min(range.end);
+                        for k0 in (0..k).step_by(DOT_KC) {
+                            let kc = DOT_KC.min(k - k0);
+                            let mut i = i0;
+                            while i < i1 {
+                                let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };
+                                let mut rows = [std::ptr::null::<u8>(); 8];
+                                for (q, row) in rows.iter_mut().enumerate().take(rr) {
+                                    *row = a.row(i + q);
+                                }
+                                let slot = acc[(i - i0) * c * 16..].as_mut_ptr();
+                                // SAFETY: rows hold k packed values, columns k f32;
+                                // the slots of rows i.. hold rr * c * 16 floats.
+                                unsafe { f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0) };
+                                i += rr;
                             }
                         }
-                        i += rr;
+                        for i in i0..i1 {
+                            for jj in 0..c {
+                                let at = ((i - i0) * c + jj) * 16;
+                                let v: f32 = acc[at..at + 16].iter().sum();
+                                // SAFETY: output column j0 + jj has m values.
+                                unsafe { *out.0[j0 + jj].add(i) = v };
+                            }
+                        }
                     }
                 }
                 _ => {
@@ -534,20 +576,30 @@ mod x86 {
         }
     }
 
-    /// `out[r * C + c] = dot(row r, column c)` for R rows and C columns.
+    /// The AVX-512 dot tile (see `super::DotTile`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u8>(
         rows: *const *const u8,
+        k0: usize,
         cols: *const *const f32,
-        k: usize,
-        out: *mut f32,
+        kc: usize,
+        acc_out: *mut f32,
+        first: bool,
     ) {
-        // SAFETY: rows and columns hold k values each; out holds R * C.
+        // SAFETY: rows and columns hold k0 + kc values each; acc_out holds
+        // R * C slots of 16 floats.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); C]; R];
-            let k16 = k / 16 * 16;
-            let mut kk = 0;
-            while kk < k16 {
+            if !first {
+                for r in 0..R {
+                    for c in 0..C {
+                        acc[r][c] = _mm512_loadu_ps(acc_out.add((r * C + c) * 16));
+                    }
+                }
+            }
+            let end = k0 + kc / 16 * 16;
+            let mut kk = k0;
+            while kk < end {
                 for r in 0..R {
                     let w = load_w512::<DT>(*rows.add(r), kk);
                     for c in 0..C {
@@ -559,11 +611,11 @@ mod x86 {
             }
             for r in 0..R {
                 for c in 0..C {
-                    let mut s = _mm512_reduce_add_ps(acc[r][c]);
-                    for t in k16..k {
-                        s += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                    let slot = acc_out.add((r * C + c) * 16);
+                    _mm512_storeu_ps(slot, acc[r][c]);
+                    for t in end..k0 + kc {
+                        *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
                     }
-                    *out.add(r * C + c) = s;
                 }
             }
         }
@@ -586,31 +638,30 @@ mod x86 {
         }
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn hsum256(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps::<1>(v);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
-
-    /// As `dot_tile_avx512`, with 8-lane vectors.
+    /// As `dot_tile_avx512`, with 8-lane vectors (lanes 8..16 of each
+    /// slot are zero).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_tile_avx2<const R: usize, const C: usize, const DT: u8>(
         rows: *const *const u8,
+        k0: usize,
         cols: *const *const f32,
-        k: usize,
-        out: *mut f32,
+        kc: usize,
+        acc_out: *mut f32,
+        first: bool,
     ) {
-        // SAFETY: rows and columns hold k values each; out holds R * C.
+        // SAFETY: as for dot_tile_avx512.
         unsafe {
             let mut acc = [[_mm256_setzero_ps(); C]; R];
-            let k8 = k / 8 * 8;
-            let mut kk = 0;
-            while kk < k8 {
+            if !first {
+                for r in 0..R {
+                    for c in 0..C {
+                        acc[r][c] = _mm256_loadu_ps(acc_out.add((r * C + c) * 16));
+                    }
+                }
+            }
+            let end = k0 + kc / 8 * 8;
+            let mut kk = k0;
+            while kk < end {
                 for r in 0..R {
                     let w = load_w256::<DT>(*rows.add(r), kk);
                     for c in 0..C {
@@ -622,11 +673,14 @@ mod x86 {
             }
             for r in 0..R {
                 for c in 0..C {
-                    let mut s = hsum256(acc[r][c]);
-                    for t in k8..k {
-                        s += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                    let slot = acc_out.add((r * C + c) * 16);
+                    _mm256_storeu_ps(slot, acc[r][c]);
+                    if first {
+                        _mm256_storeu_ps(slot.add(8), _mm256_setzero_ps());
                     }
-                    *out.add(r * C + c) = s;
+                    for t in end..k0 + kc {
+                        *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                    }
                 }
             }
         }
@@ -713,6 +767,86 @@ mod x86 {
                 } else {
                     _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c0[j]));
                     _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[j]));
+                }
+            }
+        }
+    }
+
+    /// Transposes 16 rows of 16 floats in place (`r[i][j]` becomes
+    /// `r[j][i]`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn transpose16(r: &mut [__m512; 16]) {
+        let mut a = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut b = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let (a0, a1) = (_mm512_castps_pd(a[4 * i]), _mm512_castps_pd(a[4 * i + 1]));
+            let (a2, a3) = (
+                _mm512_castps_pd(a[4 * i + 2]),
+                _mm512_castps_pd(a[4 * i + 3]),
+            );
+            b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+            b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+            b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+            b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+        }
+        // b[4i + c] lane L holds column 4L + c of rows 4i..4i+4
+        for c in 0..4 {
+            let p = _mm512_shuffle_f32x4::<0x88>(b[c], b[4 + c]);
+            let q = _mm512_shuffle_f32x4::<0xdd>(b[c], b[4 + c]);
+            let p2 = _mm512_shuffle_f32x4::<0x88>(b[8 + c], b[12 + c]);
+            let q2 = _mm512_shuffle_f32x4::<0xdd>(b[8 + c], b[12 + c]);
+            r[c] = _mm512_shuffle_f32x4::<0x88>(p, p2);
+            r[8 + c] = _mm512_shuffle_f32x4::<0xdd>(p, p2);
+            r[4 + c] = _mm512_shuffle_f32x4::<0x88>(q, q2);
+            r[12 + c] = _mm512_shuffle_f32x4::<0xdd>(q, q2);
+        }
+    }
+
+    /// Packs values `k0..k0 + kc` of 32 rows (null: a row past the end,
+    /// packed as zeros) as `[kc][32]` f32, widening F16/BF16.
+    ///
+    /// # Safety
+    /// Non-null rows hold `k0 + kc` packed values; `dst` holds `kc * 32`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn pack_panel32_avx512<const DT: u8>(
+        rows: &[*const u8; 32],
+        k0: usize,
+        kc: usize,
+        dst: &mut [f32],
+    ) {
+        let k16 = kc / 16 * 16;
+        // SAFETY: caller's contract.
+        unsafe {
+            for half in 0..2 {
+                let mut kk = 0;
+                while kk < k16 {
+                    let mut r = [_mm512_setzero_ps(); 16];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        let p = rows[half * 16 + i];
+                        if !p.is_null() {
+                            *v = load_w512::<DT>(p, k0 + kk);
+                        }
+                    }
+                    transpose16(&mut r);
+                    for (j, v) in r.iter().enumerate() {
+                        _mm512_storeu_ps(dst.as_mut_ptr().add((kk + j) * 32 + half * 16), *v);
+                    }
+                    kk += 16;
+                }
+                for t in k16..kc {
+                    for i in 0..16 {
+                        let p = rows[half * 16 + i];
+                        dst[t * 32 + half * 16 + i] = if p.is_null() {
+                            0.0
+                        } else {
+                            scalar_w::<DT>(p, k0 + t)
+                        };
+                    }
                 }
             }
         }
