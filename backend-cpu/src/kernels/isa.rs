@@ -29,15 +29,6 @@ impl Isa {
             _ => None,
         }
     }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Isa::Portable => "portable",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
-            Isa::Avx512Vnni => "avx512vnni",
-        }
-    }
 }
 
 /// The best level this processor supports.

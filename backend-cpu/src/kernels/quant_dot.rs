@@ -242,7 +242,6 @@ unsafe fn decode(
 /// `d`, the integer `bias` that starts the block's accumulator
 /// (`-o * sum(q) / lanes`), and `sx = d * sum(q)` for the min term.
 struct QActs<'a> {
-    t: usize,
     k: usize,
     qb: usize,
     codes: &'a [i8],
@@ -324,7 +323,6 @@ fn quantize_acts<'a>(
             }
         });
     QActs {
-        t,
         k,
         qb,
         codes,
