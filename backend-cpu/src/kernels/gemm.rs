@@ -540,7 +540,7 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{DT_BF16, DT_F16, DT_F32};
@@ -599,8 +599,12 @@ mod x86 {
             }
             let end = k0 + kc / 16 * 16;
             let mut kk = k0;
+            // the weights are read once, in chunks of kc per row: fetch the
+            // next chunk of each row while this one is computed
+            let bytes = if DT == DT_F32 { 4 } else { 2 };
             while kk < end {
                 for r in 0..R {
+                    _mm_prefetch::<_MM_HINT_T0>((*rows.add(r)).add((kk + kc) * bytes) as *const i8);
                     let w = load_w512::<DT>(*rows.add(r), kk);
                     for c in 0..C {
                         let x = _mm512_loadu_ps((*cols.add(c)).add(kk));
@@ -776,7 +780,7 @@ mod x86 {
     /// `r[j][i]`).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn transpose16(r: &mut [__m512; 16]) {
+    pub(crate) fn transpose16(r: &mut [__m512; 16]) {
         let mut a = [_mm512_setzero_ps(); 16];
         for i in 0..8 {
             a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);

@@ -718,31 +718,50 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     let len = kc.min(k - v0);
                     let nb = len / f.qb;
                     // interleave the codes of the panel's rows, four bytes at a time
-                    for r in 0..PANEL_R {
-                        if r < rows {
-                            // SAFETY: row i0 + r < m, values v0..v0+len exist.
-                            unsafe {
-                                decode(
-                                    f,
-                                    a.row(i0 + r),
-                                    v0,
-                                    &mut tcodes[..len],
-                                    &mut tdw[..nb],
-                                    &mut tmw[..nb],
-                                )
-                            };
-                        } else {
-                            tcodes[..len].fill(0);
-                            tdw[..nb].fill(0.0);
-                            tmw[..nb].fill(0.0);
+                    if matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
+                        let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
+                        for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
+                            *q = a.row(i0 + r);
                         }
-                        for gq in 0..len / 4 {
-                            let at = (gq * PANEL_R + r) * 4;
-                            pcodes[at..at + 4].copy_from_slice(&tcodes[gq * 4..gq * 4 + 4]);
-                        }
-                        for blk in 0..nb {
-                            pdw[blk * PANEL_R + r] = tdw[blk];
-                            pmw[blk * PANEL_R + r] = tmw[blk];
+                        // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb;
+                        // the panel holds nb blocks of 32 rows.
+                        unsafe {
+                            x86::repack_panel(
+                                f.dtype == DType::Q4_0,
+                                &ptrs,
+                                v0 / f.qb,
+                                nb,
+                                pcodes.as_mut_ptr(),
+                                pdw.as_mut_ptr(),
+                            )
+                        };
+                    } else {
+                        for r in 0..PANEL_R {
+                            if r < rows {
+                                // SAFETY: row i0 + r < m, values v0..v0+len exist.
+                                unsafe {
+                                    decode(
+                                        f,
+                                        a.row(i0 + r),
+                                        v0,
+                                        &mut tcodes[..len],
+                                        &mut tdw[..nb],
+                                        &mut tmw[..nb],
+                                    )
+                                };
+                            } else {
+                                tcodes[..len].fill(0);
+                                tdw[..nb].fill(0.0);
+                                tmw[..nb].fill(0.0);
+                            }
+                            for gq in 0..len / 4 {
+                                let at = (gq * PANEL_R + r) * 4;
+                                pcodes[at..at + 4].copy_from_slice(&tcodes[gq * 4..gq * 4 + 4]);
+                            }
+                            for blk in 0..nb {
+                                pdw[blk * PANEL_R + r] = tdw[blk];
+                                pmw[blk * PANEL_R + r] = tmw[blk];
+                            }
                         }
                     }
                     let blk0 = v0 / f.qb;
@@ -1140,6 +1159,10 @@ mod x86 {
                     dx[c] = pair_ps(x.d[c].add(blk));
                 }
                 for r in 0..R {
+                    // the weights are read once, a chunk of nb blocks at a time:
+                    // fetch the next chunk of the row while this one is computed
+                    let ts = if Q4 { 18 } else { 34 };
+                    _mm_prefetch::<_MM_HINT_T0>(w.rows[r].add((blk + nb) * ts) as *const i8);
                     let u = pair_codes::<Q4>(w.rows[r], blk);
                     let dw = pair_ps(w.dw.add(r * w.dw_stride + blk));
                     for c in 0..C {
@@ -1166,6 +1189,72 @@ mod x86 {
             for r in 0..R {
                 for c in 0..C {
                     *out.add(r * C + c) += _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+                }
+            }
+        }
+    }
+
+    /// Interleaves `nb` blocks (from block `blk0`) of 32 Q8_0 or Q4_0 rows
+    /// into a panel: codes `[step][32 rows][4]`, scales `[block][32 rows]`.
+    /// Null rows (past the end of the matrix) get zero codes and scales.
+    ///
+    /// # Safety
+    /// Non-null rows hold blocks `blk0..blk0 + nb`; `codes` has room for
+    /// `nb * 32 * 32` bytes and `dw` for `nb * 32` floats.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn repack_panel(
+        q4: bool,
+        rows: &[*const u8; PANEL_R],
+        blk0: usize,
+        nb: usize,
+        codes: *mut u8,
+        dw: *mut f32,
+    ) {
+        let ts = if q4 { 18 } else { 34 };
+        // SAFETY: caller's contract.
+        unsafe {
+            for half in 0..2 {
+                let mut b = 0;
+                while b < nb {
+                    let two = b + 2 <= nb;
+                    let mut r = [_mm512_setzero_ps(); 16];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        let p = rows[half * 16 + i];
+                        if p.is_null() {
+                            continue;
+                        }
+                        let z = match (q4, two) {
+                            (true, true) => pair_codes::<true>(p, blk0 + b),
+                            (false, true) => pair_codes::<false>(p, blk0 + b),
+                            (true, false) => _mm512_zextsi256_si512(one_codes::<true>(p, blk0 + b)),
+                            (false, false) => _mm512_zextsi256_si512(one_codes::<false>(p, blk0 + b)),
+                        };
+                        *v = _mm512_castsi512_ps(z);
+                    }
+                    // r[i] holds 16 dwords of row i; afterwards r[j] holds
+                    // dword j of the 16 rows: one panel step
+                    crate::kernels::gemm::x86::transpose16(&mut r);
+                    let steps = if two { 16 } else { 8 };
+                    for (j, v) in r.iter().enumerate().take(steps) {
+                        _mm512_storeu_ps(codes.add(((b * 8 + j) * PANEL_R + half * 16) * 4) as *mut f32, *v);
+                    }
+                    b += if two { 2 } else { 1 };
+                }
+            }
+            let mut tmp = [0f32; 64];
+            for (r, p) in rows.iter().enumerate() {
+                let mut b = 0;
+                while b < nb {
+                    let len = 64.min(nb - b);
+                    if p.is_null() {
+                        tmp[..len].fill(0.0);
+                    } else {
+                        block_scales(p.add((blk0 + b) * ts), ts, len, &mut tmp[..len]);
+                    }
+                    for t in 0..len {
+                        *dw.add((b + t) * PANEL_R + r) = tmp[t];
+                    }
+                    b += len;
                 }
             }
         }

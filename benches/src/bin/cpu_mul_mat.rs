@@ -4,8 +4,11 @@
 //! place for the model-level runner figures.
 //!
 //! Run: cargo run --release -p ggraph-benches --bin cpu_mul_mat
-//!      [-- --threads 2 --n 1,8,512 --types F32,F16,Q8_0]
+//!      [-- --threads 2 --n 1,8,512 --types F32,F16,Q8_0 --cpu-time]
 //!
+//! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
+//! per run implies (CPU seconds / threads): a guide when other work
+//! shares the cores, not a figure to compare with ggml's.
 //! Measure on a quiet machine: the figures are only comparable with
 //! ggml's when nothing else runs (the load average is printed first).
 
@@ -92,21 +95,44 @@ fn build_case(dev: &Arc<dyn Device>, dtype: DType, n: usize, weights: &[u8]) -> 
     Ok(Case { graph, out: y })
 }
 
-/// Median seconds of one mul_mat, timing at least 3 runs and about
-/// `budget` in all.
-fn time_case(backend: &mut dyn Backend, case: &Case, budget: Duration) -> Result<f64> {
+/// Seconds of CPU time (user + system) this process has used, from
+/// /proc/self/stat; None where that file does not exist.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // fields after the command name (which is in parentheses)
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Timings of one mul_mat: the median wall-clock seconds of at least 3
+/// runs in about `budget`, and the CPU seconds per run divided by the
+/// thread count (what the run would take with the cores to itself; it
+/// tells kernel changes apart when other work shares the machine).
+fn time_case(
+    backend: &mut dyn Backend,
+    case: &Case,
+    budget: Duration,
+    threads: usize,
+) -> Result<(f64, Option<f64>)> {
     let nodes = [case.out];
     backend.compute(&case.graph, &nodes)?; // warm-up: pages, caches, scratch
     let mut times = Vec::new();
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
-    while times.len() < 3 || (start.elapsed() < budget && times.len() < 200) {
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < 500) {
         let t = Instant::now();
         backend.compute(&case.graph, &nodes)?;
         backend.synchronize()?;
         times.push(t.elapsed().as_secs_f64());
     }
+    let cpu = match (cpu0, cpu_seconds()) {
+        (Some(a), Some(b)) if b > a => Some((b - a) / times.len() as f64 / threads as f64),
+        _ => None,
+    };
     times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok((times[times.len() / 2], cpu))
 }
 
 fn parse_list<T>(arg: Option<&String>, parse: impl Fn(&str) -> Option<T>) -> Option<Vec<T>> {
@@ -144,9 +170,10 @@ fn main() -> Result<()> {
     println!();
     print!("{:<8}", "GFLOP/s");
     for n in &columns {
-        print!(" {:>10} {:>6}", format!("n={n}"), "ggml");
+        print!(" {:>16} {:>6}", format!("n={n}"), "ggml");
     }
     println!();
+    let show_cpu = args.iter().any(|a| a == "--cpu-time");
     let mut backend = dev.new_backend()?;
     let mut verdicts = Vec::new();
     for &dtype in &types {
@@ -154,15 +181,16 @@ fn main() -> Result<()> {
         print!("{:<8}", dtype.name());
         for &n in &columns {
             let case = build_case(&dev, dtype, n, &weights)?;
-            let s = time_case(backend.as_mut(), &case, Duration::from_secs(2))?;
-            let gflops = 2.0 * (M * K * n) as f64 / s / 1e9;
+            let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
+            let flop = 2.0 * (M * K * n) as f64;
+            let gflops = flop / s / 1e9;
             let peer = ggml_figure(dtype, n);
-            print!(
-                " {:>10.1} {:>6}",
-                gflops,
-                peer.map(|p| format!("{p:.0}"))
-                    .unwrap_or_else(|| "-".into())
-            );
+            let ours = match cpu {
+                Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
+                _ => format!("{gflops:.1}"),
+            };
+            let peer_text = peer.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into());
+            print!(" {ours:>16} {peer_text:>6}");
             if let Some(p) = peer {
                 verdicts.push((dtype, n, gflops / p));
             }
