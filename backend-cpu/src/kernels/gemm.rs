@@ -492,8 +492,12 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                 (Some((r, tile)), Some(row1)) => {
                     for i0 in range.clone().step_by(DOT_RB) {
                         let i1 = (i0 + DOT_RB).min(range.end);
-                        for k0 in (0..k).step_by(DOT_KC) {
-                            let kc = DOT_KC.min(k - k0);
+                        // a single column: no chunks, so that each row is one long
+                        // stream (short streams defeat the hardware prefetchers);
+                        // more columns: chunks whose columns stay in L1
+                        let chunk = if c <= 2 { k } else { DOT_KC };
+                        for k0 in (0..k).step_by(chunk) {
+                            let kc = chunk.min(k - k0);
                             let mut i = i0;
                             while i < i1 {
                                 let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };

@@ -37,7 +37,7 @@ use super::isa::Isa;
 use super::matmul::{Cols, WeightRows};
 
 /// Above this many columns, the panel path (where VNNI is available).
-pub(crate) const DIRECT_MAX_N: usize = 8;
+pub(crate) const DIRECT_MAX_N: usize = 4;
 
 /// Values per decoded chunk of a row on the direct path (a multiple of
 /// 256, so whole super-blocks).
@@ -52,7 +52,7 @@ const PANEL_R: usize = 32;
 /// Columns per panel tile.
 const PANEL_C: usize = 4;
 /// Values per panel chunk (a multiple of 256).
-const PANEL_KC: usize = 512;
+const PANEL_KC: usize = 4096;
 
 /// How one weight format reads as codes.
 #[derive(Clone, Copy)]
@@ -588,7 +588,10 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
         let acts = &acts;
         let nblk = acts.nblk();
         super::par_ranges(m, 16, |range| {
-            with_scratch(&SCALES, DIRECT_R * FUSED_BLOCKS, |dw| {
+            // a single column: whole rows as one chunk (long streams, which
+            // the prefetchers follow)
+            let fb = if n == 1 { nblk } else { FUSED_BLOCKS };
+            with_scratch(&SCALES, DIRECT_R * fb, |dw| {
                 let mut sums = vec![0f32; DIRECT_R * n];
                 let mut res = [0f32; DIRECT_R * DIRECT_C];
                 let mut i = range.start;
@@ -599,20 +602,15 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                         1
                     };
                     sums.fill(0.0);
-                    for b0 in (0..nblk).step_by(FUSED_BLOCKS) {
-                        let nb = FUSED_BLOCKS.min(nblk - b0);
+                    for b0 in (0..nblk).step_by(fb) {
+                        let nb = fb.min(nblk - b0);
                         let mut rows = [std::ptr::null::<u8>(); DIRECT_R];
                         for q in 0..r {
                             // SAFETY: row i + q < m, block b0 exists.
                             rows[q] = unsafe { a.row(i + q).add(b0 * ts) };
                             // SAFETY: nb blocks of the row from b0.
                             unsafe {
-                                x86::block_scales(
-                                    rows[q],
-                                    ts,
-                                    nb,
-                                    &mut dw[q * FUSED_BLOCKS..q * FUSED_BLOCKS + nb],
-                                )
+                                x86::block_scales(rows[q], ts, nb, &mut dw[q * fb..q * fb + nb])
                             };
                         }
                         for j0 in (0..n).step_by(DIRECT_C) {
@@ -632,7 +630,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                             let w = x86::FusedRows {
                                 rows,
                                 dw: dw.as_ptr(),
-                                dw_stride: FUSED_BLOCKS,
+                                dw_stride: fb,
                             };
                             res[..r * c].fill(0.0);
                             // SAFETY: r rows of nb blocks from b0, c columns.
@@ -1162,7 +1160,7 @@ mod x86 {
                     // the weights are read once, a chunk of nb blocks at a time:
                     // fetch the next chunk of the row while this one is computed
                     let ts = if Q4 { 18 } else { 34 };
-                    _mm_prefetch::<_MM_HINT_T0>(w.rows[r].add((blk + nb) * ts) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(w.rows[r].add((blk + 64) * ts) as *const i8);
                     let u = pair_codes::<Q4>(w.rows[r], blk);
                     let dw = pair_ps(w.dw.add(r * w.dw_stride + blk));
                     for c in 0..C {
@@ -1227,7 +1225,9 @@ mod x86 {
                             (true, true) => pair_codes::<true>(p, blk0 + b),
                             (false, true) => pair_codes::<false>(p, blk0 + b),
                             (true, false) => _mm512_zextsi256_si512(one_codes::<true>(p, blk0 + b)),
-                            (false, false) => _mm512_zextsi256_si512(one_codes::<false>(p, blk0 + b)),
+                            (false, false) => {
+                                _mm512_zextsi256_si512(one_codes::<false>(p, blk0 + b))
+                            }
                         };
                         *v = _mm512_castsi512_ps(z);
                     }
@@ -1236,7 +1236,10 @@ mod x86 {
                     crate::kernels::gemm::x86::transpose16(&mut r);
                     let steps = if two { 16 } else { 8 };
                     for (j, v) in r.iter().enumerate().take(steps) {
-                        _mm512_storeu_ps(codes.add(((b * 8 + j) * PANEL_R + half * 16) * 4) as *mut f32, *v);
+                        _mm512_storeu_ps(
+                            codes.add(((b * 8 + j) * PANEL_R + half * 16) * 4) as *mut f32,
+                            *v,
+                        );
                     }
                     b += if two { 2 } else { 1 };
                 }
