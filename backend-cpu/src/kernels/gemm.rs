@@ -604,11 +604,13 @@ pub(crate) mod x86 {
             let end = k0 + kc / 16 * 16;
             let mut kk = k0;
             // the weights are read once, in chunks of kc per row: fetch the
-            // next chunk of each row while this one is computed
+            // next chunk of each row (or, for long chunks, 1024 values
+            // ahead) into L2 while this one is computed
             let bytes = if DT == DT_F32 { 4 } else { 2 };
+            let ahead = kc.min(1024) * bytes;
             while kk < end {
                 for r in 0..R {
-                    _mm_prefetch::<_MM_HINT_T0>((*rows.add(r)).add((kk + kc) * bytes) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>((*rows.add(r)).add(kk * bytes + ahead) as *const i8);
                     let w = load_w512::<DT>(*rows.add(r), kk);
                     for c in 0..C {
                         let x = _mm512_loadu_ps((*cols.add(c)).add(kk));
