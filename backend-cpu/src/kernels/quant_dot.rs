@@ -1160,7 +1160,7 @@ mod x86 {
                     // the weights are read once, a chunk of nb blocks at a time:
                     // fetch the next chunk of the row while this one is computed
                     let ts = if Q4 { 18 } else { 34 };
-                    _mm_prefetch::<_MM_HINT_T0>(w.rows[r].add((blk + 64) * ts) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(w.rows[r].add((blk + 64) * ts) as *const i8);
                     let u = pair_codes::<Q4>(w.rows[r], blk);
                     let dw = pair_ps(w.dw.add(r * w.dw_stride + blk));
                     for c in 0..C {
