@@ -168,6 +168,8 @@ unsafe fn decode(
     // SAFETY: caller's contract; each arm reads whole blocks.
     let src = unsafe { std::slice::from_raw_parts(row.add(v0 / bs * ts), nblocks * ts) };
     let f16 = |b: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]));
+    let simd = super::isa::active() >= Isa::Avx2;
+    let _ = simd; // only read on x86-64
     match f.dtype {
         DType::Q8_0 => {
             for (bi, blk) in src.chunks_exact(ts).enumerate() {
@@ -199,6 +201,12 @@ unsafe fn decode(
                     mw[bi * 8 + j] = dmin * mn as f32;
                 }
                 let c = &mut codes[bi * 256..bi * 256 + 256];
+                #[cfg(target_arch = "x86_64")]
+                if simd {
+                    // SAFETY: AVX2 is available; 128 code bytes in, 256 out.
+                    unsafe { x86::q4k_codes(qs.as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
                 for g in 0..4 {
                     for l in 0..32 {
                         let q = qs[32 * g + l];
@@ -218,6 +226,12 @@ unsafe fn decode(
                     dw[bi * 16 + j] = d * (*s as i8) as f32;
                 }
                 let c = &mut codes[bi * 256..bi * 256 + 256];
+                #[cfg(target_arch = "x86_64")]
+                if simd {
+                    // SAFETY: AVX2 is available; 192 code bytes in, 256 out.
+                    unsafe { x86::q6k_codes(ql.as_ptr(), qh.as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
                 for half in 0..2 {
                     let ql = &ql[64 * half..];
                     let qh = &qh[32 * half..];
@@ -690,7 +704,7 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
-            let need = PANEL_R * kc + 2 * PANEL_R * sb * 4 + kc + 2 * sb * 4 + 3 * 64;
+            let need = PANEL_R * kc + 2 * PANEL_R * sb * 4 + 16 * kc + 2 * sb * 4 + 3 * 64;
             with_scratch(&PANEL, need, |pb| {
                 let (pcodes, rest) = pb.split_at_mut(PANEL_R * kc);
                 let pad = rest.as_ptr().align_offset(64);
@@ -704,7 +718,7 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     )
                 };
                 let (pdw, pmw) = scales.split_at_mut(PANEL_R * sb);
-                let (tcodes, rest) = rest.split_at_mut(kc);
+                let (tcodes, rest) = rest.split_at_mut(16 * kc);
                 let pad = rest.as_ptr().align_offset(4);
                 let rest = &mut rest[pad..];
                 // SAFETY: aligned f32 region.
@@ -734,32 +748,30 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                             )
                         };
                     } else {
-                        for r in 0..PANEL_R {
-                            if r < rows {
-                                // SAFETY: row i0 + r < m, values v0..v0+len exist.
-                                unsafe {
-                                    decode(
-                                        f,
-                                        a.row(i0 + r),
-                                        v0,
-                                        &mut tcodes[..len],
-                                        &mut tdw[..nb],
-                                        &mut tmw[..nb],
-                                    )
-                                };
-                            } else {
-                                tcodes[..len].fill(0);
-                                tdw[..nb].fill(0.0);
-                                tmw[..nb].fill(0.0);
+                        // decode 16 rows at a time, then interleave them with
+                        // 16 x 16 dword transposes
+                        for half in 0..2 {
+                            for i in 0..16 {
+                                let r = half * 16 + i;
+                                let codes = &mut tcodes[i * len..(i + 1) * len];
+                                if r < rows {
+                                    // SAFETY: row i0 + r < m, values v0..v0+len exist.
+                                    unsafe {
+                                        decode(f, a.row(i0 + r), v0, codes, &mut tdw[..nb], &mut tmw[..nb])
+                                    };
+                                } else {
+                                    codes.fill(0);
+                                    tdw[..nb].fill(0.0);
+                                    tmw[..nb].fill(0.0);
+                                }
+                                for blk in 0..nb {
+                                    pdw[blk * PANEL_R + r] = tdw[blk];
+                                    pmw[blk * PANEL_R + r] = tmw[blk];
+                                }
                             }
-                            for gq in 0..len / 4 {
-                                let at = (gq * PANEL_R + r) * 4;
-                                pcodes[at..at + 4].copy_from_slice(&tcodes[gq * 4..gq * 4 + 4]);
-                            }
-                            for blk in 0..nb {
-                                pdw[blk * PANEL_R + r] = tdw[blk];
-                                pmw[blk * PANEL_R + r] = tmw[blk];
-                            }
+                            // SAFETY: 16 decoded rows of len bytes (a multiple of 64);
+                            // the panel holds len / 4 steps of 32 rows.
+                            unsafe { x86::interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half) };
                         }
                     }
                     let blk0 = v0 / f.qb;
@@ -1258,6 +1270,87 @@ mod x86 {
                         *dw.add((b + t) * PANEL_R + r) = tmp[t];
                     }
                     b += len;
+                }
+            }
+        }
+    }
+
+    /// Unpacks the 128 nibble bytes of a Q4_K block into 256 codes.
+    ///
+    /// # Safety
+    /// AVX2; `qs` holds 128 bytes, `out` room for 256.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q4k_codes(qs: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m = _mm256_set1_epi8(0x0f);
+            for g in 0..4 {
+                let v = _mm256_loadu_si256(qs.add(32 * g) as *const __m256i);
+                _mm256_storeu_si256(out.add(64 * g) as *mut __m256i, _mm256_and_si256(v, m));
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m);
+                _mm256_storeu_si256(out.add(64 * g + 32) as *mut __m256i, hi);
+            }
+        }
+    }
+
+    /// Unpacks the low nibbles and high bit pairs of a Q6_K block into 256
+    /// codes (0..64).
+    ///
+    /// # Safety
+    /// AVX2; `ql` holds 128 bytes, `qh` 64, `out` room for 256.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q6k_codes(ql: *const u8, qh: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let m2 = _mm256_set1_epi8(0x30);
+            for half in 0..2 {
+                let l0 = _mm256_loadu_si256(ql.add(64 * half) as *const __m256i);
+                let l1 = _mm256_loadu_si256(ql.add(64 * half + 32) as *const __m256i);
+                let h = _mm256_loadu_si256(qh.add(32 * half) as *const __m256i);
+                let o = out.add(128 * half);
+                let q1 = _mm256_or_si256(
+                    _mm256_and_si256(l0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(h), m2),
+                );
+                let q2 = _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(h), m2),
+                );
+                let q3 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4),
+                    _mm256_and_si256(h, m2),
+                );
+                let q4 = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(h), m2),
+                );
+                _mm256_storeu_si256(o as *mut __m256i, q1);
+                _mm256_storeu_si256(o.add(32) as *mut __m256i, q2);
+                _mm256_storeu_si256(o.add(64) as *mut __m256i, q3);
+                _mm256_storeu_si256(o.add(96) as *mut __m256i, q4);
+            }
+        }
+    }
+
+    /// Interleaves 16 decoded rows (`len` codes each, `len` a multiple of
+    /// 64, rows `len` bytes apart) into rows `16 * half ..` of a panel.
+    ///
+    /// # Safety
+    /// `rows` holds 16 * len bytes; `panel` len / 4 steps of 32 rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+    pub(super) unsafe fn interleave16(rows: *const u8, len: usize, panel: *mut u8, half: usize) {
+        // SAFETY: caller's contract.
+        unsafe {
+            for seg in 0..len / 64 {
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (i, v) in r.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(rows.add(i * len + seg * 64) as *const f32);
+                }
+                crate::kernels::gemm::x86::transpose16(&mut r);
+                for (j, v) in r.iter().enumerate() {
+                    let step = seg * 16 + j;
+                    _mm512_storeu_ps(panel.add((step * PANEL_R + half * 16) * 4) as *mut f32, *v);
                 }
             }
         }
