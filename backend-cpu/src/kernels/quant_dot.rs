@@ -584,13 +584,9 @@ unsafe fn direct_portable<const R: usize, const C: usize>(
 #[cfg(target_arch = "x86_64")]
 const FUSED_BLOCKS: usize = 64;
 
-thread_local! {
-    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
 /// The direct path for Q8_0 and Q4_0 without a decode pass: the kernel
-/// reads the codes straight from the weight blocks, two blocks per zmm;
-/// only the f16 block scales are widened first, a chunk at a time.
+/// reads codes and scales straight from the weight blocks, two blocks
+/// per zmm, so the weights are streamed exactly once.
 #[cfg(target_arch = "x86_64")]
 fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
@@ -605,7 +601,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
             // a single column: whole rows as one chunk (long streams, which
             // the prefetchers follow)
             let fb = if n == 1 { nblk } else { FUSED_BLOCKS };
-            with_scratch(&SCALES, DIRECT_R * fb, |dw| {
+            {
                 let mut sums = vec![0f32; DIRECT_R * n];
                 let mut res = [0f32; DIRECT_R * DIRECT_C];
                 let mut i = range.start;
@@ -622,10 +618,6 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                         for q in 0..r {
                             // SAFETY: row i + q < m, block b0 exists.
                             rows[q] = unsafe { a.row(i + q).add(b0 * ts) };
-                            // SAFETY: nb blocks of the row from b0.
-                            unsafe {
-                                x86::block_scales(rows[q], ts, nb, &mut dw[q * fb..q * fb + nb])
-                            };
                         }
                         for j0 in (0..n).step_by(DIRECT_C) {
                             let c = DIRECT_C.min(n - j0);
@@ -641,11 +633,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                                 x.d[cc] = acts.d[j * nblk + b0..].as_ptr();
                                 x.bias[cc] = acts.bias[j * nblk + b0..].as_ptr();
                             }
-                            let w = x86::FusedRows {
-                                rows,
-                                dw: dw.as_ptr(),
-                                dw_stride: fb,
-                            };
+                            let w = x86::FusedRows { rows };
                             res[..r * c].fill(0.0);
                             // SAFETY: r rows of nb blocks from b0, c columns.
                             unsafe { x86::fused_fn(f.dtype, r, c)(nb, &w, &x, res.as_mut_ptr()) };
@@ -664,7 +652,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     }
                     i += r;
                 }
-            });
+            }
         });
     });
 }
@@ -757,7 +745,14 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                                 if r < rows {
                                     // SAFETY: row i0 + r < m, values v0..v0+len exist.
                                     unsafe {
-                                        decode(f, a.row(i0 + r), v0, codes, &mut tdw[..nb], &mut tmw[..nb])
+                                        decode(
+                                            f,
+                                            a.row(i0 + r),
+                                            v0,
+                                            codes,
+                                            &mut tdw[..nb],
+                                            &mut tmw[..nb],
+                                        )
                                     };
                                 } else {
                                     codes.fill(0);
@@ -771,7 +766,9 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                             }
                             // SAFETY: 16 decoded rows of len bytes (a multiple of 64);
                             // the panel holds len / 4 steps of 32 rows.
-                            unsafe { x86::interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half) };
+                            unsafe {
+                                x86::interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half)
+                            };
                         }
                     }
                     let blk0 = v0 / f.qb;
@@ -1031,11 +1028,9 @@ mod x86 {
         }
     }
 
-    /// Rows of a fused kernel: block pointers, and their widened scales.
+    /// Rows of a fused kernel: pointers to their first block.
     pub(super) struct FusedRows {
         pub rows: [*const u8; super::DIRECT_R],
-        pub dw: *const f32,
-        pub dw_stride: usize,
     }
 
     /// Widens the f16 scales (first two bytes) of `out.len()` blocks of
@@ -1130,6 +1125,23 @@ mod x86 {
         }
     }
 
+    /// The f16 scales of blocks `blk` and `blk + 1`, widened and spread
+    /// over the halves of a zmm.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+    unsafe fn pair_scales<const Q4: bool>(row: *const u8, blk: usize) -> __m512 {
+        let ts = if Q4 { 18 } else { 34 };
+        // SAFETY: caller's contract (both blocks exist).
+        unsafe {
+            let p = row.add(blk * ts);
+            let d0 = (p as *const u16).read_unaligned() as i32;
+            let d1 = (p.add(ts) as *const u16).read_unaligned() as i32;
+            let two = _mm_cvtph_ps(_mm_cvtsi32_si128(d0 | (d1 << 16)));
+            let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
+        }
+    }
+
     /// Two consecutive f32 (or i32) values spread over the halves of a zmm.
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -1174,7 +1186,7 @@ mod x86 {
                     let ts = if Q4 { 18 } else { 34 };
                     _mm_prefetch::<_MM_HINT_T1>(w.rows[r].add((blk + 64) * ts) as *const i8);
                     let u = pair_codes::<Q4>(w.rows[r], blk);
-                    let dw = pair_ps(w.dw.add(r * w.dw_stride + blk));
+                    let dw = pair_scales::<Q4>(w.rows[r], blk);
                     for c in 0..C {
                         let p = _mm512_dpbusd_epi32(init[c], u, xs[c]);
                         let s = _mm512_mul_ps(dw, dx[c]);
@@ -1187,7 +1199,10 @@ mod x86 {
             if blk < nb {
                 for r in 0..R {
                     let u = one_codes::<Q4>(w.rows[r], blk);
-                    let dw = *w.dw.add(r * w.dw_stride + blk);
+                    let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+                        (w.rows[r].add(blk * if Q4 { 18 } else { 34 }) as *const u16)
+                            .read_unaligned() as i32,
+                    )));
                     for c in 0..C {
                         let xs = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
                         let init = _mm256_set1_epi32(*x.bias[c].add(blk));
