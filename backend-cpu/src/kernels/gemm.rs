@@ -480,14 +480,36 @@ fn dot_row_fn(isa: Isa, dtype: DType, c: usize) -> Option<DotTile> {
 }
 
 fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    super::par_ranges(m, 16, |range| {
+        with_scratch(&DOT_ACC, DOT_RB * 8 * 16, |acc| {
+            dot_range(isa, &a, b, out, range, acc)
+        });
+    });
+}
+
+thread_local! {
+    static DOT_ACC: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rows `range` of the dot path, with `acc` as the partial sums.
+fn dot_range(
+    isa: Isa,
+    a: &WeightRows,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+    range: std::ops::Range<usize>,
+    acc: &mut [f32],
+) {
     let n = b.0.len();
     let k = a.k;
-    super::par_ranges(m, 16, |range| {
-        let mut acc = vec![0f32; DOT_RB * 8 * 16];
+    {
         let mut j0 = 0;
         while j0 < n {
             let c = (n - j0).min(8);
-            let cols: Vec<*const f32> = b.0[j0..j0 + c].iter().map(|p| *p as *const f32).collect();
+            let mut cols = [std::ptr::null::<f32>(); 8];
+            for (cp, p) in cols.iter_mut().zip(&b.0[j0..j0 + c]) {
+                *cp = *p as *const f32;
+            }
             match (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c)) {
                 (Some((r, tile)), Some(row1)) => {
                     for i0 in range.clone().step_by(DOT_RB) {
@@ -527,7 +549,7 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                     let mut row = vec![0f32; k];
                     for i in range.clone() {
                         // SAFETY: row i < m.
-                        unsafe { load_row_segment(&a, i, 0, &mut row) };
+                        unsafe { load_row_segment(a, i, 0, &mut row) };
                         for jj in 0..c {
                             // SAFETY: columns hold k values, outputs m.
                             unsafe {
@@ -540,7 +562,7 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             }
             j0 += c;
         }
-    });
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

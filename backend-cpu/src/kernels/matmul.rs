@@ -12,6 +12,7 @@
 use std::sync::OnceLock;
 
 use ggraph_core::{DType, Result};
+use rayon::prelude::*;
 
 use super::check_indices;
 use super::isa::{self, Isa};
@@ -60,29 +61,50 @@ pub(crate) fn gemm_with(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &
     }
 }
 
-/// Activation columns as f32: straight pointers when `b` rows are packed
-/// f32, otherwise converted into `store`.
-fn activation_cols(b: TRef, coords: &[(usize, usize, usize)], store: &mut Vec<f32>) -> Cols<f32> {
+/// Activation columns as f32, into `cols`: straight pointers when `b`
+/// rows are packed f32, otherwise converted into `store`.
+fn activation_cols(
+    b: TRef,
+    coords: impl ExactSizeIterator<Item = (usize, usize, usize)>,
+    store: &mut Vec<f32>,
+    cols: &mut Cols<f32>,
+) {
     let k = b.ne[0];
+    cols.0.clear();
     if b.dtype == DType::F32 && b.rows_packed() {
-        return Cols(
-            coords
-                .iter()
-                .map(|&(j, i2, i3)| b.row_ptr(j, i2, i3) as *mut f32)
-                .collect(),
-        );
+        cols.0
+            .extend(coords.map(|(j, i2, i3)| b.row_ptr(j, i2, i3) as *mut f32));
+        return;
     }
     store.resize(coords.len() * k, 0.0);
-    for (c, &(j, i2, i3)) in coords.iter().enumerate() {
+    for (c, (j, i2, i3)) in coords.enumerate() {
         // SAFETY: row in bounds.
         unsafe { b.load_row(j, i2, i3, &mut store[c * k..(c + 1) * k]) };
+        cols.0.push(store[c * k..].as_mut_ptr());
     }
-    Cols(
-        (0..coords.len())
-            .map(|c| store[c * k..].as_mut_ptr())
-            .collect(),
-    )
 }
+
+/// Buffers one batch of a mul_mat needs, kept across batches.
+struct BatchBufs {
+    store: Vec<f32>,
+    b: Cols<f32>,
+    out: Cols<f32>,
+}
+
+impl BatchBufs {
+    fn new() -> BatchBufs {
+        BatchBufs {
+            store: Vec::new(),
+            b: Cols(Vec::new()),
+            out: Cols(Vec::new()),
+        }
+    }
+}
+
+/// Below this many flops per matrix, the batches of a mul_mat run in
+/// parallel (each single-threaded in effect), rather than one after the
+/// other with the threads splitting each.
+const SMALL_BATCH_FLOPS: usize = 1 << 22;
 
 pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     let (m, n) = (dst.ne[0], dst.ne[1]);
@@ -91,20 +113,32 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     }
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
-    let mut store = Vec::new();
-    for i3 in 0..dst.ne[3] {
-        for i2 in 0..dst.ne[2] {
-            let w = WeightRows {
-                ptr: a.row_ptr(0, i2 / r2, i3 / r3),
-                stride: a.nb[1],
-                elem_stride: a.nb[0],
-                dtype: a.dtype,
-                k: a.ne[0],
-            };
-            let coords: Vec<_> = (0..n).map(|j| (j, i2, i3)).collect();
-            let bc = activation_cols(b, &coords, &mut store);
-            let out = Cols((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32).collect());
-            gemm(w, m, &bc, &out);
+    let k = a.ne[0];
+    let batch = |bi: usize, bufs: &mut BatchBufs| {
+        let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
+        let w = WeightRows {
+            ptr: a.row_ptr(0, i2 / r2, i3 / r3),
+            stride: a.nb[1],
+            elem_stride: a.nb[0],
+            dtype: a.dtype,
+            k,
+        };
+        activation_cols(b, (0..n).map(|j| (j, i2, i3)), &mut bufs.store, &mut bufs.b);
+        bufs.out.0.clear();
+        bufs.out
+            .0
+            .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
+        gemm(w, m, &bufs.b, &bufs.out);
+    };
+    let batches = dst.ne[2] * dst.ne[3];
+    if batches > 1 && 2 * m * n * k < SMALL_BATCH_FLOPS {
+        (0..batches)
+            .into_par_iter()
+            .for_each_init(BatchBufs::new, |bufs, bi| batch(bi, bufs));
+    } else {
+        let mut bufs = BatchBufs::new();
+        for bi in 0..batches {
+            batch(bi, &mut bufs);
         }
     }
 }
@@ -135,8 +169,13 @@ pub fn mul_mat_id(dst: TRef, experts: TRef, b: TRef, ids: TRef) -> Result<()> {
             dtype: experts.dtype,
             k: experts.ne[0],
         };
-        let coords: Vec<_> = pairs.iter().map(|&(e, t)| (e % n_b, t, 0)).collect();
-        let bc = activation_cols(b, &coords, &mut store);
+        let mut bc = Cols(Vec::new());
+        activation_cols(
+            b,
+            pairs.iter().map(|&(e, t)| (e % n_b, t, 0)),
+            &mut store,
+            &mut bc,
+        );
         let out = Cols(
             pairs
                 .iter()

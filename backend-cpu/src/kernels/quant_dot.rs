@@ -456,7 +456,16 @@ fn direct_path(isa: Isa, f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out:
                 };
                 let (dw, mw) = scales.split_at_mut(DIRECT_R * sb);
                 let mut res = [0f32; DIRECT_R * DIRECT_C];
-                let mut sums = vec![0f32; DIRECT_R * n];
+                // partial sums on the stack unless there are many columns (only on
+                // the fallback paths)
+                let mut small = [0f32; DIRECT_R * 16];
+                let mut big = Vec::new();
+                let sums: &mut [f32] = if n <= 16 {
+                    &mut small[..DIRECT_R * n]
+                } else {
+                    big.resize(DIRECT_R * n, 0f32);
+                    &mut big
+                };
                 let mut i = range.start;
                 while i < range.end {
                     let r = if range.end - i >= DIRECT_R {
@@ -602,7 +611,16 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
             // the prefetchers follow)
             let fb = if n == 1 { nblk } else { FUSED_BLOCKS };
             {
-                let mut sums = vec![0f32; DIRECT_R * n];
+                // partial sums on the stack unless there are many columns (only on
+                // the fallback paths)
+                let mut small = [0f32; DIRECT_R * 16];
+                let mut big = Vec::new();
+                let sums: &mut [f32] = if n <= 16 {
+                    &mut small[..DIRECT_R * n]
+                } else {
+                    big.resize(DIRECT_R * n, 0f32);
+                    &mut big
+                };
                 let mut res = [0f32; DIRECT_R * DIRECT_C];
                 let mut i = range.start;
                 while i < range.end {
