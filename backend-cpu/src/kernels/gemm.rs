@@ -99,13 +99,21 @@ pub(crate) fn with_scratch<T: Copy + Default, R>(
 /// Converts values `k0..k0 + out.len()` of weight row `i` to f32.
 ///
 /// # Safety
-/// Row `i` must be in bounds and `k0 + out.len() <= a.k`.
+/// Row `i` must be in bounds and `k0 + out.len() <= a.k`; for quantised
+/// weights (packed blocks), `k0` and `out.len()` are whole blocks.
 pub(crate) unsafe fn load_row_segment(a: &WeightRows, i: usize, k0: usize, out: &mut [f32]) {
     use half::slice::HalfFloatSliceExt;
     let len = out.len();
     // SAFETY (all arms): caller's contract; rows span k values at elem_stride.
     unsafe {
         let row = a.ptr.add(i * a.stride);
+        if a.dtype.is_quantized() {
+            // whole blocks (the packed path's chunks are block-aligned)
+            let (bs, ts) = (a.dtype.block_size(), a.dtype.type_size());
+            let src = std::slice::from_raw_parts(row.add(k0 / bs * ts), len.div_ceil(bs) * ts);
+            let _ = ggraph_core::quant::dequantize_row(a.dtype, src, out);
+            return;
+        }
         if a.elem_stride == a.dtype.type_size() {
             let p = row.add(k0 * a.elem_stride);
             match a.dtype {
@@ -295,7 +303,11 @@ fn pack_a_block<const MR: usize>(
     let panels = rows.div_ceil(MR);
     let direct = a.dtype == DType::F32 && a.elem_stride == 4;
     #[cfg(target_arch = "x86_64")]
-    if MR == 32 && a.elem_stride == a.dtype.type_size() && super::isa::active() >= Isa::Avx512 {
+    if MR == 32
+        && a.dtype.is_float()
+        && a.elem_stride == a.dtype.type_size()
+        && super::isa::active() >= Isa::Avx512
+    {
         for p in 0..panels {
             let mut ptrs = [std::ptr::null::<u8>(); 32];
             for (r, q) in ptrs.iter_mut().enumerate() {

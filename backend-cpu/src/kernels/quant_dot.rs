@@ -94,6 +94,10 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     };
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
+    } else if isa != Isa::Avx512Vnni && n > super::gemm::DOT_MAX_N {
+        // without VNNI, many columns go faster through the float GEMM,
+        // its weight panels dequantised as they are packed
+        super::gemm::gemm(isa, a, m, b, out);
     } else if isa == Isa::Avx512Vnni && matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
         fused_path(f, a, m, b, out);
     } else {
@@ -174,6 +178,12 @@ unsafe fn decode(
         DType::Q8_0 => {
             for (bi, blk) in src.chunks_exact(ts).enumerate() {
                 dw[bi] = f16(blk, 0);
+                #[cfg(target_arch = "x86_64")]
+                if simd {
+                    // SAFETY: AVX2 is available; 32 code bytes in and out.
+                    unsafe { x86::q8_codes(blk[2..].as_ptr(), codes[bi * 32..].as_mut_ptr()) };
+                    continue;
+                }
                 for (c, q) in codes[bi * 32..bi * 32 + 32].iter_mut().zip(&blk[2..]) {
                     *c = q ^ 0x80;
                 }
@@ -183,6 +193,12 @@ unsafe fn decode(
             for (bi, blk) in src.chunks_exact(ts).enumerate() {
                 dw[bi] = f16(blk, 0);
                 let c = &mut codes[bi * 32..bi * 32 + 32];
+                #[cfg(target_arch = "x86_64")]
+                if simd {
+                    // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
+                    unsafe { x86::q4_codes(blk[2..].as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
                 for (j, q) in blk[2..].iter().enumerate() {
                     c[j] = q & 0x0f;
                     c[j + 16] = q >> 4;
@@ -423,7 +439,11 @@ fn direct_fn(isa: Isa, f: &Format, r: usize, c: usize) -> DirectFn {
             };
         }
         if isa >= Isa::Avx2 {
-            return by_rc!(direct_avx2);
+            return match (f.qb, f.dtype == DType::Q8_0) {
+                (32, true) => by_rc!(direct_avx2_q8),
+                (32, false) => by_rc!(direct_avx2_32),
+                _ => by_rc!(direct_avx2_16),
+            };
         }
     }
     let _ = isa;
@@ -433,7 +453,7 @@ fn direct_fn(isa: Isa, f: &Format, r: usize, c: usize) -> DirectFn {
 fn direct_path(isa: Isa, f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
-    let lanes = if isa == Isa::Avx512Vnni {
+    let lanes = if isa >= Isa::Avx2 {
         (f.qb / 4) as i32
     } else {
         1
@@ -847,9 +867,7 @@ mod x86 {
 
     use super::{ColsQ, Decoded, Format, PANEL_C, PANEL_R};
 
-    /// The portable direct kernel, compiled for AVX2.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn direct_avx2<const R: usize, const C: usize>(
+    pub(super) unsafe fn direct_avx2_q8<const R: usize, const C: usize>(
         f: &Format,
         nb: usize,
         w: &Decoded,
@@ -857,7 +875,113 @@ mod x86 {
         out: *mut f32,
     ) {
         // SAFETY: caller's contract.
-        unsafe { super::direct_generic::<R, C>(f, nb, w, x, out) }
+        unsafe { direct_avx2::<R, C, 32, true>(f, nb, w, x, out) }
+    }
+
+    pub(super) unsafe fn direct_avx2_32<const R: usize, const C: usize>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe { direct_avx2::<R, C, 32, false>(f, nb, w, x, out) }
+    }
+
+    pub(super) unsafe fn direct_avx2_16<const R: usize, const C: usize>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe { direct_avx2::<R, C, 16, false>(f, nb, w, x, out) }
+    }
+
+    /// Sums of byte products of one block as 8 (QB 32) or 4 (QB 16) i32
+    /// lanes in a ymm (the upper half zero for QB 16): `vpmaddubsw` then
+    /// `vpmaddwd` by ones. Codes below 64 cannot saturate the 16-bit pair
+    /// sums; Q8_0 (codes up to 255) goes through the signs instead: |w|
+    /// times x with w's sign, which needs no offset (`Q8`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn block_dot_avx2<const QB: usize, const Q8: bool>(u: *const u8, q: *const i8) -> __m256i {
+        // SAFETY: caller's contract (QB bytes at each pointer).
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let (u, q) = if QB == 32 {
+                (
+                    _mm256_loadu_si256(u as *const __m256i),
+                    _mm256_loadu_si256(q as *const __m256i),
+                )
+            } else {
+                (
+                    _mm256_zextsi128_si256(_mm_loadu_si128(u as *const __m128i)),
+                    _mm256_zextsi128_si256(_mm_loadu_si128(q as *const __m128i)),
+                )
+            };
+            let p16 = if Q8 {
+                let ws = _mm256_xor_si256(u, _mm256_set1_epi8(-128));
+                _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(q, ws))
+            } else {
+                _mm256_maddubs_epi16(u, q)
+            };
+            _mm256_madd_epi16(p16, ones)
+        }
+    }
+
+    /// The AVX2 direct kernel (`vpmaddubsw`); activations quantised with
+    /// `lanes = QB / 4`, so the per-lane bias is added to all 8 lanes for
+    /// QB 32 (4 lanes hold it for QB 16: the upper 4 stay zero).
+    ///
+    /// # Safety
+    /// As for `super::DirectFn`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn direct_avx2<const R: usize, const C: usize, const QB: usize, const Q8: bool>(
+        f: &Format,
+        nb: usize,
+        w: &Decoded,
+        x: &ColsQ,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let lane_mask = if QB == 32 {
+                _mm256_set1_epi32(-1)
+            } else {
+                _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0)
+            };
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            let mut macc = [[0f32; C]; R];
+            for blk in 0..nb {
+                for r in 0..R {
+                    let u = w.codes.add(r * w.stride + blk * QB);
+                    let dw = *w.dw.add(r * w.sstride + blk);
+                    for c in 0..C {
+                        let mut p = block_dot_avx2::<QB, Q8>(u, x.codes[c].add(blk * QB));
+                        if !Q8 {
+                            let bias = _mm256_set1_epi32(*x.bias[c].add(blk));
+                            p = _mm256_add_epi32(p, _mm256_and_si256(bias, lane_mask));
+                        }
+                        let s = _mm256_set1_ps(dw * *x.d[c].add(blk));
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][c]);
+                    }
+                    if f.has_min {
+                        let mw = *w.mw.add(r * w.sstride + blk);
+                        for c in 0..C {
+                            macc[r][c] += mw * *x.sx[c].add(blk);
+                        }
+                    }
+                }
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    *out.add(r * C + c) += hsum256(acc[r][c]) - macc[r][c];
+                }
+            }
+        }
     }
 
     #[inline]
@@ -1386,6 +1510,33 @@ mod x86 {
                     _mm512_storeu_ps(panel.add((step * PANEL_R + half * 16) * 4) as *mut f32, *v);
                 }
             }
+        }
+    }
+
+    /// Q8_0 codes as unsigned bytes (`q ^ 0x80`).
+    ///
+    /// # Safety
+    /// AVX2; 32 bytes at `q` and room for 32 at `out`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q8_codes(q: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let v = _mm256_loadu_si256(q as *const __m256i);
+            _mm256_storeu_si256(out as *mut __m256i, _mm256_xor_si256(v, _mm256_set1_epi8(-128)));
+        }
+    }
+
+    /// Q4_0 codes: low nibbles (values 0..16) then high nibbles.
+    ///
+    /// # Safety
+    /// AVX2; 16 bytes at `q` and room for 32 at `out`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q4_codes(q: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let t = _mm_loadu_si128(q as *const __m128i);
+            let z = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(t), _mm_srli_epi16::<4>(t));
+            _mm256_storeu_si256(out as *mut __m256i, _mm256_and_si256(z, _mm256_set1_epi8(0x0f)));
         }
     }
 }
