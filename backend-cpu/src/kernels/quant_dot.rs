@@ -1175,27 +1175,30 @@ mod x86 {
         pub rows: [*const u8; super::DIRECT_R],
     }
 
-    /// Widens the f16 scales (first two bytes) of `out.len()` blocks of
-    /// `ts` bytes.
+    /// Widens the f16 scales (first two bytes) of `nb` blocks of `ts`
+    /// bytes into `out`, 16 at a time with a gather (narrow stores and a
+    /// wide reload would stall on store forwarding).
     ///
     /// # Safety
-    /// `row` must hold that many blocks.
+    /// `row` must hold that many blocks (of at least 4 bytes).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn block_scales(row: *const u8, ts: usize, nb: usize, out: &mut [f32]) {
-        let mut h = [0u16; 16];
         let mut b = 0;
-        // SAFETY: caller's contract.
+        // SAFETY: caller's contract; each gathered dword lies in its block.
         unsafe {
+            let idx = _mm512_mullo_epi32(
+                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                _mm512_set1_epi32(ts as i32),
+            );
+            while b + 16 <= nb {
+                let g = _mm512_i32gather_epi32::<1>(idx, row.add(b * ts) as *const i32);
+                let wide = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+                _mm512_storeu_ps(out.as_mut_ptr().add(b), wide);
+                b += 16;
+            }
             while b < nb {
-                let len = 16.min(nb - b);
-                for (t, v) in h.iter_mut().enumerate().take(len) {
-                    *v = (row.add((b + t) * ts) as *const u16).read_unaligned();
-                }
-                let wide = _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr() as *const __m256i));
-                let mut tmp = [0f32; 16];
-                _mm512_storeu_ps(tmp.as_mut_ptr(), wide);
-                out[b..b + len].copy_from_slice(&tmp[..len]);
-                b += len;
+                out[b] = ggraph_core::quant::f16_to_f32((row.add(b * ts) as *const u16).read_unaligned());
+                b += 1;
             }
         }
     }
