@@ -13,18 +13,26 @@
 //! ```
 //!
 //! `sum(u * q)` is `vpdpbusd` (unsigned times signed bytes) where the
-//! processor has AVX-512 VNNI, and `o * sum(q)` is folded into the
-//! integer accumulator's starting value, so the float work is one
-//! convert and two multiply-adds per block.
+//! processor has AVX-512 VNNI (`vpmaddubsw` on AVX2), and `o * sum(q)` is
+//! folded into the integer accumulator's starting value, so the float
+//! work is one convert and two multiply-adds per block.
 //!
-//! Two paths, as for float weights:
+//! Paths, by processor and column count:
 //!
-//! - **direct** (few columns): the weight rows are decoded a chunk at a
-//!   time into codes in L1 and dotted with each column.
-//! - **panel** (many columns, VNNI only): the codes of 32 rows are
-//!   interleaved four bytes at a time so that one `vpdpbusd` advances 16
-//!   rows by four values against a broadcast column; an 32 x 4 register
-//!   tile keeps whole blocks in integer accumulators.
+//! - **fused** (VNNI, Q8_0/Q4_0, up to `DIRECT_MAX_N` columns): the
+//!   kernel reads codes and f16 scales straight from the blocks, two
+//!   blocks per zmm, so the weights stream through once (token
+//!   generation).
+//! - **direct** (other types or processors, few columns): weight rows are
+//!   decoded a chunk at a time into codes in L1 and dotted with each
+//!   column.
+//! - **panel** (VNNI, more columns): the codes of 32 rows are interleaved
+//!   four bytes at a time (16 x 16 dword transposes) so that one
+//!   `vpdpbusd` advances 16 rows by four values against a broadcast
+//!   column; a 32 x 4 register tile keeps whole blocks in integer
+//!   accumulators.
+//! - without VNNI and with many columns, the float GEMM of `gemm.rs`,
+//!   its weight panels dequantised as they are packed.
 
 use std::cell::RefCell;
 
@@ -907,7 +915,10 @@ mod x86 {
     /// times x with w's sign, which needs no offset (`Q8`).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn block_dot_avx2<const QB: usize, const Q8: bool>(u: *const u8, q: *const i8) -> __m256i {
+    unsafe fn block_dot_avx2<const QB: usize, const Q8: bool>(
+        u: *const u8,
+        q: *const i8,
+    ) -> __m256i {
         // SAFETY: caller's contract (QB bytes at each pointer).
         unsafe {
             let ones = _mm256_set1_epi16(1);
@@ -1197,7 +1208,9 @@ mod x86 {
                 b += 16;
             }
             while b < nb {
-                out[b] = ggraph_core::quant::f16_to_f32((row.add(b * ts) as *const u16).read_unaligned());
+                out[b] = ggraph_core::quant::f16_to_f32(
+                    (row.add(b * ts) as *const u16).read_unaligned(),
+                );
                 b += 1;
             }
         }
@@ -1525,7 +1538,10 @@ mod x86 {
         // SAFETY: caller's contract.
         unsafe {
             let v = _mm256_loadu_si256(q as *const __m256i);
-            _mm256_storeu_si256(out as *mut __m256i, _mm256_xor_si256(v, _mm256_set1_epi8(-128)));
+            _mm256_storeu_si256(
+                out as *mut __m256i,
+                _mm256_xor_si256(v, _mm256_set1_epi8(-128)),
+            );
         }
     }
 
@@ -1539,7 +1555,10 @@ mod x86 {
         unsafe {
             let t = _mm_loadu_si128(q as *const __m128i);
             let z = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(t), _mm_srli_epi16::<4>(t));
-            _mm256_storeu_si256(out as *mut __m256i, _mm256_and_si256(z, _mm256_set1_epi8(0x0f)));
+            _mm256_storeu_si256(
+                out as *mut __m256i,
+                _mm256_and_si256(z, _mm256_set1_epi8(0x0f)),
+            );
         }
     }
 }

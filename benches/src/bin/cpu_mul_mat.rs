@@ -189,7 +189,9 @@ fn main() -> Result<()> {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
                 _ => format!("{gflops:.1}"),
             };
-            let peer_text = peer.map(|p| format!("{p:.0}")).unwrap_or_else(|| "-".into());
+            let peer_text = peer
+                .map(|p| format!("{p:.0}"))
+                .unwrap_or_else(|| "-".into());
             print!(" {ours:>16} {peer_text:>6}");
             if let Some(p) = peer {
                 verdicts.push((dtype, n, gflops / p));
