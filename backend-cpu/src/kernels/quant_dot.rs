@@ -471,7 +471,9 @@ fn direct_path(isa: Isa, f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out:
         let acts = &acts;
         let nblk = acts.nblk();
         super::par_ranges(m, 16, |range| {
-            let kc = DIRECT_KC.min(k);
+            // a single column: whole rows (long streams, which the
+            // prefetchers follow); more: chunks that stay in L1
+            let kc = if n == 1 { k } else { DIRECT_KC.min(k) };
             let sb = kc / f.qb;
             let need = DIRECT_R * kc + 2 * DIRECT_R * sb * 4 + 64;
             with_scratch(&DECODED, need, |dec| {
