@@ -103,7 +103,9 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
         .unwrap()
         .values(lg.logits);
     let e = ggraph_core::conformance::nmse(&got, &want);
-    assert!(e < 1e-6, "nmse {e}");
+    // Q8_0 weights: the CPU quantises activations to 8 bits as ggml does,
+    // so the bound is the conformance suite's for quantised weights
+    assert!(e < 5e-4, "nmse {e}");
     let planned = alloc.buffer_bytes()[0];
     let naive: u64 = exec::unbound_tensors(lg.builder.graph())
         .iter()

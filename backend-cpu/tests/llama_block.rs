@@ -89,6 +89,10 @@ fn flash_attention_gives_the_same_logits_as_standard_attention() {
 
 #[test]
 fn quantised_weights_match_the_reference_of_their_dequantised_values() {
+    // quantised weights multiply activations quantised to 8 bits (as ggml
+    // does), so their bound is the conformance suite's 5e-4; f16 weights
+    // multiply f32 activations
+    let bound = |w: DType| if w.is_quantized() { 5e-4 } else { 1e-6 };
     for w in [DType::F16, DType::Q8_0, DType::Q4_0] {
         let (e, _) = run(
             CpuDevice::new(),
@@ -96,7 +100,7 @@ fn quantised_weights_match_the_reference_of_their_dequantised_values() {
             no_cache(5, Attention::Standard),
             w,
         );
-        assert!(e < 1e-6, "{w}: nmse {e}");
+        assert!(e < bound(w), "{w}: nmse {e}");
     }
     let mut cfg = small_config();
     cfg.n_embd = 256;
@@ -105,7 +109,7 @@ fn quantised_weights_match_the_reference_of_their_dequantised_values() {
     cfg.n_ff = 512;
     for w in [DType::Q4_K, DType::Q6_K] {
         let (e, _) = run(CpuDevice::new(), &cfg, no_cache(3, Attention::Standard), w);
-        assert!(e < 1e-6, "{w}: nmse {e}");
+        assert!(e < bound(w), "{w}: nmse {e}");
     }
 }
 
@@ -159,6 +163,7 @@ fn a_simulated_device_computes_the_same_logits() {
     );
     let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(64 << 20));
     let (e, logits) = run(sim, &cfg, no_cache(7, Attention::Standard), DType::Q8_0);
-    assert!(e < 1e-6);
+    // Q8_0 weights: activations are quantised to 8 bits
+    assert!(e < 5e-4, "nmse {e}");
     assert_eq!(cpu, logits, "same kernels, same numbers");
 }

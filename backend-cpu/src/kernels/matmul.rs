@@ -1,32 +1,36 @@
 //! mul_mat and mul_mat_id: weights of any type times f32 activations.
 //!
-//! Weight rows are converted to f32 once per tile (straight from the
-//! buffer when they already are f32) and dotted with every activation
-//! column of the tile. The dot product is compiled for AVX-512, AVX2+FMA
-//! and plain x86-64 and chosen at run time.
+//! The work goes to one of two families of kernels, each compiled for
+//! AVX-512, AVX2 and plain Rust and chosen at run time (`isa`):
+//!
+//! - float weights (F32, F16, BF16): `gemm`, a mat-vec for few columns and
+//!   a packed, tiled GEMM for many;
+//! - quantised weights (Q8_0, Q4_0, Q4_K, Q6_K): `quant_dot`, which
+//!   quantises the activations to 8 bits once per call and works on the
+//!   weight blocks with integer dot products.
 
-use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use ggraph_core::{DType, Result};
 use rayon::prelude::*;
 
 use super::check_indices;
+use super::isa::{self, Isa};
 use crate::tensor_ref::TRef;
 
 /// Rows of a weight matrix: `m` rows of `k` values, `stride` bytes apart.
 #[derive(Clone, Copy)]
-struct WeightRows {
-    ptr: *const u8,
-    stride: usize,
+pub(crate) struct WeightRows {
+    pub ptr: *const u8,
+    pub stride: usize,
     /// Bytes between values of a row (the type size when packed).
-    elem_stride: usize,
-    dtype: DType,
-    k: usize,
+    pub elem_stride: usize,
+    pub dtype: DType,
+    pub k: usize,
 }
 
 /// Column pointers (k-long f32 inputs, m-long f32 outputs).
-struct Cols<T>(Vec<*mut T>);
+pub(crate) struct Cols<T>(pub Vec<*mut T>);
 
 // SAFETY: the pointers address buffers alive for the whole call; output
 // columns are written by exactly one task each (tiles are disjoint).
@@ -35,97 +39,72 @@ unsafe impl<T> Send for Cols<T> {}
 unsafe impl Sync for WeightRows {}
 unsafe impl Send for WeightRows {}
 
-const ROW_BLOCK: usize = 16;
-const COL_BLOCK: usize = 64;
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+impl WeightRows {
+    /// Start of row `i` (in bounds for `i` below the row count).
+    #[inline]
+    pub(crate) fn row(&self, i: usize) -> *const u8 {
+        self.ptr.wrapping_add(i * self.stride)
+    }
 }
 
 /// out[j][i] = dot(a row i, b[j]) for i < m, j < b.len().
 fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
-    let n = b.0.len();
-    if m == 0 || n == 0 {
+    gemm_with(isa::active(), a, m, b, out)
+}
+
+/// As `gemm`, with the kernels of a given instruction set.
+pub(crate) fn gemm_with(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    if a.dtype.is_quantized() {
+        super::quant_dot::gemm(isa, a, m, b, out)
+    } else {
+        super::gemm::gemm(isa, a, m, b, out)
+    }
+}
+
+/// Activation columns as f32, into `cols`: straight pointers when `b`
+/// rows are packed f32, otherwise converted into `store`.
+fn activation_cols(
+    b: TRef,
+    coords: impl ExactSizeIterator<Item = (usize, usize, usize)>,
+    store: &mut Vec<f32>,
+    cols: &mut Cols<f32>,
+) {
+    let k = b.ne[0];
+    cols.0.clear();
+    if b.dtype == DType::F32 && b.rows_packed() {
+        cols.0
+            .extend(coords.map(|(j, i2, i3)| b.row_ptr(j, i2, i3) as *mut f32));
         return;
     }
-    let row_blocks = m.div_ceil(ROW_BLOCK);
-    let col_blocks = n.div_ceil(COL_BLOCK);
-    let k = a.k;
-    let dot = dot_fn();
-    (0..row_blocks * col_blocks)
-        .into_par_iter()
-        .for_each(|task| {
-            let (rb, cb) = (task % row_blocks, task / row_blocks);
-            let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
-            let cols = cb * COL_BLOCK..((cb + 1) * COL_BLOCK).min(n);
-            SCRATCH.with(|s| {
-                let mut scratch = s.borrow_mut();
-                let direct = a.dtype == DType::F32 && a.elem_stride == 4;
-                if !direct {
-                    scratch.resize(ROW_BLOCK * k, 0.0);
-                    for (r, i) in rows.clone().enumerate() {
-                        // SAFETY: row i of the weights is in bounds.
-                        unsafe { load_weight_row(a, i, &mut scratch[r * k..(r + 1) * k]) };
-                    }
-                }
-                for j in cols.clone() {
-                    // SAFETY: column j holds k values.
-                    let bj = unsafe { std::slice::from_raw_parts(b.0[j] as *const f32, k) };
-                    let oj = out.0[j];
-                    for (r, i) in rows.clone().enumerate() {
-                        let ai: &[f32] = if direct {
-                            // SAFETY: packed f32 row i of k values.
-                            unsafe {
-                                std::slice::from_raw_parts(a.ptr.add(i * a.stride) as *const f32, k)
-                            }
-                        } else {
-                            &scratch[r * k..(r + 1) * k]
-                        };
-                        // SAFETY: output column j has m entries; this task owns (i, j).
-                        unsafe { *oj.add(i) = dot(ai, bj) };
-                    }
-                }
-            });
-        });
-}
-
-/// # Safety
-/// Row `i` of `a` must be in bounds.
-unsafe fn load_weight_row(a: WeightRows, i: usize, out: &mut [f32]) {
-    let t = TRef {
-        // SAFETY: caller's contract.
-        ptr: unsafe { a.ptr.add(i * a.stride) } as *mut u8,
-        dtype: a.dtype,
-        ne: [a.k, 1, 1, 1],
-        nb: [a.elem_stride, a.stride, a.stride, a.stride],
-    };
-    // SAFETY: caller's contract.
-    unsafe { t.load_row(0, 0, 0, out) };
-}
-
-/// Activation columns as f32: straight pointers when `b` rows are packed
-/// f32, otherwise converted into `store`.
-fn activation_cols(b: TRef, coords: &[(usize, usize, usize)], store: &mut Vec<f32>) -> Cols<f32> {
-    let k = b.ne[0];
-    if b.dtype == DType::F32 && b.rows_packed() {
-        return Cols(
-            coords
-                .iter()
-                .map(|&(j, i2, i3)| b.row_ptr(j, i2, i3) as *mut f32)
-                .collect(),
-        );
-    }
     store.resize(coords.len() * k, 0.0);
-    for (c, &(j, i2, i3)) in coords.iter().enumerate() {
+    for (c, (j, i2, i3)) in coords.enumerate() {
         // SAFETY: row in bounds.
         unsafe { b.load_row(j, i2, i3, &mut store[c * k..(c + 1) * k]) };
+        cols.0.push(store[c * k..].as_mut_ptr());
     }
-    Cols(
-        (0..coords.len())
-            .map(|c| store[c * k..].as_mut_ptr())
-            .collect(),
-    )
 }
+
+/// Buffers one batch of a mul_mat needs, kept across batches.
+struct BatchBufs {
+    store: Vec<f32>,
+    b: Cols<f32>,
+    out: Cols<f32>,
+}
+
+impl BatchBufs {
+    fn new() -> BatchBufs {
+        BatchBufs {
+            store: Vec::new(),
+            b: Cols(Vec::new()),
+            out: Cols(Vec::new()),
+        }
+    }
+}
+
+/// Below this many flops per matrix, the batches of a mul_mat run in
+/// parallel (each single-threaded in effect), rather than one after the
+/// other with the threads splitting each.
+const SMALL_BATCH_FLOPS: usize = 1 << 22;
 
 pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     let (m, n) = (dst.ne[0], dst.ne[1]);
@@ -134,20 +113,32 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     }
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
-    let mut store = Vec::new();
-    for i3 in 0..dst.ne[3] {
-        for i2 in 0..dst.ne[2] {
-            let w = WeightRows {
-                ptr: a.row_ptr(0, i2 / r2, i3 / r3),
-                stride: a.nb[1],
-                elem_stride: a.nb[0],
-                dtype: a.dtype,
-                k: a.ne[0],
-            };
-            let coords: Vec<_> = (0..n).map(|j| (j, i2, i3)).collect();
-            let bc = activation_cols(b, &coords, &mut store);
-            let out = Cols((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32).collect());
-            gemm(w, m, &bc, &out);
+    let k = a.ne[0];
+    let batch = |bi: usize, bufs: &mut BatchBufs| {
+        let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
+        let w = WeightRows {
+            ptr: a.row_ptr(0, i2 / r2, i3 / r3),
+            stride: a.nb[1],
+            elem_stride: a.nb[0],
+            dtype: a.dtype,
+            k,
+        };
+        activation_cols(b, (0..n).map(|j| (j, i2, i3)), &mut bufs.store, &mut bufs.b);
+        bufs.out.0.clear();
+        bufs.out
+            .0
+            .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
+        gemm(w, m, &bufs.b, &bufs.out);
+    };
+    let batches = dst.ne[2] * dst.ne[3];
+    if batches > 1 && 2 * m * n * k < SMALL_BATCH_FLOPS {
+        (0..batches)
+            .into_par_iter()
+            .for_each_init(BatchBufs::new, |bufs, bi| batch(bi, bufs));
+    } else {
+        let mut bufs = BatchBufs::new();
+        for bi in 0..batches {
+            batch(bi, &mut bufs);
         }
     }
 }
@@ -178,8 +169,13 @@ pub fn mul_mat_id(dst: TRef, experts: TRef, b: TRef, ids: TRef) -> Result<()> {
             dtype: experts.dtype,
             k: experts.ne[0],
         };
-        let coords: Vec<_> = pairs.iter().map(|&(e, t)| (e % n_b, t, 0)).collect();
-        let bc = activation_cols(b, &coords, &mut store);
+        let mut bc = Cols(Vec::new());
+        activation_cols(
+            b,
+            pairs.iter().map(|&(e, t)| (e % n_b, t, 0)),
+            &mut store,
+            &mut bc,
+        );
         let out = Cols(
             pairs
                 .iter()
@@ -262,6 +258,9 @@ fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use ggraph_core::quant;
+
     #[test]
     fn dot_products_agree() {
         let a: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -271,5 +270,82 @@ mod tests {
         assert!((got - want).abs() < 1e-3, "{got} vs {want}");
         let p = super::dot_portable(&a, &b) as f64;
         assert!((p - want).abs() < 1e-3);
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Runs `gemm_with(isa, ..)` on an m x k weight matrix of `dtype` and
+    /// n columns, returning the squared error against an f64 product of
+    /// the dequantised weights and the f32 activations, relative to the
+    /// sum of the squared terms (so that a dot product that happens to
+    /// cancel to near zero does not inflate the figure).
+    fn gemm_error(isa: Isa, dtype: DType, m: usize, n: usize, k: usize) -> f64 {
+        let w = values(m * k, (m * 31 + k) as u32);
+        let bytes = quant::quantize(dtype, &w).unwrap();
+        let wq = quant::dequantize(dtype, &bytes, m * k).unwrap();
+        let x = values(n * k, (n * 7 + k) as u32);
+        let mut y = vec![f32::NAN; n * m];
+        let a = WeightRows {
+            ptr: bytes.as_ptr(),
+            stride: dtype.row_size(k).unwrap(),
+            elem_stride: dtype.type_size(),
+            dtype,
+            k,
+        };
+        let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+        let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
+        gemm_with(isa, a, m, &b, &out);
+        let (mut num, mut den) = (0f64, 0f64);
+        for j in 0..n {
+            for i in 0..m {
+                let terms = (0..k).map(|t| wq[i * k + t] as f64 * x[j * k + t] as f64);
+                let want: f64 = terms.clone().sum();
+                num += (y[j * m + i] as f64 - want).powi(2);
+                den += terms.map(|v| v * v).sum::<f64>();
+            }
+        }
+        num / den.max(1e-30)
+    }
+
+    #[test]
+    fn every_kernel_matches_the_reference_product() {
+        for isa in super::isa::all_supported() {
+            for dtype in [
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::Q8_0,
+                DType::Q4_0,
+                DType::Q4_K,
+                DType::Q6_K,
+            ] {
+                let ks: &[usize] = match dtype.block_size() {
+                    1 => &[3, 67, 300],
+                    32 => &[32, 96, 2112],
+                    _ => &[256, 2304],
+                };
+                let bound = if dtype.is_quantized() { 1e-4 } else { 1e-9 };
+                for &k in ks {
+                    // column counts on both sides of the path thresholds
+                    for (m, n) in [(1, 1), (37, 1), (33, 3), (70, 8), (45, 9), (67, 29)] {
+                        let e = gemm_error(isa, dtype, m, n, k);
+                        assert!(
+                            e <= bound,
+                            "{isa:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -4,8 +4,11 @@
 mod attention;
 mod copy;
 mod elementwise;
+mod gemm;
+mod isa;
 pub(crate) mod matmul;
 mod norm;
+mod quant_dot;
 mod rope;
 mod sort;
 

@@ -1,0 +1,899 @@
+//! Float mul_mat: F32, F16 or BF16 weights times f32 activation columns.
+//!
+//! Two paths:
+//!
+//! - **dot** (few columns): each weight row is read once, straight from
+//!   the buffer (F16/BF16 widened in registers), and dotted with every
+//!   column of a small tile of activations. This is the mat-vec of token
+//!   generation: it streams the weights at memory bandwidth.
+//! - **packed** (many columns): a tiled GEMM in the BLIS manner. The
+//!   activations are packed `KC` values at a time into `NR`-wide panels
+//!   shared by all threads; each thread packs (and widens to f32) an
+//!   `MC x KC` block of weights into `MR`-wide panels that stay in its L2
+//!   cache, and a register-blocked micro-kernel computes `MR x NR` output
+//!   tiles from them. Threads split the rows of the weights (and the
+//!   columns too when there are few rows).
+//!
+//! Micro-kernels exist for AVX-512 (32 x 12), AVX2 (16 x 6) and plain
+//! Rust (8 x 4); `Isa` picks one at run time.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+use ggraph_core::DType;
+use rayon::prelude::*;
+
+use super::isa::Isa;
+use super::matmul::{Cols, WeightRows};
+use crate::tensor_ref::read_scalar;
+
+/// Column counts up to this use the dot path.
+pub(crate) const DOT_MAX_N: usize = 8;
+
+/// Values of k per packed block.
+const KC: usize = 256;
+/// Rows of weights per packed block (a multiple of every MR).
+const MC: usize = 256;
+
+/// `out[j][i] = sum_k a[i][k] * b[j][k]` for `i < m`, `j < b.len()`.
+pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    if m == 0 || n == 0 {
+        return;
+    }
+    if a.k == 0 {
+        for &o in &out.0 {
+            // SAFETY: every output column holds m values.
+            unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
+        }
+        return;
+    }
+    let rows_packed = a.elem_stride == a.dtype.type_size();
+    if n <= DOT_MAX_N && rows_packed {
+        dot_path(isa, a, m, b, out);
+    } else {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx512Vnni => packed::<32, 12>(a, m, b, out, x86::kernel_avx512),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => packed::<16, 6>(a, m, b, out, x86::kernel_avx2),
+            _ => packed::<8, 4>(a, m, b, out, kernel_portable::<8, 4>),
+        }
+    }
+}
+
+// ---- scratch -------------------------------------------------------------
+
+thread_local! {
+    static PACK_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PACK_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` floats of this thread's scratch, 64-byte aligned and
+/// kept between calls, so the hot path allocates only when a matrix is
+/// larger than any before. A fresh buffer is used if the scratch is
+/// already in use (a nested call stolen by this thread while it waited).
+pub(crate) fn with_scratch<T: Copy + Default, R>(
+    key: &'static LocalKey<RefCell<Vec<T>>>,
+    len: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    let pad = 64 / std::mem::size_of::<T>().max(1);
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < len + pad {
+                v.resize(len + pad, T::default());
+            }
+            let off = v.as_ptr().align_offset(64).min(pad);
+            f(&mut v[off..off + len])
+        }
+        Err(_) => {
+            let mut v = vec![T::default(); len];
+            f(&mut v)
+        }
+    })
+}
+
+// ---- weight row access ------------------------------------------------------
+
+/// Converts values `k0..k0 + out.len()` of weight row `i` to f32.
+///
+/// # Safety
+/// Row `i` must be in bounds and `k0 + out.len() <= a.k`; for quantised
+/// weights (packed blocks), `k0` and `out.len()` are whole blocks.
+pub(crate) unsafe fn load_row_segment(a: &WeightRows, i: usize, k0: usize, out: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let len = out.len();
+    // SAFETY (all arms): caller's contract; rows span k values at elem_stride.
+    unsafe {
+        let row = a.ptr.add(i * a.stride);
+        if a.dtype.is_quantized() {
+            // whole blocks (the packed path's chunks are block-aligned)
+            let (bs, ts) = (a.dtype.block_size(), a.dtype.type_size());
+            let src = std::slice::from_raw_parts(row.add(k0 / bs * ts), len.div_ceil(bs) * ts);
+            let _ = ggraph_core::quant::dequantize_row(a.dtype, src, out);
+            return;
+        }
+        if a.elem_stride == a.dtype.type_size() {
+            let p = row.add(k0 * a.elem_stride);
+            match a.dtype {
+                DType::F32 => out.copy_from_slice(std::slice::from_raw_parts(p as *const f32, len)),
+                DType::F16 => {
+                    std::slice::from_raw_parts(p as *const half::f16, len).convert_to_f32_slice(out)
+                }
+                DType::BF16 => std::slice::from_raw_parts(p as *const half::bf16, len)
+                    .convert_to_f32_slice(out),
+                _ => {
+                    for (j, o) in out.iter_mut().enumerate() {
+                        *o = read_scalar(a.dtype, p.add(j * a.elem_stride));
+                    }
+                }
+            }
+        } else {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = read_scalar(a.dtype, row.add((k0 + j) * a.elem_stride));
+            }
+        }
+    }
+}
+
+// ---- packed path ------------------------------------------------------------
+
+/// A micro-kernel: `kc` steps over an A panel (`[kc][MR]`) and a B panel
+/// (`[kc][NR]`), then stores (or adds, unless `first`) the `MR x NR` tile
+/// to the `NR` column pointers at `c`.
+type Kernel = unsafe fn(kc: usize, a: *const f32, b: *const f32, c: *const *mut f32, first: bool);
+
+struct SyncPtr<T>(*mut T);
+// SAFETY: used only to hand disjoint or read-only regions to tasks.
+unsafe impl<T> Sync for SyncPtr<T> {}
+unsafe impl<T> Send for SyncPtr<T> {}
+
+fn packed<const MR: usize, const NR: usize>(
+    a: WeightRows,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+    kernel: Kernel,
+) {
+    let n = b.0.len();
+    let k = a.k;
+    let threads = rayon::current_num_threads().max(1);
+    // blocks of rows: MC, smaller when that leaves a thread idle
+    let mut mc = MC;
+    while mc > MR && m.div_ceil(mc) < 2 * threads {
+        mc -= MR;
+    }
+    let m_blocks = m.div_ceil(mc);
+    let n_tiles = n.div_ceil(NR);
+    // split the columns too when there are too few row blocks
+    let n_groups = if m_blocks >= 2 * threads {
+        1
+    } else {
+        (2 * threads).div_ceil(m_blocks).min(n_tiles)
+    };
+    let tiles_per_group = n_tiles.div_ceil(n_groups);
+    let n_groups = n_tiles.div_ceil(tiles_per_group);
+
+    with_scratch(&PACK_B, n_tiles * KC * NR, |bpack| {
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            bpack
+                .par_chunks_mut(KC * NR)
+                .enumerate()
+                .for_each(|(t, tile)| pack_b_tile::<NR>(b, t, pc, kc, tile));
+            let bp = SyncPtr(bpack.as_mut_ptr());
+            let bp = &bp;
+            (0..m_blocks * n_groups).into_par_iter().for_each(|task| {
+                let (ib, g) = (task % m_blocks, task / m_blocks);
+                let i0 = ib * mc;
+                let rows = mc.min(m - i0);
+                let panels = rows.div_ceil(MR);
+                with_scratch(&PACK_A, panels * MR * kc + kc, |ap| {
+                    let (apack, tmp) = ap.split_at_mut(panels * MR * kc);
+                    pack_a_block::<MR>(&a, i0, rows, pc, kc, apack, tmp);
+                    let t_end = ((g + 1) * tiles_per_group).min(n_tiles);
+                    for t in g * tiles_per_group..t_end {
+                        let j0 = t * NR;
+                        let nr = NR.min(n - j0);
+                        // SAFETY: tile t of the packed activations.
+                        let btile = unsafe { bp.0.add(t * KC * NR) } as *const f32;
+                        for p in 0..panels {
+                            let r0 = i0 + p * MR;
+                            let mr = MR.min(m - r0);
+                            let atile = apack[p * MR * kc..].as_ptr();
+                            // SAFETY: the panels hold kc steps; the output
+                            // tile (r0.., j0..) belongs to this task alone.
+                            unsafe {
+                                run_tile::<MR, NR>(
+                                    kernel,
+                                    kc,
+                                    atile,
+                                    btile,
+                                    &out.0[j0..j0 + nr],
+                                    r0,
+                                    mr,
+                                    pc == 0,
+                                )
+                            };
+                        }
+                    }
+                });
+            });
+        }
+    });
+}
+
+/// Runs the kernel on one tile, through a bounce buffer when the tile is
+/// cut by the edge of the matrix.
+///
+/// # Safety
+/// As for `Kernel`; `cols` hold at least `r0 + mr` values each.
+unsafe fn run_tile<const MR: usize, const NR: usize>(
+    kernel: Kernel,
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    cols: &[*mut f32],
+    r0: usize,
+    mr: usize,
+    first: bool,
+) {
+    let nr = cols.len();
+    // SAFETY: caller's contract.
+    unsafe {
+        if mr == MR && nr == NR {
+            let mut c = [std::ptr::null_mut::<f32>(); NR];
+            for (cj, col) in c.iter_mut().zip(cols) {
+                *cj = col.add(r0);
+            }
+            kernel(kc, a, b, c.as_ptr(), first);
+        } else {
+            let mut tile = [[0f32; MR]; NR];
+            let mut c = [std::ptr::null_mut::<f32>(); NR];
+            for (cj, t) in c.iter_mut().zip(tile.iter_mut()) {
+                *cj = t.as_mut_ptr();
+            }
+            kernel(kc, a, b, c.as_ptr(), true);
+            for (t, col) in tile.iter().zip(cols) {
+                let dst = std::slice::from_raw_parts_mut(col.add(r0), mr);
+                if first {
+                    dst.copy_from_slice(&t[..mr]);
+                } else {
+                    for (d, v) in dst.iter_mut().zip(&t[..mr]) {
+                        *d += v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs activation columns `t*NR..` values `pc..pc+kc` as `[kc][NR]`,
+/// zero beyond the last column.
+fn pack_b_tile<const NR: usize>(b: &Cols<f32>, t: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+    let n = b.0.len();
+    for j in 0..NR {
+        let col = t * NR + j;
+        if col < n {
+            // SAFETY: every column holds k >= pc + kc values.
+            let src = unsafe { std::slice::from_raw_parts(b.0[col].add(pc), kc) };
+            for (kk, v) in src.iter().enumerate() {
+                dst[kk * NR + j] = *v;
+            }
+        } else {
+            for kk in 0..kc {
+                dst[kk * NR + j] = 0.0;
+            }
+        }
+    }
+}
+
+/// Packs rows `i0..i0+rows`, values `pc..pc+kc`, of the weights as f32
+/// panels of MR rows, `[panel][kc][MR]`, zero beyond the last row.
+fn pack_a_block<const MR: usize>(
+    a: &WeightRows,
+    i0: usize,
+    rows: usize,
+    pc: usize,
+    kc: usize,
+    dst: &mut [f32],
+    tmp: &mut [f32],
+) {
+    let panels = rows.div_ceil(MR);
+    let direct = a.dtype == DType::F32 && a.elem_stride == 4;
+    #[cfg(target_arch = "x86_64")]
+    if MR == 32
+        && a.dtype.is_float()
+        && a.elem_stride == a.dtype.type_size()
+        && super::isa::active() >= Isa::Avx512
+    {
+        for p in 0..panels {
+            let mut ptrs = [std::ptr::null::<u8>(); 32];
+            for (r, q) in ptrs.iter_mut().enumerate() {
+                if p * MR + r < rows {
+                    *q = a.row(i0 + p * MR + r);
+                }
+            }
+            let panel = &mut dst[p * MR * kc..(p + 1) * MR * kc];
+            // SAFETY: the non-null rows hold pc + kc values; the panel kc * 32.
+            unsafe {
+                match a.dtype {
+                    DType::F16 => x86::pack_panel32_avx512::<DT_F16>(&ptrs, pc, kc, panel),
+                    DType::BF16 => x86::pack_panel32_avx512::<DT_BF16>(&ptrs, pc, kc, panel),
+                    _ => x86::pack_panel32_avx512::<DT_F32>(&ptrs, pc, kc, panel),
+                }
+            }
+        }
+        let _ = tmp;
+        return;
+    }
+    for p in 0..panels {
+        let panel = &mut dst[p * MR * kc..(p + 1) * MR * kc];
+        for r in 0..MR {
+            let ri = p * MR + r;
+            if ri >= rows {
+                for kk in 0..kc {
+                    panel[kk * MR + r] = 0.0;
+                }
+                continue;
+            }
+            let src: &[f32] = if direct {
+                // SAFETY: packed f32 row i0 + ri, values pc..pc+kc.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        (a.ptr.add((i0 + ri) * a.stride) as *const f32).add(pc),
+                        kc,
+                    )
+                }
+            } else {
+                // SAFETY: row in bounds, pc + kc <= k.
+                unsafe { load_row_segment(a, i0 + ri, pc, &mut tmp[..kc]) };
+                &tmp[..kc]
+            };
+            for (kk, v) in src.iter().enumerate() {
+                panel[kk * MR + r] = *v;
+            }
+        }
+    }
+}
+
+/// The portable micro-kernel.
+///
+/// # Safety
+/// As for `Kernel`.
+unsafe fn kernel_portable<const MR: usize, const NR: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *const *mut f32,
+    first: bool,
+) {
+    let mut acc = [[0f32; MR]; NR];
+    // SAFETY: caller's contract.
+    unsafe {
+        let a = std::slice::from_raw_parts(a, kc * MR);
+        let b = std::slice::from_raw_parts(b, kc * NR);
+        for kk in 0..kc {
+            let av = &a[kk * MR..kk * MR + MR];
+            for j in 0..NR {
+                let bj = b[kk * NR + j];
+                for i in 0..MR {
+                    acc[j][i] += av[i] * bj;
+                }
+            }
+        }
+        for (j, row) in acc.iter().enumerate() {
+            let dst = std::slice::from_raw_parts_mut(*c.add(j), MR);
+            if first {
+                dst.copy_from_slice(row);
+            } else {
+                for (d, v) in dst.iter_mut().zip(row) {
+                    *d += v;
+                }
+            }
+        }
+    }
+}
+
+// ---- dot path ---------------------------------------------------------------
+
+/// Weight dtype codes for the const-generic dot kernels.
+const DT_F32: u8 = 0;
+const DT_F16: u8 = 1;
+const DT_BF16: u8 = 2;
+
+/// A dot tile: values `k0..k0 + kc` of R rows times C columns, added to
+/// (or, when `first`, stored in) `acc`: one 16-float slot per (row,
+/// column), `acc[(r * C + c) * 16..]`, whose lanes sum to the dot.
+type DotTile = unsafe fn(
+    rows: *const *const u8,
+    k0: usize,
+    cols: *const *const f32,
+    kc: usize,
+    acc: *mut f32,
+    first: bool,
+);
+
+/// Values of k per chunk of the dot path (the columns' chunk stays in
+/// L1/L2; 1024 measured best for 8 columns, against 256 to 4096).
+const DOT_KC: usize = 1024;
+/// Rows per block of the dot path (their partial sums stay in L1/L2).
+const DOT_RB: usize = 64;
+
+/// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
+/// weight dtype, or None to use the portable loop.
+fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! pick {
+            ($f:ident, $dt:expr) => {
+                match c {
+                    1 => Some((4, x86::$f::<4, 1, $dt> as DotTile)),
+                    2 => Some((4, x86::$f::<4, 2, $dt> as DotTile)),
+                    3 => Some((4, x86::$f::<4, 3, $dt> as DotTile)),
+                    4 => Some((4, x86::$f::<4, 4, $dt> as DotTile)),
+                    5 => Some((3, x86::$f::<3, 5, $dt> as DotTile)),
+                    6 => Some((3, x86::$f::<3, 6, $dt> as DotTile)),
+                    7 => Some((2, x86::$f::<2, 7, $dt> as DotTile)),
+                    _ => Some((2, x86::$f::<2, 8, $dt> as DotTile)),
+                }
+            };
+        }
+        return match (isa, dtype) {
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::F32) => pick!(dot_tile_avx512, DT_F32),
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::F16) => pick!(dot_tile_avx512, DT_F16),
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::BF16) => pick!(dot_tile_avx512, DT_BF16),
+            (Isa::Avx2, DType::F32) => pick!(dot_tile_avx2, DT_F32),
+            (Isa::Avx2, DType::F16) => pick!(dot_tile_avx2, DT_F16),
+            (Isa::Avx2, DType::BF16) => pick!(dot_tile_avx2, DT_BF16),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (isa, dtype, c);
+        None
+    }
+}
+
+/// The tile kernel for single rows (the remainder after whole row groups).
+fn dot_row_fn(isa: Isa, dtype: DType, c: usize) -> Option<DotTile> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! one {
+            ($f:ident, $dt:expr) => {
+                match c {
+                    1 => Some(x86::$f::<1, 1, $dt> as DotTile),
+                    2 => Some(x86::$f::<1, 2, $dt> as DotTile),
+                    3 => Some(x86::$f::<1, 3, $dt> as DotTile),
+                    4 => Some(x86::$f::<1, 4, $dt> as DotTile),
+                    5 => Some(x86::$f::<1, 5, $dt> as DotTile),
+                    6 => Some(x86::$f::<1, 6, $dt> as DotTile),
+                    7 => Some(x86::$f::<1, 7, $dt> as DotTile),
+                    _ => Some(x86::$f::<1, 8, $dt> as DotTile),
+                }
+            };
+        }
+        return match (isa, dtype) {
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::F32) => one!(dot_tile_avx512, DT_F32),
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::F16) => one!(dot_tile_avx512, DT_F16),
+            (Isa::Avx512 | Isa::Avx512Vnni, DType::BF16) => one!(dot_tile_avx512, DT_BF16),
+            (Isa::Avx2, DType::F32) => one!(dot_tile_avx2, DT_F32),
+            (Isa::Avx2, DType::F16) => one!(dot_tile_avx2, DT_F16),
+            (Isa::Avx2, DType::BF16) => one!(dot_tile_avx2, DT_BF16),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (isa, dtype, c);
+        None
+    }
+}
+
+fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    super::par_ranges(m, 16, |range| {
+        with_scratch(&DOT_ACC, DOT_RB * 8 * 16, |acc| {
+            dot_range(isa, &a, b, out, range, acc)
+        });
+    });
+}
+
+thread_local! {
+    static DOT_ACC: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rows `range` of the dot path, with `acc` as the partial sums.
+fn dot_range(
+    isa: Isa,
+    a: &WeightRows,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+    range: std::ops::Range<usize>,
+    acc: &mut [f32],
+) {
+    let n = b.0.len();
+    let k = a.k;
+    {
+        let mut j0 = 0;
+        while j0 < n {
+            let c = (n - j0).min(8);
+            let mut cols = [std::ptr::null::<f32>(); 8];
+            for (cp, p) in cols.iter_mut().zip(&b.0[j0..j0 + c]) {
+                *cp = *p as *const f32;
+            }
+            match (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c)) {
+                (Some((r, tile)), Some(row1)) => {
+                    for i0 in range.clone().step_by(DOT_RB) {
+                        let i1 = (i0 + DOT_RB).min(range.end);
+                        // a single column: no chunks, so that each row is one long
+                        // stream (short streams defeat the hardware prefetchers);
+                        // more columns: chunks whose columns stay in L1
+                        let chunk = if c <= 2 { k } else { DOT_KC };
+                        for k0 in (0..k).step_by(chunk) {
+                            let kc = chunk.min(k - k0);
+                            let mut i = i0;
+                            while i < i1 {
+                                let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };
+                                let mut rows = [std::ptr::null::<u8>(); 8];
+                                for (q, row) in rows.iter_mut().enumerate().take(rr) {
+                                    *row = a.row(i + q);
+                                }
+                                let slot = acc[(i - i0) * c * 16..].as_mut_ptr();
+                                // SAFETY: rows hold k packed values, columns k f32;
+                                // the slots of rows i.. hold rr * c * 16 floats.
+                                unsafe { f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0) };
+                                i += rr;
+                            }
+                        }
+                        for i in i0..i1 {
+                            for jj in 0..c {
+                                let at = ((i - i0) * c + jj) * 16;
+                                let v: f32 = acc[at..at + 16].iter().sum();
+                                // SAFETY: output column j0 + jj has m values.
+                                unsafe { *out.0[j0 + jj].add(i) = v };
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    let dot = super::matmul::dot_fn();
+                    let mut row = vec![0f32; k];
+                    for i in range.clone() {
+                        // SAFETY: row i < m.
+                        unsafe { load_row_segment(a, i, 0, &mut row) };
+                        for jj in 0..c {
+                            // SAFETY: columns hold k values, outputs m.
+                            unsafe {
+                                let col = std::slice::from_raw_parts(cols[jj], k);
+                                *out.0[j0 + jj].add(i) = dot(&row, col);
+                            }
+                        }
+                    }
+                }
+            }
+            j0 += c;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{DT_BF16, DT_F16, DT_F32};
+    use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn load_w512<const DT: u8>(p: *const u8, k: usize) -> __m512 {
+        // SAFETY: caller's contract (16 values at k).
+        unsafe {
+            match DT {
+                DT_F32 => _mm512_loadu_ps((p as *const f32).add(k)),
+                DT_F16 => _mm512_cvtph_ps(_mm256_loadu_si256(
+                    (p as *const u16).add(k) as *const __m256i
+                )),
+                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_loadu_si256((p as *const u16).add(k) as *const __m256i),
+                ))),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn scalar_w<const DT: u8>(p: *const u8, k: usize) -> f32 {
+        // SAFETY: caller's contract.
+        unsafe {
+            match DT {
+                DT_F32 => *(p as *const f32).add(k),
+                DT_F16 => f16_to_f32(*(p as *const u16).add(k)),
+                DT_BF16 => bf16_to_f32(*(p as *const u16).add(k)),
+                _ => 0.0,
+            }
+        }
+    }
+
+    /// The AVX-512 dot tile (see `super::DotTile`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u8>(
+        rows: *const *const u8,
+        k0: usize,
+        cols: *const *const f32,
+        kc: usize,
+        acc_out: *mut f32,
+        first: bool,
+    ) {
+        // SAFETY: rows and columns hold k0 + kc values each; acc_out holds
+        // R * C slots of 16 floats.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); C]; R];
+            if !first {
+                for r in 0..R {
+                    for c in 0..C {
+                        acc[r][c] = _mm512_loadu_ps(acc_out.add((r * C + c) * 16));
+                    }
+                }
+            }
+            let end = k0 + kc / 16 * 16;
+            let mut kk = k0;
+            // the weights are read once, in chunks of kc per row: fetch the
+            // next chunk of each row (or, for long chunks, 1024 values
+            // ahead) into L2 while this one is computed
+            let bytes = if DT == DT_F32 { 4 } else { 2 };
+            let ahead = kc.min(1024) * bytes;
+            while kk < end {
+                for r in 0..R {
+                    _mm_prefetch::<_MM_HINT_T1>((*rows.add(r)).add(kk * bytes + ahead) as *const i8);
+                    let w = load_w512::<DT>(*rows.add(r), kk);
+                    for c in 0..C {
+                        let x = _mm512_loadu_ps((*cols.add(c)).add(kk));
+                        acc[r][c] = _mm512_fmadd_ps(w, x, acc[r][c]);
+                    }
+                }
+                kk += 16;
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    let slot = acc_out.add((r * C + c) * 16);
+                    _mm512_storeu_ps(slot, acc[r][c]);
+                    for t in end..k0 + kc {
+                        *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_w256<const DT: u8>(p: *const u8, k: usize) -> __m256 {
+        // SAFETY: caller's contract (8 values at k).
+        unsafe {
+            match DT {
+                DT_F32 => _mm256_loadu_ps((p as *const f32).add(k)),
+                DT_F16 => {
+                    _mm256_cvtph_ps(_mm_loadu_si128((p as *const u16).add(k) as *const __m128i))
+                }
+                _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                    _mm_loadu_si128((p as *const u16).add(k) as *const __m128i),
+                ))),
+            }
+        }
+    }
+
+    /// As `dot_tile_avx512`, with 8-lane vectors (lanes 8..16 of each
+    /// slot are zero).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_tile_avx2<const R: usize, const C: usize, const DT: u8>(
+        rows: *const *const u8,
+        k0: usize,
+        cols: *const *const f32,
+        kc: usize,
+        acc_out: *mut f32,
+        first: bool,
+    ) {
+        // SAFETY: as for dot_tile_avx512.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            if !first {
+                for r in 0..R {
+                    for c in 0..C {
+                        acc[r][c] = _mm256_loadu_ps(acc_out.add((r * C + c) * 16));
+                    }
+                }
+            }
+            let end = k0 + kc / 8 * 8;
+            let mut kk = k0;
+            while kk < end {
+                for r in 0..R {
+                    let w = load_w256::<DT>(*rows.add(r), kk);
+                    for c in 0..C {
+                        let x = _mm256_loadu_ps((*cols.add(c)).add(kk));
+                        acc[r][c] = _mm256_fmadd_ps(w, x, acc[r][c]);
+                    }
+                }
+                kk += 8;
+            }
+            for r in 0..R {
+                for c in 0..C {
+                    let slot = acc_out.add((r * C + c) * 16);
+                    _mm256_storeu_ps(slot, acc[r][c]);
+                    if first {
+                        _mm256_storeu_ps(slot.add(8), _mm256_setzero_ps());
+                    }
+                    for t in end..k0 + kc {
+                        *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 micro-kernel: a 32 x 12 tile in 24 zmm accumulators.
+    ///
+    /// # Safety
+    /// As for `super::Kernel`, with MR = 32 and NR = 12.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn kernel_avx512(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *const *mut f32,
+        first: bool,
+    ) {
+        const NR: usize = 12;
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut c0 = [_mm512_setzero_ps(); NR];
+            let mut c1 = [_mm512_setzero_ps(); NR];
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let a0 = _mm512_loadu_ps(ap);
+                let a1 = _mm512_loadu_ps(ap.add(16));
+                for j in 0..NR {
+                    let bj = _mm512_set1_ps(*bp.add(j));
+                    c0[j] = _mm512_fmadd_ps(a0, bj, c0[j]);
+                    c1[j] = _mm512_fmadd_ps(a1, bj, c1[j]);
+                }
+                ap = ap.add(32);
+                bp = bp.add(NR);
+            }
+            for j in 0..NR {
+                let p = *c.add(j);
+                if first {
+                    _mm512_storeu_ps(p, c0[j]);
+                    _mm512_storeu_ps(p.add(16), c1[j]);
+                } else {
+                    _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), c0[j]));
+                    _mm512_storeu_ps(p.add(16), _mm512_add_ps(_mm512_loadu_ps(p.add(16)), c1[j]));
+                }
+            }
+        }
+    }
+
+    /// The AVX2 micro-kernel: a 16 x 6 tile in 12 ymm accumulators.
+    ///
+    /// # Safety
+    /// As for `super::Kernel`, with MR = 16 and NR = 6.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn kernel_avx2(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *const *mut f32,
+        first: bool,
+    ) {
+        const NR: usize = 6;
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut c0 = [_mm256_setzero_ps(); NR];
+            let mut c1 = [_mm256_setzero_ps(); NR];
+            let mut ap = a;
+            let mut bp = b;
+            for _ in 0..kc {
+                let a0 = _mm256_loadu_ps(ap);
+                let a1 = _mm256_loadu_ps(ap.add(8));
+                for j in 0..NR {
+                    let bj = _mm256_broadcast_ss(&*bp.add(j));
+                    c0[j] = _mm256_fmadd_ps(a0, bj, c0[j]);
+                    c1[j] = _mm256_fmadd_ps(a1, bj, c1[j]);
+                }
+                ap = ap.add(16);
+                bp = bp.add(NR);
+            }
+            for j in 0..NR {
+                let p = *c.add(j);
+                if first {
+                    _mm256_storeu_ps(p, c0[j]);
+                    _mm256_storeu_ps(p.add(8), c1[j]);
+                } else {
+                    _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c0[j]));
+                    _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[j]));
+                }
+            }
+        }
+    }
+
+    /// Transposes 16 rows of 16 floats in place (`r[i][j]` becomes
+    /// `r[j][i]`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn transpose16(r: &mut [__m512; 16]) {
+        let mut a = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        let mut b = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let (a0, a1) = (_mm512_castps_pd(a[4 * i]), _mm512_castps_pd(a[4 * i + 1]));
+            let (a2, a3) = (
+                _mm512_castps_pd(a[4 * i + 2]),
+                _mm512_castps_pd(a[4 * i + 3]),
+            );
+            b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+            b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+            b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+            b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+        }
+        // b[4i + c] lane L holds column 4L + c of rows 4i..4i+4
+        for c in 0..4 {
+            let p = _mm512_shuffle_f32x4::<0x88>(b[c], b[4 + c]);
+            let q = _mm512_shuffle_f32x4::<0xdd>(b[c], b[4 + c]);
+            let p2 = _mm512_shuffle_f32x4::<0x88>(b[8 + c], b[12 + c]);
+            let q2 = _mm512_shuffle_f32x4::<0xdd>(b[8 + c], b[12 + c]);
+            r[c] = _mm512_shuffle_f32x4::<0x88>(p, p2);
+            r[8 + c] = _mm512_shuffle_f32x4::<0xdd>(p, p2);
+            r[4 + c] = _mm512_shuffle_f32x4::<0x88>(q, q2);
+            r[12 + c] = _mm512_shuffle_f32x4::<0xdd>(q, q2);
+        }
+    }
+
+    /// Packs values `k0..k0 + kc` of 32 rows (null: a row past the end,
+    /// packed as zeros) as `[kc][32]` f32, widening F16/BF16.
+    ///
+    /// # Safety
+    /// Non-null rows hold `k0 + kc` packed values; `dst` holds `kc * 32`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn pack_panel32_avx512<const DT: u8>(
+        rows: &[*const u8; 32],
+        k0: usize,
+        kc: usize,
+        dst: &mut [f32],
+    ) {
+        let k16 = kc / 16 * 16;
+        // SAFETY: caller's contract.
+        unsafe {
+            for half in 0..2 {
+                let mut kk = 0;
+                while kk < k16 {
+                    let mut r = [_mm512_setzero_ps(); 16];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        let p = rows[half * 16 + i];
+                        if !p.is_null() {
+                            *v = load_w512::<DT>(p, k0 + kk);
+                        }
+                    }
+                    transpose16(&mut r);
+                    for (j, v) in r.iter().enumerate() {
+                        _mm512_storeu_ps(dst.as_mut_ptr().add((kk + j) * 32 + half * 16), *v);
+                    }
+                    kk += 16;
+                }
+                for t in k16..kc {
+                    for i in 0..16 {
+                        let p = rows[half * 16 + i];
+                        dst[t * 32 + half * 16 + i] = if p.is_null() {
+                            0.0
+                        } else {
+                            scalar_w::<DT>(p, k0 + t)
+                        };
+                    }
+                }
+            }
+        }
+    }
+}

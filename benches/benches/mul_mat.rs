@@ -1,0 +1,112 @@
+//! Criterion benches of the CPU backend's mul_mat, per weight type and
+//! column count, for the shapes of the CPU speed issue (weights m x k =
+//! 4096 x 14336, f32 activations). Throughput is reported in elements/s
+//! where one element is one floating-point operation, so `Gelem/s` reads
+//! as GFLOP/s; ggml-cpu's figure for the same cell is printed before each
+//! group. `cargo run --release -p ggraph-benches --bin cpu_mul_mat` prints
+//! the same comparison as one table.
+//!
+//! Run: cargo bench -p ggraph-benches --bench mul_mat [-- FILTER]
+//! Threads: 2 (as the peers' figures), or GGRAPH_BENCH_THREADS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ggraph_core::backend::Device;
+use ggraph_core::ir::GraphBuilder;
+use ggraph_core::{DType, exec, quant};
+use ggraph_cpu::CpuDevice;
+
+const M: usize = 4096;
+const K: usize = 14336;
+
+/// ggml-cpu's GFLOP/s on this machine, 2 threads (n = 1, 8, 512), from
+/// the CPU speed issue.
+fn ggml(dtype: DType, n: usize) -> Option<f64> {
+    let col = [1, 8, 512].iter().position(|&c| c == n)?;
+    let row = match dtype {
+        DType::F32 => [26.0, 150.0, 242.0],
+        DType::F16 => [46.0, 239.0, 388.0],
+        DType::Q8_0 => [99.0, 246.0, 320.0],
+        DType::Q4_0 => [104.0, 248.0, 262.0],
+        _ => return None,
+    };
+    Some(row[col])
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// 16 distinct quantised rows, repeated to M rows.
+fn weight_bytes(dtype: DType) -> Vec<u8> {
+    let row_bytes = dtype.row_size(K).unwrap();
+    let rows = quant::quantize(dtype, &values(16 * K, 7)).unwrap();
+    (0..M)
+        .flat_map(|i| {
+            rows[(i % 16) * row_bytes..(i % 16 + 1) * row_bytes]
+                .iter()
+                .copied()
+        })
+        .collect()
+}
+
+fn mul_mat(c: &mut Criterion) {
+    let threads = std::env::var("GGRAPH_BENCH_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let dev: Arc<dyn Device> = CpuDevice::with_threads(threads).unwrap();
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
+        let mut group = c.benchmark_group(format!("mul_mat_{}", dtype.name()));
+        group
+            .sample_size(10)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(2));
+        let weights = weight_bytes(dtype);
+        for n in [1usize, 8, 512] {
+            let mut b = GraphBuilder::new();
+            let w = b.weight("w", dtype, &[K, M]).unwrap();
+            let x = b.input("x", DType::F32, &[K, n]).unwrap();
+            let y = b.mul_mat(w, x).unwrap();
+            b.set_output(y).unwrap();
+            let mut graph = b.build();
+            exec::alloc_one_buffer(&mut graph, &dev.buffer_type()).unwrap();
+            graph.write_bytes(w, &weights).unwrap();
+            graph.write_f32(x, &values(K * n, 11)).unwrap();
+            let mut backend = dev.new_backend().unwrap();
+            let nodes = [y];
+            if let Some(p) = ggml(dtype, n) {
+                println!(
+                    "mul_mat_{}/n={n}: ggml-cpu {p} GFLOP/s ({threads} threads)",
+                    dtype.name()
+                );
+            }
+            group.throughput(Throughput::Elements((2 * M * K * n) as u64));
+            group.bench_function(BenchmarkId::new("n", n), |bench| {
+                bench.iter(|| backend.compute(&graph, &nodes).unwrap())
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, mul_mat);
+criterion_main!(benches);

@@ -1,0 +1,261 @@
+//! CPU mul_mat bench: GFLOP/s of the CPU backend's mul_mat next to
+//! ggml-cpu's on the same machine, for the shapes of the CPU speed issue
+//! (weights m x k = 4096 x 14336, f32 activations of n columns), and a
+//! place for the model-level runner figures.
+//!
+//! Run: cargo run --release -p ggraph-benches --bin cpu_mul_mat
+//!      [-- --threads 2 --n 1,8,512 --types F32,F16,Q8_0 --cpu-time]
+//!
+//! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
+//! per run implies (CPU seconds / threads): a guide when other work
+//! shares the cores, not a figure to compare with ggml's.
+//! Measure on a quiet machine: the figures are only comparable with
+//! ggml's when nothing else runs (the load average is printed first).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ggraph_core::backend::{Backend, Device};
+use ggraph_core::ir::{GraphBuilder, TensorId};
+use ggraph_core::{DType, Result, exec, quant};
+use ggraph_cpu::CpuDevice;
+
+/// Output rows (m) and row length (k) of the weights.
+const M: usize = 4096;
+const K: usize = 14336;
+const COLUMNS: [usize; 3] = [1, 8, 512];
+
+/// ggml-cpu's GFLOP/s for these shapes on this machine with 2 threads,
+/// as given in the CPU speed issue (n = 1, 8, 512).
+const GGML: [(DType, [f64; 3]); 4] = [
+    (DType::F32, [26.0, 150.0, 242.0]),
+    (DType::F16, [46.0, 239.0, 388.0]),
+    (DType::Q8_0, [99.0, 246.0, 320.0]),
+    (DType::Q4_0, [104.0, 248.0, 262.0]),
+];
+
+const ALL_TYPES: [DType; 7] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_K,
+    DType::Q6_K,
+];
+
+fn ggml_figure(dtype: DType, n: usize) -> Option<f64> {
+    let col = COLUMNS.iter().position(|&c| c == n)?;
+    GGML.iter().find(|(t, _)| *t == dtype).map(|(_, f)| f[col])
+}
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Weights of `dtype`: 16 distinct quantised rows repeated (quantising
+/// 58 M values with the reference K-quant code would take longer than
+/// the bench; the kernels' speed does not depend on the values).
+fn weight_bytes(dtype: DType) -> Result<Vec<u8>> {
+    const DISTINCT: usize = 16;
+    let row_bytes = dtype.row_size(K).expect("k is a whole number of blocks");
+    let rows = quant::quantize(dtype, &values(DISTINCT * K, 7))?;
+    let mut out = Vec::with_capacity(M * row_bytes);
+    for i in 0..M {
+        let r = i % DISTINCT;
+        out.extend_from_slice(&rows[r * row_bytes..(r + 1) * row_bytes]);
+    }
+    Ok(out)
+}
+
+/// One mul_mat of `dtype` weights and `n` columns, allocated and filled.
+struct Case {
+    graph: ggraph_core::ir::Graph,
+    out: TensorId,
+}
+
+fn build_case(dev: &Arc<dyn Device>, dtype: DType, n: usize, weights: &[u8]) -> Result<Case> {
+    let mut b = GraphBuilder::new();
+    let w = b.weight("w", dtype, &[K, M])?;
+    let x = b.input("x", DType::F32, &[K, n])?;
+    let y = b.mul_mat(w, x)?;
+    b.set_output(y)?;
+    let mut graph = b.build();
+    exec::alloc_one_buffer(&mut graph, &dev.buffer_type())?;
+    graph.write_bytes(w, weights)?;
+    graph.write_f32(x, &values(K * n, 11))?;
+    Ok(Case { graph, out: y })
+}
+
+/// Seconds of CPU time (user + system) this process has used, from
+/// /proc/self/stat; None where that file does not exist.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // fields after the command name (which is in parentheses)
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// Timings of one mul_mat: the median wall-clock seconds of at least 3
+/// runs in about `budget`, and the CPU seconds per run divided by the
+/// thread count (what the run would take with the cores to itself; it
+/// tells kernel changes apart when other work shares the machine).
+fn time_case(
+    backend: &mut dyn Backend,
+    case: &Case,
+    budget: Duration,
+    threads: usize,
+) -> Result<(f64, Option<f64>)> {
+    let nodes = [case.out];
+    backend.compute(&case.graph, &nodes)?; // warm-up: pages, caches, scratch
+    let mut times = Vec::new();
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    while times.len() < 3 || (start.elapsed() < budget && times.len() < 500) {
+        let t = Instant::now();
+        backend.compute(&case.graph, &nodes)?;
+        backend.synchronize()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let cpu = match (cpu0, cpu_seconds()) {
+        (Some(a), Some(b)) if b > a => Some((b - a) / times.len() as f64 / threads as f64),
+        _ => None,
+    };
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], cpu))
+}
+
+fn parse_list<T>(arg: Option<&String>, parse: impl Fn(&str) -> Option<T>) -> Option<Vec<T>> {
+    arg.map(|s| s.split(',').filter_map(|p| parse(p.trim())).collect())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let threads: usize = opt("--threads").and_then(|s| s.parse().ok()).unwrap_or(2);
+    let columns = parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(COLUMNS.to_vec());
+    let types = parse_list(opt("--types"), |s| {
+        ALL_TYPES
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+    })
+    .unwrap_or(ALL_TYPES.to_vec());
+
+    let cpu = CpuDevice::with_threads(threads)?;
+    let dev: Arc<dyn Device> = cpu.clone();
+    println!("mul_mat on the CPU backend: weights m x k = {M} x {K}, f32 activations of n columns");
+    println!("machine: {}", dev.description());
+    println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
+    println!("load average before: {}", load_average());
+    println!();
+    print!("{:<8}", "GFLOP/s");
+    for n in &columns {
+        print!(" {:>16} {:>6}", format!("n={n}"), "ggml");
+    }
+    println!();
+    let show_cpu = args.iter().any(|a| a == "--cpu-time");
+    let mut backend = dev.new_backend()?;
+    let mut verdicts = Vec::new();
+    for &dtype in &types {
+        let weights = weight_bytes(dtype)?;
+        print!("{:<8}", dtype.name());
+        for &n in &columns {
+            let case = build_case(&dev, dtype, n, &weights)?;
+            let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
+            let flop = 2.0 * (M * K * n) as f64;
+            let gflops = flop / s / 1e9;
+            let peer = ggml_figure(dtype, n);
+            let ours = match cpu {
+                Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
+                _ => format!("{gflops:.1}"),
+            };
+            let peer_text = peer
+                .map(|p| format!("{p:.0}"))
+                .unwrap_or_else(|| "-".into());
+            print!(" {ours:>16} {peer_text:>6}");
+            if let Some(p) = peer {
+                verdicts.push((dtype, n, gflops / p));
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+        println!();
+    }
+    println!("load average after: {}", load_average());
+    if !verdicts.is_empty() {
+        let behind: Vec<String> = verdicts
+            .iter()
+            .filter(|(_, _, r)| *r < 1.0)
+            .map(|(t, n, r)| format!("{t} n={n} ({:.0}%)", r * 100.0))
+            .collect();
+        if behind.is_empty() {
+            println!("every cell with a ggml figure is at or above ggml's");
+        } else {
+            println!("below ggml: {}", behind.join(", "));
+        }
+    }
+    println!();
+    runner_rows();
+    Ok(())
+}
+
+// ==== model-level runner rows (to be filled in) ======================================
+//
+// The issue also asks for end-to-end figures: prompt processing of 512
+// tokens and generation of 128 tokens, in tokens/s, next to llama.cpp's.
+// They need the llama runner (being built separately). When it exists,
+// measure each model here with the runner on `CpuDevice::with_threads(2)`
+// and print the measured tokens/s in place of "pending".
+
+/// llama.cpp's tokens/s (prompt 512, generation 128) on this machine, 2
+/// threads, as given in the CPU speed issue.
+const RUNNER_PEERS: [(&str, DType, f64, f64); 6] = [
+    ("small llama", DType::F32, 4518.0, 279.0),
+    ("small llama", DType::F16, 5476.0, 514.0),
+    ("small llama", DType::Q8_0, 4559.0, 741.0),
+    ("small llama", DType::Q4_0, 7151.0, 1188.0),
+    ("llama-3-8B shape, 4 layers", DType::F16, 274.0, 15.8),
+    ("llama-3-8B shape, 4 layers", DType::Q4_0, 397.0, 45.3),
+];
+
+fn runner_rows() {
+    println!(
+        "model runner, tokens/s (small llama: n_embd 512, 8 layers, 8 heads, n_ff 1408, vocab 32000)"
+    );
+    println!(
+        "{:<28} {:<6} {:>10} {:>10} {:>10} {:>10}",
+        "model", "type", "pp512", "llama.cpp", "tg128", "llama.cpp"
+    );
+    for (model, dtype, pp, tg) in RUNNER_PEERS {
+        println!(
+            "{:<28} {:<6} {:>10} {:>10.0} {:>10} {:>10.1}",
+            model,
+            dtype.name(),
+            "pending",
+            pp,
+            "pending",
+            tg
+        );
+    }
+    println!("(pending: needs the llama runner; see the marked section in this program)");
+}
