@@ -35,7 +35,7 @@ fn outputs(g: &Graph, ids: &[ggraph_core::TensorId]) -> Vec<Vec<f32>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn random_placements_keep_the_invariants_and_the_results(
@@ -82,8 +82,10 @@ proptest! {
         let mut sched = Scheduler::new(specs, config).unwrap();
         sched.alloc_graph(rg.graph.clone()).unwrap();
 
-        // every node runs on a backend that supports it
+        // every node comes after the nodes it reads
         let g = sched.graph().unwrap();
+        prop_assert!(g.validate().is_ok(), "{:?}", g.validate());
+        // every node runs on a backend that supports it
         for &node in g.nodes() {
             if g.tensor(node).op.is_noop() { continue; }
             let d = sched.device(sched.backend_of(node).unwrap());

@@ -55,6 +55,9 @@ struct Pass<'g> {
     views: Vec<u32>,
     /// The tensor holds its block and ends it when it dies.
     owns: Vec<bool>,
+    /// Its last use is done (a view gives up its base once, even in a
+    /// node list where it comes after a reader).
+    released: Vec<bool>,
     blocks: Vec<Block>,
     block_of: Vec<u32>,
     end: u32,
@@ -89,9 +92,15 @@ impl Pass<'_> {
         let i = id.index();
         let t = self.graph.tensor(id);
         // an output (or a view that is one) keeps its memory to the end
-        if self.children[i] != 0 || self.views[i] != 0 || t.flags.output || t.flags.keep {
+        if self.children[i] != 0
+            || self.views[i] != 0
+            || t.flags.output
+            || t.flags.keep
+            || self.released[i]
+        {
             return;
         }
+        self.released[i] = true;
         match t.view {
             Some(v) => {
                 let b = v.base.index();
@@ -164,6 +173,7 @@ pub fn liveness(
         children: vec![0; n],
         views: vec![0; n],
         owns: vec![false; n],
+        released: vec![false; n],
         blocks: Vec::with_capacity(nodes.len() + leafs.len()),
         block_of: vec![NO_BLOCK; n],
         end: nodes.len() as u32 + 1,

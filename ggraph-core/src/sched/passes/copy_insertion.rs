@@ -251,8 +251,17 @@ pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
     let mut waits = Vec::with_capacity(plan.splits.len());
     for s in plan.splits {
         let start = nodes.len();
+        // a view that sits in this split (views do not cut splits) but
+        // that a transfer of this split copies goes before the transfer:
+        // every node comes after the nodes it reads
+        let copied: Vec<TensorId> = s.transfers.iter().map(|&c| g.tensor(c).src[0]).collect();
+        let (early, rest): (Vec<TensorId>, Vec<TensorId>) = s
+            .nodes
+            .iter()
+            .partition(|&&n| g.tensor(n).op.is_view() && feeds(&g, n, &copied));
+        nodes.extend(&early);
         nodes.extend(&s.transfers);
-        nodes.extend(&s.nodes);
+        nodes.extend(&rest);
         out.push(Split {
             backend: s.backend,
             nodes: start..nodes.len(),
@@ -266,4 +275,22 @@ pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
         splits: out,
         waits,
     }
+}
+
+/// Whether view node `view` is one of `copied`, or what one of them views
+/// through a chain of views.
+fn feeds(g: &Graph, view: TensorId, copied: &[TensorId]) -> bool {
+    copied.iter().any(|&c| {
+        let mut t = c;
+        loop {
+            if t == view {
+                return true;
+            }
+            let tensor = g.tensor(t);
+            match (tensor.op.is_view(), tensor.src.first()) {
+                (true, Some(&next)) => t = next,
+                _ => return false,
+            }
+        }
+    })
 }
