@@ -16,6 +16,22 @@ use crate::supports::cpu_supports;
 /// Name of the CPU buffer type.
 pub const CPU_BUFFER_TYPE: &str = "CPU";
 
+/// The pool every `CpuDevice::new()` shares, started on first use; `None`
+/// when no thread could be started (the kernels then run on the caller's
+/// thread through rayon's global pool).
+fn shared_pool() -> Option<Arc<rayon::ThreadPool>> {
+    static POOL: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .thread_name(|i| format!("ggraph-cpu-{i}"))
+            .build()
+            .ok()
+            .map(Arc::new)
+    })
+    .clone()
+}
+
 /// The host CPU.
 pub struct CpuDevice {
     me: Weak<CpuDevice>,
@@ -25,12 +41,16 @@ pub struct CpuDevice {
 }
 
 impl CpuDevice {
-    /// The CPU with rayon's global pool (one thread per core).
+    /// The CPU with the process's shared pool: one thread per core (or
+    /// `RAYON_NUM_THREADS`). A graph runs inside the pool, so the kernels'
+    /// parallel loops start from a worker thread and never wait for the
+    /// pool to wake up the caller.
     pub fn new() -> Arc<CpuDevice> {
+        let pool = shared_pool();
         Arc::new_cyclic(|me| CpuDevice {
             me: me.clone(),
-            threads: rayon::current_num_threads(),
-            pool: None,
+            threads: pool.as_ref().map_or(1, |p| p.current_num_threads()),
+            pool,
             buffer_type: Arc::new(CpuBufferType),
         })
     }

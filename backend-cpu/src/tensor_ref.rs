@@ -11,6 +11,8 @@ use ggraph_core::ir::Tensor;
 use ggraph_core::quant;
 use half::slice::HalfFloatSliceExt;
 
+use crate::kernels::convert;
+
 #[derive(Clone, Copy, Debug)]
 pub struct TRef {
     pub ptr: *mut u8,
@@ -87,7 +89,7 @@ impl TRef {
                     }
                     DType::F16 => {
                         let src = std::slice::from_raw_parts(p as *const half::f16, n);
-                        src.convert_to_f32_slice(out);
+                        convert::f16_to_f32(src, out);
                     }
                     DType::BF16 => {
                         let src = std::slice::from_raw_parts(p as *const half::bf16, n);
@@ -129,8 +131,10 @@ impl TRef {
                     DType::F32 => {
                         std::slice::from_raw_parts_mut(p as *mut f32, n).copy_from_slice(vals)
                     }
-                    DType::F16 => std::slice::from_raw_parts_mut(p as *mut half::f16, n)
-                        .convert_from_f32_slice(vals),
+                    DType::F16 => convert::f32_to_f16(
+                        vals,
+                        std::slice::from_raw_parts_mut(p as *mut half::f16, n),
+                    ),
                     DType::BF16 => {
                         let dst = std::slice::from_raw_parts_mut(p as *mut u16, n);
                         for (d, v) in dst.iter_mut().zip(vals) {

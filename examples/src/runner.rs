@@ -62,8 +62,10 @@ impl Generation {
         self.prompt.len() as f64 / self.prompt_seconds.max(1e-9)
     }
 
+    /// Tokens decoded per second while generating: the first generated
+    /// token comes from the prompt's logits, so it is not counted.
     pub fn gen_tokens_per_s(&self) -> f64 {
-        self.generated.len() as f64 / self.gen_seconds.max(1e-9)
+        self.generated.len().saturating_sub(1) as f64 / self.gen_seconds.max(1e-9)
     }
 }
 

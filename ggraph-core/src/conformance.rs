@@ -1045,6 +1045,21 @@ fn flash_attn_cases(c: &mut Cases) {
             });
         }
     }
+    // several query tiles and key blocks, with whole blocks masked out
+    for (n_q, n_kv) in [(70usize, 200usize), (130, 130), (1, 300)] {
+        c.add(
+            OpKind::FlashAttnExt,
+            format!("flash_attn_ext[F16,d=64,n_q={n_q},n_kv={n_kv}]"),
+            5e-4,
+            move |cb| {
+                let q = cb.input(DType::F32, &[64, n_q, 4, 1])?;
+                let k = cb.input(DType::F16, &[64, n_kv, 2, 1])?;
+                let v = cb.input(DType::F16, &[64, n_kv, 2, 1])?;
+                let m = cb.filled(DType::F16, &[n_kv, n_q], Fill::Causal { n_kv, n_q })?;
+                cb.b.flash_attn_ext(q, k, v, Some(m), 0.125, 0.0, 0.0)
+            },
+        );
+    }
     c.add(
         OpKind::FlashAttnExt,
         "flash_attn_ext[F16,no_mask,softcap]".into(),

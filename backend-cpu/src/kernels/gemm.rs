@@ -118,9 +118,10 @@ pub(crate) unsafe fn load_row_segment(a: &WeightRows, i: usize, k0: usize, out: 
             let p = row.add(k0 * a.elem_stride);
             match a.dtype {
                 DType::F32 => out.copy_from_slice(std::slice::from_raw_parts(p as *const f32, len)),
-                DType::F16 => {
-                    std::slice::from_raw_parts(p as *const half::f16, len).convert_to_f32_slice(out)
-                }
+                DType::F16 => super::convert::f16_to_f32(
+                    std::slice::from_raw_parts(p as *const half::f16, len),
+                    out,
+                ),
                 DType::BF16 => std::slice::from_raw_parts(p as *const half::bf16, len)
                     .convert_to_f32_slice(out),
                 _ => {

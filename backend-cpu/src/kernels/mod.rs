@@ -2,6 +2,7 @@
 //! its kernel.
 
 mod attention;
+pub(crate) mod convert;
 mod copy;
 mod elementwise;
 mod gemm;

@@ -4,6 +4,8 @@
 //!
 //! Run: cargo run --release -p ggraph-benches --bin runner_bench [-- --big]
 //! (`--big` adds the 4-layer llama-3-8B-shaped model: ~4 GB of weights).
+//! `--types Q4_0,F16` keeps some weight types; `--prompt N --gen N` change
+//! the token counts (for profiling; the peers' figures are for 512/128).
 
 use std::sync::Arc;
 
@@ -26,37 +28,70 @@ const LLAMA_CPP_SMALL: [(DType, f64, f64); 4] = [
 const LLAMA_CPP_8B_4L: [(DType, f64, f64); 2] =
     [(DType::F16, 274.0, 15.8), (DType::Q4_0, 397.0, 45.3)];
 
-fn run(
-    shape: &str,
-    weights: DType,
-    n_prompt: usize,
-    n_gen: usize,
-) -> ggraph::Result<runner::Generation> {
+/// Prompt and generation speed as llama-bench measures them: `n_prompt`
+/// tokens decoded as one batch in an empty context, then, in another empty
+/// context, `n_gen` tokens decoded one at a time.
+fn run(shape: &str, weights: DType, n_prompt: usize, n_gen: usize) -> ggraph::Result<(f64, f64)> {
     let desc = runner::random_model(shape, weights, 1)?;
     let cpu: Arc<dyn Device> = CpuDevice::new();
-    let model = Model::load(
+    let model = Arc::new(Model::load(
         &desc,
         &[],
         cpu,
         &PlacementOptions::default(),
         LoadMode::Real,
         None,
-    )?;
-    let params = ContextParams {
-        n_ctx: n_prompt + n_gen + 64,
-        n_batch: n_prompt,
-        n_ubatch: n_prompt,
-        attention: Attention::Flash,
-        ..ContextParams::default()
+    )?);
+    let context = |n_ctx: usize| {
+        Context::new(
+            model.clone(),
+            ContextParams {
+                n_ctx,
+                n_batch: n_prompt.max(1),
+                n_ubatch: n_prompt.max(1),
+                attention: Attention::Flash,
+                ..ContextParams::default()
+            },
+        )
     };
-    let mut ctx = Context::new(Arc::new(model), params)?;
+    let failed = |e: ggraph::context::DecodeError| ggraph::Error::InvalidArgument(e.to_string());
     let prompt = runner::random_prompt(n_prompt, desc.config.n_vocab, 7);
-    runner::generate(&mut ctx, &prompt, n_gen)
-        .map_err(|e| ggraph::Error::InvalidArgument(e.to_string()))
+    let pp = runner::generate(&mut context(n_prompt + 1)?, &prompt, 1).map_err(failed)?;
+    // generation: the first token alone, then n_gen more, each from the
+    // last; the first step is not timed (generate times only the rest)
+    let first = runner::random_prompt(1, desc.config.n_vocab, 9);
+    let tg = runner::generate(&mut context(n_gen + 2)?, &first, n_gen + 1).map_err(failed)?;
+    Ok((pp.prompt_tokens_per_s(), tg.gen_tokens_per_s()))
+}
+
+/// The value after `--name`, if given.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
 }
 
 fn main() -> ggraph::Result<()> {
     let big = std::env::args().any(|a| a == "--big");
+    let types: Option<Vec<DType>> = arg("--types")
+        .map(|list| {
+            list.split(',')
+                .map(|t| {
+                    DType::from_name(t.trim()).ok_or_else(|| {
+                        ggraph::Error::InvalidArgument(format!("--types: unknown type {t}"))
+                    })
+                })
+                .collect()
+        })
+        .transpose()?;
+    let count = |name: &str, default: usize| -> ggraph::Result<usize> {
+        arg(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| ggraph::Error::InvalidArgument(format!("{name} {v}: not a count")))
+        })
+    };
+    let (n_prompt, n_gen) = (count("--prompt", 512)?, count("--gen", 128)?);
     println!(
         "llama runner on the CPU ({} threads), prompt 512 / generation 128 tokens/s",
         rayon_threads()
@@ -72,14 +107,15 @@ fn main() -> ggraph::Result<()> {
     if big {
         rows.extend(LLAMA_CPP_8B_4L.iter().map(|&(t, p, g)| ("8b-4l", t, p, g)));
     }
+    rows.retain(|r| types.as_ref().is_none_or(|ts| ts.contains(&r.1)));
     for (shape, t, pp, tg) in rows {
-        let g = run(shape, t, 512, 128)?;
+        let (our_pp, our_tg) = run(shape, t, n_prompt, n_gen)?;
         println!(
             "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>12.1}",
             format!("{shape} {t}"),
-            g.prompt_tokens_per_s(),
+            our_pp,
             pp,
-            g.gen_tokens_per_s(),
+            our_tg,
             tg
         );
     }

@@ -133,7 +133,8 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
     }
     if !opts.overrides.is_empty() {
         let free: Vec<u64> = devices.iter().map(|d| d.memory().free_bytes).collect();
-        let plan = plan_placement_checked(&desc, devices.len(), &free, &opts, false).map_err(Failure::other)?;
+        let plan = plan_placement_checked(&desc, devices.len(), &free, &opts, false)
+            .map_err(Failure::other)?;
         let _ = writeln!(out, "\noverrides (first match wins):");
         for (o, matched) in opts.overrides.iter().zip(&plan.override_matches) {
             let shown: Vec<&str> = matched.iter().take(6).map(String::as_str).collect();
@@ -144,8 +145,16 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
                 o.pattern,
                 o.target,
                 matched.len(),
-                if shown.is_empty() { String::new() } else { format!(": {}", shown.join(", ")) },
-                if more > 0 { format!(" and {more} more") } else { String::new() }
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", shown.join(", "))
+                },
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             );
         }
     }
