@@ -1,4 +1,4 @@
-//! The CPU device: host memory, rayon threads.
+//! The CPU device: host memory, a team of threads (a rayon pool).
 
 use std::any::Any;
 use std::sync::{Arc, Weak};
@@ -12,60 +12,40 @@ use ggraph_core::{Error, Result};
 
 use crate::stream::{CpuStream, MemoryAccess};
 use crate::supports::cpu_supports;
+use crate::team::Team;
 
 /// Name of the CPU buffer type.
 pub const CPU_BUFFER_TYPE: &str = "CPU";
-
-/// The pool every `CpuDevice::new()` shares, started on first use; `None`
-/// when no thread could be started (the kernels then run on the caller's
-/// thread through rayon's global pool).
-fn shared_pool() -> Option<Arc<rayon::ThreadPool>> {
-    static POOL: std::sync::OnceLock<Option<Arc<rayon::ThreadPool>>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(rayon::current_num_threads())
-            .thread_name(|i| format!("ggraph-cpu-{i}"))
-            .build()
-            .ok()
-            .map(Arc::new)
-    })
-    .clone()
-}
 
 /// The host CPU.
 pub struct CpuDevice {
     me: Weak<CpuDevice>,
     threads: usize,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    team: Option<Arc<Team>>,
     buffer_type: Arc<CpuBufferType>,
 }
 
 impl CpuDevice {
-    /// The CPU with the process's shared pool: one thread per core (or
-    /// `RAYON_NUM_THREADS`). A graph runs inside the pool, so the kernels'
-    /// parallel loops start from a worker thread and never wait for the
-    /// pool to wake up the caller.
+    /// The CPU with the process's shared team: one thread per core (or
+    /// `RAYON_NUM_THREADS`).
     pub fn new() -> Arc<CpuDevice> {
-        let pool = shared_pool();
+        let team = Team::shared();
         Arc::new_cyclic(|me| CpuDevice {
             me: me.clone(),
-            threads: pool.as_ref().map_or(1, |p| p.current_num_threads()),
-            pool,
+            threads: team.as_ref().map_or(1, |t| t.threads()),
+            team,
             buffer_type: Arc::new(CpuBufferType),
         })
     }
 
-    /// The CPU with its own pool of `threads` threads.
+    /// The CPU with its own team of `threads` threads.
     pub fn with_threads(threads: usize) -> Result<Arc<CpuDevice>> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
-            .thread_name(|i| format!("ggraph-cpu-{i}"))
-            .build()
+        let team = Team::new(threads)
             .map_err(|e| Error::backend("CPU", format!("cannot start {threads} threads: {e}")))?;
         Ok(Arc::new_cyclic(|me| CpuDevice {
             me: me.clone(),
             threads: threads.max(1),
-            pool: Some(Arc::new(pool)),
+            team: Some(Arc::new(team)),
             buffer_type: Arc::new(CpuBufferType),
         }))
     }
@@ -121,7 +101,7 @@ impl Device for CpuDevice {
             .ok_or_else(|| Error::backend("CPU", "device dropped"))?;
         Ok(Box::new(CpuStream::new(
             me,
-            self.pool.clone(),
+            self.team.clone(),
             MemoryAccess::Host,
         )))
     }

@@ -1,12 +1,15 @@
-//! ggraph CPU backend: rayon-parallel kernels for every op of the IR, and
+//! ggraph CPU backend: kernels for every op of the IR, parallel over a
+//! team of threads (a rayon pool, see `team`), and
 //! simulated devices (`sim:N`) that stand in for discrete GPUs in placement
 //! and multi-device tests.
 
 mod device;
 mod kernels;
+pub mod profile;
 mod sim;
 mod stream;
 mod supports;
+mod team;
 mod tensor_ref;
 
 use std::sync::Arc;

@@ -21,6 +21,7 @@ use ggraph_core::{Error, Result};
 
 use crate::stream::{CpuStream, MemoryAccess};
 use crate::supports::cpu_supports;
+use crate::team::Team;
 
 /// What a simulated device declares about itself.
 #[derive(Clone, Debug)]
@@ -163,7 +164,7 @@ impl Device for SimDevice {
             .ok_or_else(|| Error::backend(&self.name, "device dropped"))?;
         Ok(Box::new(CpuStream::new(
             me,
-            None,
+            Team::shared(),
             MemoryAccess::Sim(self.name.clone()),
         )))
     }

@@ -8,7 +8,9 @@ use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
 use crate::kernels;
+use crate::profile;
 use crate::sim::SimBuffer;
+use crate::team::Team;
 use crate::tensor_ref::TRef;
 
 /// Which memory a stream's kernels may touch.
@@ -22,19 +24,19 @@ pub enum MemoryAccess {
 
 pub struct CpuStream {
     device: Arc<dyn Device>,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    team: Option<Arc<Team>>,
     access: MemoryAccess,
 }
 
 impl CpuStream {
     pub fn new(
         device: Arc<dyn Device>,
-        pool: Option<Arc<rayon::ThreadPool>>,
+        team: Option<Arc<Team>>,
         access: MemoryAccess,
     ) -> CpuStream {
         CpuStream {
             device,
-            pool,
+            team,
             access,
         }
     }
@@ -95,7 +97,13 @@ impl CpuStream {
                     ),
                 });
             }
-            kernels::run_node(graph, n, &resolve)?;
+            if profile::enabled() {
+                let start = std::time::Instant::now();
+                kernels::run_node(graph, n, &resolve)?;
+                profile::record(graph, n, start.elapsed());
+            } else {
+                kernels::run_node(graph, n, &resolve)?;
+            }
         }
         Ok(())
     }
@@ -107,8 +115,8 @@ impl Backend for CpuStream {
     }
 
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
-        match &self.pool {
-            Some(pool) => pool.install(|| self.run(graph, nodes)),
+        match &self.team {
+            Some(team) => team.run(|| self.run(graph, nodes)),
             None => self.run(graph, nodes),
         }
     }

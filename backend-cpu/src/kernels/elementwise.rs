@@ -5,7 +5,8 @@
 
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
-use super::par_ranges;
+use super::isa::{Isa, active};
+use super::{math, par_ranges};
 use crate::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
@@ -73,7 +74,43 @@ pub fn scale(dst: TRef, a: TRef, s: f32, bias: f32) {
 
 #[inline]
 pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
+    math::silu(x)
+}
+
+/// `x[i] = silu(x[i]) * g[i]` (or `silu(x[i])` without `g`), in place,
+/// vectorised for the instruction set at hand.
+fn silu_in_place(x: &mut [f32], g: Option<&[f32]>) {
+    #[inline(always)]
+    fn body(x: &mut [f32], g: Option<&[f32]>) {
+        match g {
+            Some(g) => x
+                .iter_mut()
+                .zip(g)
+                .for_each(|(v, gv)| *v = math::silu(*v) * gv),
+            None => x.iter_mut().for_each(|v| *v = math::silu(*v)),
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn avx512(x: &mut [f32], g: Option<&[f32]>) {
+            body(x, g)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &mut [f32], g: Option<&[f32]>) {
+            body(x, g)
+        }
+        let isa = active();
+        if isa >= Isa::Avx512 {
+            // SAFETY: the processor has AVX-512 F (checked by `active`).
+            return unsafe { avx512(x, g) };
+        }
+        if isa >= Isa::Avx2 {
+            // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+            return unsafe { avx2(x, g) };
+        }
+    }
+    body(x, g)
 }
 
 #[inline]
@@ -97,6 +134,9 @@ pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
 }
 
 pub fn unary(dst: TRef, a: TRef, u: UnaryOp) {
+    if u == UnaryOp::Silu {
+        return map_rows(dst, a, |x| silu_in_place(x, None));
+    }
     let f = unary_fn(u);
     map_rows(dst, a, |x| x.iter_mut().for_each(|v| *v = f(*v)));
 }
@@ -124,8 +164,16 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
                 None if swapped => (&x[n0..], &x[..n0]),
                 None => (&x[..n0], &x[n0..]),
             };
-            for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
-                *o = act(*xv) * gv;
+            match op {
+                GluOp::Swiglu => {
+                    out.copy_from_slice(xs);
+                    silu_in_place(&mut out, Some(gs));
+                }
+                GluOp::Geglu => {
+                    for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
+                        *o = act(*xv) * gv;
+                    }
+                }
             }
             // SAFETY: as above.
             unsafe { dst.store_row(i1, i2, i3, &out) };

@@ -20,8 +20,8 @@
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
+use crate::team;
 use ggraph_core::DType;
-use rayon::prelude::*;
 
 use super::isa::Isa;
 use super::matmul::{Cols, WeightRows};
@@ -159,7 +159,7 @@ fn packed<const MR: usize, const NR: usize>(
 ) {
     let n = b.0.len();
     let k = a.k;
-    let threads = rayon::current_num_threads().max(1);
+    let threads = team::current_threads();
     // blocks of rows: MC, smaller when that leaves a thread idle
     let mut mc = MC;
     while mc > MR && m.div_ceil(mc) < 2 * threads {
@@ -179,13 +179,12 @@ fn packed<const MR: usize, const NR: usize>(
     with_scratch(&PACK_B, n_tiles * KC * NR, |bpack| {
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
-            bpack
-                .par_chunks_mut(KC * NR)
-                .enumerate()
-                .for_each(|(t, tile)| pack_b_tile::<NR>(b, t, pc, kc, tile));
+            team::for_each_chunk_mut(bpack, KC * NR, |t, tile| {
+                pack_b_tile::<NR>(b, t, pc, kc, tile)
+            });
             let bp = SyncPtr(bpack.as_mut_ptr());
             let bp = &bp;
-            (0..m_blocks * n_groups).into_par_iter().for_each(|task| {
+            team::for_each(m_blocks * n_groups, |task| {
                 let (ib, g) = (task % m_blocks, task / m_blocks);
                 let i0 = ib * mc;
                 let rows = mc.min(m - i0);
@@ -414,6 +413,7 @@ type DotTile = unsafe fn(
     kc: usize,
     acc: *mut f32,
     first: bool,
+    ahead: usize,
 );
 
 /// Values of k per chunk of the dot path (the columns' chunk stays in
@@ -516,6 +516,7 @@ fn dot_range(
 ) {
     let n = b.0.len();
     let k = a.k;
+    let row_bytes = k * a.dtype.type_size();
     {
         let mut j0 = 0;
         while j0 < n {
@@ -542,9 +543,18 @@ fn dot_range(
                                     *row = a.row(i + q);
                                 }
                                 let slot = acc[(i - i0) * c * 16..].as_mut_ptr();
+                                // short whole rows: fetch the next group of
+                                // rows; else further along the row
+                                let ahead = if kc == k && row_bytes <= 4096 {
+                                    super::quant_dot::PREFETCH_GROUPS * rr * a.stride
+                                } else {
+                                    kc.min(1024) * a.dtype.type_size()
+                                };
                                 // SAFETY: rows hold k packed values, columns k f32;
                                 // the slots of rows i.. hold rr * c * 16 floats.
-                                unsafe { f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0) };
+                                unsafe {
+                                    f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0, ahead)
+                                };
                                 i += rr;
                             }
                         }
@@ -625,6 +635,7 @@ pub(crate) mod x86 {
         kc: usize,
         acc_out: *mut f32,
         first: bool,
+        ahead: usize,
     ) {
         // SAFETY: rows and columns hold k0 + kc values each; acc_out holds
         // R * C slots of 16 floats.
@@ -639,14 +650,18 @@ pub(crate) mod x86 {
             }
             let end = k0 + kc / 16 * 16;
             let mut kk = k0;
-            // the weights are read once, in chunks of kc per row: fetch the
-            // next chunk of each row (or, for long chunks, 1024 values
-            // ahead) into L2 while this one is computed
+            // the weights are read once: fetch `ahead` bytes further (see
+            // `dot_range`) into L2 while this part is computed, once per
+            // cache line
             let bytes = if DT == DT_F32 { 4 } else { 2 };
-            let ahead = kc.min(1024) * bytes;
             while kk < end {
+                let fetch = (kk * bytes) % 64 == 0;
                 for r in 0..R {
-                    _mm_prefetch::<_MM_HINT_T1>((*rows.add(r)).add(kk * bytes + ahead) as *const i8);
+                    if fetch {
+                        _mm_prefetch::<_MM_HINT_T1>(
+                            (*rows.add(r)).wrapping_add(kk * bytes + ahead) as *const i8,
+                        );
+                    }
                     let w = load_w512::<DT>(*rows.add(r), kk);
                     for c in 0..C {
                         let x = _mm512_loadu_ps((*cols.add(c)).add(kk));
@@ -694,6 +709,7 @@ pub(crate) mod x86 {
         kc: usize,
         acc_out: *mut f32,
         first: bool,
+        _ahead: usize,
     ) {
         // SAFETY: as for dot_tile_avx512.
         unsafe {

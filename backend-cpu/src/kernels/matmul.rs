@@ -11,8 +11,8 @@
 
 use std::sync::OnceLock;
 
+use crate::team;
 use ggraph_core::{DType, Result};
-use rayon::prelude::*;
 
 use super::check_indices;
 use super::isa::{self, Isa};
@@ -132,9 +132,7 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     };
     let batches = dst.ne[2] * dst.ne[3];
     if batches > 1 && 2 * m * n * k < SMALL_BATCH_FLOPS {
-        (0..batches)
-            .into_par_iter()
-            .for_each_init(BatchBufs::new, |bufs, bi| batch(bi, bufs));
+        team::for_each_init(batches, BatchBufs::new, |bufs, bi| batch(bi, bufs));
     } else {
         let mut bufs = BatchBufs::new();
         for bi in 0..batches {

@@ -7,6 +7,7 @@ mod copy;
 mod elementwise;
 mod gemm;
 mod isa;
+mod math;
 pub(crate) mod matmul;
 mod norm;
 mod quant_dot;
@@ -17,8 +18,8 @@ use std::ops::Range;
 
 use ggraph_core::ir::{Graph, Op, TensorId};
 use ggraph_core::{Error, Result};
-use rayon::prelude::*;
 
+use crate::team;
 use crate::tensor_ref::TRef;
 
 /// Runs `f` over `0..n` in parallel chunks of at least `min_chunk` items.
@@ -26,16 +27,12 @@ pub(crate) fn par_ranges(n: usize, min_chunk: usize, f: impl Fn(Range<usize>) + 
     if n == 0 {
         return;
     }
-    let threads = rayon::current_num_threads().max(1);
+    let threads = team::current_threads();
     let chunk = n.div_ceil(threads * 4).max(min_chunk.max(1));
-    let n_chunks = n.div_ceil(chunk);
-    if n_chunks == 1 {
-        f(0..n);
-        return;
-    }
-    (0..n_chunks)
-        .into_par_iter()
-        .for_each(|c| f(c * chunk..((c + 1) * chunk).min(n)));
+    team::for_each(
+        n.div_ceil(chunk),
+        |c| f(c * chunk..((c + 1) * chunk).min(n)),
+    );
 }
 
 /// Computes one node. `resolve` gives the memory of any tensor of the graph.

@@ -36,9 +36,9 @@
 
 use std::cell::RefCell;
 
+use crate::team;
 use ggraph_core::DType;
 use ggraph_core::quant::f16_to_f32;
-use rayon::prelude::*;
 
 use super::gemm::with_scratch;
 use super::isa::Isa;
@@ -331,35 +331,54 @@ fn quantize_acts<'a>(
     };
     let offset = f.offset;
     let qb = f.qb;
-    codes
-        .par_chunks_mut(t * k)
-        .zip(d.par_chunks_mut(t * nblk))
-        .zip(bias.par_chunks_mut(t * nblk))
-        .zip(sx.par_chunks_mut(t * nblk))
-        .enumerate()
-        .for_each(|(tile, (((codes, d), bias), sx))| {
-            let mut q = [0i8; 32];
-            for c in 0..t {
-                let j = tile * t + c;
-                for blk in 0..nblk {
-                    let (dx, sum) = if j < n {
-                        // SAFETY: column j holds k values.
-                        let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
-                        quantize_block(x, &mut q[..qb])
-                    } else {
-                        q.fill(0);
-                        (0.0, 0)
-                    };
-                    d[blk * t + c] = dx;
-                    bias[blk * t + c] = -offset * sum / lanes;
-                    sx[blk * t + c] = dx * sum as f32;
-                    for g in 0..qb / 4 {
-                        let at = ((blk * qb / 4 + g) * t + c) * 4;
-                        codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
-                    }
+    struct Tiles {
+        codes: *mut i8,
+        d: *mut f32,
+        bias: *mut i32,
+        sx: *mut f32,
+    }
+    // SAFETY: each task writes the regions of its own tile only.
+    unsafe impl Sync for Tiles {}
+    let base = Tiles {
+        codes: codes.as_mut_ptr(),
+        d: d.as_mut_ptr(),
+        bias: bias.as_mut_ptr(),
+        sx: sx.as_mut_ptr(),
+    };
+    let base = &base;
+    team::for_each(tiles, |tile| {
+        // SAFETY: tile `tile` of each region (t * k codes, t * nblk of
+        // the others) lies inside it and belongs to this task alone.
+        let (codes, d, bias, sx) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(base.codes.add(tile * t * k), t * k),
+                std::slice::from_raw_parts_mut(base.d.add(tile * t * nblk), t * nblk),
+                std::slice::from_raw_parts_mut(base.bias.add(tile * t * nblk), t * nblk),
+                std::slice::from_raw_parts_mut(base.sx.add(tile * t * nblk), t * nblk),
+            )
+        };
+        let mut q = [0i8; 32];
+        for c in 0..t {
+            let j = tile * t + c;
+            for blk in 0..nblk {
+                let (dx, sum) = if j < n {
+                    // SAFETY: column j holds k values.
+                    let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
+                    quantize_block(x, &mut q[..qb])
+                } else {
+                    q.fill(0);
+                    (0.0, 0)
+                };
+                d[blk * t + c] = dx;
+                bias[blk * t + c] = -offset * sum / lanes;
+                sx[blk * t + c] = dx * sum as f32;
+                for g in 0..qb / 4 {
+                    let at = ((blk * qb / 4 + g) * t + c) * 4;
+                    codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
                 }
             }
-        });
+        }
+    });
     QActs {
         k,
         qb,
@@ -374,12 +393,62 @@ fn quantize_acts<'a>(
 /// sum of the codes.
 #[inline]
 fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+        unsafe fn avx512(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+            quantize_block_body(x, q)
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+            quantize_block_body(x, q)
+        }
+        let isa = super::isa::active();
+        if isa >= Isa::Avx512 {
+            // SAFETY: the processor has AVX-512 F/BW (checked by `active`).
+            return unsafe { avx512(x, q) };
+        }
+        if isa >= Isa::Avx2 {
+            // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+            return unsafe { avx2(x, q) };
+        }
+    }
+    quantize_block_body(x, q)
+}
+
+/// The body of [`quantize_block`]: lane-wise maxima and sums over fixed
+/// chunks, so that each instruction-set wrapper vectorises it.
+#[inline(always)]
+fn quantize_block_body(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    const L: usize = 16;
+    let mut lanes = [0f32; L];
+    let whole = x.len() - x.len() % L;
+    for chunk in x[..whole].chunks_exact(L) {
+        for l in 0..L {
+            lanes[l] = lanes[l].max(chunk[l].abs());
+        }
+    }
+    let amax = x[whole..]
+        .iter()
+        .fold(lanes.iter().fold(0f32, |m, v| m.max(*v)), |m, v| {
+            m.max(v.abs())
+        });
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut sum = 0i32;
-    for (o, v) in q.iter_mut().zip(x) {
-        // round to nearest (ties to even) by the 1.5 * 2^23 trick: |v * id| <= 127
+    let mut sums = [0i32; L];
+    for (qc, xc) in q[..whole]
+        .chunks_exact_mut(L)
+        .zip(x[..whole].chunks_exact(L))
+    {
+        for l in 0..L {
+            // round to nearest (ties to even) by the 1.5 * 2^23 trick: |v * id| <= 127
+            let r = ((xc[l] * id + 12582912.0) - 12582912.0) as i32;
+            qc[l] = r as i8;
+            sums[l] += r;
+        }
+    }
+    let mut sum: i32 = sums.iter().sum();
+    for (o, v) in q[whole..].iter_mut().zip(&x[whole..]) {
         let r = ((v * id + 12582912.0) - 12582912.0) as i32;
         *o = r as i8;
         sum += r;
@@ -619,6 +688,9 @@ unsafe fn direct_portable<const R: usize, const C: usize>(
 
 // ---- fused direct path (Q8_0, Q4_0 with VNNI) -------------------------------------
 
+/// Row groups ahead that the mat-vec paths prefetch when rows are short.
+pub(crate) const PREFETCH_GROUPS: usize = 1;
+
 /// Blocks per chunk of a row on the fused path.
 #[cfg(target_arch = "x86_64")]
 const FUSED_BLOCKS: usize = 64;
@@ -681,7 +753,14 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                                 x.d[cc] = acts.d[j * nblk + b0..].as_ptr();
                                 x.bias[cc] = acts.bias[j * nblk + b0..].as_ptr();
                             }
-                            let w = x86::FusedRows { rows };
+                            // short whole rows: fetch rows a few groups
+                            // on; else further along the row
+                            let ahead = if nb == nblk && nblk * ts <= 4096 {
+                                PREFETCH_GROUPS * r * a.stride
+                            } else {
+                                64 * ts
+                            };
+                            let w = x86::FusedRows { rows, ahead };
                             res[..r * c].fill(0.0);
                             // SAFETY: r rows of nb blocks from b0, c columns.
                             unsafe { x86::fused_fn(f.dtype, r, c)(nb, &w, &x, res.as_mut_ptr()) };
@@ -720,7 +799,7 @@ thread_local! {
 fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
-    let threads = rayon::current_num_threads().max(1);
+    let threads = team::current_threads();
     with_scratch(&ACTS, qacts_len(n, k, f.qb, PANEL_C), |buf| {
         let acts = quantize_acts(b, k, f, PANEL_C, 1, buf);
         let acts = &acts;
@@ -736,7 +815,7 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
         let nblk = k / f.qb;
         let kc = PANEL_KC.min(k);
         let sb = kc / f.qb;
-        (0..panels * groups).into_par_iter().for_each(|task| {
+        team::for_each(panels * groups, |task| {
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
@@ -1186,6 +1265,9 @@ mod x86 {
     /// Rows of a fused kernel: pointers to their first block.
     pub(super) struct FusedRows {
         pub rows: [*const u8; super::DIRECT_R],
+        /// How far past the current block of each row to prefetch, in
+        /// bytes.
+        pub ahead: usize,
     }
 
     /// Widens the f16 scales (first two bytes) of `nb` blocks of `ts`
@@ -1344,7 +1426,9 @@ mod x86 {
                     // the weights are read once, a chunk of nb blocks at a time:
                     // fetch the next chunk of the row while this one is computed
                     let ts = if Q4 { 18 } else { 34 };
-                    _mm_prefetch::<_MM_HINT_T1>(w.rows[r].add((blk + 64) * ts) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(
+                        w.rows[r].wrapping_add(blk * ts + w.ahead) as *const i8
+                    );
                     let u = pair_codes::<Q4>(w.rows[r], blk);
                     let dw = pair_scales::<Q4>(w.rows[r], blk);
                     for c in 0..C {

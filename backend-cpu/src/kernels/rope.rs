@@ -1,26 +1,78 @@
 //! Rotary position embedding, normal and NeoX layouts, with frequency
 //! factors, frequency scaling and YaRN.
+//!
+//! The cos/sin table of a node depends only on its parameters, positions
+//! and frequency factors; every rope of a model step shares them (two per
+//! layer), so the last table is kept and reused when they match.
+
+use std::sync::{Arc, Mutex};
 
 use ggraph_core::ir::{RopeMode, RopeParams};
 
 use super::par_ranges;
+use crate::team;
 use crate::tensor_ref::TRef;
+
+/// What a cos/sin table was computed from.
+#[derive(PartialEq)]
+struct TableKey {
+    params: RopeParams,
+    positions: Vec<i32>,
+    freq_factors: Option<Vec<u32>>,
+}
+
+/// (cos, sin) per (token, pair).
+type Table = Arc<Vec<(f32, f32)>>;
+
+static LAST: Mutex<Option<(TableKey, Table)>> = Mutex::new(None);
+
+fn table(pos: TRef, freq_factors: Option<TRef>, p: &RopeParams, n_tokens: usize) -> Table {
+    let half = p.n_dims / 2;
+    let key = TableKey {
+        params: *p,
+        // SAFETY: positions hold n_tokens I32 values.
+        positions: (0..n_tokens)
+            .map(|t| unsafe { pos.get_i32([t, 0, 0, 0]) })
+            .collect(),
+        // SAFETY: freq_factors holds at least n_dims / 2 values.
+        freq_factors: freq_factors.map(|f| {
+            (0..half)
+                .map(|i| unsafe { f.get_f32([i, 0, 0, 0]) }.to_bits())
+                .collect()
+        }),
+    };
+    if let Some((_, t)) = LAST
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .filter(|(k, _)| *k == key)
+    {
+        return t.clone();
+    }
+    let mut values = vec![(0f32, 0f32); n_tokens * half];
+    team::for_each_chunk_mut(&mut values, half.max(1) * 16, |c, rows| {
+        for (r, row) in rows.chunks_mut(half.max(1)).enumerate() {
+            let t = c * 16 + r;
+            let position = key.positions[t] as f64;
+            for (i, cs) in row.iter_mut().enumerate() {
+                let ff = key
+                    .freq_factors
+                    .as_ref()
+                    .map_or(1.0, |f| f32::from_bits(f[i]) as f64);
+                let (c, s) = p.rotation(position, 2 * i, ff);
+                *cs = (c as f32, s as f32);
+            }
+        }
+    });
+    let table = Arc::new(values);
+    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, table.clone()));
+    table
+}
 
 pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeParams) {
     let n_tokens = dst.ne[2];
     let half = p.n_dims / 2;
-    // cos and sin per (token, pair), computed once per node
-    let mut table = vec![(0f32, 0f32); n_tokens * half];
-    for t in 0..n_tokens {
-        // SAFETY: positions hold n_tokens I32 values.
-        let position = unsafe { pos.get_i32([t, 0, 0, 0]) } as f64;
-        for i in 0..half {
-            // SAFETY: freq_factors holds at least n_dims / 2 values.
-            let ff = freq_factors.map_or(1.0, |f| unsafe { f.get_f32([i, 0, 0, 0]) } as f64);
-            let (c, s) = p.rotation(position, 2 * i, ff);
-            table[t * half + i] = (c as f32, s as f32);
-        }
-    }
+    let table = table(pos, freq_factors, p, n_tokens);
     let n0 = dst.ne[0];
     par_ranges(dst.nrows(), 4, |range| {
         let mut x = vec![0f32; n0];

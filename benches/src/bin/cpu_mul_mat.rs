@@ -20,9 +20,17 @@ use ggraph_core::ir::{GraphBuilder, TensorId};
 use ggraph_core::{DType, Result, exec, quant};
 use ggraph_cpu::CpuDevice;
 
-/// Output rows (m) and row length (k) of the weights.
+/// Output rows (m) and row length (k) of the weights (the issue's shape;
+/// `--m` and `--k` pick another, printed without peer figures).
 const M: usize = 4096;
 const K: usize = 14336;
+
+/// The weights' shape of this run.
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    k: usize,
+}
 const COLUMNS: [usize; 3] = [1, 8, 512];
 
 /// ggml-cpu's GFLOP/s for these shapes on this machine with 2 threads,
@@ -64,12 +72,15 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 /// Weights of `dtype`: 16 distinct quantised rows repeated (quantising
 /// 58 M values with the reference K-quant code would take longer than
 /// the bench; the kernels' speed does not depend on the values).
-fn weight_bytes(dtype: DType) -> Result<Vec<u8>> {
+fn weight_bytes(dtype: DType, shape: Shape) -> Result<Vec<u8>> {
     const DISTINCT: usize = 16;
-    let row_bytes = dtype.row_size(K).expect("k is a whole number of blocks");
-    let rows = quant::quantize(dtype, &values(DISTINCT * K, 7))?;
-    let mut out = Vec::with_capacity(M * row_bytes);
-    for i in 0..M {
+    let (m, k) = (shape.m, shape.k);
+    let row_bytes = dtype.row_size(k).ok_or_else(|| {
+        ggraph_core::Error::InvalidArgument(format!("k {k}: not whole blocks of {dtype}"))
+    })?;
+    let rows = quant::quantize(dtype, &values(DISTINCT * k, 7))?;
+    let mut out = Vec::with_capacity(m * row_bytes);
+    for i in 0..m {
         let r = i % DISTINCT;
         out.extend_from_slice(&rows[r * row_bytes..(r + 1) * row_bytes]);
     }
@@ -82,16 +93,22 @@ struct Case {
     out: TensorId,
 }
 
-fn build_case(dev: &Arc<dyn Device>, dtype: DType, n: usize, weights: &[u8]) -> Result<Case> {
+fn build_case(
+    dev: &Arc<dyn Device>,
+    dtype: DType,
+    shape: Shape,
+    n: usize,
+    weights: &[u8],
+) -> Result<Case> {
     let mut b = GraphBuilder::new();
-    let w = b.weight("w", dtype, &[K, M])?;
-    let x = b.input("x", DType::F32, &[K, n])?;
+    let w = b.weight("w", dtype, &[shape.k, shape.m])?;
+    let x = b.input("x", DType::F32, &[shape.k, n])?;
     let y = b.mul_mat(w, x)?;
     b.set_output(y)?;
     let mut graph = b.build();
     exec::alloc_one_buffer(&mut graph, &dev.buffer_type())?;
     graph.write_bytes(w, weights)?;
-    graph.write_f32(x, &values(K * n, 11))?;
+    graph.write_f32(x, &values(shape.k * n, 11))?;
     Ok(Case { graph, out: y })
 }
 
@@ -163,7 +180,11 @@ fn main() -> Result<()> {
 
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();
-    println!("mul_mat on the CPU backend: weights m x k = {M} x {K}, f32 activations of n columns");
+    println!(
+        "mul_mat on the CPU backend: weights m x k = {} x {}, f32 activations of n columns",
+        opt("--m").map_or(M.to_string(), |s| s.clone()),
+        opt("--k").map_or(K.to_string(), |s| s.clone())
+    );
     println!("machine: {}", dev.description());
     println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
     println!("load average before: {}", load_average());
@@ -174,17 +195,22 @@ fn main() -> Result<()> {
     }
     println!();
     let show_cpu = args.iter().any(|a| a == "--cpu-time");
+    let shape = Shape {
+        m: opt("--m").and_then(|s| s.parse().ok()).unwrap_or(M),
+        k: opt("--k").and_then(|s| s.parse().ok()).unwrap_or(K),
+    };
+    let issue_shape = shape.m == M && shape.k == K;
     let mut backend = dev.new_backend()?;
     let mut verdicts = Vec::new();
     for &dtype in &types {
-        let weights = weight_bytes(dtype)?;
+        let weights = weight_bytes(dtype, shape)?;
         print!("{:<8}", dtype.name());
         for &n in &columns {
-            let case = build_case(&dev, dtype, n, &weights)?;
+            let case = build_case(&dev, dtype, shape, n, &weights)?;
             let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
-            let flop = 2.0 * (M * K * n) as f64;
+            let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
-            let peer = ggml_figure(dtype, n);
+            let peer = ggml_figure(dtype, n).filter(|_| issue_shape);
             let ours = match cpu {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
                 _ => format!("{gflops:.1}"),

@@ -5,7 +5,8 @@
 //! Run: cargo run --release -p ggraph-benches --bin runner_bench [-- --big]
 //! (`--big` adds the 4-layer llama-3-8B-shaped model: ~4 GB of weights).
 //! `--types Q4_0,F16` keeps some weight types; `--prompt N --gen N` change
-//! the token counts (for profiling; the peers' figures are for 512/128).
+//! the token counts (for profiling; the peers' figures are for 512/128);
+//! `--profile` prints the CPU kernels' time per op after each phase.
 
 use std::sync::Arc;
 
@@ -56,11 +57,33 @@ fn run(shape: &str, weights: DType, n_prompt: usize, n_gen: usize) -> ggraph::Re
     };
     let failed = |e: ggraph::context::DecodeError| ggraph::Error::InvalidArgument(e.to_string());
     let prompt = runner::random_prompt(n_prompt, desc.config.n_vocab, 7);
-    let pp = runner::generate(&mut context(n_prompt + 1)?, &prompt, 1).map_err(failed)?;
+    let profile = std::env::args().any(|a| a == "--profile");
+    let mut pp_ctx = context(n_prompt + 1)?;
+    if profile {
+        ggraph_cpu::profile::start();
+    }
+    let pp = runner::generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
+    if profile {
+        println!(
+            "prompt, {shape} {weights}:\n{}",
+            ggraph_cpu::profile::report(12)
+        );
+    }
     // generation: the first token alone, then n_gen more, each from the
     // last; the first step is not timed (generate times only the rest)
     let first = runner::random_prompt(1, desc.config.n_vocab, 9);
-    let tg = runner::generate(&mut context(n_gen + 2)?, &first, n_gen + 1).map_err(failed)?;
+    let mut tg_ctx = context(n_gen + 2)?;
+    if profile {
+        ggraph_cpu::profile::start();
+    }
+    let tg = runner::generate(&mut tg_ctx, &first, n_gen + 1).map_err(failed)?;
+    if profile {
+        ggraph_cpu::profile::stop();
+        println!(
+            "generation, {shape} {weights}:\n{}",
+            ggraph_cpu::profile::report(12)
+        );
+    }
     Ok((pp.prompt_tokens_per_s(), tg.gen_tokens_per_s()))
 }
 
