@@ -12,10 +12,16 @@
 //!   held transposed, so one key's scores for all queries are `d`
 //!   broadcast multiply-adds over [`TILE_Q`] lanes, and the softmax runs
 //!   across queries lane by lane;
-//! - narrow (generation: a few queries): one dot product per (query, key).
+//! - narrow (the last few queries of a prompt): one dot product per
+//!   (query, key).
+//!
+//! Fewer than [`WIDE_MIN`] queries in all (generation) take the
+//! [decode] path instead, split over the keys.
 //!
 //! Both are plain loops over fixed-width arrays that each instruction-set
 //! wrapper vectorises, with the running sums held in registers.
+
+mod decode;
 
 use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
@@ -56,12 +62,15 @@ pub fn flash_attn_ext(
     if dst.nelements() == 0 {
         return;
     }
-    let tiles_per_head = n_q.div_ceil(TILE_Q);
     let params = Params {
         scale,
         max_bias,
         softcap,
     };
+    if n_q < WIDE_MIN {
+        return decode::decode(dst, q, k, v, mask, params);
+    }
+    let tiles_per_head = n_q.div_ceil(TILE_Q);
     let isa = active();
     let mask_len = if mask.is_some() { k.ne[1] } else { 0 };
     par_ranges(tiles_per_head * n_head * n_seq, 1, |range| {

@@ -1,0 +1,335 @@
+//! Attention for a few queries (generation). The keys are split into
+//! ranges and one task takes a range for every head, so each task reads
+//! whole K/V rows front to back (the heads of a cache row lie side by
+//! side) instead of one head's slice of every row; the ranges' partial
+//! softmax states are merged at the end.
+
+use std::cell::RefCell;
+
+use super::super::isa::{Isa, active};
+use super::super::math::exp_nonpositive as exp;
+use super::{ACC_W, BLOCK_K, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use crate::team;
+use crate::tensor_ref::TRef;
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::empty()) };
+}
+
+/// One task's working memory, reused between calls.
+struct Scratch {
+    /// Scaled queries: [head][query][d].
+    q: Vec<f32>,
+    /// One block of one mask row, times the head's slope.
+    row: Vec<f32>,
+    /// One block of one KV head: keys [BLOCK_K][d], values [BLOCK_K][dv].
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Scores, then exponentials, of one (head, query) over a block.
+    s: Vec<f32>,
+}
+
+impl Scratch {
+    const fn empty() -> Scratch {
+        Scratch {
+            q: Vec::new(),
+            row: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            s: Vec::new(),
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// flash_attn_ext for `q.ne[1]` (a few) queries.
+pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p: Params) {
+    let (dv, n_kv) = (v.ne[0], k.ne[1]);
+    let (n_q, n_head, n_seq) = (q.ne[1], q.ne[2], q.ne[3]);
+    let blocks = n_kv.div_ceil(BLOCK_K);
+    // the mask rows, [seq][mask head][query][key], and per sequence the
+    // blocks some query sees: only those are split among the tasks
+    let mask_heads = mask.map_or(1, |m| m.ne[2].min(n_head).max(1));
+    let mut mask_values = Vec::new();
+    let mut visible: Vec<Vec<usize>> = vec![(0..blocks).collect(); n_seq];
+    if let Some(m) = mask {
+        mask_values = vec![0f32; n_seq * mask_heads * n_q * n_kv];
+        for (is, seen) in visible.iter_mut().enumerate() {
+            let mut any = vec![false; blocks];
+            for mh in 0..mask_heads {
+                for i in 0..n_q {
+                    let at = ((is * mask_heads + mh) * n_q + i) * n_kv;
+                    let row = &mut mask_values[at..at + n_kv];
+                    // SAFETY: mask rows in bounds (checked by the builder).
+                    unsafe { m.load_row(i, mh, is % m.ne[3], row) };
+                    for (b, block) in row.chunks(BLOCK_K).enumerate() {
+                        any[b] |= block.iter().any(|&x| x != f32::NEG_INFINITY);
+                    }
+                }
+            }
+            seen.retain(|&b| any[b]);
+        }
+    }
+    let most = visible.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let parts = (team::current_threads() * 2).clamp(1, most);
+    let per = most.div_ceil(parts);
+    // per (seq, part, head, query): the weighted value sum, the running
+    // maximum and the sum of exponentials
+    let state = dv + 2;
+    let per_task = n_head * n_q * state;
+    let mut partial = vec![0f32; n_seq * parts * per_task];
+    let isa = active();
+    let work = Work {
+        q,
+        k,
+        v,
+        p,
+        mask: mask.map(|_| (mask_values.as_slice(), mask_heads)),
+    };
+    team::for_each_chunk_mut(&mut partial, per_task, |task, out| {
+        let (part, is) = (task % parts, task / parts);
+        let list = &visible[is];
+        let mine = &list[(part * per).min(list.len())..((part + 1) * per).min(list.len())];
+        SCRATCH.with_borrow_mut(|sc| work.run_part(isa, sc, is, mine, out));
+    });
+    let mut row = vec![0f32; dv];
+    for is in 0..n_seq {
+        for h in 0..n_head {
+            for i in 0..n_q {
+                let at = |part: usize| ((is * parts + part) * n_head + h) * n_q + i;
+                let max = (0..parts)
+                    .map(|t| partial[at(t) * state + dv])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                row.fill(0.0);
+                let mut sum = 0f32;
+                if max != f32::NEG_INFINITY {
+                    for t in 0..parts {
+                        let s = &partial[at(t) * state..(at(t) + 1) * state];
+                        let w = exp(s[dv] - max);
+                        sum += s[dv + 1] * w;
+                        row.iter_mut().zip(&s[..dv]).for_each(|(o, a)| *o += a * w);
+                    }
+                }
+                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                row.iter_mut().for_each(|o| *o *= inv);
+                // SAFETY: row (h, i, is) of dst, written by this thread only.
+                unsafe { dst.store_row(h, i, is, &row) };
+            }
+        }
+    }
+}
+
+/// Row `j` of sequence `is` of a K or V tensor, every head, as f32
+/// ([head][width]): one conversion when the heads lie side by side.
+fn load_heads(t: TRef, j: usize, is: usize, out: &mut [f32]) {
+    let (width, heads) = (t.ne[0], t.ne[2]);
+    let side_by_side = t.rows_packed() && t.dtype.row_size(width) == Some(t.nb[2]);
+    if side_by_side {
+        let all = TRef {
+            ne: [width * heads, t.ne[1], 1, t.ne[3]],
+            nb: [t.nb[0], t.nb[1], t.nb[2] * heads, t.nb[3]],
+            ..t
+        };
+        // SAFETY: the heads' rows are contiguous, so row j of every head
+        // is one run of width * heads values inside the tensor.
+        unsafe { all.load_row(j, 0, is, &mut out[..width * heads]) };
+    } else {
+        for h in 0..heads {
+            // SAFETY: row (j, h, is) is in bounds (checked by the builder).
+            unsafe { t.load_row(j, h, is, &mut out[h * width..(h + 1) * width]) };
+        }
+    }
+}
+
+/// What every task reads.
+struct Work<'a> {
+    q: TRef,
+    k: TRef,
+    v: TRef,
+    p: Params,
+    /// The mask rows ([seq][mask head][query][key]) and the mask heads.
+    mask: Option<(&'a [f32], usize)>,
+}
+
+impl Work<'_> {
+    /// Blocks `blocks` of sequence `is`, every head and query; writes the
+    /// partial states into `out` ([head][query][dv + 2]).
+    fn run_part(&self, isa: Isa, sc: &mut Scratch, is: usize, blocks: &[usize], out: &mut [f32]) {
+        let (q, k, v, p) = (self.q, self.k, self.v, self.p);
+        let (d, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
+        let (n_q, n_head) = (q.ne[1], q.ne[2]);
+        let n_kv_head = k.ne[2].max(1);
+        let group = (n_head / n_kv_head).max(1);
+        let state = dv + 2;
+        grow(&mut sc.q, n_head * n_q * d);
+        grow(&mut sc.k, BLOCK_K * d);
+        grow(&mut sc.v, BLOCK_K * dv);
+        grow(&mut sc.s, BLOCK_K);
+        grow(&mut sc.row, BLOCK_K);
+        for h in 0..n_head {
+            for i in 0..n_q {
+                let row = &mut sc.q[(h * n_q + i) * d..(h * n_q + i + 1) * d];
+                // SAFETY: rows in bounds (checked by the builder).
+                unsafe { q.load_row(i, h, is, row) };
+                row.iter_mut().for_each(|x| *x *= p.scale);
+            }
+        }
+        for st in out.chunks_mut(state) {
+            st[..dv].fill(0.0);
+            st[dv] = f32::NEG_INFINITY;
+            st[dv + 1] = 0.0;
+        }
+        for (n, &b) in blocks.iter().enumerate() {
+            let j0 = b * BLOCK_K;
+            let nk = BLOCK_K.min(n_kv - j0);
+            // ask for the next block's rows (every head) now
+            if let Some(&next) = blocks.get(n + 1) {
+                for j in next * BLOCK_K..(next * BLOCK_K + BLOCK_K).min(n_kv) {
+                    for hk in 0..n_kv_head {
+                        prefetch_row(k, j, hk, is);
+                        prefetch_row(v, j, hk, is);
+                    }
+                }
+            }
+            // every head's part of the block's rows, [key][kv head][d]
+            let (ks, vs) = (n_kv_head * d, n_kv_head * dv);
+            grow(&mut sc.k, nk * ks);
+            grow(&mut sc.v, nk * vs);
+            for j in 0..nk {
+                load_heads(k, j0 + j, is, &mut sc.k[j * ks..(j + 1) * ks]);
+                load_heads(v, j0 + j, is, &mut sc.v[j * vs..(j + 1) * vs]);
+            }
+            for hk in 0..n_kv_head {
+                for h in hk * group..((hk + 1) * group).min(n_head) {
+                    let slope = super::super::norm::alibi_slope(p.max_bias, n_head, h);
+                    for i in 0..n_q {
+                        if let Some((values, heads)) = self.mask {
+                            let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
+                            for (o, x) in sc.row[..nk].iter_mut().zip(&values[at..at + nk]) {
+                                *o = x * slope;
+                            }
+                        }
+                        let r = h * n_q + i;
+                        let row = RowStep {
+                            d,
+                            dv,
+                            nk,
+                            k_stride: ks,
+                            v_stride: vs,
+                            softcap: p.softcap,
+                            mask: self.mask.map(|_| &sc.row[..nk]),
+                        };
+                        row.run(
+                            isa,
+                            &sc.q[r * d..(r + 1) * d],
+                            &sc.k[hk * d..],
+                            &sc.v[hk * dv..],
+                            &mut sc.s,
+                            &mut out[r * state..(r + 1) * state],
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One (head, query) over one block of keys.
+struct RowStep<'a> {
+    d: usize,
+    dv: usize,
+    nk: usize,
+    /// Distance between the rows of consecutive keys in `k` and `v`.
+    k_stride: usize,
+    v_stride: usize,
+    softcap: f32,
+    mask: Option<&'a [f32]>,
+}
+
+impl RowStep<'_> {
+    fn run(&self, isa: Isa, q: &[f32], k: &[f32], v: &[f32], s: &mut [f32], st: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if isa >= Isa::Avx512 {
+                // SAFETY: the processor has AVX-512 F (checked by `active`).
+                return unsafe { self.run_avx512(q, k, v, s, st) };
+            }
+            if isa >= Isa::Avx2 {
+                // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+                return unsafe { self.run_avx2(q, k, v, s, st) };
+            }
+        }
+        let _ = isa;
+        self.body::<Separate>(q, k, v, s, st)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn run_avx512(&self, q: &[f32], k: &[f32], v: &[f32], s: &mut [f32], st: &mut [f32]) {
+        self.body::<Fused>(q, k, v, s, st)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2(&self, q: &[f32], k: &[f32], v: &[f32], s: &mut [f32], st: &mut [f32]) {
+        self.body::<Fused>(q, k, v, s, st)
+    }
+
+    /// Scores, the online softmax update of the state
+    /// `st = [acc (dv) | max | sum]`, and the weighted values.
+    #[inline(always)]
+    fn body<M: MulAdd>(&self, q: &[f32], k: &[f32], v: &[f32], s: &mut [f32], st: &mut [f32]) {
+        let (d, dv, nk) = (self.d, self.dv, self.nk);
+        let (ks, vs) = (self.k_stride, self.v_stride);
+        let s = &mut s[..nk];
+        for (j, sj) in s.iter_mut().enumerate() {
+            *sj = dot::<M>(q, &k[j * ks..j * ks + d]);
+        }
+        if self.softcap != 0.0 {
+            let cap = self.softcap;
+            s.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+        }
+        if let Some(m) = self.mask {
+            s.iter_mut().zip(m).for_each(|(x, m)| *x += m);
+        }
+        let (acc, rest) = st.split_at_mut(dv);
+        let block_max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let m = rest[0].max(block_max);
+        let base = if m == f32::NEG_INFINITY { 0.0 } else { m };
+        let rescale = exp(rest[0] - base);
+        rest[0] = m;
+        s.iter_mut().for_each(|x| *x = exp(*x - base));
+        rest[1] = rest[1] * rescale + s.iter().sum::<f32>();
+        if rescale != 1.0 {
+            acc.iter_mut().for_each(|a| *a *= rescale);
+        }
+        for (c, chunk) in acc.chunks_mut(ACC_W).enumerate() {
+            let c0 = c * ACC_W;
+            if chunk.len() == ACC_W {
+                let mut a = [0f32; ACC_W];
+                a.copy_from_slice(chunk);
+                for (j, &pj) in s.iter().enumerate() {
+                    let vj: &[f32; ACC_W] = v[j * vs + c0..j * vs + c0 + ACC_W]
+                        .try_into()
+                        .expect("ACC_W values");
+                    for l in 0..ACC_W {
+                        a[l] = M::mul_add(pj, vj[l], a[l]);
+                    }
+                }
+                chunk.copy_from_slice(&a);
+            } else {
+                for (j, &pj) in s.iter().enumerate() {
+                    let vj = &v[j * vs + c0..j * vs + c0 + chunk.len()];
+                    for (a, x) in chunk.iter_mut().zip(vj) {
+                        *a = M::mul_add(pj, *x, *a);
+                    }
+                }
+            }
+        }
+    }
+}
