@@ -709,9 +709,53 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
         let acts = &acts;
         let nblk = acts.nblk();
         super::par_ranges(m, 16, |range| {
-            // a single column: whole rows as one chunk (long streams, which
-            // the prefetchers follow)
-            let fb = if n == 1 { nblk } else { FUSED_BLOCKS };
+            if n == 1 {
+                // one column: the kernel runs the task's whole rows (each
+                // one long stream) in one call
+                let x = ColsQ {
+                    codes: [
+                        acts.codes.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                    ],
+                    d: [
+                        acts.d.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                    ],
+                    bias: [
+                        acts.bias.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                    ],
+                    sx: [std::ptr::null(); DIRECT_C],
+                };
+                let ahead = if nblk * ts <= 4096 {
+                    PREFETCH_GROUPS * DIRECT_R * a.stride
+                } else {
+                    64 * ts
+                };
+                // SAFETY: rows range of a hold nblk blocks each, a.stride
+                // apart; output column 0 holds m values, these rows this
+                // task's alone.
+                unsafe {
+                    x86::fused_matvec(
+                        f.dtype,
+                        a.row(range.start),
+                        a.stride,
+                        range.len(),
+                        nblk,
+                        &x,
+                        ahead,
+                        out.0[0].add(range.start),
+                    )
+                };
+                return;
+            }
+            let fb = FUSED_BLOCKS;
             {
                 // partial sums on the stack unless there are many columns (only on
                 // the fallback paths)
@@ -1301,6 +1345,67 @@ mod x86 {
     }
 
     pub(super) type FusedFn = unsafe fn(nb: usize, w: &FusedRows, x: &ColsQ, out: *mut f32);
+
+    /// `count` rows of Q8_0/Q4_0 blocks (`nb` each, `stride` bytes apart
+    /// from `first`) times one quantised column, into `out[0..count]`.
+    ///
+    /// # Safety
+    /// The rows and the column hold `nb` blocks; `out` holds `count`
+    /// values.
+    pub(super) unsafe fn fused_matvec(
+        dtype: ggraph_core::DType,
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        nb: usize,
+        x: &ColsQ,
+        ahead: usize,
+        out: *mut f32,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            if dtype == ggraph_core::DType::Q4_0 {
+                fused_matvec_rows::<true>(first, stride, count, nb, x, ahead, out)
+            } else {
+                fused_matvec_rows::<false>(first, stride, count, nb, x, ahead, out)
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    unsafe fn fused_matvec_rows<const Q4: bool>(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        nb: usize,
+        x: &ColsQ,
+        ahead: usize,
+        out: *mut f32,
+    ) {
+        const R: usize = super::DIRECT_R;
+        // SAFETY: caller's contract: every row i < count exists.
+        unsafe {
+            let mut i = 0;
+            while i + R <= count {
+                let mut rows = [std::ptr::null::<u8>(); R];
+                for (q, row) in rows.iter_mut().enumerate() {
+                    *row = first.add((i + q) * stride);
+                }
+                let mut res = [0f32; R];
+                fused_vnni::<R, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
+                std::ptr::copy_nonoverlapping(res.as_ptr(), out.add(i), R);
+                i += R;
+            }
+            while i < count {
+                let mut rows = [std::ptr::null::<u8>(); R];
+                rows[0] = first.add(i * stride);
+                let mut res = [0f32; R];
+                fused_vnni::<1, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
+                *out.add(i) = res[0];
+                i += 1;
+            }
+        }
+    }
 
     pub(super) fn fused_fn(dtype: ggraph_core::DType, r: usize, c: usize) -> FusedFn {
         macro_rules! by_c {
