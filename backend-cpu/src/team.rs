@@ -112,8 +112,12 @@ impl Team {
         self.pool.install(|| {
             rayon::scope(|scope| {
                 s.active.store(true, SeqCst);
+                // helpers start from the epoch before any job of this
+                // computation, so a job published before a helper gets
+                // going is still seen
+                let start = s.epoch.load(SeqCst);
                 for _ in 1..self.threads() {
-                    scope.spawn(|_| helper(s));
+                    scope.spawn(move |_| helper(s, start));
                 }
                 struct Finish<'a>(&'a Shared, *const Team);
                 impl Drop for Finish<'_> {
@@ -179,8 +183,8 @@ fn in_task<R>(f: impl FnOnce() -> R) -> R {
 
 /// A helper's loop for the length of one computation: take part in
 /// every job published while it runs.
-fn helper(s: &Shared) {
-    let mut seen = s.epoch.load(SeqCst);
+fn helper(s: &Shared, start: u64) {
+    let mut seen = start;
     while s.active.load(SeqCst) {
         let epoch = s.epoch.load(SeqCst);
         if epoch == seen {
@@ -290,6 +294,30 @@ mod tests {
                     "{threads} threads, {n} tasks"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_first_job_of_a_computation_reaches_the_helpers() {
+        // each of two tasks waits until both have started: only possible
+        // when a helper takes one while the leader holds the other
+        let team = Team::new(2).unwrap();
+        for _ in 0..20 {
+            let started = AtomicU32::new(0);
+            let met = AtomicU32::new(0);
+            team.run(|| {
+                for_each(2, |_| {
+                    started.fetch_add(1, SeqCst);
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                    while started.load(SeqCst) < 2 && std::time::Instant::now() < deadline {
+                        std::hint::spin_loop();
+                    }
+                    if started.load(SeqCst) == 2 {
+                        met.fetch_add(1, SeqCst);
+                    }
+                })
+            });
+            assert_eq!(met.load(SeqCst), 2);
         }
     }
 

@@ -1,7 +1,7 @@
 //! CPU mul_mat bench: GFLOP/s of the CPU backend's mul_mat next to
 //! ggml-cpu's on the same machine, for the shapes of the CPU speed issue
-//! (weights m x k = 4096 x 14336, f32 activations of n columns), and a
-//! place for the model-level runner figures.
+//! (weights m x k = 4096 x 14336, f32 activations of n columns). The
+//! model-level figures are runner_bench's.
 //!
 //! Run: cargo run --release -p ggraph-benches --bin cpu_mul_mat
 //!      [-- --threads 2 --n 1,8,512 --types F32,F16,Q8_0 --cpu-time]
@@ -52,9 +52,27 @@ const ALL_TYPES: [DType; 7] = [
     DType::Q6_K,
 ];
 
-fn ggml_figure(dtype: DType, n: usize) -> Option<f64> {
+/// ggml-cpu's GFLOP/s measured on this machine on 2026-11-21, 2 threads,
+/// the better of two runs that day: llama.cpp 0.3.36's
+/// vendored tree (from the llama-cpp-python sdist on PyPI), built with
+/// `cmake -DGGML_NATIVE=ON`, `test-backend-ops perf -o MUL_MAT -b CPU` with
+/// its thread count set to the two cores (it uses half of them). The
+/// machine ran about 1.6x slower than when the issue's figures were taken
+/// (its f32 FMA loop measured 117 GFLOP/s per core against the issue's
+/// 285), so both peers are printed.
+const GGML_TODAY: [(DType, [f64; 3]); 7] = [
+    (DType::F32, [16.7, 93.8, 153.8]),
+    (DType::F16, [29.2, 153.8, 204.2]),
+    (DType::BF16, [31.6, 206.3, 378.1]),
+    (DType::Q8_0, [49.9, 191.9, 230.8]),
+    (DType::Q4_0, [62.2, 192.6, 191.4]),
+    (DType::Q4_K, [106.7, 177.4, 546.3]),
+    (DType::Q6_K, [67.6, 87.9, 410.1]),
+];
+
+fn figure(table: &[(DType, [f64; 3])], dtype: DType, n: usize) -> Option<f64> {
     let col = COLUMNS.iter().position(|&c| c == n)?;
-    GGML.iter().find(|(t, _)| *t == dtype).map(|(_, f)| f[col])
+    table.iter().find(|(t, _)| *t == dtype).map(|(_, f)| f[col])
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -189,9 +207,10 @@ fn main() -> Result<()> {
     println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
     println!("load average before: {}", load_average());
     println!();
+    println!("ggml: the issue's figures / ggml-cpu measured here on 2026-11-21 (see GGML_TODAY)");
     print!("{:<8}", "GFLOP/s");
     for n in &columns {
-        print!(" {:>16} {:>6}", format!("n={n}"), "ggml");
+        print!(" {:>16} {:>11}", format!("n={n}"), "ggml");
     }
     println!();
     let show_cpu = args.iter().any(|a| a == "--cpu-time");
@@ -210,78 +229,46 @@ fn main() -> Result<()> {
             let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
-            let peer = ggml_figure(dtype, n).filter(|_| issue_shape);
+            let peer = figure(&GGML, dtype, n).filter(|_| issue_shape);
+            let today = figure(&GGML_TODAY, dtype, n).filter(|_| issue_shape);
             let ours = match cpu {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
                 _ => format!("{gflops:.1}"),
             };
-            let peer_text = peer
-                .map(|p| format!("{p:.0}"))
-                .unwrap_or_else(|| "-".into());
-            print!(" {ours:>16} {peer_text:>6}");
-            if let Some(p) = peer {
-                verdicts.push((dtype, n, gflops / p));
-            }
+            let show = |v: Option<f64>| v.map_or_else(|| "-".into(), |p| format!("{p:.0}"));
+            let peer_text = format!("{}/{}", show(peer), show(today));
+            print!(" {ours:>16} {peer_text:>11}");
+            verdicts.push((
+                dtype,
+                n,
+                peer.map(|p| gflops / p),
+                today.map(|p| gflops / p),
+            ));
             use std::io::Write;
             let _ = std::io::stdout().flush();
         }
         println!();
     }
     println!("load average after: {}", load_average());
-    if !verdicts.is_empty() {
-        let behind: Vec<String> = verdicts
+    for (name, pick) in [("the issue's figures", 0), ("ggml measured here", 1)] {
+        let ratios: Vec<(DType, usize, f64)> = verdicts
+            .iter()
+            .filter_map(|&(t, n, a, b)| [a, b][pick].map(|r| (t, n, r)))
+            .collect();
+        if ratios.is_empty() {
+            continue;
+        }
+        let behind: Vec<String> = ratios
             .iter()
             .filter(|(_, _, r)| *r < 1.0)
             .map(|(t, n, r)| format!("{t} n={n} ({:.0}%)", r * 100.0))
             .collect();
         if behind.is_empty() {
-            println!("every cell with a ggml figure is at or above ggml's");
+            println!("against {name}: every cell at or above ggml's");
         } else {
-            println!("below ggml: {}", behind.join(", "));
+            println!("against {name}, below ggml: {}", behind.join(", "));
         }
     }
-    println!();
-    runner_rows();
+    println!("\nmodel-level figures: cargo run --release -p ggraph-benches --bin runner_bench");
     Ok(())
-}
-
-// ==== model-level runner rows (to be filled in) ======================================
-//
-// The issue also asks for end-to-end figures: prompt processing of 512
-// tokens and generation of 128 tokens, in tokens/s, next to llama.cpp's.
-// They need the llama runner (being built separately). When it exists,
-// measure each model here with the runner on `CpuDevice::with_threads(2)`
-// and print the measured tokens/s in place of "pending".
-
-/// llama.cpp's tokens/s (prompt 512, generation 128) on this machine, 2
-/// threads, as given in the CPU speed issue.
-const RUNNER_PEERS: [(&str, DType, f64, f64); 6] = [
-    ("small llama", DType::F32, 4518.0, 279.0),
-    ("small llama", DType::F16, 5476.0, 514.0),
-    ("small llama", DType::Q8_0, 4559.0, 741.0),
-    ("small llama", DType::Q4_0, 7151.0, 1188.0),
-    ("llama-3-8B shape, 4 layers", DType::F16, 274.0, 15.8),
-    ("llama-3-8B shape, 4 layers", DType::Q4_0, 397.0, 45.3),
-];
-
-fn runner_rows() {
-    println!(
-        "model runner, tokens/s (small llama: n_embd 512, 8 layers, 8 heads, n_ff 1408, vocab 32000)"
-    );
-    println!(
-        "{:<28} {:<6} {:>10} {:>10} {:>10} {:>10}",
-        "model", "type", "pp512", "llama.cpp", "tg128", "llama.cpp"
-    );
-    for (model, dtype, pp, tg) in RUNNER_PEERS {
-        println!(
-            "{:<28} {:<6} {:>10} {:>10.0} {:>10} {:>10.1}",
-            model,
-            dtype.name(),
-            "pending",
-            pp,
-            "pending",
-            tg
-        );
-    }
-    println!("(pending: needs the llama runner; see the marked section in this program)");
 }

@@ -18,16 +18,60 @@ use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
 use ggraph_cpu::CpuDevice;
 
-/// llama.cpp on this machine, 2 threads, prompt 512 / generation 128
-/// tokens/s (from the CPU performance issue).
-const LLAMA_CPP_SMALL: [(DType, f64, f64); 4] = [
-    (DType::F32, 4518.0, 279.0),
-    (DType::F16, 5476.0, 514.0),
-    (DType::Q8_0, 4559.0, 741.0),
-    (DType::Q4_0, 7151.0, 1188.0),
+/// One model's peer figures, tokens/s: prompt 512 and generation 128,
+/// as the CPU performance issue gives them and as measured here.
+struct Peer {
+    shape: &'static str,
+    weights: DType,
+    issue: (f64, f64),
+    today: (f64, f64),
+}
+
+/// llama.cpp on this machine, 2 threads. `issue`: the CPU performance
+/// issue's figures. `today`: measured on 2026-11-21 with llama.cpp 0.3.36's
+/// vendored tree (the llama-cpp-python sdist from PyPI, built with
+/// `-DGGML_NATIVE=ON`): `llama-bench -t 2 -p 512 -n 128 -fa 1` on the
+/// random-weight GGUFs `ggraph make-model --shape small|8b-4l --weights T`
+/// writes. The machine ran slower that day than when the issue was
+/// written (see cpu_mul_mat), so both are printed.
+const PEERS: [Peer; 6] = [
+    Peer {
+        shape: "small",
+        weights: DType::F32,
+        issue: (4518.0, 279.0),
+        today: (2638.9, 248.3),
+    },
+    Peer {
+        shape: "small",
+        weights: DType::F16,
+        issue: (5476.0, 514.0),
+        today: (2483.7, 418.9),
+    },
+    Peer {
+        shape: "small",
+        weights: DType::Q8_0,
+        issue: (4559.0, 741.0),
+        today: (3245.2, 675.2),
+    },
+    Peer {
+        shape: "small",
+        weights: DType::Q4_0,
+        issue: (7151.0, 1188.0),
+        today: (4023.1, 1170.3),
+    },
+    Peer {
+        shape: "8b-4l",
+        weights: DType::F16,
+        issue: (274.0, 15.8),
+        today: (126.7, 12.6),
+    },
+    Peer {
+        shape: "8b-4l",
+        weights: DType::Q4_0,
+        issue: (397.0, 45.3),
+        today: (185.5, 38.9),
+    },
 ];
-const LLAMA_CPP_8B_4L: [(DType, f64, f64); 2] =
-    [(DType::F16, 274.0, 15.8), (DType::Q4_0, 397.0, 45.3)];
 
 /// Prompt and generation speed as llama-bench measures them: `n_prompt`
 /// tokens decoded as one batch in an empty context, then, in another empty
@@ -116,30 +160,27 @@ fn main() -> ggraph::Result<()> {
     };
     let (n_prompt, n_gen) = (count("--prompt", 512)?, count("--gen", 128)?);
     println!(
-        "llama runner on the CPU ({} threads), prompt 512 / generation 128 tokens/s",
+        "llama runner on the CPU ({} threads), prompt {n_prompt} / generation {n_gen} tokens/s",
         rayon_threads()
     );
+    println!("llama.cpp: the issue's figures / measured here on 2026-11-21 (see PEERS)");
     println!(
-        "{:<22} {:>12} {:>12} {:>12} {:>12}",
+        "{:<14} {:>10} {:>17} {:>10} {:>17}",
         "model", "ggraph pp", "llama.cpp pp", "ggraph tg", "llama.cpp tg"
     );
-    let mut rows: Vec<(&str, DType, f64, f64)> = LLAMA_CPP_SMALL
-        .iter()
-        .map(|&(t, p, g)| ("small", t, p, g))
-        .collect();
-    if big {
-        rows.extend(LLAMA_CPP_8B_4L.iter().map(|&(t, p, g)| ("8b-4l", t, p, g)));
-    }
-    rows.retain(|r| types.as_ref().is_none_or(|ts| ts.contains(&r.1)));
-    for (shape, t, pp, tg) in rows {
-        let (our_pp, our_tg) = run(shape, t, n_prompt, n_gen)?;
+    let rows = PEERS.iter().filter(|p| {
+        (big || p.shape == "small") && types.as_ref().is_none_or(|ts| ts.contains(&p.weights))
+    });
+    for peer in rows {
+        let (pp, tg) = run(peer.shape, peer.weights, n_prompt, n_gen)?;
+        let pair = |a: f64, b: f64| format!("{a:.1}/{b:.1}");
         println!(
-            "{:<22} {:>12.1} {:>12.1} {:>12.1} {:>12.1}",
-            format!("{shape} {t}"),
-            our_pp,
+            "{:<14} {:>10.1} {:>17} {:>10.1} {:>17}",
+            format!("{} {}", peer.shape, peer.weights),
             pp,
-            our_tg,
-            tg
+            pair(peer.issue.0, peer.today.0),
+            tg,
+            pair(peer.issue.1, peer.today.1)
         );
     }
     Ok(())
