@@ -106,6 +106,13 @@ fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f
     all[all.len() - desc.config.n_vocab..].to_vec()
 }
 
+/// The models here have quantised weights, and the CPU quantises the
+/// activations of a quantised mul_mat to 8 bits (as ggml does), so the
+/// logits carry that rounding: the bound is the conformance suite's for a
+/// quantised mul_mat. The f64 reference takes the weights as stored and
+/// the activations exact.
+const QUANTISED_BOUND: f64 = 5e-4;
+
 #[test]
 fn the_runner_matches_the_f64_reference_and_repeats_itself() {
     let path = write_random_gguf("reference");
@@ -120,7 +127,7 @@ fn the_runner_matches_the_f64_reference_and_repeats_itself() {
         .decode(&ggraph::batch::Batch::tokens(&PROMPT))
         .unwrap();
     let e = nmse(first.logits(), &want);
-    assert!(e < 1e-6, "nmse against the f64 reference: {e}");
+    assert!(e < QUANTISED_BOUND, "nmse against the f64 reference: {e}");
     assert_eq!(g1.generated[0], runner::argmax(first.logits()));
     let mut again = context(&desc, &[]);
     let g2 = runner::generate(&mut again, &PROMPT, 12).unwrap();
@@ -158,5 +165,5 @@ fn a_gguf_written_by_the_gguf_package_loads_and_runs() {
     assert!(first.logits().iter().all(|v| v.is_finite()));
     let want = reference_logits(&ModelFile::open(&path).unwrap(), &desc, &prompt);
     let e = nmse(first.logits(), &want);
-    assert!(e < 1e-6, "nmse against the f64 reference: {e}");
+    assert!(e < QUANTISED_BOUND, "nmse against the f64 reference: {e}");
 }
