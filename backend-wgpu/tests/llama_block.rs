@@ -59,7 +59,12 @@ fn close_to_cpu(
     let (e, got) = run(dev, config, shape(), w);
     let (_, want) = run(cpu.as_ref(), config, shape(), w);
     let d = nmse(&got, &want.iter().map(|v| *v as f64).collect::<Vec<_>>());
-    assert!(d < 1e-9, "{w}: wgpu vs CPU logits nmse {d}");
+    // the CPU quantises the activations of a quantised mul_mat to 8 bits
+    // (as ggml does) and this device does not: with quantised weights the
+    // two agree to the conformance suite's quantised bound; each is also
+    // checked against the f64 reference
+    let bound = if w.is_quantized() { 5e-4 } else { 1e-9 };
+    assert!(d < bound, "{w}: wgpu vs CPU logits nmse {d}");
     e
 }
 
