@@ -16,6 +16,22 @@ pub struct SampleRun {
     pub nodes: usize,
     pub millis: f64,
     pub nmse: f64,
+    /// The bound `nmse` must stay under (see [`sample_bound`]).
+    pub bound: f64,
+}
+
+impl SampleRun {
+    pub fn passed(&self) -> bool {
+        self.nmse < self.bound
+    }
+}
+
+/// The error bound of the sample's logits with `weights`: float weights
+/// 1e-4; quantised weights 5e-4, the conformance suite's bound for a
+/// quantised mul_mat, since a backend may quantise the activations to 8
+/// bits as ggml does (the CPU does).
+pub fn sample_bound(weights: DType) -> f64 {
+    if weights.is_quantized() { 5e-4 } else { 1e-4 }
 }
 
 /// The sample model: 4 layers, n_embd 256, 8 heads (4 KV heads), 32 tokens.
@@ -54,5 +70,6 @@ pub fn run_sample(device: &Arc<dyn Device>, weights: DType) -> Result<SampleRun>
         nodes: graph.nodes().len(),
         millis,
         nmse: nmse(&got, &ev.values(lg.logits)),
+        bound: sample_bound(weights),
     })
 }

@@ -1,0 +1,65 @@
+//! The README's main job, `ggraph devices`: every device listed, the
+//! sample llama graph run on each and checked against the f64 reference.
+
+use std::process::Command;
+
+fn ggraph(args: &[&str], sim: &str) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggraph"))
+        .args(args)
+        .env("GGRAPH_SIM_DEVICES", sim)
+        // the wgpu backend's adapter search is covered by its own tests;
+        // here an absent Vulkan driver must not matter
+        .env("WGPU_BACKEND", "vulkan")
+        .output()
+        .expect("the ggraph binary starts");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The row of `device` in the devices table, split into its columns.
+fn row<'a>(stdout: &'a str, device: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(device))
+        .unwrap_or_else(|| panic!("no row for {device} in:\n{stdout}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[test]
+fn devices_runs_the_sample_on_the_cpu_and_a_simulated_gpu_within_the_bound() {
+    let (ok, stdout, stderr) = ggraph(&["devices"], "64MiB");
+    assert!(ok, "ggraph devices failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("backend CPU    2 device(s)"), "{stdout}");
+    for device in ["CPU", "sim:0"] {
+        let cols = row(&stdout, device);
+        // device kind free(2) total(2) nodes ms nmse
+        let nodes: usize = cols[6].parse().expect("a node count");
+        assert!(nodes > 10, "{device}: {nodes} nodes");
+        let nmse: f64 = cols[8].parse().expect("an nmse");
+        // Q8_0 weights by default: the CPU quantises activations to 8 bits
+        assert!(nmse < 5e-4, "{device}: nmse {nmse}");
+    }
+    assert_eq!(row(&stdout, "sim:0")[4..6], ["64.00", "MiB"], "{stdout}");
+}
+
+#[test]
+fn devices_with_other_weights_and_a_bad_option() {
+    let (ok, stdout, stderr) = ggraph(&["devices", "--weights", "F32"], "");
+    assert!(ok, "{stdout}\n{stderr}");
+    let nmse: f64 = row(&stdout, "CPU")[8].parse().unwrap();
+    assert!(nmse < 1e-6, "F32 weights: nmse {nmse}");
+
+    let (ok, stdout, stderr) = ggraph(&["devices", "--weights", "Q4_0"], "");
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("Q4_0 weights"), "{stdout}");
+    let nmse: f64 = row(&stdout, "CPU")[8].parse().unwrap();
+    assert!(nmse < 5e-4, "nmse {nmse}");
+
+    let (ok, _, stderr) = ggraph(&["devices", "--weights", "Q9_9"], "");
+    assert!(!ok);
+    assert!(stderr.contains("Q9_9"), "{stderr}");
+}
