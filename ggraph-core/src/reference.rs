@@ -498,3 +498,24 @@ pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f64 {
         m1.powi(2 * (h - n_head_log2) as i32 + 1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::alibi_slope;
+
+    /// ALiBi's slopes as the paper gives them: for a power-of-two head count
+    /// n, head h gets 2^(-max_bias (h + 1) / n); other counts interleave the
+    /// slopes of the next lower power of two with those of twice it.
+    #[test]
+    fn alibi_slopes_follow_the_geometric_sequence() {
+        for h in 0..8 {
+            let want = 2f64.powi(-(h as i32 + 1));
+            assert_eq!(alibi_slope(8.0, 8, h), want, "head {h} of 8");
+        }
+        let six = [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125];
+        for (h, want) in six.iter().enumerate() {
+            assert_eq!(alibi_slope(8.0, 6, h), *want, "head {h} of 6");
+        }
+        assert_eq!(alibi_slope(0.0, 6, 3), 1.0);
+    }
+}

@@ -88,6 +88,25 @@ fn unknown_ids_and_bad_dims_are_errors() {
 }
 
 #[test]
+fn results_too_large_to_address_are_errors_not_overflows() {
+    let mut b = GraphBuilder::new();
+    let huge = 1usize << 40;
+    let a = b.input("a", DType::F32, &[1, huge]).unwrap();
+    let x = b.input("x", DType::F32, &[1, huge]).unwrap();
+    // [2^40, 2^40]: 2^80 elements
+    shape_err(b.mul_mat(a, x), "2^48");
+    let rows = b.input("rows", DType::F32, &[huge, 1]).unwrap();
+    let idx = b.input("idx", DType::I32, &[huge]).unwrap();
+    shape_err(b.get_rows(rows, idx), "2^48");
+
+    // the strides a view derives for its trailing dims overflow
+    let base = b.input("base", DType::F32, &[1, 4096]).unwrap();
+    shape_err(b.view(base, &[1, 4096], &[1 << 52], 0), "trailing stride");
+    // the graph is unchanged by the refusals
+    assert_eq!(b.build().nodes().len(), 0);
+}
+
+#[test]
 fn alibi_without_mask_is_an_error() {
     let mut b = GraphBuilder::new();
     let a = b.input("a", DType::F32, &[8, 4]).unwrap();

@@ -207,11 +207,20 @@ impl GraphBuilder {
         Ok(())
     }
 
-    fn node(&mut self, op: Op, dtype: DType, ne: [usize; MAX_DIMS], src: &[TensorId]) -> TensorId {
+    /// A new node; its shape (derived from its sources') must stay within
+    /// the element limit, or its strides would overflow.
+    fn node(
+        &mut self,
+        op: Op,
+        dtype: DType,
+        ne: [usize; MAX_DIMS],
+        src: &[TensorId],
+    ) -> Result<TensorId> {
+        Self::shape(op.kind().name(), &ne)?;
         let mut t = Tensor::leaf("", dtype, ne);
         t.op = op;
         t.src = SmallVec::from_slice(src);
-        self.push(t)
+        Ok(self.push(t))
     }
 
     fn view_node(
@@ -297,7 +306,10 @@ impl GraphBuilder {
         nb[0] = src.dtype.type_size();
         nb[1..=strides.len()].copy_from_slice(strides);
         for i in strides.len() + 1..MAX_DIMS {
-            nb[i] = nb[i - 1] * ne[i - 1];
+            nb[i] = nb[i - 1]
+                .checked_mul(ne[i - 1])
+                .filter(|s| *s <= MAX_VIEW_BYTES)
+                .ok_or_else(|| Error::shape(OP, "a trailing stride beyond 2^52 bytes"))?;
         }
         let (base, base_offset) = match src.view {
             Some(v) => (v.base, v.offset),
@@ -480,7 +492,7 @@ impl GraphBuilder {
             DType::F32
         };
         let ne = [src.ne[0], i.ne[0], i.ne[1], i.ne[2]];
-        Ok(self.node(Op::GetRows, dtype, ne, &[a, idx]))
+        self.node(Op::GetRows, dtype, ne, &[a, idx])
     }
 
     /// `a (op) b` with `b` repeated to `a`'s shape; the result has `a`'s
@@ -505,7 +517,7 @@ impl GraphBuilder {
             ));
         }
         let (dtype, ne) = (ta.dtype, ta.ne);
-        Ok(self.node(Op::Binary(op), dtype, ne, &[a, b]))
+        self.node(Op::Binary(op), dtype, ne, &[a, b])
     }
 
     pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
@@ -533,13 +545,13 @@ impl GraphBuilder {
     pub fn scale_bias(&mut self, a: TensorId, s: f32, bias: f32) -> Result<TensorId> {
         let t = self.float("scale", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
-        Ok(self.node(Op::Scale { scale: s, bias }, dtype, ne, &[a]))
+        self.node(Op::Scale { scale: s, bias }, dtype, ne, &[a])
     }
 
     pub fn unary(&mut self, op: UnaryOp, a: TensorId) -> Result<TensorId> {
         let t = self.float("unary", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
-        Ok(self.node(Op::Unary(op), dtype, ne, &[a]))
+        self.node(Op::Unary(op), dtype, ne, &[a])
     }
 
     pub fn silu(&mut self, a: TensorId) -> Result<TensorId> {
@@ -563,7 +575,7 @@ impl GraphBuilder {
         let mut ne = t.ne;
         ne[0] /= 2;
         let dtype = t.dtype;
-        Ok(self.node(Op::Glu { op, swapped }, dtype, ne, &[a]))
+        self.node(Op::Glu { op, swapped }, dtype, ne, &[a])
     }
 
     /// act(a) * b with `a` and `b` of the same shape.
@@ -578,7 +590,7 @@ impl GraphBuilder {
             ));
         }
         let (dtype, ne) = (ta.dtype, ta.ne);
-        Ok(self.node(Op::Glu { op, swapped: false }, dtype, ne, &[a, b]))
+        self.node(Op::Glu { op, swapped: false }, dtype, ne, &[a, b])
     }
 
     pub fn swiglu(&mut self, a: TensorId) -> Result<TensorId> {
@@ -625,7 +637,7 @@ impl GraphBuilder {
             return Err(Error::shape(OP, "quantised a must have packed rows"));
         }
         let ne = [ta.ne[1], tb.ne[1], tb.ne[2], tb.ne[3]];
-        Ok(self.node(Op::MulMat, DType::F32, ne, &[a, b]))
+        self.node(Op::MulMat, DType::F32, ne, &[a, b])
     }
 
     /// Expert matmul: experts [k, m, n_expert], b [k, n_b, n_tokens],
@@ -672,19 +684,19 @@ impl GraphBuilder {
             return Err(Error::shape(OP, "quantised experts must have packed rows"));
         }
         let ne = [ta.ne[1], ti.ne[0], tb.ne[2], 1];
-        Ok(self.node(Op::MulMatId, DType::F32, ne, &[experts, b, ids]))
+        self.node(Op::MulMatId, DType::F32, ne, &[experts, b, ids])
     }
 
     pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         let t = self.float("rms_norm", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
-        Ok(self.node(Op::RmsNorm { eps }, dtype, ne, &[a]))
+        self.node(Op::RmsNorm { eps }, dtype, ne, &[a])
     }
 
     pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         let t = self.float("norm", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
-        Ok(self.node(Op::Norm { eps }, dtype, ne, &[a]))
+        self.node(Op::Norm { eps }, dtype, ne, &[a])
     }
 
     /// Plain rope with base 10000.
@@ -748,7 +760,7 @@ impl GraphBuilder {
             }
             src.push(ff);
         }
-        Ok(self.node(Op::Rope(params), dtype, ne, &src))
+        self.node(Op::Rope(params), dtype, ne, &src)
     }
 
     /// softmax along rows.
@@ -781,7 +793,7 @@ impl GraphBuilder {
                 "soft_max: max_bias (ALiBi) needs a mask".into(),
             ));
         }
-        Ok(self.node(Op::SoftMax { scale, max_bias }, ta.dtype, ta.ne, &src))
+        self.node(Op::SoftMax { scale, max_bias }, ta.dtype, ta.ne, &src)
     }
 
     /// Writes `a`'s values into `b` (converting type); the result is a
@@ -832,7 +844,7 @@ impl GraphBuilder {
         check_convertible(OP, ta, dtype)?;
         Self::check_row_blocks(OP, dtype, ta.ne[0])?;
         let ne = ta.ne;
-        Ok(self.node(Op::Cont, dtype, ne, &[a]))
+        self.node(Op::Cont, dtype, ne, &[a])
     }
 
     /// Writes row r of `src` to row idx[r] of `dst` (converting type);
@@ -917,7 +929,7 @@ impl GraphBuilder {
         let mut ne = ta.ne;
         ne[dim] += tb.ne[dim];
         let dtype = ta.dtype;
-        Ok(self.node(Op::Concat { dim }, dtype, ne, &[a, b]))
+        self.node(Op::Concat { dim }, dtype, ne, &[a, b])
     }
 
     /// Sum of each row: [n, a, b, c] → [1, a, b, c].
@@ -925,14 +937,14 @@ impl GraphBuilder {
         let t = self.float("sum_rows", "a", a)?;
         let ne = [1, t.ne[1], t.ne[2], t.ne[3]];
         let dtype = t.dtype;
-        Ok(self.node(Op::SumRows, dtype, ne, &[a]))
+        self.node(Op::SumRows, dtype, ne, &[a])
     }
 
     /// Indices that sort each row (I32).
     pub fn argsort(&mut self, a: TensorId, order: SortOrder) -> Result<TensorId> {
         let t = self.float("argsort", "a", a)?;
         let ne = t.ne;
-        Ok(self.node(Op::ArgSort { order }, DType::I32, ne, &[a]))
+        self.node(Op::ArgSort { order }, DType::I32, ne, &[a])
     }
 
     /// Indices of the `k` largest values of each row, largest first (I32).
@@ -946,7 +958,7 @@ impl GraphBuilder {
             ));
         }
         let ne = [k, t.ne[1], t.ne[2], t.ne[3]];
-        Ok(self.node(Op::TopK { k }, DType::I32, ne, &[a]))
+        self.node(Op::TopK { k }, DType::I32, ne, &[a])
     }
 
     /// Fused attention: q [d, n_q, n_head, n_seq] (float), k [d, n_kv,
@@ -1018,7 +1030,7 @@ impl GraphBuilder {
             ));
         }
         let ne = [tv.ne[0], tq.ne[2], tq.ne[1], tq.ne[3]];
-        Ok(self.node(
+        self.node(
             Op::FlashAttnExt {
                 scale,
                 max_bias,
@@ -1027,7 +1039,7 @@ impl GraphBuilder {
             DType::F32,
             ne,
             &src,
-        ))
+        )
     }
 }
 

@@ -425,3 +425,58 @@ impl Op {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(got: (f64, f64), want: (f64, f64)) {
+        assert!(
+            (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
+            "{got:?} != {want:?}"
+        );
+    }
+
+    /// theta = pos * freq_scale * base^(-2i / n_dims) / freq_factor, for
+    /// pair i; written out here rather than taken from the code under test.
+    #[test]
+    fn rope_rotation_is_the_closed_form_angle() {
+        let mut p = RopeParams::new(128, RopeMode::Normal);
+        p.freq_base = 500000.0;
+        p.freq_scale = 0.25;
+        for (pos, i0, ff) in [
+            (0.0, 0, 1.0),
+            (37.0, 10, 2.0),
+            (4095.0, 126, 1.0),
+            (5.0, 2, 8.0),
+        ] {
+            let theta = pos * 0.25 * 500000f64.powf(-(i0 as f64) / 128.0) / ff;
+            close(p.rotation(pos, i0, ff), (theta.cos(), theta.sin()));
+        }
+    }
+
+    /// YaRN: pairs below the low correction dim keep the unscaled angle,
+    /// pairs above the high one take the interpolated angle, and both are
+    /// scaled by attn_factor * (1 + 0.1 ln(1 / freq_scale)).
+    #[test]
+    fn yarn_extrapolates_low_pairs_and_interpolates_high_ones() {
+        let mut p = RopeParams::new(128, RopeMode::Neox);
+        p.n_ctx_orig = 4096;
+        p.freq_scale = 0.25;
+        p.ext_factor = 1.0;
+        p.attn_factor = 1.0;
+        p.beta_fast = 32.0;
+        p.beta_slow = 1.0;
+        // 128 ln(4096 / (32 * 2pi)) / (2 ln 10000) = 20.9 -> 20;
+        // 128 ln(4096 / (2pi)) / (2 ln 10000) = 45.03 -> 46
+        assert_eq!(p.yarn_corr_dims(), [20.0, 46.0]);
+        let mscale = 1.0 + 0.1 * 4f64.ln();
+        let pos = 1000.0;
+        let angle = |i0: usize| pos * 10000f64.powf(-(i0 as f64) / 128.0);
+        let (c, s) = p.rotation(pos, 4, 1.0);
+        close((c, s), (angle(4).cos() * mscale, angle(4).sin() * mscale));
+        let (c, s) = p.rotation(pos, 126, 1.0);
+        let t = 0.25 * angle(126);
+        close((c, s), (t.cos() * mscale, t.sin() * mscale));
+    }
+}
