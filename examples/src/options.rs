@@ -232,7 +232,9 @@ pub fn context(a: &Args) -> Result<ContextParams, String> {
             "a {kv} V cache needs flash attention (--flash-attn on)"
         ));
     }
-    let n_ctx = ctx * parallel;
+    let n_ctx = ctx
+        .checked_mul(parallel)
+        .ok_or_else(|| format!("--ctx {ctx} x --parallel {parallel} is too large a context"))?;
     let n_batch = int(a, "--batch", d.n_batch)?.max(1);
     let n_ubatch = int(a, "--ubatch", n_batch.min(d.n_ubatch))?.clamp(1, n_ctx);
     Ok(ContextParams {

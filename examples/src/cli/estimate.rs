@@ -191,7 +191,16 @@ fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String
         Some(false) if !kv.is_quantized() => Attention::Standard,
         _ => Attention::Flash,
     };
-    let n_ctx = (req.ctx * req.parallel as u64) as usize;
+    let n_ctx = req
+        .ctx
+        .checked_mul(req.parallel as u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "--ctx {} x --parallel {} is too large a context",
+                req.ctx, req.parallel
+            )
+        })?;
     let params = ContextParams {
         n_ctx,
         n_batch: req.batch as usize,

@@ -209,6 +209,22 @@ mod tests {
     }
 
     #[test]
+    fn a_context_too_large_to_count_is_an_error_not_an_overflow() {
+        let huge = u64::MAX / 2;
+        let a = args(&["--ctx", &huge.to_string(), "--parallel", "4"]);
+        let parsed = ggraph::args::Args::parse(&ggraph::options::CONTEXT_SPEC, &a).unwrap();
+        let e = ggraph::options::context(&parsed).err().unwrap();
+        assert!(e.contains("too large a context"), "{e}");
+
+        let j = estimate_json(
+            &fixture("tiny_llama.gguf"),
+            &["--ctx", &huge.to_string(), "--parallel", "4"],
+        );
+        let e = j["exact"]["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains("too large a context"), "{j:#}");
+    }
+
+    #[test]
     fn the_table_shows_layers_per_gpu_and_the_graph_kind() {
         let Ok(t) = estimate::render(&args(&[&fixture("tiny_llama.gguf"), "--gpu-free", "1GiB"]))
         else {

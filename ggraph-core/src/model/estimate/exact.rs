@@ -53,8 +53,8 @@ impl ExactEstimate {
     pub fn over(&self, margin: u64) -> Vec<(String, u64)> {
         self.devices[1..]
             .iter()
-            .filter(|d| d.total() + margin > d.free)
-            .map(|d| (d.name.clone(), d.total() + margin - d.free))
+            .filter(|d| d.total().saturating_add(margin) > d.free)
+            .map(|d| (d.name.clone(), d.total().saturating_add(margin) - d.free))
             .collect()
     }
 

@@ -225,6 +225,9 @@ fn uniform(key: &str, v: &[u32]) -> Result<usize> {
     }
 }
 
+/// The most layers a llama header may declare (Ollama's bound as well).
+pub const MAX_LAYERS: usize = 65536;
+
 /// The llama hyperparameters of a `llama` header, read as llama.cpp reads
 /// them (defaults: `head_count_kv` = `head_count`, `key_length` =
 /// `embedding_length / head_count`, `rope.dimension_count` = head size,
@@ -237,6 +240,13 @@ pub fn llama_config(h: &GgufHeader) -> Result<LlamaConfig> {
         )));
     }
     let n_layer = h.hparam_u32("block_count")? as usize;
+    // per-layer tables are sized by the layer count: bound it before any
+    // is made
+    if n_layer > MAX_LAYERS {
+        return Err(meta_error(format!(
+            "llama.block_count {n_layer} is more than the {MAX_LAYERS} layers ggraph accepts"
+        )));
+    }
     let n_embd = h.hparam_u32("embedding_length")? as usize;
     let heads = h.layer_u32s("attention.head_count", n_layer)?;
     let n_head = uniform("llama.attention.head_count", &heads)?;
@@ -301,6 +311,18 @@ mod tests {
             vec![],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn an_absurd_layer_count_is_refused_before_tables_are_sized() {
+        let mut kv = llama_kv();
+        for (k, v) in kv.iter_mut() {
+            if *k == "llama.block_count" {
+                *v = Value::U32(4_000_000_000);
+            }
+        }
+        let e = llama_config(&header(kv)).unwrap_err().to_string();
+        assert!(e.contains("4000000000"), "{e}");
     }
 
     fn llama_kv() -> Vec<(&'static str, Value)> {
