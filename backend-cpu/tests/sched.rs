@@ -270,6 +270,72 @@ fn a_cost_model_refuses_offload_to_a_slow_link() {
 }
 
 #[test]
+fn a_cost_model_offloads_to_a_fast_device_over_a_fast_link() {
+    let f = fixture(2, 40);
+    let want = cpu_only(&f);
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let mut fast = SimConfig::gpu(256 << 20);
+    fast.perf.link_bytes_per_s = 1e13;
+    fast.perf.flops_per_s = 1e15;
+    let sim: Arc<dyn Device> = SimDevice::new(0, fast);
+    let c2 = cpu.clone();
+    let config = SchedConfig {
+        offload_policy: OffloadPolicy::CostModel(Default::default()),
+        ..SchedConfig::default()
+    };
+    let r = run(
+        &f,
+        vec![BackendSpec::new(sim), BackendSpec::new(cpu)],
+        config,
+        &move |_| c2.clone(),
+    );
+    assert_eq!(r.logits, want);
+    let g = r.sched.graph().unwrap();
+    let original = f.lg.builder.graph();
+    let mut offloaded = 0;
+    for &n in original.nodes() {
+        let t = original.tensor(n);
+        if t.op.kind() == OpKind::MulMat && original.tensor(t.src[0]).flags.weight {
+            assert_eq!(
+                r.sched.device(r.sched.backend_of(n).unwrap()).name(),
+                "sim:0"
+            );
+            match r.sched.cause_of(n) {
+                Some(c @ Cause::OpOffload { .. }) => {
+                    assert!(format!("{c:?}").contains("cost model"), "{c:?}")
+                }
+                other => panic!("{}: {other:?}", g.display_name(n)),
+            }
+            offloaded += 1;
+        }
+    }
+    // 7 weight matrices per layer and the output
+    assert_eq!(offloaded, 2 * 7 + 1);
+}
+
+#[test]
+fn a_hand_placement_the_backend_cannot_run_is_an_error() {
+    let f = fixture(2, 5);
+    let (cpu, sims) = devices(1, &[OpKind::RmsNorm]);
+    let graph = f.lg.builder.graph();
+    let norm = graph
+        .nodes()
+        .iter()
+        .copied()
+        .find(|&n| graph.tensor(n).op.kind() == OpKind::RmsNorm)
+        .unwrap();
+    let mut sched = Scheduler::new(
+        vec![BackendSpec::new(sims[0].clone()), BackendSpec::new(cpu)],
+        SchedConfig::default(),
+    )
+    .unwrap();
+    let sim = sched.backend_named("sim:0").unwrap();
+    sched.set_tensor_backend(norm, sim).unwrap();
+    let e = sched.split_graph(graph.clone()).unwrap_err().to_string();
+    assert!(e.contains("sim:0") && e.contains("RMS_NORM"), "{e}");
+}
+
+#[test]
 fn an_op_the_device_refuses_falls_back_with_the_cause_recorded() {
     let f = fixture(2, 7);
     let want = cpu_only(&f);

@@ -94,3 +94,57 @@ fn cost_says_offload(
     let on_host = (flops / host.flops_per_s).max(bytes / host.mem_bytes_per_s);
     on_device < on_host
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+    use crate::ir::GraphBuilder;
+
+    /// A 4096 x 4096 f32 weight (64 MiB) times `n` columns.
+    fn matmul(n: usize) -> (Graph, TensorId, TensorId) {
+        let mut b = GraphBuilder::new();
+        let w = b.weight("w", DType::F32, &[4096, 4096]).unwrap();
+        let x = b.input("x", DType::F32, &[4096, n]).unwrap();
+        let y = b.mul_mat(w, x).unwrap();
+        b.set_output(y).unwrap();
+        (b.build(), y, w)
+    }
+
+    /// Host: 300 GFLOP/s, 50 GB/s. Device: a 25 GB/s link, 100 TFLOP/s.
+    /// Offloading costs 64 MiB / 25 GB/s = 2.7 ms plus the compute; the
+    /// host takes max(flops / 300 GFLOP/s, 1.3 ms), so the crossover is
+    /// at about 24 columns.
+    #[test]
+    fn the_cost_model_offloads_past_the_crossover_only() {
+        let device = DevicePerf {
+            link_bytes_per_s: 25e9,
+            flops_per_s: 100e12,
+            mem_bytes_per_s: 2e12,
+        };
+        let host = HostPerf::default();
+        for (n, want) in [(1, false), (8, false), (16, false), (32, true), (512, true)] {
+            let (g, y, w) = matmul(n);
+            assert_eq!(cost_says_offload(&device, &host, &g, y, w), want, "n = {n}");
+        }
+        // a 1 GB/s link moves the crossover up to about 1200 columns (67 ms
+        // of copying)
+        let slow = DevicePerf {
+            link_bytes_per_s: 1e9,
+            ..device
+        };
+        let (g, y, w) = matmul(2048);
+        assert!(cost_says_offload(&slow, &host, &g, y, w));
+        let (g, y, w) = matmul(512);
+        assert!(!cost_says_offload(&slow, &host, &g, y, w));
+        let (g, y, w) = matmul(128);
+        assert!(!cost_says_offload(&slow, &host, &g, y, w));
+    }
+
+    #[test]
+    fn only_matrix_ops_have_flops() {
+        let (g, y, w) = matmul(3);
+        assert_eq!(matmul_flops(&g, y), 2.0 * 4096.0 * 4096.0 * 3.0);
+        assert_eq!(matmul_flops(&g, w), 0.0);
+    }
+}

@@ -18,6 +18,35 @@ fn owner_of(ctx: &PassContext, buft: BuftId, node: TensorId) -> Option<BackendId
         .find(|&b| ctx.supports_buft(b, buft) && ctx.supports(b, node))
 }
 
+/// A manual placement must still be one the backend can run: it computes
+/// the op and uses the memory the tensor already lives in.
+fn check_manual(ctx: &PassContext, id: TensorId, b: BackendId) -> Result<()> {
+    let name = || ctx.device(b).name().to_string();
+    if !ctx.supports(b, id) {
+        return Err(Error::Unsupported {
+            device: name(),
+            what: format!(
+                "{} ('{}') placed there by hand: the device does not run it",
+                ctx.graph.tensor(id).op.kind().name(),
+                ctx.graph.display_name(id)
+            ),
+        });
+    }
+    if let Some(buft) = ctx.bound_buft(id)
+        && !ctx.supports_buft(b, buft)
+    {
+        return Err(Error::Unsupported {
+            device: name(),
+            what: format!(
+                "'{}' placed there by hand: its memory is in {}, which the device does not use",
+                ctx.graph.display_name(id),
+                ctx.bound_buft_name(id)
+            ),
+        });
+    }
+    Ok(())
+}
+
 pub fn weights_location(
     ctx: &PassContext,
     asg: &mut Assignments,
@@ -26,6 +55,7 @@ pub fn weights_location(
     let g = ctx.graph;
     for &id in g.leafs().iter().chain(g.nodes()) {
         if let Some(&b) = (!manual.is_empty()).then(|| manual.get(&id)).flatten() {
+            check_manual(ctx, id, b)?;
             asg.set(id, b, Cause::Manual);
             continue;
         }
