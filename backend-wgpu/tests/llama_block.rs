@@ -90,6 +90,44 @@ fn llama_block_matches_the_f64_reference_and_the_cpu() {
     );
 }
 
+/// Pipelines are built once per (kernel, dtype, specialisation): running
+/// the same graph again builds none, a new weight type builds only its own.
+#[test]
+fn pipelines_are_built_once_and_reused() {
+    if common::device_or_skip("pipeline cache").is_none() {
+        return;
+    }
+    // a device of its own: other tests build pipelines on the shared one
+    let dev = ggraph_wgpu::WgpuDevice::open(0).unwrap();
+    assert_eq!(dev.pipelines_built(), 0);
+    let cfg = small_config();
+    run(
+        dev.as_ref(),
+        &cfg,
+        no_cache(5, Attention::Flash),
+        DType::Q8_0,
+    );
+    let first = dev.pipelines_built();
+    assert!(first > 5, "{:?}", dev.kernels_built());
+    run(
+        dev.as_ref(),
+        &cfg,
+        no_cache(5, Attention::Flash),
+        DType::Q8_0,
+    );
+    assert_eq!(dev.pipelines_built(), first, "{:?}", dev.kernels_built());
+    run(
+        dev.as_ref(),
+        &cfg,
+        no_cache(5, Attention::Flash),
+        DType::Q4_0,
+    );
+    let kernels = dev.kernels_built();
+    let new: Vec<&String> = kernels.iter().filter(|k| k.contains("Q4_0")).collect();
+    assert!(!new.is_empty(), "{kernels:?}");
+    assert_eq!(dev.pipelines_built(), first + new.len(), "{kernels:?}");
+}
+
 #[test]
 fn quantised_weights_are_dequantised_on_the_device() {
     let Some(dev) = common::device_or_skip("llama quantised") else {
