@@ -23,3 +23,47 @@ fn simulated_device_passes_the_conformance_suite() {
     assert_eq!(report.unsupported(), 0);
     report.check().unwrap();
 }
+
+/// Three threads: tasks split unevenly over the team, so every kernel's
+/// partitioning is exercised with remainders (CI has two cores; the team
+/// still runs three workers).
+#[test]
+fn cpu_with_three_threads_passes_the_conformance_suite() {
+    let dev: Arc<dyn Device> = CpuDevice::with_threads(3).unwrap();
+    let report = conformance::run(&dev);
+    assert_eq!(report.unsupported(), 0);
+    report.check().unwrap();
+}
+
+/// An index outside the source's rows is an error when the graph runs,
+/// naming the op, the index and the range; nothing is read out of bounds.
+#[test]
+fn out_of_range_indices_are_errors_at_compute_time() {
+    use ggraph_core::{DType, GraphBuilder, exec};
+    let dev = CpuDevice::new();
+    for (bad, op) in [(99, "get_rows"), (-1, "get_rows"), (7, "set_rows")] {
+        let mut b = GraphBuilder::new();
+        let a = b.input("a", DType::F32, &[4, 6]).unwrap();
+        let idx = b.input("idx", DType::I32, &[2]).unwrap();
+        let src = b.input("src", DType::F32, &[4, 2]).unwrap();
+        let out = if op == "get_rows" {
+            b.get_rows(a, idx).unwrap()
+        } else {
+            b.set_rows(a, src, idx).unwrap()
+        };
+        b.set_output(out).unwrap();
+        let mut g = b.build();
+        let _mem = exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
+        g.write_f32(a, &[0.5; 24]).unwrap();
+        g.write_bytes(idx, &[1i32, bad].map(i32::to_le_bytes).concat())
+            .unwrap();
+        if op == "set_rows" {
+            g.write_f32(src, &[1.0; 8]).unwrap();
+        }
+        let e = exec::compute_on(dev.as_ref(), &g).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("index {bad}")) && e.contains("outside 0..6"),
+            "{op} with {bad}: {e}"
+        );
+    }
+}
