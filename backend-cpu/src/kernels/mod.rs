@@ -7,6 +7,8 @@ mod copy;
 mod elementwise;
 mod gemm;
 mod isa;
+#[cfg(target_arch = "x86_64")]
+mod kquant_matvec;
 mod math;
 pub(crate) mod matmul;
 mod norm;

@@ -19,6 +19,9 @@
 //!
 //! Paths, by processor and column count:
 //!
+//! - **K-quant mat-vec** (VNNI, Q4_K/Q6_K, one column):
+//!   `kquant_matvec`, the activations in ggml's Q8_K form (one scale per
+//!   256 values), the blocks read straight from memory.
 //! - **fused** (VNNI, Q8_0/Q4_0, up to `DIRECT_MAX_N` columns): the
 //!   kernel reads codes and f16 scales straight from the blocks, two
 //!   blocks per zmm, so the weights stream through once (token
@@ -100,6 +103,12 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         dequantized_fallback(isa, a, m, b, out);
         return;
     };
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512Vnni && n == 1 && super::kquant_matvec::takes(&a) {
+        // token generation with K-quant weights: one pass over the blocks
+        super::kquant_matvec::matvec(a, m, b, out);
+        return;
+    }
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
     } else if isa != Isa::Avx512Vnni && n > super::gemm::DOT_MAX_N {

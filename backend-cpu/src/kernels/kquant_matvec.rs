@@ -1,0 +1,383 @@
+//! Token generation with K-quant weights (Q4_K, Q6_K) on AVX-512 VNNI.
+//!
+//! The activation column is quantised to 8 bits with one scale per
+//! 256-value super-block (ggml's Q8_K), with the sums of its codes per 16
+//! and per 32 values. Each weight row's super-blocks are then read straight
+//! from memory: codes unpacked in registers, integer dot products per
+//! sub-block (`vpdpbusd`), the sub-block scales applied in integers, and one
+//! float multiply-add per super-block, so the weights stream through once.
+//!
+//! For a Q4_K super-block (`d`, `dmin`, 6-bit scales `sc` and mins `mn` per
+//! 32 values, 4-bit codes `u`) against codes `q` with scale `dx` and sums
+//! `bs` per 32 values:
+//!
+//! ```text
+//! dot = dx * (d * sum_j sc_j * sum(u q)  -  dmin * sum_j mn_j * bs_j)
+//! ```
+//!
+//! and for a Q6_K super-block (`d`, signed 8-bit scales `s` per 16 values,
+//! 6-bit codes `u` with offset 32), `bs` per 16 values:
+//!
+//! ```text
+//! dot = dx * d * sum_j s_j * (sum(u q) - 32 bs_j)
+//! ```
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+
+use super::gemm::with_scratch;
+use super::matmul::{Cols, WeightRows};
+use super::quant_dot::PREFETCH_GROUPS;
+
+/// Values per super-block.
+const QK: usize = 256;
+/// Rows per kernel call.
+const ROWS: usize = 4;
+
+thread_local! {
+    static Q8K: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `matvec` takes weights of `dtype` laid out as `a`.
+pub(crate) fn takes(a: &WeightRows) -> bool {
+    matches!(a.dtype, DType::Q4_K | DType::Q6_K)
+        && a.elem_stride == a.dtype.type_size()
+        && a.k % QK == 0
+}
+
+/// One activation column in Q8_K form.
+struct Column<'a> {
+    codes: &'a [i8],
+    /// Scale per super-block.
+    d: &'a [f32],
+    /// Sums of the codes per 16 values.
+    bs16: &'a [i32],
+    /// Sums of the codes per 32 values.
+    bs32: &'a [i32],
+}
+
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, K-quant rows
+/// (see [`takes`]). The caller has checked that the processor has AVX-512
+/// VNNI.
+pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let k = a.k;
+    let nsb = k / QK;
+    // codes, then 64-byte aligned d, bs16, bs32
+    let d_at = k;
+    let bs16_at = d_at + (nsb * 4).next_multiple_of(64);
+    let bs32_at = bs16_at + (nsb * 64).next_multiple_of(64);
+    let len = bs32_at + nsb * 32;
+    with_scratch(&Q8K, len, |buf| {
+        let (codes, rest) = buf.split_at_mut(d_at);
+        let (d, rest) = rest.split_at_mut(bs16_at - d_at);
+        let (bs16, bs32) = rest.split_at_mut(bs32_at - bs16_at);
+        // SAFETY: with_scratch gives a 64-byte aligned buffer and every
+        // region starts at a multiple of 64 bytes, long enough for its
+        // values.
+        let col = unsafe {
+            let codes = std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, k);
+            let d = std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, nsb);
+            let bs16 = std::slice::from_raw_parts_mut(bs16.as_mut_ptr() as *mut i32, nsb * 16);
+            let bs32 = std::slice::from_raw_parts_mut(bs32.as_mut_ptr() as *mut i32, nsb * 8);
+            x86::quantize_q8k(b.0[0], nsb, codes, d, bs16, bs32);
+            Column {
+                codes,
+                d,
+                bs16,
+                bs32,
+            }
+        };
+        let col = &col;
+        let row_bytes = nsb * a.dtype.type_size();
+        // short rows: fetch the rows of the next group; long ones: further
+        // along the row
+        let ahead = if row_bytes <= 4096 {
+            PREFETCH_GROUPS * ROWS * a.stride
+        } else {
+            8 * a.dtype.type_size()
+        };
+        super::par_ranges(m, 16, |range| {
+            let mut i = range.start;
+            while i < range.end {
+                let r = if range.end - i >= ROWS { ROWS } else { 1 };
+                let mut rows = [std::ptr::null::<u8>(); ROWS];
+                for (q, row) in rows.iter_mut().take(r).enumerate() {
+                    *row = a.row(i + q);
+                }
+                let mut res = [0f32; ROWS];
+                // SAFETY: rows i..i + r exist and hold nsb super-blocks; the
+                // column holds nsb super-blocks; output rows i..i + r are
+                // this task's alone.
+                unsafe {
+                    match (a.dtype, r) {
+                        (DType::Q4_K, ROWS) => x86::q4k::<ROWS>(&rows, col, ahead, &mut res),
+                        (DType::Q4_K, _) => x86::q4k::<1>(&rows, col, ahead, &mut res),
+                        (_, ROWS) => x86::q6k::<ROWS>(&rows, col, ahead, &mut res),
+                        _ => x86::q6k::<1>(&rows, col, ahead, &mut res),
+                    }
+                    std::ptr::copy_nonoverlapping(res.as_ptr(), out.0[0].add(i), r);
+                }
+                i += r;
+            }
+        });
+    });
+}
+
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Column, QK};
+
+    /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with one
+    /// scale each, and the sums of the codes per 16 and 32 values.
+    ///
+    /// # Safety
+    /// AVX-512 is available; `x` holds `nsb * 256` values and the slices
+    /// have room for `nsb` super-blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn quantize_q8k(
+        x: *const f32,
+        nsb: usize,
+        codes: &mut [i8],
+        d: &mut [f32],
+        bs16: &mut [i32],
+        bs32: &mut [i32],
+    ) {
+        // SAFETY: caller's contract; every access is inside super-block sb.
+        unsafe {
+            for sb in 0..nsb {
+                let p = x.add(sb * QK);
+                let mut amax = _mm512_setzero_ps();
+                for i in 0..16 {
+                    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(p.add(16 * i))));
+                }
+                let amax = _mm512_reduce_max_ps(amax);
+                d[sb] = amax / 127.0;
+                let inv = _mm512_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
+                for i in 0..16 {
+                    let v = _mm512_mul_ps(_mm512_loadu_ps(p.add(16 * i)), inv);
+                    let q = _mm512_cvtps_epi32(v);
+                    bs16[sb * 16 + i] = _mm512_reduce_add_epi32(q);
+                    _mm_storeu_si128(
+                        codes.as_mut_ptr().add(sb * QK + 16 * i) as *mut __m128i,
+                        _mm512_cvtsepi32_epi8(q),
+                    );
+                }
+                for j in 0..8 {
+                    bs32[sb * 8 + j] = bs16[sb * 16 + 2 * j] + bs16[sb * 16 + 2 * j + 1];
+                }
+            }
+        }
+    }
+
+    /// 64 activation codes: 32 from `a` then 32 from `b` (byte offsets).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn halves(p: *const i8, a: usize, b: usize) -> __m512i {
+        // SAFETY: caller's contract (both 32-byte runs exist).
+        unsafe {
+            let lo = _mm256_loadu_si256(p.add(a) as *const __m256i);
+            let hi = _mm256_loadu_si256(p.add(b) as *const __m256i);
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        }
+    }
+
+    /// The f16 at `p` as f32.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        // SAFETY: caller's contract (two bytes at p).
+        unsafe {
+            let h = (p as *const u16).read_unaligned();
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+        }
+    }
+
+    /// Sum of the eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `R` Q4_K rows (144 bytes per super-block) times the column.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI is available; the first `R` rows hold as many
+    /// super-blocks as the column.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q4k<const R: usize>(
+        rows: &[*const u8; super::ROWS],
+        x: &Column,
+        ahead: usize,
+        out: &mut [f32; super::ROWS],
+    ) {
+        const TS: usize = 144;
+        // SAFETY: caller's contract; each read is inside super-block sb of
+        // a row or of the column (prefetches may point past the end).
+        unsafe {
+            let m4 = _mm512_set1_epi8(0x0f);
+            // sub-block scale of each lane of the four code vectors
+            let pick = [
+                _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+                _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+                _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+                _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
+            ];
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut acc_min = [_mm256_setzero_ps(); R];
+            for sb in 0..x.d.len() {
+                let xc = x.codes.as_ptr().add(sb * QK);
+                // a byte's low nibbles are values l and its high nibbles
+                // l + 32 of each 64: the codes of bytes 0..64 pair
+                // sub-blocks (0, 2) and (1, 3), of bytes 64..128 (4, 6)
+                // and (5, 7)
+                let xs = [
+                    halves(xc, 0, 64),
+                    halves(xc, 32, 96),
+                    halves(xc, 128, 192),
+                    halves(xc, 160, 224),
+                ];
+                let bs = _mm256_loadu_si256(x.bs32.as_ptr().add(sb * 8) as *const __m256i);
+                let dx = x.d[sb];
+                for r in 0..R {
+                    let blk = rows[r].add(sb * TS);
+                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead) as *const i8);
+                    let d = f16_at(blk) * dx;
+                    let dmin = f16_at(blk.add(2)) * dx;
+                    // 6-bit scales and mins: sub-blocks 0..4 in the low bits
+                    // of bytes 0..4 (scales) and 4..8 (mins); 4..8 in the
+                    // nibbles of bytes 8..12, their top bits in the top two
+                    // bits of bytes 0..8
+                    let w = blk.add(4) as *const u32;
+                    let (u0, u1, u2) = (
+                        w.read_unaligned(),
+                        w.add(1).read_unaligned(),
+                        w.add(2).read_unaligned(),
+                    );
+                    let sc_lo = u0 & 0x3f3f_3f3f;
+                    let sc_hi = (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4);
+                    let mn_lo = u1 & 0x3f3f_3f3f;
+                    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4);
+                    let sc = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32));
+                    let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
+                    let q0 = _mm512_loadu_si512(blk.add(16) as *const __m512i);
+                    let q1 = _mm512_loadu_si512(blk.add(80) as *const __m512i);
+                    let codes = [
+                        _mm512_and_si512(q0, m4),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(q0), m4),
+                        _mm512_and_si512(q1, m4),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(q1), m4),
+                    ];
+                    let mut t = _mm512_setzero_si512();
+                    for v in 0..4 {
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[v], xs[v]);
+                        let s = _mm512_permutexvar_epi32(pick[v], sc);
+                        t = _mm512_add_epi32(t, _mm512_mullo_epi32(p, s));
+                    }
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d), acc[r]);
+                    let mins = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, bs));
+                    acc_min[r] = _mm256_fmadd_ps(mins, _mm256_set1_ps(dmin), acc_min[r]);
+                }
+            }
+            for r in 0..R {
+                out[r] = _mm512_reduce_add_ps(acc[r]) - hsum256(acc_min[r]);
+            }
+        }
+    }
+
+    /// `R` Q6_K rows (210 bytes per super-block) times the column.
+    ///
+    /// # Safety
+    /// As [`q4k`].
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q6k<const R: usize>(
+        rows: &[*const u8; super::ROWS],
+        x: &Column,
+        ahead: usize,
+        out: &mut [f32; super::ROWS],
+    ) {
+        const TS: usize = 210;
+        // SAFETY: as in q4k.
+        unsafe {
+            let m4 = _mm512_set1_epi8(0x0f);
+            let m2 = _mm512_set1_epi8(0x03);
+            // sub-block (16 values) of each lane of the four code vectors
+            let pick: [__m512i; 4] = std::array::from_fn(|v| {
+                let s = 4 * v as i32;
+                _mm512_set_epi32(
+                    s + 3,
+                    s + 3,
+                    s + 3,
+                    s + 3,
+                    s + 2,
+                    s + 2,
+                    s + 2,
+                    s + 2,
+                    s + 1,
+                    s + 1,
+                    s + 1,
+                    s + 1,
+                    s,
+                    s,
+                    s,
+                    s,
+                )
+            });
+            let mut acc = [_mm512_setzero_ps(); R];
+            for sb in 0..x.d.len() {
+                let xc = x.codes.as_ptr().add(sb * QK);
+                let xs: [__m512i; 4] =
+                    std::array::from_fn(|v| _mm512_loadu_si512(xc.add(64 * v) as *const __m512i));
+                let bs = _mm512_loadu_si512(x.bs16.as_ptr().add(sb * 16) as *const __m512i);
+                let dx = x.d[sb];
+                for r in 0..R {
+                    let blk = rows[r].add(sb * TS);
+                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead) as *const i8);
+                    let d = f16_at(blk.add(208)) * dx;
+                    let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
+                    let mut t = _mm512_setzero_si512();
+                    for half in 0..2 {
+                        // values 128 h + l (l < 64): low nibble of ql[l]; 128 h
+                        // + 64 + l: its high nibble; the top two bits from
+                        // qh[l % 32], shifted by 2 (l / 32) or 4 + 2 (l / 32)
+                        let ql = _mm512_loadu_si512(blk.add(64 * half) as *const __m512i);
+                        let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
+                        let h01 = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(qh),
+                            _mm256_srli_epi16::<2>(qh),
+                        );
+                        let h23 = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_srli_epi16::<4>(qh)),
+                            _mm256_srli_epi16::<6>(qh),
+                        );
+                        let lo = _mm512_or_si512(
+                            _mm512_and_si512(ql, m4),
+                            _mm512_slli_epi16::<4>(_mm512_and_si512(h01, m2)),
+                        );
+                        let hi = _mm512_or_si512(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                            _mm512_slli_epi16::<4>(_mm512_and_si512(h23, m2)),
+                        );
+                        for (v, codes) in [(2 * half, lo), (2 * half + 1, hi)] {
+                            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xs[v]);
+                            let s = _mm512_permutexvar_epi32(pick[v], sc);
+                            t = _mm512_add_epi32(t, _mm512_mullo_epi32(p, s));
+                        }
+                    }
+                    // the codes' offset of 32, per sub-block of 16
+                    let off = _mm512_slli_epi32::<5>(_mm512_mullo_epi32(sc, bs));
+                    let t = _mm512_sub_epi32(t, off);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d), acc[r]);
+                }
+            }
+            for r in 0..R {
+                out[r] = _mm512_reduce_add_ps(acc[r]);
+            }
+        }
+    }
+}
