@@ -221,6 +221,17 @@ pub fn plan_placement_checked(
             opts.main_device
         )));
     }
+    if let Some(split) = &opts.tensor_split {
+        let (n, unit) = match split {
+            TensorSplit::Fractions(f) => (f.len(), "fractions"),
+            TensorSplit::Bytes(b) => (b.len(), "byte budgets"),
+        };
+        if n != n_devices {
+            return Err(Error::InvalidArgument(format!(
+                "tensor split gives {n} {unit} for {n_devices} device(s): give one per device"
+            )));
+        }
+    }
     for o in &opts.overrides {
         if let OverrideTarget::Device(d) = o.target
             && d >= n_devices
@@ -270,12 +281,6 @@ pub fn plan_placement_checked(
                     }
                     None => vec![1.0 / n_devices as f64; n_devices],
                 };
-                if row_split.len() != n_devices {
-                    return Err(Error::InvalidArgument(format!(
-                        "tensor split has {} entries for {n_devices} devices",
-                        row_split.len()
-                    )));
-                }
             }
             SplitMode::Layer => {
                 let layers: Vec<usize> = (first_gpu..=n_layer).collect();
@@ -289,12 +294,6 @@ pub fn plan_placement_checked(
                             )?,
                             _ => vec![1.0 / n_devices as f64; n_devices],
                         };
-                        if f.len() != n_devices {
-                            return Err(Error::InvalidArgument(format!(
-                                "tensor split has {} entries for {n_devices} devices",
-                                f.len()
-                            )));
-                        }
                         by_fraction(&layers, &layer_bytes, &f)
                     }
                 };
@@ -517,6 +516,44 @@ mod tests {
         };
         let err = plan_placement(&m, 2, &[], &tight).unwrap_err().to_string();
         assert!(err.contains("do not fit"), "{err}");
+    }
+
+    #[test]
+    fn a_tensor_split_must_give_one_share_per_device_in_every_mode_and_unit() {
+        let m = model();
+        for mode in [SplitMode::None, SplitMode::Layer, SplitMode::Row] {
+            for n in [1, 3] {
+                for split in [
+                    TensorSplit::Fractions(vec![1.0; n]),
+                    TensorSplit::Bytes(vec![u64::MAX / 8; n]),
+                ] {
+                    let o = PlacementOptions {
+                        split_mode: mode,
+                        tensor_split: Some(split.clone()),
+                        ..Default::default()
+                    };
+                    match plan_placement(&m, 2, &[], &o) {
+                        Err(Error::InvalidArgument(e)) => {
+                            assert!(e.contains(&format!("{n} ")), "{e}");
+                            assert!(e.contains("2 device(s)"), "{e}");
+                        }
+                        other => panic!("{mode:?} {split:?}: expected an error, got {other:?}"),
+                    }
+                }
+            }
+            // one share per device is accepted in both units
+            for split in [
+                TensorSplit::Fractions(vec![1.0, 1.0]),
+                TensorSplit::Bytes(vec![u64::MAX / 8; 2]),
+            ] {
+                let o = PlacementOptions {
+                    split_mode: mode,
+                    tensor_split: Some(split),
+                    ..Default::default()
+                };
+                plan_placement(&m, 2, &[], &o).unwrap();
+            }
+        }
     }
 
     #[test]
