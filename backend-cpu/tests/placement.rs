@@ -163,30 +163,39 @@ fn fractions_and_bytes_place_what_they_say() {
 }
 
 #[test]
-fn a_placement_that_does_not_fit_fails_before_loading_anything() {
+fn a_placement_that_does_not_fit_fails_naming_the_device_and_shortfall_before_loading() {
     let d = desc(false);
-    let small = SimDevice::new(0, SimConfig::gpu(64 << 10));
-    let devices: Vec<Arc<dyn Device>> = vec![small.clone()];
-    match Model::load(
-        &d,
-        &devices,
-        CpuDevice::new(),
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    ) {
+    let big = SimDevice::new(0, SimConfig::gpu(256 << 20));
+    let small = SimDevice::new(1, SimConfig::gpu(64 << 10));
+    let devices: Vec<Arc<dyn Device>> = vec![big.clone(), small.clone()];
+    let opts = PlacementOptions {
+        tensor_split: Some(TensorSplit::Fractions(vec![1.0, 1.0])),
+        ..PlacementOptions::default()
+    };
+    match Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None) {
         Err(Error::OutOfMemory {
             buffer_type,
             requested_bytes,
             available_bytes,
         }) => {
-            assert!(buffer_type.contains("device 0"), "{buffer_type}");
+            assert!(buffer_type.starts_with("sim:1 "), "{buffer_type}");
+            assert!(!buffer_type.contains("sim:0"), "{buffer_type}");
             assert_eq!(available_bytes, 64 << 10);
             assert!(requested_bytes > available_bytes);
+            let short = requested_bytes - available_bytes;
+            assert!(
+                buffer_type.contains(&format!("{short} bytes")),
+                "the shortfall, {short} bytes: {buffer_type}"
+            );
+            assert!(
+                buffer_type.contains("offload fewer layers (n_gpu_layers) or change tensor_split"),
+                "{buffer_type}"
+            );
         }
         Err(e) => panic!("expected out of memory, got {e}"),
         Ok(_) => panic!("expected out of memory"),
     }
+    assert_eq!(big.allocated_bytes(), 0, "nothing was allocated");
     assert_eq!(small.allocated_bytes(), 0, "nothing was allocated");
 }
 

@@ -214,6 +214,21 @@ pub fn plan_placement_checked(
     opts: &PlacementOptions,
     check_free: bool,
 ) -> Result<PlacementPlan> {
+    let names: Vec<String> = (0..n_devices).map(|d| format!("device {d}")).collect();
+    plan_placement_named(desc, &names, free, opts, check_free)
+}
+
+/// As [`plan_placement_checked`] on devices called `names` (one per
+/// device, in placement order): errors that a device is short of memory
+/// name it.
+pub fn plan_placement_named(
+    desc: &ModelDesc,
+    names: &[String],
+    free: &[u64],
+    opts: &PlacementOptions,
+    check_free: bool,
+) -> Result<PlacementPlan> {
+    let n_devices = names.len();
     let n_layer = desc.config.n_layer;
     if n_devices > 0 && opts.main_device >= n_devices {
         return Err(Error::InvalidArgument(format!(
@@ -285,7 +300,9 @@ pub fn plan_placement_checked(
             SplitMode::Layer => {
                 let layers: Vec<usize> = (first_gpu..=n_layer).collect();
                 let assigned = match &opts.tensor_split {
-                    Some(TensorSplit::Bytes(budgets)) => by_budget(&layers, &layer_bytes, budgets)?,
+                    Some(TensorSplit::Bytes(budgets)) => {
+                        by_budget(&layers, &layer_bytes, budgets, names)?
+                    }
                     split => {
                         let f = match split {
                             Some(TensorSplit::Fractions(f)) => normalise(f)?,
@@ -345,9 +362,9 @@ pub fn plan_placement_checked(
         }
     }
     if let Some(TensorSplit::Bytes(budgets)) = &opts.tensor_split {
-        check_fit(&weight_bytes, budgets, "its byte budget")?;
+        check_fit(&weight_bytes, budgets, names, "its byte budget")?;
     } else if check_free && free.len() == n_devices {
-        check_fit(&weight_bytes, free, "its free memory")?;
+        check_fit(&weight_bytes, free, names, "its free memory")?;
     }
     let kv_device = (0..n_layer)
         .map(|l| {
@@ -374,11 +391,20 @@ pub fn plan_placement_checked(
 /// Rows of row-split matrices come in multiples of this (GPU kernel tiles).
 pub const ROW_ALIGN: usize = 32;
 
-fn check_fit(weight_bytes: &[u64], limits: &[u64], what: &str) -> Result<()> {
+/// What to do when weights do not fit.
+const FIT_HINT: &str = "offload fewer layers (n_gpu_layers) or change tensor_split";
+
+fn check_fit(weight_bytes: &[u64], limits: &[u64], names: &[String], what: &str) -> Result<()> {
     for (d, (&need, &have)) in weight_bytes[1..].iter().zip(limits).enumerate() {
         if need > have {
+            let short = need - have;
             return Err(Error::OutOfMemory {
-                buffer_type: format!("device {d} (weights alone exceed {what})"),
+                buffer_type: format!(
+                    "{} (its weights alone need {}, {short} bytes ({}) more than {what}: {FIT_HINT})",
+                    names[d],
+                    format_bytes(need),
+                    format_bytes(short),
+                ),
                 requested_bytes: need,
                 available_bytes: have,
             });
@@ -412,7 +438,12 @@ fn by_fraction(layers: &[usize], bytes: &[u64], f: &[f64]) -> Vec<usize> {
 }
 
 /// Contiguous ranges filling each device's byte budget in turn.
-fn by_budget(layers: &[usize], bytes: &[u64], budgets: &[u64]) -> Result<Vec<usize>> {
+fn by_budget(
+    layers: &[usize],
+    bytes: &[u64],
+    budgets: &[u64],
+    names: &[String],
+) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(layers.len());
     let mut d = 0;
     let mut used = 0u64;
@@ -425,8 +456,8 @@ fn by_budget(layers: &[usize], bytes: &[u64], budgets: &[u64]) -> Result<Vec<usi
             let rest: u64 = layers.iter().filter(|&&x| x >= l).map(|&x| bytes[x]).sum();
             return Err(Error::OutOfMemory {
                 buffer_type: format!(
-                    "the byte budgets of {} device(s) (layer {l} and after, {} more, do not fit)",
-                    budgets.len(),
+                    "the byte budgets of {} (layer {l} and after, {rest} bytes ({}) more, do not fit: {FIT_HINT})",
+                    names.join(", "),
                     format_bytes(rest)
                 ),
                 requested_bytes: layers.iter().map(|&x| bytes[x]).sum(),
@@ -516,6 +547,8 @@ mod tests {
         };
         let err = plan_placement(&m, 2, &[], &tight).unwrap_err().to_string();
         assert!(err.contains("do not fit"), "{err}");
+        assert!(err.contains("device 0, device 1"), "{err}");
+        assert!(err.contains("tensor_split"), "{err}");
     }
 
     #[test]
@@ -566,8 +599,14 @@ mod tests {
                 requested_bytes,
                 available_bytes,
             } => {
-                assert!(buffer_type.contains("device 0"));
-                assert!(requested_bytes > available_bytes);
+                assert!(buffer_type.contains("device 0"), "{buffer_type}");
+                let short = requested_bytes - available_bytes;
+                assert!(short > 0);
+                assert!(
+                    buffer_type.contains(&format!("{short} bytes")),
+                    "{buffer_type}"
+                );
+                assert!(buffer_type.contains("n_gpu_layers"), "{buffer_type}");
             }
             e => panic!("{e}"),
         }
