@@ -183,7 +183,7 @@ pub fn split_rows(m: usize, f: &[f64], align: usize) -> Vec<usize> {
     out
 }
 
-fn normalise(f: &[f64]) -> Result<Vec<f64>> {
+pub(crate) fn normalise(f: &[f64]) -> Result<Vec<f64>> {
     let sum: f64 = f.iter().sum();
     if f.iter().any(|x| !x.is_finite() || *x < 0.0) || sum <= 0.0 {
         return Err(Error::InvalidArgument(format!(
