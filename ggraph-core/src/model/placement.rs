@@ -524,6 +524,80 @@ mod tests {
         assert!((share - 0.75).abs() < 0.2, "device 0 holds {share}");
     }
 
+    /// Bytes of each layer (the output layer last).
+    fn layer_bytes(m: &ModelDesc) -> Vec<u64> {
+        let n = m.config.n_layer;
+        let mut out = vec![0; n + 1];
+        for t in &m.tensors {
+            if let Some(l) = t.layer(n) {
+                out[l] += t.nbytes();
+            }
+        }
+        out
+    }
+
+    /// Layers split in contiguous ranges whose cumulative bytes are within
+    /// half a layer of the cumulative shares `f` (a layer goes where its
+    /// middle falls).
+    fn assert_split_by_bytes(m: &ModelDesc, p: &PlacementPlan, f: &[f64]) {
+        let bytes = layer_bytes(m);
+        let d: Vec<usize> = p.layer_device.iter().map(|x| x.unwrap()).collect();
+        assert!(d.windows(2).all(|w| w[0] <= w[1]), "contiguous: {d:?}");
+        let total: u64 = bytes.iter().sum();
+        let half_layer = *bytes.iter().max().unwrap() as f64 / 2.0;
+        let sum: f64 = f.iter().sum();
+        let (mut want, mut got) = (0.0, 0u64);
+        for (dev, share) in f.iter().enumerate() {
+            want += share / sum * total as f64;
+            got += p.weight_bytes[dev + 1];
+            assert!(
+                (got as f64 - want).abs() <= half_layer + 1.0,
+                "devices 0..={dev} hold {got} bytes; their share is {want:.0} (layers {d:?})"
+            );
+            assert!(p.weight_bytes[dev + 1] > 0, "device {dev} is empty: {d:?}");
+        }
+        assert_eq!(got, total);
+    }
+
+    #[test]
+    fn the_default_layer_split_follows_free_memory() {
+        let m =
+            ModelDesc::random(LlamaConfig::dense(64, 64, 16, 4, 2, 128), DType::F32, 1).unwrap();
+        let gib = 1u64 << 30;
+        for free in [
+            vec![3 * gib, gib],
+            vec![gib, 3 * gib],
+            vec![gib, 2 * gib, gib],
+        ] {
+            let p = plan_placement(&m, free.len(), &free, &PlacementOptions::default()).unwrap();
+            let f: Vec<f64> = free.iter().map(|&x| x as f64).collect();
+            assert_split_by_bytes(&m, &p, &f);
+        }
+    }
+
+    #[test]
+    fn uneven_layers_are_split_by_bytes_not_counts() {
+        // layers 0 and 1 in f32, the others in q4_0 (about 7 times smaller)
+        let mut m =
+            ModelDesc::random(LlamaConfig::dense(64, 64, 8, 4, 2, 128), DType::F32, 1).unwrap();
+        for t in &mut m.tensors {
+            if t.is_matrix() && !t.name.starts_with("blk.0.") && !t.name.starts_with("blk.1.") {
+                t.dtype = DType::Q4_0;
+            }
+        }
+        let bytes = layer_bytes(&m);
+        assert!(bytes[0] > 5 * bytes[2], "{bytes:?}");
+        let o = PlacementOptions {
+            tensor_split: Some(TensorSplit::Fractions(vec![1.0, 1.0])),
+            ..Default::default()
+        };
+        let p = plan_placement(&m, 2, &[], &o).unwrap();
+        assert_split_by_bytes(&m, &p, &[1.0, 1.0]);
+        // by count device 0 would take layers 0..=3, far over its half
+        let on_first = p.layer_device.iter().filter(|d| **d == Some(0)).count();
+        assert!(on_first < 4, "{:?}", p.layer_device);
+    }
+
     #[test]
     fn byte_budgets_place_what_they_say_or_fail_naming_the_shortfall() {
         let m = model();
