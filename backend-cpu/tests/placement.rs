@@ -8,19 +8,23 @@ use ggraph_core::backend::Device;
 use ggraph_core::batch::Batch;
 use ggraph_core::conformance::nmse;
 use ggraph_core::context::{Context, ContextParams};
+use ggraph_core::ir::Op;
 use ggraph_core::model::desc::ModelDesc;
 use ggraph_core::model::llama::{Attention, LlamaConfig};
 use ggraph_core::model::loaded::{LoadMode, Model};
 use ggraph_core::model::placement::{
-    GpuLayers, Home, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
+    GpuLayers, Home, OverrideTarget, PlacementOptions, PlacementPlan, ROW_ALIGN, SplitMode,
+    TensorSplit, split_rows,
 };
 use ggraph_core::{DType, Error};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
 
+/// Four layers wide enough that every row-split matrix, attn_k and attn_v
+/// (64 rows) included, has rows for at least two devices at ROW_ALIGN.
 fn desc(moe: bool) -> ModelDesc {
-    let mut c = LlamaConfig::dense(120, 64, 4, 4, 2, 128);
+    let mut c = LlamaConfig::dense(128, 128, 4, 8, 4, 256);
     if moe {
         c.n_expert = 4;
         c.n_expert_used = 2;
@@ -45,8 +49,8 @@ fn logits(model: Model) -> Vec<f32> {
     run(model).0
 }
 
-/// Logits, the number of per-device partial mul_mats in the last graph,
-/// and its splits.
+/// Logits, the number of per-device partial mul_mats in the last graph
+/// (not the scheduler's copies of them), and its splits.
 fn run(model: Model) -> (Vec<f32>, usize, usize) {
     let mut ctx = Context::new(Arc::new(model), params()).unwrap();
     ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
@@ -57,7 +61,10 @@ fn run(model: Model) -> (Vec<f32>, usize, usize) {
     let parts = g
         .nodes()
         .iter()
-        .filter(|&&n| g.tensor(n).name.contains("@rows"))
+        .filter(|&&n| {
+            let t = g.tensor(n);
+            t.op == Op::MulMat && t.name.contains("@rows")
+        })
         .count();
     (out, parts, ctx.scheduler().splits().len())
 }
@@ -82,32 +89,134 @@ fn sims(mib: &[u64]) -> Vec<Arc<dyn Device>> {
         .collect()
 }
 
+/// Rows of each row-split matrix per device, by the plan.
+fn row_splits(d: &ModelDesc, plan: &PlacementPlan) -> Vec<(String, Vec<usize>)> {
+    d.tensors
+        .iter()
+        .filter(|t| plan.home_of(d, &t.name) == Some(Home::Rows))
+        .map(|t| {
+            let rows = split_rows(t.shape[1], &plan.row_split, ROW_ALIGN);
+            (t.name.clone(), rows)
+        })
+        .collect()
+}
+
+/// How many devices hold rows of a split.
+fn holders(rows: &[usize]) -> usize {
+    rows.iter().filter(|&&r| r > 0).count()
+}
+
 #[test]
 fn layer_and_row_split_over_two_to_four_devices_give_the_single_device_logits() {
     let d = desc(false);
     let want = single(&d);
-    for memory in [vec![64, 32], vec![48, 16, 32], vec![16, 32, 24, 64]] {
+    // unequal memory, chosen so that the default split (by free memory)
+    // gives every device a share in both modes
+    for memory in [vec![64, 32], vec![48, 16, 32], vec![24, 48, 32, 40]] {
         for mode in [SplitMode::Layer, SplitMode::Row] {
-            let devices = sims(&memory);
+            let devices: Vec<Arc<SimDevice>> = memory
+                .iter()
+                .enumerate()
+                .map(|(i, m)| SimDevice::new(i, SimConfig::gpu(m << 20)))
+                .collect();
+            let dyns: Vec<Arc<dyn Device>> = devices
+                .iter()
+                .map(|s| s.clone() as Arc<dyn Device>)
+                .collect();
             let opts = PlacementOptions {
                 split_mode: mode,
                 ..PlacementOptions::default()
             };
-            let m =
-                Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
-            let used = m.weight_bytes();
-            let on_devices = used.iter().filter(|(n, _)| n.starts_with("sim:")).count();
-            assert!(on_devices >= 2, "{mode:?} {memory:?}: weights on {used:?}");
-            let (got, parts, splits) = run(m);
+            let m = Model::load(&d, &dyns, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+            for (i, s) in devices.iter().enumerate() {
+                assert!(
+                    s.allocated_bytes() > 0 && m.plan.weight_bytes[i + 1] > 0,
+                    "{mode:?} over {memory:?}: sim:{i} holds no weights ({:?})",
+                    m.weight_bytes()
+                );
+            }
+            let splits = row_splits(&d, &m.plan);
+            let want_parts: usize = splits.iter().map(|(_, r)| holders(r)).sum();
+            if mode == SplitMode::Row {
+                for i in 0..memory.len() {
+                    assert!(
+                        splits.iter().any(|(_, r)| r[i] > 0),
+                        "{memory:?}: sim:{i} holds no matrix rows"
+                    );
+                }
+                for name in ["blk.0.attn_k.weight", "blk.0.attn_v.weight"] {
+                    let (_, r) = splits.iter().find(|(n, _)| n == name).unwrap();
+                    assert!(holders(r) >= 2, "{memory:?}: {name} is not split: {r:?}");
+                }
+                // 7 matrices per layer and the output
+                assert_eq!(splits.len(), 7 * 4 + 1);
+            } else {
+                assert!(splits.is_empty());
+            }
+            let (got, parts, n_splits) = run(m);
             let e = nmse(&got, &want);
             assert!(e < 1e-9, "{mode:?} over {memory:?}: nmse {e}");
-            assert!(splits >= 3, "{mode:?} over {memory:?}: {splits} splits");
-            if mode == SplitMode::Row {
-                // 7 matrices per layer and the output, in at least two parts each
-                assert!(parts >= 2 * (7 * 4 + 1), "{parts} partial mul_mats");
-            } else {
-                assert_eq!(parts, 0);
-            }
+            assert!(
+                n_splits >= memory.len(),
+                "{mode:?} over {memory:?}: {n_splits} splits"
+            );
+            // one partial mul_mat per device holding rows of each matrix
+            // (a matrix on one device keeps its own mul_mat, not counted)
+            let one_part = splits.iter().filter(|(_, r)| holders(r) == 1).count();
+            assert_eq!(parts, want_parts - one_part, "{mode:?} over {memory:?}");
+        }
+    }
+}
+
+#[test]
+fn row_split_gathers_run_on_the_main_device() {
+    let d = desc(false);
+    let want = single(&d);
+    for (n, main) in [(2, 0), (2, 1), (3, 1), (3, 2)] {
+        let devices = sims(&vec![64; n]);
+        let opts = PlacementOptions {
+            split_mode: SplitMode::Row,
+            main_device: main,
+            ..PlacementOptions::default()
+        };
+        let m = Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+        // a matrix over k devices is gathered by k - 1 concats
+        let want_gathers: usize = row_splits(&d, &m.plan)
+            .iter()
+            .map(|(_, r)| holders(r) - 1)
+            .sum();
+        assert!(want_gathers >= (7 * 4 + 1) * (n - 1) / 2, "{want_gathers}");
+        let mut ctx = Context::new(Arc::new(m), params()).unwrap();
+        ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
+        let mut got = ctx.logits().to_vec();
+        ctx.decode(&Batch::tokens(&[7])).unwrap();
+        got.extend_from_slice(ctx.logits());
+        let e = nmse(&got, &want);
+        assert!(e < 1e-9, "{n} devices, main {main}: nmse {e}");
+
+        let sched = ctx.scheduler();
+        let g = sched.graph().unwrap();
+        // a gather is a concat of partial mul_mats (or their copies)
+        let gathers: Vec<_> = g
+            .nodes()
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let t = g.tensor(id);
+                matches!(t.op, Op::Concat { .. })
+                    && t.src.iter().any(|&s| g.tensor(s).name.contains("@rows"))
+            })
+            .collect();
+        assert_eq!(gathers.len(), want_gathers, "{n} devices");
+        let main_name = format!("sim:{main}");
+        for id in gathers {
+            let b = sched.backend_of(id).unwrap();
+            assert_eq!(
+                sched.device(b).name(),
+                main_name,
+                "gather '{}' ({n} devices)",
+                g.display_name(id)
+            );
         }
     }
 }
@@ -163,30 +272,39 @@ fn fractions_and_bytes_place_what_they_say() {
 }
 
 #[test]
-fn a_placement_that_does_not_fit_fails_before_loading_anything() {
+fn a_placement_that_does_not_fit_fails_naming_the_device_and_shortfall_before_loading() {
     let d = desc(false);
-    let small = SimDevice::new(0, SimConfig::gpu(64 << 10));
-    let devices: Vec<Arc<dyn Device>> = vec![small.clone()];
-    match Model::load(
-        &d,
-        &devices,
-        CpuDevice::new(),
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    ) {
+    let big = SimDevice::new(0, SimConfig::gpu(256 << 20));
+    let small = SimDevice::new(1, SimConfig::gpu(64 << 10));
+    let devices: Vec<Arc<dyn Device>> = vec![big.clone(), small.clone()];
+    let opts = PlacementOptions {
+        tensor_split: Some(TensorSplit::Fractions(vec![1.0, 1.0])),
+        ..PlacementOptions::default()
+    };
+    match Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None) {
         Err(Error::OutOfMemory {
             buffer_type,
             requested_bytes,
             available_bytes,
         }) => {
-            assert!(buffer_type.contains("device 0"), "{buffer_type}");
+            assert!(buffer_type.starts_with("sim:1 "), "{buffer_type}");
+            assert!(!buffer_type.contains("sim:0"), "{buffer_type}");
             assert_eq!(available_bytes, 64 << 10);
             assert!(requested_bytes > available_bytes);
+            let short = requested_bytes - available_bytes;
+            assert!(
+                buffer_type.contains(&format!("{short} bytes")),
+                "the shortfall, {short} bytes: {buffer_type}"
+            );
+            assert!(
+                buffer_type.contains("offload fewer layers (n_gpu_layers) or change tensor_split"),
+                "{buffer_type}"
+            );
         }
         Err(e) => panic!("expected out of memory, got {e}"),
         Ok(_) => panic!("expected out of memory"),
     }
+    assert_eq!(big.allocated_bytes(), 0, "nothing was allocated");
     assert_eq!(small.allocated_bytes(), 0, "nothing was allocated");
 }
 

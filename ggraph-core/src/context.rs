@@ -17,7 +17,7 @@ use crate::kv::{KvCache, Slot, TokenPlace};
 use crate::model::llama::{Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama};
 use crate::model::loaded::{LoadMode, Model};
 use crate::model::row_split::rewrite_row_split;
-use crate::sched::{BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
+use crate::sched::{BackendId, BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
 
 /// Context settings.
 #[derive(Clone, Debug)]
@@ -218,7 +218,19 @@ impl Context {
         let mut lg = build_llama(&model.config, &shape, &mut &*model, &mut self.cache)?;
         // row-split weights become per-device partial mul_mats
         let mut graph = std::mem::take(&mut lg.builder).build();
-        rewrite_row_split(&mut graph)?;
+        let rewrite = rewrite_row_split(&mut graph)?;
+        // the gathers run on the main device (where the layer's other
+        // tensors are), not beside whichever part they read last. Manual
+        // placements name this graph's ids: the context owns them.
+        self.sched.reset();
+        let main = model.plan.main_device;
+        if let Some(device) = model.devices.get(main) {
+            for &g in &rewrite.gathers {
+                if device.supports_op(&graph, g) {
+                    self.sched.set_tensor_backend(g, BackendId(main as u16))?;
+                }
+            }
+        }
         lg.builder = graph_into_builder(graph);
         Ok(lg)
     }

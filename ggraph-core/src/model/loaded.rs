@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::desc::{ModelDesc, WeightData};
 use super::llama::{LlamaConfig, WeightSource};
-use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_checked};
+use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
 use super::row_split::RowSplitBufferType;
 use crate::alloc::{VirtualBufferType, pack_weights};
 use crate::backend::{Buffer, BufferType, Device};
@@ -58,8 +58,8 @@ impl Model {
         mut progress: Option<LoadProgress<'_>>,
     ) -> Result<Model> {
         let free: Vec<u64> = devices.iter().map(|d| d.memory().free_bytes).collect();
-        let plan =
-            plan_placement_checked(desc, devices.len(), &free, opts, mode == LoadMode::Real)?;
+        let names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
+        let plan = plan_placement_named(desc, &names, &free, opts, mode == LoadMode::Real)?;
         if mode == LoadMode::Real && !desc.has_data() {
             return Err(Error::InvalidArgument(
                 "this model has no tensor data (opened from a header): load it in dry-run mode"

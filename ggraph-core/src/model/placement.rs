@@ -183,7 +183,7 @@ pub fn split_rows(m: usize, f: &[f64], align: usize) -> Vec<usize> {
     out
 }
 
-fn normalise(f: &[f64]) -> Result<Vec<f64>> {
+pub(crate) fn normalise(f: &[f64]) -> Result<Vec<f64>> {
     let sum: f64 = f.iter().sum();
     if f.iter().any(|x| !x.is_finite() || *x < 0.0) || sum <= 0.0 {
         return Err(Error::InvalidArgument(format!(
@@ -214,12 +214,38 @@ pub fn plan_placement_checked(
     opts: &PlacementOptions,
     check_free: bool,
 ) -> Result<PlacementPlan> {
+    let names: Vec<String> = (0..n_devices).map(|d| format!("device {d}")).collect();
+    plan_placement_named(desc, &names, free, opts, check_free)
+}
+
+/// As [`plan_placement_checked`] on devices called `names` (one per
+/// device, in placement order): errors that a device is short of memory
+/// name it.
+pub fn plan_placement_named(
+    desc: &ModelDesc,
+    names: &[String],
+    free: &[u64],
+    opts: &PlacementOptions,
+    check_free: bool,
+) -> Result<PlacementPlan> {
+    let n_devices = names.len();
     let n_layer = desc.config.n_layer;
     if n_devices > 0 && opts.main_device >= n_devices {
         return Err(Error::InvalidArgument(format!(
             "main device {} does not exist ({n_devices} devices)",
             opts.main_device
         )));
+    }
+    if let Some(split) = &opts.tensor_split {
+        let (n, unit) = match split {
+            TensorSplit::Fractions(f) => (f.len(), "fractions"),
+            TensorSplit::Bytes(b) => (b.len(), "byte budgets"),
+        };
+        if n != n_devices {
+            return Err(Error::InvalidArgument(format!(
+                "tensor split gives {n} {unit} for {n_devices} device(s): give one per device"
+            )));
+        }
     }
     for o in &opts.overrides {
         if let OverrideTarget::Device(d) = o.target
@@ -270,17 +296,13 @@ pub fn plan_placement_checked(
                     }
                     None => vec![1.0 / n_devices as f64; n_devices],
                 };
-                if row_split.len() != n_devices {
-                    return Err(Error::InvalidArgument(format!(
-                        "tensor split has {} entries for {n_devices} devices",
-                        row_split.len()
-                    )));
-                }
             }
             SplitMode::Layer => {
                 let layers: Vec<usize> = (first_gpu..=n_layer).collect();
                 let assigned = match &opts.tensor_split {
-                    Some(TensorSplit::Bytes(budgets)) => by_budget(&layers, &layer_bytes, budgets)?,
+                    Some(TensorSplit::Bytes(budgets)) => {
+                        by_budget(&layers, &layer_bytes, budgets, names)?
+                    }
                     split => {
                         let f = match split {
                             Some(TensorSplit::Fractions(f)) => normalise(f)?,
@@ -289,12 +311,6 @@ pub fn plan_placement_checked(
                             )?,
                             _ => vec![1.0 / n_devices as f64; n_devices],
                         };
-                        if f.len() != n_devices {
-                            return Err(Error::InvalidArgument(format!(
-                                "tensor split has {} entries for {n_devices} devices",
-                                f.len()
-                            )));
-                        }
                         by_fraction(&layers, &layer_bytes, &f)
                     }
                 };
@@ -346,9 +362,9 @@ pub fn plan_placement_checked(
         }
     }
     if let Some(TensorSplit::Bytes(budgets)) = &opts.tensor_split {
-        check_fit(&weight_bytes, budgets, "its byte budget")?;
+        check_fit(&weight_bytes, budgets, names, "its byte budget")?;
     } else if check_free && free.len() == n_devices {
-        check_fit(&weight_bytes, free, "its free memory")?;
+        check_fit(&weight_bytes, free, names, "its free memory")?;
     }
     let kv_device = (0..n_layer)
         .map(|l| {
@@ -375,11 +391,20 @@ pub fn plan_placement_checked(
 /// Rows of row-split matrices come in multiples of this (GPU kernel tiles).
 pub const ROW_ALIGN: usize = 32;
 
-fn check_fit(weight_bytes: &[u64], limits: &[u64], what: &str) -> Result<()> {
+/// What to do when weights do not fit.
+const FIT_HINT: &str = "offload fewer layers (n_gpu_layers) or change tensor_split";
+
+fn check_fit(weight_bytes: &[u64], limits: &[u64], names: &[String], what: &str) -> Result<()> {
     for (d, (&need, &have)) in weight_bytes[1..].iter().zip(limits).enumerate() {
         if need > have {
+            let short = need - have;
             return Err(Error::OutOfMemory {
-                buffer_type: format!("device {d} (weights alone exceed {what})"),
+                buffer_type: format!(
+                    "{} (its weights alone need {}, {short} bytes ({}) more than {what}: {FIT_HINT})",
+                    names[d],
+                    format_bytes(need),
+                    format_bytes(short),
+                ),
                 requested_bytes: need,
                 available_bytes: have,
             });
@@ -413,7 +438,12 @@ fn by_fraction(layers: &[usize], bytes: &[u64], f: &[f64]) -> Vec<usize> {
 }
 
 /// Contiguous ranges filling each device's byte budget in turn.
-fn by_budget(layers: &[usize], bytes: &[u64], budgets: &[u64]) -> Result<Vec<usize>> {
+fn by_budget(
+    layers: &[usize],
+    bytes: &[u64],
+    budgets: &[u64],
+    names: &[String],
+) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(layers.len());
     let mut d = 0;
     let mut used = 0u64;
@@ -426,8 +456,8 @@ fn by_budget(layers: &[usize], bytes: &[u64], budgets: &[u64]) -> Result<Vec<usi
             let rest: u64 = layers.iter().filter(|&&x| x >= l).map(|&x| bytes[x]).sum();
             return Err(Error::OutOfMemory {
                 buffer_type: format!(
-                    "the byte budgets of {} device(s) (layer {l} and after, {} more, do not fit)",
-                    budgets.len(),
+                    "the byte budgets of {} (layer {l} and after, {rest} bytes ({}) more, do not fit: {FIT_HINT})",
+                    names.join(", "),
                     format_bytes(rest)
                 ),
                 requested_bytes: layers.iter().map(|&x| bytes[x]).sum(),
@@ -494,6 +524,80 @@ mod tests {
         assert!((share - 0.75).abs() < 0.2, "device 0 holds {share}");
     }
 
+    /// Bytes of each layer (the output layer last).
+    fn layer_bytes(m: &ModelDesc) -> Vec<u64> {
+        let n = m.config.n_layer;
+        let mut out = vec![0; n + 1];
+        for t in &m.tensors {
+            if let Some(l) = t.layer(n) {
+                out[l] += t.nbytes();
+            }
+        }
+        out
+    }
+
+    /// Layers split in contiguous ranges whose cumulative bytes are within
+    /// half a layer of the cumulative shares `f` (a layer goes where its
+    /// middle falls).
+    fn assert_split_by_bytes(m: &ModelDesc, p: &PlacementPlan, f: &[f64]) {
+        let bytes = layer_bytes(m);
+        let d: Vec<usize> = p.layer_device.iter().map(|x| x.unwrap()).collect();
+        assert!(d.windows(2).all(|w| w[0] <= w[1]), "contiguous: {d:?}");
+        let total: u64 = bytes.iter().sum();
+        let half_layer = *bytes.iter().max().unwrap() as f64 / 2.0;
+        let sum: f64 = f.iter().sum();
+        let (mut want, mut got) = (0.0, 0u64);
+        for (dev, share) in f.iter().enumerate() {
+            want += share / sum * total as f64;
+            got += p.weight_bytes[dev + 1];
+            assert!(
+                (got as f64 - want).abs() <= half_layer + 1.0,
+                "devices 0..={dev} hold {got} bytes; their share is {want:.0} (layers {d:?})"
+            );
+            assert!(p.weight_bytes[dev + 1] > 0, "device {dev} is empty: {d:?}");
+        }
+        assert_eq!(got, total);
+    }
+
+    #[test]
+    fn the_default_layer_split_follows_free_memory() {
+        let m =
+            ModelDesc::random(LlamaConfig::dense(64, 64, 16, 4, 2, 128), DType::F32, 1).unwrap();
+        let gib = 1u64 << 30;
+        for free in [
+            vec![3 * gib, gib],
+            vec![gib, 3 * gib],
+            vec![gib, 2 * gib, gib],
+        ] {
+            let p = plan_placement(&m, free.len(), &free, &PlacementOptions::default()).unwrap();
+            let f: Vec<f64> = free.iter().map(|&x| x as f64).collect();
+            assert_split_by_bytes(&m, &p, &f);
+        }
+    }
+
+    #[test]
+    fn uneven_layers_are_split_by_bytes_not_counts() {
+        // layers 0 and 1 in f32, the others in q4_0 (about 7 times smaller)
+        let mut m =
+            ModelDesc::random(LlamaConfig::dense(64, 64, 8, 4, 2, 128), DType::F32, 1).unwrap();
+        for t in &mut m.tensors {
+            if t.is_matrix() && !t.name.starts_with("blk.0.") && !t.name.starts_with("blk.1.") {
+                t.dtype = DType::Q4_0;
+            }
+        }
+        let bytes = layer_bytes(&m);
+        assert!(bytes[0] > 5 * bytes[2], "{bytes:?}");
+        let o = PlacementOptions {
+            tensor_split: Some(TensorSplit::Fractions(vec![1.0, 1.0])),
+            ..Default::default()
+        };
+        let p = plan_placement(&m, 2, &[], &o).unwrap();
+        assert_split_by_bytes(&m, &p, &[1.0, 1.0]);
+        // by count device 0 would take layers 0..=3, far over its half
+        let on_first = p.layer_device.iter().filter(|d| **d == Some(0)).count();
+        assert!(on_first < 4, "{:?}", p.layer_device);
+    }
+
     #[test]
     fn byte_budgets_place_what_they_say_or_fail_naming_the_shortfall() {
         let m = model();
@@ -517,6 +621,46 @@ mod tests {
         };
         let err = plan_placement(&m, 2, &[], &tight).unwrap_err().to_string();
         assert!(err.contains("do not fit"), "{err}");
+        assert!(err.contains("device 0, device 1"), "{err}");
+        assert!(err.contains("tensor_split"), "{err}");
+    }
+
+    #[test]
+    fn a_tensor_split_must_give_one_share_per_device_in_every_mode_and_unit() {
+        let m = model();
+        for mode in [SplitMode::None, SplitMode::Layer, SplitMode::Row] {
+            for n in [1, 3] {
+                for split in [
+                    TensorSplit::Fractions(vec![1.0; n]),
+                    TensorSplit::Bytes(vec![u64::MAX / 8; n]),
+                ] {
+                    let o = PlacementOptions {
+                        split_mode: mode,
+                        tensor_split: Some(split.clone()),
+                        ..Default::default()
+                    };
+                    match plan_placement(&m, 2, &[], &o) {
+                        Err(Error::InvalidArgument(e)) => {
+                            assert!(e.contains(&format!("{n} ")), "{e}");
+                            assert!(e.contains("2 device(s)"), "{e}");
+                        }
+                        other => panic!("{mode:?} {split:?}: expected an error, got {other:?}"),
+                    }
+                }
+            }
+            // one share per device is accepted in both units
+            for split in [
+                TensorSplit::Fractions(vec![1.0, 1.0]),
+                TensorSplit::Bytes(vec![u64::MAX / 8; 2]),
+            ] {
+                let o = PlacementOptions {
+                    split_mode: mode,
+                    tensor_split: Some(split),
+                    ..Default::default()
+                };
+                plan_placement(&m, 2, &[], &o).unwrap();
+            }
+        }
     }
 
     #[test]
@@ -529,8 +673,14 @@ mod tests {
                 requested_bytes,
                 available_bytes,
             } => {
-                assert!(buffer_type.contains("device 0"));
-                assert!(requested_bytes > available_bytes);
+                assert!(buffer_type.contains("device 0"), "{buffer_type}");
+                let short = requested_bytes - available_bytes;
+                assert!(short > 0);
+                assert!(
+                    buffer_type.contains(&format!("{short} bytes")),
+                    "{buffer_type}"
+                );
+                assert!(buffer_type.contains("n_gpu_layers"), "{buffer_type}");
             }
             e => panic!("{e}"),
         }
