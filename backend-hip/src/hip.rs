@@ -780,6 +780,21 @@ mod tests {
         }
     }
 
+    /// hiprtc needs no GPU: the shared kernel source compiles for a real
+    /// AMD architecture here, so a HIP syntax or type error fails CI.
+    #[test]
+    fn the_kernel_source_compiles_with_hiprtc_for_gfx90a() {
+        if let Err(e) = hiprtc() {
+            panic!("hiprtc not found (libamdhip64-dev installs it): {e}");
+        }
+        let source = source::full_source(COMPAT_HIP);
+        let options = ["-O3".to_string(), "--offload-arch=gfx90a".to_string()];
+        match hiprtc_compile(&source, &options) {
+            Ok(image) => assert!(image.len() > 1024, "{} byte code object", image.len()),
+            Err(e) => panic!("hiprtc rejected the kernel source: {e}"),
+        }
+    }
+
     #[test]
     fn the_hip_source_uses_the_hip_prelude() {
         let s = source::full_source(COMPAT_HIP);
