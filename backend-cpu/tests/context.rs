@@ -10,7 +10,7 @@ use ggraph_core::batch::Batch;
 use ggraph_core::conformance::nmse;
 use ggraph_core::context::{Context, ContextParams, DecodeError};
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_core::model::desc::ModelDesc;
+use ggraph_core::model::desc::{ModelDesc, TensorSpec};
 use ggraph_core::model::llama::{Attention, LlamaConfig};
 use ggraph_core::model::loaded::{LoadMode, Model};
 use ggraph_core::model::placement::PlacementOptions;
@@ -32,6 +32,27 @@ fn model_with_layers(
         3,
     )
     .unwrap();
+    load(desc, devices, cpu)
+}
+
+/// A one-layer model that carries rope frequency factors
+/// (`rope_freqs.weight`, as llama 3.1 GGUFs do): n_rot / 2 values that
+/// divide each rotated pair's frequency, here random in 0.8..1.2 (a
+/// shift by 2 positions then turns the fastest pair by up to 0.5 rad
+/// more or less than without them).
+fn model_with_rope_freqs(cpu: Arc<dyn Device>) -> Arc<Model> {
+    let mut desc =
+        ModelDesc::random(LlamaConfig::dense(101, 64, 1, 4, 2, 96), DType::Q8_0, 3).unwrap();
+    let n = desc.config.n_rot / 2;
+    desc.tensors.push(TensorSpec {
+        name: "rope_freqs.weight".into(),
+        dtype: DType::F32,
+        shape: vec![n],
+    });
+    load(desc, &[], cpu)
+}
+
+fn load(desc: ModelDesc, devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
     Arc::new(
         Model::load(
             &desc,
@@ -127,16 +148,30 @@ fn a_copied_sequence_continues_like_the_original() {
 
 #[test]
 fn shifted_positions_rotate_k_like_a_fresh_decode() {
-    // decode A B C D, drop A B, shift C D to positions 0 1, then decode E.
-    // With one layer, a token's K and V depend only on the token and its
-    // position, so the shifted cache must equal a fresh decode of C D.
-    let one_layer = || {
+    shift_equals_a_fresh_decode(&|| {
         Context::new(
             model_with_layers(&[], CpuDevice::new(), 1),
             params(Attention::Flash),
         )
         .unwrap()
-    };
+    });
+}
+
+#[test]
+fn the_k_shift_uses_the_models_rope_frequency_factors() {
+    shift_equals_a_fresh_decode(&|| {
+        Context::new(
+            model_with_rope_freqs(CpuDevice::new()),
+            params(Attention::Flash),
+        )
+        .unwrap()
+    });
+}
+
+/// Decode A B C D, drop A B, shift C D to positions 0 1, then decode E.
+/// With one layer, a token's K and V depend only on the token and its
+/// position, so the shifted cache must equal a fresh decode of C D.
+fn shift_equals_a_fresh_decode(one_layer: &dyn Fn() -> Context) {
     let mut shifted = one_layer();
     shifted.decode(&Batch::tokens(&[10, 20, 30, 40])).unwrap();
     shifted

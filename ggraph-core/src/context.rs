@@ -12,9 +12,12 @@ use crate::backend::Device;
 use crate::batch::{Batch, SaneBatch, SplitMode, sanitize, split};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ir::{Graph, RopeMode, RopeParams};
+use crate::ir::Graph;
 use crate::kv::{KvCache, Slot, TokenPlace};
-use crate::model::llama::{Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama};
+use crate::model::llama::{
+    Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors,
+    rope_params,
+};
 use crate::model::loaded::{LoadMode, Model};
 use crate::model::row_split::rewrite_row_split;
 use crate::sched::{BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
@@ -406,11 +409,14 @@ impl Context {
 
     /// Rotates K by every cell's pending shift.
     fn apply_shift(&mut self) -> Result<()> {
-        let c = &self.model.config;
-        let rope = RopeParams::new(c.n_rot, RopeMode::Normal)
-            .freq_base(c.rope_freq_base)
-            .freq_scale(c.rope_freq_scale);
-        let (graph, shifts) = self.cache.shift_graph(c.head_dim, c.n_head_kv, rope)?;
+        let model = self.model.clone();
+        let c = &model.config;
+        // the rope of the model's K, frequency factors included
+        let (graph, shifts) =
+            self.cache
+                .shift_graph(c.head_dim, c.n_head_kv, rope_params(c), &mut |b| {
+                    rope_freq_factors(b, c, &mut &*model)
+                })?;
         let mut sched = self.side_scheduler()?;
         sched.alloc_graph(graph)?;
         sched
