@@ -2,6 +2,7 @@
 //! are reused when shapes repeat, sequences stay apart, cache operations
 //! keep attention right, and every failure leaves the cache as it was.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,10 +12,12 @@ use ggraph_core::conformance::nmse;
 use ggraph_core::context::{Context, ContextParams, DecodeError};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::model::desc::{ModelDesc, TensorSpec};
-use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_core::model::llama::{
+    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama, causal_mask,
+};
 use ggraph_core::model::loaded::{LoadMode, Model};
 use ggraph_core::model::placement::PlacementOptions;
-use ggraph_core::{DType, Result};
+use ggraph_core::{DType, Result, quant, reference};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn model_on(devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
@@ -498,4 +501,69 @@ fn a_compute_failure_rolls_the_ubatch_back() {
     assert_eq!(ctx.cache.cells, before);
     fail.store(false, Ordering::SeqCst);
     ctx.decode(&Batch::tokens(&[4, 5])).unwrap();
+}
+
+#[test]
+fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_computes_it() {
+    // F32 weights and cache: the CPU computes in f32, the reference in f64
+    let desc = ModelDesc::random(LlamaConfig::dense(101, 64, 2, 4, 2, 96), DType::F32, 7).unwrap();
+    let prompt = PROMPT;
+    let outputs = [2, 7, 8]; // in both ubatches (8 + 1 tokens)
+    let mut ctx = Context::new(
+        load(desc.clone(), &[], CpuDevice::new()),
+        ContextParams {
+            embeddings: true,
+            ..params(Attention::Flash)
+        },
+    )
+    .unwrap();
+    let batch = Batch {
+        tokens: prompt.to_vec(),
+        outputs: Some((0..prompt.len()).map(|i| outputs.contains(&i)).collect()),
+        ..Batch::default()
+    };
+    ctx.decode(&batch).unwrap();
+    let n_embd = desc.config.n_embd;
+    assert_eq!(ctx.embeddings().len(), outputs.len() * n_embd);
+
+    // the reference: the whole prompt in one graph, every token an output
+    let lg = build_llama(
+        &desc.config,
+        &BuildShape::prompt(prompt.len(), Attention::Standard),
+        &mut FreshWeights { dtype: DType::F32 },
+        &mut FreshCache,
+    )
+    .unwrap();
+    let g = lg.builder.graph();
+    let positions: Vec<i32> = (0..prompt.len() as i32).collect();
+    let cells: Vec<Option<i32>> = positions.iter().map(|p| Some(*p)).collect();
+    let mut inputs: HashMap<TensorId, Vec<u8>> = HashMap::new();
+    let i32_bytes = |v: &[i32]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
+    inputs.insert(lg.inputs.tokens, i32_bytes(&prompt));
+    inputs.insert(lg.inputs.positions, i32_bytes(&positions));
+    let mask = quant::quantize(
+        g.tensor(lg.inputs.kq_mask).dtype,
+        &causal_mask(&positions, &cells),
+    )
+    .unwrap();
+    inputs.insert(lg.inputs.kq_mask, mask);
+    let ev = reference::evaluate(g, |id| {
+        if let Some(b) = inputs.get(&id) {
+            return Ok(b.clone());
+        }
+        desc.bytes_of(desc.tensor(&g.tensor(id).name).expect("a model tensor"))
+    })
+    .unwrap();
+    let want = ev.values(lg.embeddings);
+    for &i in &outputs {
+        let got = ctx.embeddings_of(i).expect("an output token");
+        let e = nmse(got, &want[i * n_embd..(i + 1) * n_embd]);
+        assert!(e < 1e-9, "token {i}: nmse {e}");
+    }
+    assert!(ctx.embeddings_of(0).is_none(), "token 0 was not an output");
+
+    // without the option, nothing is kept
+    let mut plain = context(Attention::Flash);
+    plain.decode(&Batch::tokens(&PROMPT)).unwrap();
+    assert!(plain.embeddings().is_empty() && plain.embeddings_of(8).is_none());
 }

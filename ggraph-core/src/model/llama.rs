@@ -309,13 +309,16 @@ pub struct LlamaGraph {
     pub inputs: LlamaInputs,
     /// F32 [n_vocab, n_outputs].
     pub logits: TensorId,
+    /// F32 [n_embd, n_outputs]: the output norm's result, the rows the
+    /// logits are computed from (llama.cpp's `result_norm`, its
+    /// embeddings). Not a graph output unless marked as one.
+    pub embeddings: TensorId,
     /// Per layer (k, v) cache tensors.
     pub caches: Vec<(TensorId, TensorId)>,
     /// Last node of each layer (the residual output).
     pub layer_outputs: Vec<TensorId>,
 }
 
-/// Builds the llama graph for one ubatch.
 /// The rope of a llama's Q and K (and of the KV cache's K shift).
 pub fn rope_params(c: &LlamaConfig) -> RopeParams {
     RopeParams::new(c.n_rot, RopeMode::Normal)
@@ -335,6 +338,7 @@ pub fn rope_freq_factors(
     weights.weight(b, "rope_freqs.weight", &[c.n_rot / 2])
 }
 
+/// Builds the llama graph for one ubatch.
 pub fn build_llama(
     config: &LlamaConfig,
     shape: &BuildShape,
@@ -529,6 +533,7 @@ pub fn build_llama(
     let out_norm = w(&mut b, "output_norm.weight".into(), &[c.n_embd])?;
     let cur = b.rms_norm(inp, c.rms_eps)?;
     let cur = b.mul(cur, out_norm)?;
+    b.set_name(cur, "result_norm")?;
     let output = match weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])? {
         Some(o) => o,
         None => tok_embd, // tied embeddings
@@ -547,6 +552,7 @@ pub fn build_llama(
             v_idx,
         },
         logits,
+        embeddings: cur,
         caches,
         layer_outputs,
     })
