@@ -2,6 +2,7 @@
 //! are reused when shapes repeat, sequences stay apart, cache operations
 //! keep attention right, and every failure leaves the cache as it was.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,11 +11,13 @@ use ggraph_core::batch::Batch;
 use ggraph_core::conformance::nmse;
 use ggraph_core::context::{Context, ContextParams, DecodeError};
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_core::model::desc::{ModelDesc, TensorSpec};
+use ggraph_core::model::llama::{
+    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama, causal_mask,
+};
 use ggraph_core::model::loaded::{LoadMode, Model};
 use ggraph_core::model::placement::PlacementOptions;
-use ggraph_core::{DType, Result};
+use ggraph_core::{DType, Result, quant, reference};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn model_on(devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
@@ -32,6 +35,27 @@ fn model_with_layers(
         3,
     )
     .unwrap();
+    load(desc, devices, cpu)
+}
+
+/// A one-layer model that carries rope frequency factors
+/// (`rope_freqs.weight`, as llama 3.1 GGUFs do): n_rot / 2 values that
+/// divide each rotated pair's frequency, here random in 0.8..1.2 (a
+/// shift by 2 positions then turns the fastest pair by up to 0.5 rad
+/// more or less than without them).
+fn model_with_rope_freqs(cpu: Arc<dyn Device>) -> Arc<Model> {
+    let mut desc =
+        ModelDesc::random(LlamaConfig::dense(101, 64, 1, 4, 2, 96), DType::Q8_0, 3).unwrap();
+    let n = desc.config.n_rot / 2;
+    desc.tensors.push(TensorSpec {
+        name: "rope_freqs.weight".into(),
+        dtype: DType::F32,
+        shape: vec![n],
+    });
+    load(desc, &[], cpu)
+}
+
+fn load(desc: ModelDesc, devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
     Arc::new(
         Model::load(
             &desc,
@@ -63,6 +87,93 @@ fn context(attention: Attention) -> Context {
     Context::new(model_on(&[], CpuDevice::new()), params(attention)).unwrap()
 }
 
+/// A KV cache configuration the decode loop must run with, and how
+/// close two decodes that should agree come with it (nmse bounds).
+///
+/// F32 and F16 round K and V at most to half precision (relative 2^-11):
+/// everything agrees to the float sums. Q8_0 keeps 8 bits per value and
+/// Q4_0 4 bits: a value is off by up to half a step, the step being
+/// 1/127 (Q8_0) or 1/8 (Q4_0) of the block's largest value, so a K row
+/// rounded twice (a K shift dequantises, rotates and rounds again) is
+/// off from a row rounded once by an nmse of about step^2 / 12 over the
+/// block's mean square: ~5e-5 for Q8_0 and ~2e-2 for Q4_0 here (a
+/// missing shift is off by 0.2). Through one layer's attention that
+/// reaches the logits as ~1e-4 and ~4e-4 (a missing shift: ~1e-2). The
+/// bounds leave a margin above the measured errors and stay below what a
+/// missing shift gives.
+#[derive(Clone, Copy, Debug)]
+struct KvCase {
+    kv: DType,
+    attention: Attention,
+    /// Logits of two decodes that read the same cache bytes (the rows
+    /// each token wrote, perhaps moved): only the float sums differ.
+    same_cache: f64,
+    /// Logits where one decode's cache values were rounded to the cache
+    /// type again (a K shift) or from a slightly different float (rows
+    /// written from another batch).
+    rounded_again: f64,
+    /// Shifted K rows against the rows a fresh decode wrote.
+    shifted_k: f64,
+}
+
+const KV_CASES: [KvCase; 5] = [
+    KvCase {
+        kv: DType::F32,
+        attention: Attention::Standard,
+        same_cache: 1e-9,
+        rounded_again: 1e-9,
+        shifted_k: 1e-9,
+    },
+    KvCase {
+        kv: DType::F32,
+        attention: Attention::Flash,
+        same_cache: 1e-9,
+        rounded_again: 1e-9,
+        shifted_k: 1e-9,
+    },
+    KvCase {
+        kv: DType::F16,
+        attention: Attention::Standard,
+        same_cache: 1e-9,
+        rounded_again: 1e-7,
+        shifted_k: 1e-6,
+    },
+    KvCase {
+        kv: DType::Q8_0,
+        attention: Attention::Flash,
+        same_cache: 1e-9,
+        rounded_again: 1e-3,
+        shifted_k: 3e-4,
+    },
+    KvCase {
+        kv: DType::Q4_0,
+        attention: Attention::Flash,
+        same_cache: 1e-9,
+        rounded_again: 3e-3,
+        shifted_k: 5e-2,
+    },
+];
+
+impl KvCase {
+    /// A context over a random model of `n_layer` layers whose head_dim
+    /// (32) is whole Q8_0/Q4_0 blocks, as the K shift of a quantised
+    /// cache needs (it rotates each head's K in place).
+    fn context(&self, n_layer: usize) -> Context {
+        let desc = ModelDesc::random(
+            LlamaConfig::dense(101, 128, n_layer, 4, 2, 96),
+            DType::Q8_0,
+            5,
+        )
+        .unwrap();
+        let p = ContextParams {
+            k_type: self.kv,
+            v_type: self.kv,
+            ..params(self.attention)
+        };
+        Context::new(load(desc, &[], CpuDevice::new()), p).unwrap()
+    }
+}
+
 fn f64s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|x| *x as f64).collect()
 }
@@ -71,22 +182,27 @@ const PROMPT: [i32; 9] = [1, 17, 42, 5, 99, 3, 64, 8, 21];
 
 #[test]
 fn incremental_decoding_equals_one_shot_decoding() {
-    for attention in [Attention::Standard, Attention::Flash] {
-        let mut one = context(attention);
+    for case in KV_CASES {
+        let mut one = case.context(2);
         one.decode(&Batch::tokens(&PROMPT)).unwrap();
         let want = one.logits().to_vec();
-        let mut inc = context(attention);
+        let mut inc = case.context(2);
         inc.decode(&Batch::tokens(&PROMPT[..5])).unwrap();
         for t in &PROMPT[5..] {
             inc.decode(&Batch::tokens(&[*t])).unwrap();
         }
         let e = nmse(inc.logits(), &f64s(&want));
-        assert!(e < 1e-9, "{attention:?}: nmse {e}");
-        // one graph for 9 tokens (two ubatches: 8 + 1), then one-token
-        // graphs reused for every step after the first
+        assert!(e < case.same_cache, "{case:?}: nmse {e}");
+        // one-shot: two ubatches (8 + 1 tokens), two shapes, two graphs
+        let s = one.stats();
+        assert_eq!((s.ubatches, s.tokens), (2, 9));
+        assert_eq!((s.graphs_built, s.graphs_reused), (2, 0), "{s:?}");
+        // incremental: a 5-token graph, then one 1-token graph built for
+        // the first step and reused for the other three (the cells the
+        // attention sees stay padded to 32, so the shape repeats)
         let s = inc.stats();
-        assert_eq!(s.tokens, 9);
-        assert!(s.graphs_reused >= 3, "{s:?}");
+        assert_eq!((s.ubatches, s.tokens), (5, 9));
+        assert_eq!((s.graphs_built, s.graphs_reused), (2, 3), "{s:?}");
     }
 }
 
@@ -127,16 +243,46 @@ fn a_copied_sequence_continues_like_the_original() {
 
 #[test]
 fn shifted_positions_rotate_k_like_a_fresh_decode() {
-    // decode A B C D, drop A B, shift C D to positions 0 1, then decode E.
-    // With one layer, a token's K and V depend only on the token and its
-    // position, so the shifted cache must equal a fresh decode of C D.
-    let one_layer = || {
+    for case in KV_CASES {
+        let (k, logits) = shift_against_a_fresh_decode(&|| case.context(1));
+        assert!(k < case.shifted_k, "{case:?}: K nmse {k}");
+        assert!(
+            logits < case.rounded_again,
+            "{case:?}: logits nmse {logits}"
+        );
+    }
+}
+
+#[test]
+fn the_k_shift_uses_the_models_rope_frequency_factors() {
+    let (k, logits) = shift_against_a_fresh_decode(&|| {
         Context::new(
-            model_with_layers(&[], CpuDevice::new(), 1),
+            model_with_rope_freqs(CpuDevice::new()),
             params(Attention::Flash),
         )
         .unwrap()
-    };
+    });
+    assert!(k < 1e-9 && logits < 1e-9, "nmse: K {k}, logits {logits}");
+}
+
+/// Layer 0's K of `n` cells from `first`, as f32.
+fn k_rows(ctx: &Context, first: usize, n: usize) -> Vec<f32> {
+    let t = ctx.cache.layout().k_type;
+    let n_embd_kv = ctx.model().config.n_embd_kv();
+    let row = t.row_size(n_embd_kv).unwrap();
+    let k = &ctx.cache.layer(0).k;
+    let mut bytes = vec![0u8; row * n];
+    k.buffer
+        .read(k.offset + (row * first) as u64, &mut bytes)
+        .unwrap();
+    ggraph_core::quant::dequantize(t, &bytes, n_embd_kv * n).unwrap()
+}
+
+/// Decode A B C D, drop A B, shift C D to positions 0 1, then decode E.
+/// With one layer, a token's K and V depend only on the token and its
+/// position, so the shifted cache must equal a fresh decode of C D E:
+/// the nmse of C D's K rows and of E's logits against the fresh decode's.
+fn shift_against_a_fresh_decode(one_layer: &dyn Fn() -> Context) -> (f64, f64) {
     let mut shifted = one_layer();
     shifted.decode(&Batch::tokens(&[10, 20, 30, 40])).unwrap();
     shifted
@@ -148,25 +294,32 @@ fn shifted_positions_rotate_k_like_a_fresh_decode() {
     shifted.decode(&Batch::tokens(&[50])).unwrap();
     let mut fresh = one_layer();
     fresh.decode(&Batch::tokens(&[30, 40, 50])).unwrap();
-    let e = nmse(shifted.logits(), &f64s(fresh.logits()));
-    assert!(e < 1e-9, "nmse {e}");
     assert!(!shifted.cache.cells.has_shift(), "the shift was applied");
+    // C D stay in cells 2 3 (E took the free cell 0); fresh: cells 0 1
+    assert_eq!(shifted.cache.cells.cell(2).pos, Some(0));
+    let k = nmse(&k_rows(&shifted, 2, 2), &f64s(&k_rows(&fresh, 0, 2)));
+    (k, nmse(shifted.logits(), &f64s(fresh.logits())))
 }
 
 #[test]
 fn defragmentation_moves_cells_without_changing_attention() {
-    for attention in [Attention::Standard, Attention::Flash] {
-        let mut ctx = context(attention);
-        let two = Batch {
-            tokens: vec![1, 2, 3, 4, 5, 6],
-            seq_ids: Some(vec![vec![0], vec![1], vec![0], vec![1], vec![0], vec![1]]),
-            outputs: Some(vec![false; 6]),
-            ..Batch::default()
+    for case in KV_CASES {
+        // two sequences interleaved, then sequence 0 removed: sequence 1
+        // is scattered over cells 1, 3, 5 (a twin context is not packed)
+        let scattered = || {
+            let mut ctx = case.context(2);
+            let two = Batch {
+                tokens: vec![1, 2, 3, 4, 5, 6],
+                seq_ids: Some(vec![vec![0], vec![1], vec![0], vec![1], vec![0], vec![1]]),
+                outputs: Some(vec![false; 6]),
+                ..Batch::default()
+            };
+            ctx.decode(&two).unwrap();
+            ctx.cache.cells.seq_rm(Some(0), None, None).unwrap();
+            ctx
         };
-        ctx.decode(&two).unwrap();
-        ctx.cache.cells.seq_rm(Some(0), None, None).unwrap();
-        let mut reference = context(attention);
-        reference.decode(&Batch::tokens(&[2, 4, 6])).unwrap();
+        let mut ctx = scattered();
+        let mut twin = scattered();
         assert_eq!(ctx.cache.cells.used_end(), 6, "sequence 1 is scattered");
         let moved = ctx.defragment().unwrap();
         assert!(moved > 0);
@@ -177,9 +330,20 @@ fn defragmentation_moves_cells_without_changing_attention() {
             ..Batch::default()
         };
         ctx.decode(&next).unwrap();
-        reference.decode(&Batch::tokens(&[7])).unwrap();
-        let e = nmse(ctx.logits(), &f64s(reference.logits()));
-        assert!(e < 1e-9, "{attention:?}: nmse {e}");
+        twin.decode(&next).unwrap();
+        let e = nmse(ctx.logits(), &f64s(twin.logits()));
+        assert!(e < case.same_cache, "{case:?}: against the twin, nmse {e}");
+        // and like a decode of sequence 1 alone, whose rows came from
+        // another batch (float sums in another order, perhaps rounded to
+        // the cache type the other way)
+        let mut alone = case.context(2);
+        alone.decode(&Batch::tokens(&[2, 4, 6])).unwrap();
+        alone.decode(&Batch::tokens(&[7])).unwrap();
+        let e = nmse(ctx.logits(), &f64s(alone.logits()));
+        assert!(
+            e < case.rounded_again,
+            "{case:?}: against a fresh decode, nmse {e}"
+        );
     }
 }
 
@@ -342,4 +506,69 @@ fn a_compute_failure_rolls_the_ubatch_back() {
     assert_eq!(ctx.cache.cells, before);
     fail.store(false, Ordering::SeqCst);
     ctx.decode(&Batch::tokens(&[4, 5])).unwrap();
+}
+
+#[test]
+fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_computes_it() {
+    // F32 weights and cache: the CPU computes in f32, the reference in f64
+    let desc = ModelDesc::random(LlamaConfig::dense(101, 64, 2, 4, 2, 96), DType::F32, 7).unwrap();
+    let prompt = PROMPT;
+    let outputs = [2, 7, 8]; // in both ubatches (8 + 1 tokens)
+    let mut ctx = Context::new(
+        load(desc.clone(), &[], CpuDevice::new()),
+        ContextParams {
+            embeddings: true,
+            ..params(Attention::Flash)
+        },
+    )
+    .unwrap();
+    let batch = Batch {
+        tokens: prompt.to_vec(),
+        outputs: Some((0..prompt.len()).map(|i| outputs.contains(&i)).collect()),
+        ..Batch::default()
+    };
+    ctx.decode(&batch).unwrap();
+    let n_embd = desc.config.n_embd;
+    assert_eq!(ctx.embeddings().len(), outputs.len() * n_embd);
+
+    // the reference: the whole prompt in one graph, every token an output
+    let lg = build_llama(
+        &desc.config,
+        &BuildShape::prompt(prompt.len(), Attention::Standard),
+        &mut FreshWeights { dtype: DType::F32 },
+        &mut FreshCache,
+    )
+    .unwrap();
+    let g = lg.builder.graph();
+    let positions: Vec<i32> = (0..prompt.len() as i32).collect();
+    let cells: Vec<Option<i32>> = positions.iter().map(|p| Some(*p)).collect();
+    let mut inputs: HashMap<TensorId, Vec<u8>> = HashMap::new();
+    let i32_bytes = |v: &[i32]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
+    inputs.insert(lg.inputs.tokens, i32_bytes(&prompt));
+    inputs.insert(lg.inputs.positions, i32_bytes(&positions));
+    let mask = quant::quantize(
+        g.tensor(lg.inputs.kq_mask).dtype,
+        &causal_mask(&positions, &cells),
+    )
+    .unwrap();
+    inputs.insert(lg.inputs.kq_mask, mask);
+    let ev = reference::evaluate(g, |id| {
+        if let Some(b) = inputs.get(&id) {
+            return Ok(b.clone());
+        }
+        desc.bytes_of(desc.tensor(&g.tensor(id).name).expect("a model tensor"))
+    })
+    .unwrap();
+    let want = ev.values(lg.embeddings);
+    for &i in &outputs {
+        let got = ctx.embeddings_of(i).expect("an output token");
+        let e = nmse(got, &want[i * n_embd..(i + 1) * n_embd]);
+        assert!(e < 1e-9, "token {i}: nmse {e}");
+    }
+    assert!(ctx.embeddings_of(0).is_none(), "token 0 was not an output");
+
+    // without the option, nothing is kept
+    let mut plain = context(Attention::Flash);
+    plain.decode(&Batch::tokens(&PROMPT)).unwrap();
+    assert!(plain.embeddings().is_empty() && plain.embeddings_of(8).is_none());
 }

@@ -17,7 +17,7 @@ use ggraph_core::model::placement::{
     TensorSplit, split_rows,
 };
 use ggraph_core::{DType, Error};
-use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_cpu::{CPU_BUFFER_TYPE, CpuDevice, SimConfig, SimDevice};
 
 const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
 
@@ -389,4 +389,49 @@ fn weights_take_one_allocation_per_device() {
     )
     .unwrap();
     assert!(m.n_buffers() <= 5, "{} buffers", m.n_buffers());
+}
+
+#[test]
+fn the_kv_cache_follows_its_layer_or_stays_on_the_host_without_offload_kqv() {
+    let d = desc(false);
+    let want = single(&d);
+    let n_layer = d.config.n_layer;
+    for offload_kqv in [true, false] {
+        let devices = sims(&[64, 32]);
+        let opts = PlacementOptions {
+            offload_kqv,
+            ..PlacementOptions::default()
+        };
+        let m = Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+        let layer_bt: Vec<String> = (0..n_layer)
+            .map(|il| {
+                let dev = m.plan.layer_device[il].expect("every layer offloaded");
+                devices[dev].buffer_type().name().to_string()
+            })
+            .collect();
+        let mut ctx = Context::new(Arc::new(m), params()).unwrap();
+        let cache_bt: Vec<String> = (0..n_layer)
+            .map(|il| ctx.cache.layer(il).buffer_type.clone())
+            .collect();
+        if offload_kqv {
+            assert_eq!(cache_bt, layer_bt, "each layer's cache on its device");
+            assert!(
+                cache_bt.iter().any(|n| n == "sim:0") && cache_bt.iter().any(|n| n == "sim:1"),
+                "the layers span both devices: {cache_bt:?}"
+            );
+        } else {
+            assert!(
+                cache_bt.iter().all(|n| n == CPU_BUFFER_TYPE),
+                "without offload_kqv the cache is on the host: {cache_bt:?}"
+            );
+            let bytes = ctx.cache.bytes_per_buffer_type();
+            assert!(bytes.iter().all(|(n, _)| n == CPU_BUFFER_TYPE), "{bytes:?}");
+        }
+        ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
+        let mut got = ctx.logits().to_vec();
+        ctx.decode(&Batch::tokens(&[7])).unwrap();
+        got.extend_from_slice(ctx.logits());
+        let e = nmse(&got, &want);
+        assert!(e < 1e-9, "offload_kqv {offload_kqv}: nmse {e}");
+    }
 }

@@ -12,9 +12,12 @@ use crate::backend::Device;
 use crate::batch::{Batch, SaneBatch, SplitMode, sanitize, split};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ir::{Graph, RopeMode, RopeParams};
+use crate::ir::Graph;
 use crate::kv::{KvCache, Slot, TokenPlace};
-use crate::model::llama::{Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama};
+use crate::model::llama::{
+    Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors,
+    rope_params,
+};
 use crate::model::loaded::{LoadMode, Model};
 use crate::model::row_split::rewrite_row_split;
 use crate::sched::{BackendId, BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
@@ -38,6 +41,10 @@ pub struct ContextParams {
     /// Pipeline depth of the scheduler.
     pub n_copies: usize,
     pub offload_policy: OffloadPolicy,
+    /// Also keep the embeddings of the output tokens: the output norm's
+    /// result, n_embd values per token (llama.cpp's embeddings, without
+    /// pooling).
+    pub embeddings: bool,
 }
 
 impl Default for ContextParams {
@@ -54,6 +61,7 @@ impl Default for ContextParams {
             n_kv_pad: 256,
             n_copies: 1,
             offload_policy: OffloadPolicy::Device,
+            embeddings: false,
         }
     }
 }
@@ -80,12 +88,14 @@ struct GraphKey {
     n_tokens: usize,
     n_outputs: usize,
     n_kv: usize,
+    embeddings: bool,
 }
 
 struct Built {
     key: GraphKey,
     inputs: LlamaInputs,
     logits: crate::ir::TensorId,
+    embeddings: crate::ir::TensorId,
 }
 
 /// How one ubatch's graph is split.
@@ -117,7 +127,10 @@ pub struct Context {
     built: Option<Built>,
     /// Logits of the last decode, one row of n_vocab per output token.
     logits: Vec<f32>,
-    /// Batch index of each logits row.
+    /// Embeddings of the last decode (with `params.embeddings`), one row
+    /// of n_embd per output token.
+    embeddings: Vec<f32>,
+    /// Batch index of each logits (and embeddings) row.
     output_ids: Vec<usize>,
     stats: ContextStats,
 }
@@ -168,6 +181,7 @@ impl Context {
             sched,
             built: None,
             logits: Vec::new(),
+            embeddings: Vec::new(),
             output_ids: Vec::new(),
             stats: ContextStats::default(),
         };
@@ -175,6 +189,7 @@ impl Context {
             n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_kv: ctx.params.n_ctx,
+            embeddings: ctx.params.embeddings,
         })?;
         ctx.sched.reserve(worst.builder.build())?;
         Ok(ctx)
@@ -232,6 +247,10 @@ impl Context {
             }
         }
         lg.builder = graph_into_builder(graph);
+        if key.embeddings {
+            // kept, not overwritten by later nodes, to be read back
+            lg.builder.set_output(lg.embeddings)?;
+        }
         Ok(lg)
     }
 
@@ -243,6 +262,7 @@ impl Context {
             n_tokens,
             n_outputs: n_tokens,
             n_kv: n_kv.clamp(n_tokens, self.params.n_ctx),
+            embeddings: self.params.embeddings,
         };
         let lg = self.build(key)?;
         self.built = None;
@@ -269,8 +289,23 @@ impl Context {
         self.logits.get(row * v..(row + 1) * v)
     }
 
-    /// Decodes a batch: the cache grows by its tokens and the logits of
-    /// its output tokens are kept.
+    /// Embeddings of the last decode's outputs (with `params.embeddings`;
+    /// empty otherwise), n_embd per row, in the order of `logits`.
+    pub fn embeddings(&self) -> &[f32] {
+        &self.embeddings
+    }
+
+    /// The embeddings of batch token `i` (if it was an output and
+    /// `params.embeddings` is set).
+    pub fn embeddings_of(&self, i: usize) -> Option<&[f32]> {
+        let n = self.model.config.n_embd;
+        let row = self.output_ids.iter().position(|&x| x == i)?;
+        self.embeddings.get(row * n..(row + 1) * n)
+    }
+
+    /// Decodes a batch: the cache grows by its tokens and the logits (and
+    /// with `params.embeddings` the embeddings) of its output tokens are
+    /// kept.
     pub fn decode(&mut self, batch: &Batch) -> std::result::Result<(), DecodeError> {
         if batch.tokens.len() > self.params.n_batch {
             return Err(DecodeError::InvalidBatch(Error::InvalidArgument(format!(
@@ -284,6 +319,7 @@ impl Context {
         let ubatches = split(&sane, self.params.n_ubatch, self.params.split_mode)
             .map_err(DecodeError::InvalidBatch)?;
         self.logits.clear();
+        self.embeddings.clear();
         self.output_ids.clear();
         if self.cache.cells.has_shift() {
             self.apply_shift().map_err(DecodeError::Compute)?;
@@ -335,6 +371,7 @@ impl Context {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
             n_kv: self.cache.n_kv(self.params.n_kv_pad).max(ub.len()),
+            embeddings: self.params.embeddings,
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
             self.stats.graphs_reused += 1;
@@ -343,6 +380,7 @@ impl Context {
             let lg = self.build(key).map_err(DecodeError::Compute)?;
             let inputs = lg.inputs.clone();
             let logits = lg.logits;
+            let embeddings = lg.embeddings;
             self.sched
                 .alloc_graph(lg.builder.build())
                 .map_err(|e| match e {
@@ -353,6 +391,7 @@ impl Context {
                 key,
                 inputs,
                 logits,
+                embeddings,
             });
             self.stats.graphs_built += 1;
         }
@@ -372,6 +411,11 @@ impl Context {
         // a ubatch without outputs computed one row it does not keep
         let rows = if outputs.is_empty() { 0 } else { outputs.len() };
         self.logits.extend_from_slice(&logits[..rows * v]);
+        if key.embeddings {
+            let e = g.read_f32(built.embeddings).map_err(DecodeError::Compute)?;
+            let n = self.model.config.n_embd;
+            self.embeddings.extend_from_slice(&e[..rows * n]);
+        }
         self.output_ids.extend(outputs);
         self.stats.ubatches += 1;
         self.stats.tokens += ub.len() as u64;
@@ -418,11 +462,14 @@ impl Context {
 
     /// Rotates K by every cell's pending shift.
     fn apply_shift(&mut self) -> Result<()> {
-        let c = &self.model.config;
-        let rope = RopeParams::new(c.n_rot, RopeMode::Normal)
-            .freq_base(c.rope_freq_base)
-            .freq_scale(c.rope_freq_scale);
-        let (graph, shifts) = self.cache.shift_graph(c.head_dim, c.n_head_kv, rope)?;
+        let model = self.model.clone();
+        let c = &model.config;
+        // the rope of the model's K, frequency factors included
+        let (graph, shifts) =
+            self.cache
+                .shift_graph(c.head_dim, c.n_head_kv, rope_params(c), &mut |b| {
+                    rope_freq_factors(b, c, &mut &*model)
+                })?;
         let mut sched = self.side_scheduler()?;
         sched.alloc_graph(graph)?;
         sched

@@ -217,6 +217,16 @@ impl Cells {
         Ok(())
     }
 
+    /// The position of the first cell of sequence `s` in [p0, p1) that
+    /// other sequences share (its position cannot change alone).
+    fn shared_in_range(&self, s: SeqId, p0: Option<i32>, p1: Option<i32>) -> Option<i32> {
+        self.cells
+            .iter()
+            .filter(|c| c.has_seq(s) && c.seqs != 1 << s)
+            .filter_map(|c| c.pos)
+            .find(|&pos| in_range(pos, p0, p1))
+    }
+
     /// Adds `delta` to the positions of sequence `s` in [p0, p1); cells
     /// pushed below position 0 are removed. The change to K is pending
     /// until the cache applies its shift.
@@ -231,15 +241,16 @@ impl Cells {
         if delta == 0 {
             return Ok(());
         }
+        // all or nothing: refuse before changing any cell
+        if let Some(pos) = self.shared_in_range(s, p0, p1) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot shift sequence {s} at position {pos}: the cell is shared with other sequences"
+            )));
+        }
         for c in &mut self.cells {
             let Some(pos) = c.pos else { continue };
             if !c.has_seq(s) || !in_range(pos, p0, p1) {
                 continue;
-            }
-            if c.seqs != 1 << s {
-                return Err(Error::InvalidArgument(format!(
-                    "cannot shift sequence {s} at position {pos}: the cell is shared with other sequences"
-                )));
             }
             let new = pos.saturating_add(delta);
             if new < 0 {
@@ -266,15 +277,16 @@ impl Cells {
         if d == 1 {
             return Ok(());
         }
+        // all or nothing: refuse before changing any cell
+        if let Some(pos) = self.shared_in_range(s, p0, p1) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot divide sequence {s} at position {pos}: the cell is shared with other sequences"
+            )));
+        }
         for c in &mut self.cells {
             let Some(pos) = c.pos else { continue };
             if !c.has_seq(s) || !in_range(pos, p0, p1) {
                 continue;
-            }
-            if c.seqs != 1 << s {
-                return Err(Error::InvalidArgument(format!(
-                    "cannot divide sequence {s} at position {pos}: the cell is shared with other sequences"
-                )));
             }
             let new = pos / d;
             c.shift += new - pos;
@@ -520,6 +532,28 @@ mod tests {
         place(&mut c, 0, 0..2);
         c.seq_cp(0, 1, None, None).unwrap();
         assert!(c.seq_add(0, None, None, 1).is_err());
+    }
+
+    #[test]
+    fn a_refused_shift_or_division_changes_no_cell() {
+        // sequence 0 at positions 0..4; sequence 1 shares only position 3,
+        // so cells 0..3 are sequence 0's alone and come before the shared one
+        let mut c = Cells::new(6, 2).unwrap();
+        place(&mut c, 0, 0..4);
+        c.seq_cp(0, 1, Some(3), Some(4)).unwrap();
+        let before = c.clone();
+        // a shift that would push the first cells below 0 (clearing them)
+        // and move the others, then meets the shared cell
+        assert!(c.seq_add(0, None, None, -2).is_err());
+        assert_eq!(c, before, "seq_add left the cells as they were");
+        assert!(c.seq_add(0, Some(1), None, 5).is_err());
+        assert_eq!(c, before);
+        assert!(c.seq_div(0, None, None, 2).is_err());
+        assert_eq!(c, before, "seq_div left the cells as they were");
+        assert!(!c.has_shift());
+        // outside the shared cell the same operations go through
+        c.seq_add(0, None, Some(3), 1).unwrap();
+        assert_eq!(c.shifts()[..4], [1, 1, 1, 0]);
     }
 
     #[test]

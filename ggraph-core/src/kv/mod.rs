@@ -190,18 +190,23 @@ impl KvCache {
 
     /// A graph that applies every pending shift to K: each cell's K rows
     /// are rotated by its shift (rope composes: rotating a row for
-    /// position p by d more gives position p + d). Run it, then
-    /// `cells.clear_shifts()`. The graph's input `kv_shift` (I32, one per
-    /// cell) is filled with `cells.shifts()`.
+    /// position p by d more gives position p + d), with the same rope as
+    /// the model's: `rope` and the frequency factors `freq_factors` adds
+    /// to the graph (e.g. the model's `rope_freqs.weight` through
+    /// [`crate::model::llama::rope_freq_factors`]; `None` for none). Run
+    /// it, then `cells.clear_shifts()`. The graph's input `kv_shift` (I32,
+    /// one per cell) is filled with `cells.shifts()`.
     pub fn shift_graph(
         &self,
         head_dim: usize,
         n_head_kv: usize,
         rope: RopeParams,
+        freq_factors: &mut dyn FnMut(&mut GraphBuilder) -> Result<Option<TensorId>>,
     ) -> Result<(Graph, TensorId)> {
         let mut b = GraphBuilder::new();
         let size = self.layout.kv_size;
         let shifts = b.input("kv_shift", DType::I32, &[size])?;
+        let factors = freq_factors(&mut b)?;
         let kt = self.layout.k_type;
         let es = kt
             .row_size(head_dim)
@@ -214,7 +219,7 @@ impl KvCache {
             } else {
                 b.cast(view, DType::F32)?
             };
-            let rotated = b.rope_ext(src, shifts, None, rope)?;
+            let rotated = b.rope_ext(src, shifts, factors, rope)?;
             let back = b.cpy(rotated, view)?;
             b.expand(back)?;
         }

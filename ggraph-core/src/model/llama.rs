@@ -309,10 +309,33 @@ pub struct LlamaGraph {
     pub inputs: LlamaInputs,
     /// F32 [n_vocab, n_outputs].
     pub logits: TensorId,
+    /// F32 [n_embd, n_outputs]: the output norm's result, the rows the
+    /// logits are computed from (llama.cpp's `result_norm`, its
+    /// embeddings). Not a graph output unless marked as one.
+    pub embeddings: TensorId,
     /// Per layer (k, v) cache tensors.
     pub caches: Vec<(TensorId, TensorId)>,
     /// Last node of each layer (the residual output).
     pub layer_outputs: Vec<TensorId>,
+}
+
+/// The rope of a llama's Q and K (and of the KV cache's K shift).
+pub fn rope_params(c: &LlamaConfig) -> RopeParams {
+    RopeParams::new(c.n_rot, RopeMode::Normal)
+        .freq_base(c.rope_freq_base)
+        .freq_scale(c.rope_freq_scale)
+}
+
+/// The model's rope frequency factors (`rope_freqs.weight`, n_rot / 2
+/// values that divide each pair's frequency; llama 3.1 and later carry
+/// them), or `None` when the model has none. Every rope over Q or K uses
+/// them, the K shift of the cache included.
+pub fn rope_freq_factors(
+    b: &mut GraphBuilder,
+    c: &LlamaConfig,
+    weights: &mut dyn WeightSource,
+) -> Result<Option<TensorId>> {
+    weights.weight(b, "rope_freqs.weight", &[c.n_rot / 2])
 }
 
 /// Builds the llama graph for one ubatch.
@@ -346,7 +369,7 @@ pub fn build_llama(
     let (n_tokens, n_kv) = (shape.n_tokens, shape.n_kv);
     let (hd, n_head, n_head_kv) = (c.head_dim, c.n_head, c.n_head_kv);
     let mut b = GraphBuilder::new();
-    let rope_freqs = weights.weight(&mut b, "rope_freqs.weight", &[c.n_rot / 2])?;
+    let rope_freqs = rope_freq_factors(&mut b, c, weights)?;
     let mut w = |b: &mut GraphBuilder, name: String, shape: &[usize]| -> Result<TensorId> {
         weights
             .weight(b, &name, shape)?
@@ -380,9 +403,7 @@ pub fn build_llama(
     let tok_embd = w(&mut b, "token_embd.weight".into(), &[c.n_embd, c.n_vocab])?;
     let mut inp = b.get_rows(tok_embd, tokens)?;
     b.set_name(inp, "inp_embd")?;
-    let rope = RopeParams::new(c.n_rot, RopeMode::Normal)
-        .freq_base(c.rope_freq_base)
-        .freq_scale(c.rope_freq_scale);
+    let rope = rope_params(c);
     let kq_scale = 1.0 / (hd as f32).sqrt();
     let mut caches = Vec::new();
     let mut layer_outputs = Vec::new();
@@ -512,6 +533,7 @@ pub fn build_llama(
     let out_norm = w(&mut b, "output_norm.weight".into(), &[c.n_embd])?;
     let cur = b.rms_norm(inp, c.rms_eps)?;
     let cur = b.mul(cur, out_norm)?;
+    b.set_name(cur, "result_norm")?;
     let output = match weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])? {
         Some(o) => o,
         None => tok_embd, // tied embeddings
@@ -530,6 +552,7 @@ pub fn build_llama(
             v_idx,
         },
         logits,
+        embeddings: cur,
         caches,
         layer_outputs,
     })
