@@ -305,7 +305,10 @@ mod x86 {
         // SAFETY: as in q4k.
         unsafe {
             let m4 = _mm512_set1_epi8(0x0f);
-            let m2 = _mm512_set1_epi8(0x03);
+            let m30 = _mm512_set1_epi8(0x30);
+            // per 64-bit lane: low 32 bytes of a vector, then high 32
+            let shift_lo = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+            let shift_hi = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
             // sub-block (16 values) of each lane of the four code vectors
             let pick: [__m512i; 4] = std::array::from_fn(|v| {
                 let s = 4 * v as i32;
@@ -343,25 +346,21 @@ mod x86 {
                     let mut t = _mm512_setzero_si512();
                     for half in 0..2 {
                         // values 128 h + l (l < 64): low nibble of ql[l]; 128 h
-                        // + 64 + l: its high nibble; the top two bits from
-                        // qh[l % 32], shifted by 2 (l / 32) or 4 + 2 (l / 32)
+                        // + 64 + l: its high nibble; their top two bits are
+                        // bit pairs (0, 2, 4, 6 for l < 32, l >= 32, and the
+                        // high nibbles likewise) of qh[l % 32], moved to
+                        // bits 4 and 5 by one shift per 32-byte half
                         let ql = _mm512_loadu_si512(blk.add(64 * half) as *const __m512i);
-                        let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
-                        let h01 = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(qh),
-                            _mm256_srli_epi16::<2>(qh),
-                        );
-                        let h23 = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(_mm256_srli_epi16::<4>(qh)),
-                            _mm256_srli_epi16::<6>(qh),
-                        );
+                        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                            blk.add(128 + 32 * half) as *const __m256i,
+                        ));
                         let lo = _mm512_or_si512(
                             _mm512_and_si512(ql, m4),
-                            _mm512_slli_epi16::<4>(_mm512_and_si512(h01, m2)),
+                            _mm512_and_si512(_mm512_sllv_epi64(qh, shift_lo), m30),
                         );
                         let hi = _mm512_or_si512(
                             _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                            _mm512_slli_epi16::<4>(_mm512_and_si512(h23, m2)),
+                            _mm512_and_si512(_mm512_srlv_epi64(qh, shift_hi), m30),
                         );
                         for (v, codes) in [(2 * half, lo), (2 * half + 1, hi)] {
                             let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, xs[v]);
