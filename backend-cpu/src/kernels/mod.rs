@@ -2,6 +2,8 @@
 //! its kernel.
 
 mod attention;
+#[cfg(target_arch = "x86_64")]
+mod block_matvec;
 pub(crate) mod convert;
 mod copy;
 mod elementwise;

@@ -19,6 +19,8 @@
 //!
 //! Paths, by processor and column count:
 //!
+//! - **block mat-vec** (VNNI, Q8_0/Q4_0, one column): `block_matvec`,
+//!   256-bit registers, activations stored in the order the blocks unpack.
 //! - **K-quant mat-vec** (VNNI, Q4_K/Q6_K, one column):
 //!   `kquant_matvec`, the activations in ggml's Q8_K form (one scale per
 //!   256 values), the blocks read straight from memory.
@@ -104,10 +106,16 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         return;
     };
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && n == 1 && super::kquant_matvec::takes(&a) {
-        // token generation with K-quant weights: one pass over the blocks
-        super::kquant_matvec::matvec(a, m, b, out);
-        return;
+    if isa == Isa::Avx512Vnni && n == 1 {
+        // token generation: one pass over the blocks
+        if super::kquant_matvec::takes(&a) {
+            super::kquant_matvec::matvec(a, m, b, out);
+            return;
+        }
+        if super::block_matvec::takes(&a) {
+            super::block_matvec::matvec(a, m, b, out);
+            return;
+        }
     }
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
@@ -401,7 +409,7 @@ fn quantize_acts<'a>(
 /// Quantises one block to codes in -127..=127; returns the scale and the
 /// sum of the codes.
 #[inline]
-fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+pub(super) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]

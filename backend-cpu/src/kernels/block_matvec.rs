@@ -1,0 +1,328 @@
+//! Token generation with Q8_0 and Q4_0 weights on AVX-512 VNNI, in
+//! 256-bit registers.
+//!
+//! On processors that run 512-bit operations as two 256-bit halves (AMD
+//! Zen 4) the count of 256-bit operations per weight byte is what limits a
+//! mat-vec whose weights sit in cache, so this kernel is built to use few:
+//! the activation column is quantised once into the order the weight
+//! blocks unpack to, so that a block's codes meet their activations without
+//! any shuffle; four blocks' scales are converted together; and each
+//! block's integer sum starts from its `-offset * sum(q)` correction.
+//!
+//! Q4_0: two blocks' 16 nibble bytes make one register; its low nibbles are
+//! values 0..16 of both blocks and its high nibbles values 16..32, so the
+//! activations of a pair of blocks are stored as
+//! `[b0 0..16, b1 0..16, b0 16..32, b1 16..32]`, and both `vpdpbusd` of a
+//! pair accumulate into the same four lanes per block.
+//!
+//! Q8_0: one block's 32 codes (made unsigned by flipping the sign bit,
+//! offset 128) per register, activations in their natural order.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+
+use super::gemm::with_scratch;
+use super::matmul::{Cols, WeightRows};
+use super::quant_dot::PREFETCH_GROUPS;
+
+/// Values per block.
+const QB: usize = 32;
+/// Rows per kernel call.
+const ROWS: usize = 4;
+/// Blocks per step of the kernel.
+const GROUP: usize = 4;
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `matvec` takes weights laid out as `a`.
+pub(crate) fn takes(a: &WeightRows) -> bool {
+    matches!(a.dtype, DType::Q8_0 | DType::Q4_0) && a.elem_stride == a.dtype.type_size()
+}
+
+/// The activation column, quantised in the weights' order.
+struct Column<'a> {
+    codes: &'a [i8],
+    /// Per block, the integer start of each lane that block's products
+    /// land in (4 lanes for Q4_0, 8 for Q8_0): `-offset * sum(q) / lanes`.
+    bias: &'a [i32],
+    /// Scale per block.
+    dx: &'a [f32],
+}
+
+/// Lanes of a 256-bit accumulator one block's products land in.
+fn lanes(dtype: DType) -> usize {
+    if dtype == DType::Q4_0 { 4 } else { 8 }
+}
+
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q8_0 or Q4_0
+/// rows (see [`takes`]). The caller has checked that the processor has
+/// AVX-512 VNNI.
+pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let k = a.k;
+    let nb = k / QB;
+    let q4 = a.dtype == DType::Q4_0;
+    let ln = lanes(a.dtype);
+    // codes (a whole number of pairs of blocks), then 64-byte aligned
+    // bias and dx
+    let codes_len = nb.next_multiple_of(2) * QB;
+    let bias_at = codes_len.next_multiple_of(64);
+    let dx_at = bias_at + (nb * ln * 4).next_multiple_of(64);
+    let len = dx_at + nb * 4;
+    with_scratch(&ACTS, len, |buf| {
+        let (codes, rest) = buf.split_at_mut(bias_at);
+        let (bias, dx) = rest.split_at_mut(dx_at - bias_at);
+        // SAFETY: with_scratch gives a 64-byte aligned buffer and each
+        // region starts at a multiple of 64 bytes, long enough for its
+        // values.
+        let (codes, bias, dx) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, codes_len),
+                std::slice::from_raw_parts_mut(bias.as_mut_ptr() as *mut i32, nb * ln),
+                std::slice::from_raw_parts_mut(dx.as_mut_ptr() as *mut f32, nb),
+            )
+        };
+        // SAFETY: column 0 holds k values.
+        let x = unsafe { std::slice::from_raw_parts(b.0[0] as *const f32, k) };
+        quantize_column(x, q4, codes, bias, dx);
+        let col = Column { codes, bias, dx };
+        let col = &col;
+        let ts = a.dtype.type_size();
+        // short rows: fetch the rows of the next group; long ones: further
+        // along the row
+        let ahead = if nb * ts <= 4096 {
+            PREFETCH_GROUPS * ROWS * a.stride
+        } else {
+            32 * GROUP * ts
+        };
+        super::par_ranges(m, 16, |range| {
+            let mut i = range.start;
+            while i < range.end {
+                let r = if range.end - i >= ROWS { ROWS } else { 1 };
+                let mut rows = [std::ptr::null::<u8>(); ROWS];
+                for (q, row) in rows.iter_mut().take(r).enumerate() {
+                    *row = a.row(i + q);
+                }
+                let mut res = [0f32; ROWS];
+                // SAFETY: rows i..i + r exist and hold nb blocks; the column
+                // holds nb blocks; output rows i..i + r are this task's.
+                unsafe {
+                    match (q4, r) {
+                        (true, ROWS) => x86::q4_0::<ROWS>(&rows, nb, col, ahead, &mut res),
+                        (true, _) => x86::q4_0::<1>(&rows, nb, col, ahead, &mut res),
+                        (false, ROWS) => x86::q8_0::<ROWS>(&rows, nb, col, ahead, &mut res),
+                        (false, _) => x86::q8_0::<1>(&rows, nb, col, ahead, &mut res),
+                    }
+                    std::ptr::copy_nonoverlapping(res.as_ptr(), out.0[0].add(i), r);
+                }
+                i += r;
+            }
+        });
+    });
+}
+
+/// Quantises `x` block by block into the order the kernels read.
+fn quantize_column(x: &[f32], q4: bool, codes: &mut [i8], bias: &mut [i32], dx: &mut [f32]) {
+    let ln = if q4 { 4 } else { 8 };
+    let offset = if q4 { 8 } else { 128 };
+    let mut q = [0i8; QB];
+    for (b, xb) in x.chunks_exact(QB).enumerate() {
+        let (d, sum) = super::quant_dot::quantize_block(xb, &mut q);
+        dx[b] = d;
+        bias[b * ln..(b + 1) * ln].fill(-offset * sum / ln as i32);
+        if q4 {
+            let pair = b / 2 * 2 * QB;
+            let half = b % 2 * 16;
+            codes[pair + half..pair + half + 16].copy_from_slice(&q[..16]);
+            codes[pair + 32 + half..pair + 32 + half + 16].copy_from_slice(&q[16..]);
+        } else {
+            codes[b * QB..(b + 1) * QB].copy_from_slice(&q);
+        }
+    }
+}
+
+/// Value `i` of block `b` in the column's order.
+fn code_at(col: &Column, q4: bool, b: usize, i: usize) -> i32 {
+    let at = if q4 {
+        b / 2 * 2 * QB + (i / 16) * 32 + b % 2 * 16 + i % 16
+    } else {
+        b * QB + i
+    };
+    col.codes[at] as i32
+}
+
+/// One block's dot product, for the blocks after the last whole group.
+///
+/// # Safety
+/// `row` holds block `b`.
+unsafe fn block_dot(row: *const u8, q4: bool, b: usize, col: &Column) -> f32 {
+    let ts = if q4 { 18 } else { 34 };
+    let ln = if q4 { 4 } else { 8 };
+    // SAFETY: caller's contract.
+    let blk = unsafe { std::slice::from_raw_parts(row.add(b * ts), ts) };
+    let dw = ggraph_core::quant::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+    let mut s: i32 = col.bias[b * ln..(b + 1) * ln].iter().sum();
+    for i in 0..QB {
+        let u = if q4 {
+            let byte = blk[2 + i % 16];
+            (if i < 16 { byte & 0x0f } else { byte >> 4 }) as i32
+        } else {
+            (blk[2 + i] ^ 0x80) as i32
+        };
+        s += u * code_at(col, q4, b, i);
+    }
+    dw * col.dx[b] * s as f32
+}
+
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Column, GROUP, QB, block_dot};
+
+    /// The f16 scales of blocks `g * 4 .. g * 4 + 4` of a row with blocks
+    /// of `ts` bytes, as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales4(row: *const u8, g: usize, ts: usize) -> __m128 {
+        // SAFETY: caller's contract (the four blocks exist).
+        unsafe {
+            let p = row.add(g * GROUP * ts);
+            let h = |b: usize| (p.add(b * ts) as *const u16).read_unaligned() as u64;
+            let packed = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+            _mm_cvtph_ps(_mm_cvtsi64_si128(packed as i64))
+        }
+    }
+
+    /// Sum of the eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `R` Q4_0 rows (18 bytes per block) times the column.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI is available; the first `R` rows hold `nb` blocks, as
+    /// does the column.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q4_0<const R: usize>(
+        rows: &[*const u8; super::ROWS],
+        nb: usize,
+        x: &Column,
+        ahead: usize,
+        out: &mut [f32; super::ROWS],
+    ) {
+        const TS: usize = 18;
+        // SAFETY: caller's contract; every read is inside group g of a
+        // row or of the column (prefetches may point past the end).
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let first = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+            let second = _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let groups = nb / GROUP;
+            for g in 0..groups {
+                let xc = x.codes.as_ptr().add(g * GROUP * QB);
+                let xs = [
+                    _mm256_loadu_si256(xc as *const __m256i),
+                    _mm256_loadu_si256(xc.add(32) as *const __m256i),
+                    _mm256_loadu_si256(xc.add(64) as *const __m256i),
+                    _mm256_loadu_si256(xc.add(96) as *const __m256i),
+                ];
+                let bias = x.bias.as_ptr().add(g * GROUP * 4);
+                let bias = [
+                    _mm256_loadu_si256(bias as *const __m256i),
+                    _mm256_loadu_si256(bias.add(8) as *const __m256i),
+                ];
+                let dx = _mm_loadu_ps(x.dx.as_ptr().add(g * GROUP));
+                for r in 0..R {
+                    let p = rows[r].add(g * GROUP * TS);
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead) as *const i8);
+                    let s = _mm256_castps128_ps256(_mm_mul_ps(scales4(rows[r], g, TS), dx));
+                    let scale = [
+                        _mm256_permutevar8x32_ps(s, first),
+                        _mm256_permutevar8x32_ps(s, second),
+                    ];
+                    for pair in 0..2 {
+                        let q = p.add(2 * pair * TS + 2);
+                        let v = _mm256_inserti128_si256::<1>(
+                            _mm256_castsi128_si256(_mm_loadu_si128(q as *const __m128i)),
+                            _mm_loadu_si128(q.add(TS) as *const __m128i),
+                        );
+                        let lo = _mm256_and_si256(v, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                        let sum = _mm256_dpbusd_epi32(bias[pair], lo, xs[2 * pair]);
+                        let sum = _mm256_dpbusd_epi32(sum, hi, xs[2 * pair + 1]);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale[pair], acc[r]);
+                    }
+                }
+            }
+            for r in 0..R {
+                let mut t = hsum256(acc[r]);
+                for b in groups * GROUP..nb {
+                    t += block_dot(rows[r], true, b, x);
+                }
+                out[r] = t;
+            }
+        }
+    }
+
+    /// `R` Q8_0 rows (34 bytes per block) times the column.
+    ///
+    /// # Safety
+    /// As [`q4_0`].
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q8_0<const R: usize>(
+        rows: &[*const u8; super::ROWS],
+        nb: usize,
+        x: &Column,
+        ahead: usize,
+        out: &mut [f32; super::ROWS],
+    ) {
+        const TS: usize = 34;
+        // SAFETY: as in q4_0.
+        unsafe {
+            let flip = _mm256_set1_epi8(-128);
+            let pick: [__m256i; 4] = std::array::from_fn(|b| _mm256_set1_epi32(b as i32));
+            let mut acc = [_mm256_setzero_ps(); R];
+            let groups = nb / GROUP;
+            for g in 0..groups {
+                let xc = x.codes.as_ptr().add(g * GROUP * QB);
+                let xs: [__m256i; 4] =
+                    std::array::from_fn(|b| _mm256_loadu_si256(xc.add(b * QB) as *const __m256i));
+                let bias = x.bias.as_ptr().add(g * GROUP * 8);
+                let bias: [__m256i; 4] =
+                    std::array::from_fn(|b| _mm256_loadu_si256(bias.add(8 * b) as *const __m256i));
+                let dx = _mm_loadu_ps(x.dx.as_ptr().add(g * GROUP));
+                for r in 0..R {
+                    let p = rows[r].add(g * GROUP * TS);
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead + 64) as *const i8);
+                    let s = _mm256_castps128_ps256(_mm_mul_ps(scales4(rows[r], g, TS), dx));
+                    for b in 0..GROUP {
+                        let u = _mm256_xor_si256(
+                            _mm256_loadu_si256(p.add(b * TS + 2) as *const __m256i),
+                            flip,
+                        );
+                        let sum = _mm256_dpbusd_epi32(bias[b], u, xs[b]);
+                        let scale = _mm256_permutevar8x32_ps(s, pick[b]);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[r]);
+                    }
+                }
+            }
+            for r in 0..R {
+                let mut t = hsum256(acc[r]);
+                for b in groups * GROUP..nb {
+                    t += block_dot(rows[r], false, b, x);
+                }
+                out[r] = t;
+            }
+        }
+    }
+}
