@@ -246,7 +246,10 @@ mod x86 {
                 let dx = x.d[sb];
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
-                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead) as *const i8);
+                    // every cache line the super-block spans
+                    for line in (0..TS).step_by(64).chain([TS - 1]) {
+                        _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead + line) as *const i8);
+                    }
                     let d = f16_at(blk) * dx;
                     let dmin = f16_at(blk.add(2)) * dx;
                     // 6-bit scales and mins: sub-blocks 0..4 in the low bits
@@ -340,7 +343,10 @@ mod x86 {
                 let dx = x.d[sb];
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
-                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(ahead) as *const i8);
+                    // every cache line the super-block spans
+                    for line in (0..TS).step_by(64).chain([TS - 1]) {
+                        _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(ahead + line) as *const i8);
+                    }
                     let d = f16_at(blk.add(208)) * dx;
                     let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(192) as *const __m128i));
                     let mut t = _mm512_setzero_si512();
