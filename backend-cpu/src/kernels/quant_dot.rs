@@ -1548,9 +1548,11 @@ mod x86 {
                     // the weights are read once, a chunk of nb blocks at a time:
                     // fetch the next chunk of the row while this one is computed
                     let ts = if Q4 { 18 } else { 34 };
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        w.rows[r].wrapping_add(blk * ts + w.ahead) as *const i8
-                    );
+                    // both ends of the pair: a 68-byte step alone would skip
+                    // a cache line now and then
+                    let ahead = w.rows[r].wrapping_add(blk * ts + w.ahead);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(2 * ts - 1) as *const i8);
                     let u = pair_codes::<Q4>(w.rows[r], blk);
                     let dw = pair_scales::<Q4>(w.rows[r], blk);
                     for c in 0..C {
