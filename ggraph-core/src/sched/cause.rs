@@ -2,9 +2,23 @@
 //! records its cause (the pass and the rule) as plain data.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::Mutex;
 
 use crate::ir::TensorId;
+
+/// `name` as a `&'static str`, each distinct name stored once per process
+/// (buffer type and policy names: a handful), so that causes are plain
+/// copyable data: recording one costs no allocation or reference count.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(n);
+    n
+}
 
 /// Index of a backend in the scheduler's priority list (0 is first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,27 +60,30 @@ pub enum Direction {
 }
 
 /// The rule behind one assignment.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Cause {
     /// Placed by the user (`set_tensor_backend`).
     Manual,
     /// Its memory already lives in a buffer of a type this backend owns.
-    Allocated { buffer_type: Arc<str> },
+    Allocated { buffer_type: &'static str },
     /// A view of a tensor whose memory lives there.
     ViewOfAllocated {
         base: TensorId,
-        buffer_type: Arc<str>,
+        buffer_type: &'static str,
     },
     /// A graph input: inputs start on the host.
     GraphInput,
     /// It reads a weight that lives there.
     WeightSource {
         weight: TensorId,
-        buffer_type: Arc<str>,
+        buffer_type: &'static str,
     },
     /// Its weight is in host memory, and this device's op-offload policy
     /// asked for the op anyway.
-    OpOffload { weight: TensorId, policy: Arc<str> },
+    OpOffload {
+        weight: TensorId,
+        policy: &'static str,
+    },
     /// Spread from an assigned neighbour so that chains stay together.
     Expanded {
         from: TensorId,

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::cause::{BackendId, Cause};
+use super::cause::{BackendId, Cause, intern};
 use super::offload::OffloadPolicy;
 use crate::backend::{BufferType, Device};
 use crate::ir::{Graph, TensorId};
@@ -88,7 +88,7 @@ pub const UNKNOWN_BUFT: BuftId = u16::MAX;
 /// The buffer types a scheduler knows, by index, and which backend's
 /// kernels use which: answered once, then looked up.
 pub struct BufferTypes {
-    names: Vec<Arc<str>>,
+    names: Vec<&'static str>,
     ids: HashMap<String, BuftId>,
     is_host: Vec<bool>,
     /// usable[backend][buft]
@@ -102,20 +102,20 @@ impl BufferTypes {
         backends: &[BackendInfo],
         known: &HashMap<String, Arc<dyn BufferType>>,
     ) -> BufferTypes {
-        let mut names: Vec<Arc<str>> = known.keys().map(|k| Arc::from(k.as_str())).collect();
+        let mut names: Vec<&'static str> = known.keys().map(|k| intern(k)).collect();
         names.sort();
         let ids: HashMap<String, BuftId> = names
             .iter()
             .enumerate()
             .map(|(i, n)| (n.to_string(), i as BuftId))
             .collect();
-        let is_host = names.iter().map(|n| known[&**n].is_host()).collect();
+        let is_host = names.iter().map(|n| known[*n].is_host()).collect();
         let usable = backends
             .iter()
             .map(|b| {
                 names
                     .iter()
-                    .map(|n| b.device.supports_buffer_type(known[&**n].as_ref()))
+                    .map(|n| b.device.supports_buffer_type(known[*n].as_ref()))
                     .collect()
             })
             .collect();
@@ -133,11 +133,8 @@ impl BufferTypes {
         self.ids.get(name).copied().unwrap_or(UNKNOWN_BUFT)
     }
 
-    pub fn name(&self, id: BuftId) -> Arc<str> {
-        self.names
-            .get(id as usize)
-            .cloned()
-            .unwrap_or_else(|| Arc::from("unknown"))
+    pub fn name(&self, id: BuftId) -> &'static str {
+        self.names.get(id as usize).copied().unwrap_or("unknown")
     }
 }
 
@@ -148,6 +145,8 @@ pub struct PassContext<'a> {
     /// The backend graph inputs start on.
     pub host: BackendId,
     pub offload: &'a OffloadPolicy,
+    /// The offload policy's name, as causes record it.
+    pub offload_name: &'static str,
     pub bufts: &'a BufferTypes,
     /// The buffer type of each tensor's own memory (NO_DATA if none).
     bound: Vec<BuftId>,
@@ -192,6 +191,7 @@ impl<'a> PassContext<'a> {
             backends,
             host,
             offload,
+            offload_name: intern(&offload.name()),
             bufts,
             bound,
             supported: RefCell::new(vec![0; graph.n_tensors() * backends.len()]),

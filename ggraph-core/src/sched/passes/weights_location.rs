@@ -120,7 +120,7 @@ pub fn weights_location(
                         b,
                         Cause::OpOffload {
                             weight: s,
-                            policy: ctx.offload.name().into(),
+                            policy: ctx.offload_name,
                         },
                     );
                     break;
