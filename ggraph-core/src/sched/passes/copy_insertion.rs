@@ -82,8 +82,9 @@ fn place_remaining(ctx: &PassContext, asg: &mut Assignments) -> Result<()> {
 
 struct SplitBuild {
     backend: BackendId,
-    transfers: Vec<TensorId>,
-    nodes: Vec<TensorId>,
+    /// Its nodes: a run of the graph's node list (splits are contiguous).
+    nodes: std::ops::Range<usize>,
+    /// Its inputs, one transfer each, in the order they were made.
     inputs: Vec<SplitInput>,
     waits: Vec<Option<usize>>,
 }
@@ -117,7 +118,7 @@ pub fn copy_insertion(
     // the split that last computed or wrote each base tensor
     let mut last_writer: Vec<Option<usize>> = vec![None; n];
 
-    for &node in g.nodes() {
+    for (at, &node) in g.nodes().iter().enumerate() {
         let t = g.tensor(node);
         let b = asg.get(node).expect("every node is placed");
         let is_view = t.op.is_view();
@@ -128,8 +129,7 @@ pub fn copy_insertion(
         if new_split {
             splits.push(SplitBuild {
                 backend: b,
-                transfers: Vec::new(),
-                nodes: Vec::new(),
+                nodes: at..at,
                 inputs: Vec::new(),
                 waits: Vec::new(),
             });
@@ -163,7 +163,6 @@ pub fn copy_insertion(
                         asg.set(c, sb, Cause::InputCopy { source: s });
                         transfers.push((s, sb, c, storages.clone()));
                         let split = &mut splits[si];
-                        split.transfers.push(c);
                         split.inputs.push(SplitInput {
                             source: s,
                             copy: c,
@@ -182,7 +181,7 @@ pub fn copy_insertion(
                 rewrites.push((node, k, copy));
             }
         }
-        splits[si].nodes.push(node);
+        splits[si].nodes.end = at + 1;
         // computing a node, or writing into a base through a view, makes
         // earlier copies of that base stale
         if !t.op.is_noop() {
@@ -246,22 +245,20 @@ pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
     for &(node, k, copy) in &plan.rewrites {
         g.tensor_mut(node).src[k] = copy;
     }
-    let mut nodes = Vec::with_capacity(g.nodes().len() + plan.transfers.len());
+    let order = g.nodes();
+    let mut nodes = Vec::with_capacity(order.len() + plan.transfers.len());
     let mut out = Vec::with_capacity(plan.splits.len());
     let mut waits = Vec::with_capacity(plan.splits.len());
     for s in plan.splits {
         let start = nodes.len();
+        let own = &order[s.nodes.clone()];
         // a view that sits in this split (views do not cut splits) but
         // that a transfer of this split copies goes before the transfer:
         // every node comes after the nodes it reads
-        let copied: Vec<TensorId> = s.transfers.iter().map(|&c| g.tensor(c).src[0]).collect();
-        let (early, rest): (Vec<TensorId>, Vec<TensorId>) = s
-            .nodes
-            .iter()
-            .partition(|&&n| g.tensor(n).op.is_view() && feeds(&g, n, &copied));
-        nodes.extend(&early);
-        nodes.extend(&s.transfers);
-        nodes.extend(&rest);
+        let early = |n: TensorId| g.tensor(n).op.is_view() && feeds(&g, n, &s.inputs);
+        nodes.extend(own.iter().copied().filter(|&n| early(n)));
+        nodes.extend(s.inputs.iter().map(|i| i.copy));
+        nodes.extend(own.iter().copied().filter(|&n| !early(n)));
         out.push(Split {
             backend: s.backend,
             nodes: start..nodes.len(),
@@ -277,11 +274,11 @@ pub fn apply(mut g: Graph, plan: CopyPlan) -> Scheduled {
     }
 }
 
-/// Whether view node `view` is one of `copied`, or what one of them views
-/// through a chain of views.
-fn feeds(g: &Graph, view: TensorId, copied: &[TensorId]) -> bool {
-    copied.iter().any(|&c| {
-        let mut t = c;
+/// Whether view node `view` is the source of one of `inputs`, or what one
+/// of them views through a chain of views.
+fn feeds(g: &Graph, view: TensorId, inputs: &[SplitInput]) -> bool {
+    inputs.iter().any(|input| {
+        let mut t = input.source;
         loop {
             if t == view {
                 return true;
