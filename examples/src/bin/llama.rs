@@ -113,8 +113,16 @@ fn run(args: &[String]) -> Result<(), String> {
     let model = Model::load(&desc, &devices, cpu, &opts, LoadMode::Real, None)
         .map_err(|e| e.to_string())?;
     eprintln!("loaded in {:.2} s", t.elapsed().as_secs_f64());
+    // the tokenizer is needed for --prompt and to print text; a vocabulary
+    // it cannot read only matters for --prompt
     let tokenizer = match &model.tokens {
-        Some(t) => Some(Tokenizer::new(t.clone()).map_err(|e| e.to_string())?),
+        Some(t) => match Tokenizer::for_vocab(t.clone(), &model.vocab) {
+            Ok(t) => Some(t),
+            Err(e) if a.value("--prompt").is_some() => {
+                return Err(format!("{e} (--prompt-ids)"));
+            }
+            Err(_) => None,
+        },
         None => None,
     };
     let n_vocab = model.config.n_vocab;

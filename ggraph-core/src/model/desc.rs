@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::gguf::{GgufHeader, ModelFile, llama_config};
 use super::llama::LlamaConfig;
+use super::tokenizer::VocabInfo;
 use crate::conformance::Rng;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -60,6 +61,31 @@ pub struct ModelDesc {
     pub data: WeightData,
     /// The vocabulary, when the file has one.
     pub tokens: Option<Vec<String>>,
+    /// Its kind and BOS token.
+    pub vocab: VocabInfo,
+}
+
+/// The vocabulary's kind and BOS token, as llama.cpp reads them (a key of
+/// the wrong type counts as absent).
+fn vocab_info(h: &GgufHeader) -> VocabInfo {
+    let add_bos = h
+        .opt_bool("tokenizer.ggml.add_bos_token")
+        .ok()
+        .flatten()
+        .unwrap_or(true);
+    VocabInfo {
+        model: h
+            .opt_str("tokenizer.ggml.model")
+            .ok()
+            .flatten()
+            .map(str::to_string),
+        bos: h
+            .opt_u32("tokenizer.ggml.bos_token_id")
+            .ok()
+            .flatten()
+            .filter(|_| add_bos)
+            .and_then(|b| i32::try_from(b).ok()),
+    }
 }
 
 fn name_seed(seed: u64, name: &str) -> u64 {
@@ -93,6 +119,7 @@ impl ModelDesc {
             tensors,
             data,
             tokens: h.tokens().map(|t| t.to_vec()),
+            vocab: vocab_info(h),
         })
     }
 
@@ -126,6 +153,7 @@ impl ModelDesc {
             tensors,
             data: WeightData::Random { seed },
             tokens: None,
+            vocab: VocabInfo::default(),
         })
     }
 

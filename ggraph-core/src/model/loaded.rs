@@ -41,6 +41,7 @@ pub struct Model {
     pub cpu: Arc<dyn Device>,
     pub mode: LoadMode,
     pub tokens: Option<Vec<String>>,
+    pub vocab: super::tokenizer::VocabInfo,
     tensors: HashMap<String, Loaded>,
     buffers: Vec<Arc<dyn Buffer>>,
 }
@@ -165,6 +166,7 @@ impl Model {
             cpu,
             mode,
             tokens: desc.tokens.clone(),
+            vocab: desc.vocab.clone(),
             tensors,
             buffers,
         })

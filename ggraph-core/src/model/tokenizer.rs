@@ -7,8 +7,20 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 
+/// What a GGUF says about its vocabulary besides the pieces.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VocabInfo {
+    /// `tokenizer.ggml.model`: `llama` (SentencePiece), `gpt2` (byte-level
+    /// BPE), ...
+    pub model: Option<String>,
+    /// The token put before a prompt: `tokenizer.ggml.bos_token_id`, unless
+    /// `tokenizer.ggml.add_bos_token` is false.
+    pub bos: Option<i32>,
+}
+
 pub struct Tokenizer {
     pieces: Vec<String>,
+    bos: Option<i32>,
     ids: HashMap<String, i32>,
     bytes: [Option<i32>; 256],
     max_len: usize,
@@ -49,6 +61,7 @@ impl Tokenizer {
         let unk = pieces.iter().position(|p| p == "<unk>").map(|i| i as i32);
         Ok(Tokenizer {
             pieces,
+            bos: None,
             ids,
             bytes,
             max_len,
@@ -56,16 +69,46 @@ impl Tokenizer {
         })
     }
 
+    /// The tokenizer of a model's vocabulary: SentencePiece-style
+    /// vocabularies (`llama`, or no model named) only; any other kind is an
+    /// error rather than a wrong tokenisation. Prompts start with the
+    /// vocabulary's BOS token when it has one.
+    pub fn for_vocab(pieces: Vec<String>, info: &VocabInfo) -> Result<Tokenizer> {
+        match info.model.as_deref() {
+            None | Some("llama") => {}
+            Some(other) => {
+                return Err(Error::Unsupported {
+                    device: "ggraph's tokenizer".into(),
+                    what: format!(
+                        "'{other}' vocabularies (tokenizer.ggml.model); only SentencePiece ('llama') text is tokenised: give the prompt as token ids"
+                    ),
+                });
+            }
+        }
+        if let Some(b) = info.bos
+            && usize::try_from(b).map_or(true, |b| b >= pieces.len())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "BOS token {b} is outside the {}-piece vocabulary",
+                pieces.len()
+            )));
+        }
+        let mut t = Tokenizer::new(pieces)?;
+        t.bos = info.bos;
+        Ok(t)
+    }
+
     pub fn n_vocab(&self) -> usize {
         self.pieces.len()
     }
 
-    /// The token ids of `text`.
+    /// The token ids of `text`, after the BOS token if the vocabulary
+    /// has one.
     pub fn encode(&self, text: &str) -> Vec<i32> {
         let s: String = std::iter::once(SPACE)
             .chain(text.chars().map(|c| if c == ' ' { SPACE } else { c }))
             .collect();
-        let mut out = Vec::new();
+        let mut out: Vec<i32> = self.bos.into_iter().collect();
         let mut i = 0;
         while i < s.len() {
             let mut matched = None;
@@ -120,6 +163,35 @@ impl Tokenizer {
 mod tests {
     use super::*;
     use crate::model::make::make_vocab;
+
+    #[test]
+    fn other_vocabulary_kinds_are_refused_and_bos_leads_the_prompt() {
+        let gpt2 = VocabInfo {
+            model: Some("gpt2".into()),
+            bos: None,
+        };
+        let e = Tokenizer::for_vocab(make_vocab(64), &gpt2)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("'gpt2'") && e.contains("token ids"), "{e}");
+
+        let v = make_vocab(512);
+        let bos = v.iter().position(|p| p == "<s>").unwrap() as i32;
+        let llama = VocabInfo {
+            model: Some("llama".into()),
+            bos: Some(bos),
+        };
+        let t = Tokenizer::for_vocab(v.clone(), &llama).unwrap();
+        let ids = t.encode("hello world");
+        assert_eq!(ids[0], bos);
+        assert_eq!(t.decode(&ids), "hello world", "BOS decodes to nothing");
+        let outside = VocabInfo {
+            model: None,
+            bos: Some(512),
+        };
+        assert!(Tokenizer::for_vocab(v, &outside).is_err());
+    }
 
     #[test]
     fn text_round_trips_and_uses_the_longest_pieces() {
