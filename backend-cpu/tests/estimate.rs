@@ -8,7 +8,7 @@ use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_core::context::{Context, ContextParams};
 use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::estimate::exact::{FitRequest, exact_estimate, fit};
+use ggraph_core::model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
 use ggraph_core::model::gguf::{ModelFile, read_header};
 use ggraph_core::model::llama::{Attention, LlamaConfig};
 use ggraph_core::model::loaded::{LoadMode, Model};
@@ -184,4 +184,52 @@ fn fitting_offloads_what_fits_and_says_why_it_stopped() {
         f.reason
     );
     std::fs::remove_file(path).ok();
+}
+
+/// A device with room for the weights but not for the KV cache and compute
+/// memory: the check before loading says so, naming the device, and nothing
+/// is allocated; with room for everything it passes.
+#[test]
+fn a_context_that_does_not_fit_is_refused_before_anything_is_allocated() {
+    let path = gguf("check");
+    let desc = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let opts = PlacementOptions::default();
+    let p = params(Attention::Flash);
+    // the weights alone, measured
+    let roomy = SimDevice::new(0, SimConfig::gpu(1 << 30));
+    let est = check_fits(
+        &desc,
+        &[roomy.clone() as Arc<dyn Device>],
+        cpu.clone(),
+        &opts,
+        &p,
+    )
+    .unwrap();
+    let need = &est.devices[1];
+    assert!(need.kv > 0 && need.compute > 0);
+    assert_eq!(roomy.allocated_bytes(), 0, "a dry run allocates nothing");
+
+    let tight = SimDevice::new(1, SimConfig::gpu(need.weights + need.kv / 2));
+    let devices = [tight.clone() as Arc<dyn Device>];
+    // loading the weights alone would pass
+    assert!(
+        Model::load(
+            &desc.without_data(),
+            &devices,
+            cpu.clone(),
+            &opts,
+            LoadMode::DryRun,
+            None
+        )
+        .is_ok()
+    );
+    let e = check_fits(&desc, &devices, cpu, &opts, &p)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sim:1") && e.contains("short") && e.contains("n_gpu_layers"),
+        "{e}"
+    );
+    assert_eq!(tight.allocated_bytes(), 0);
 }

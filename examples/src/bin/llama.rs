@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ggraph::args::{Args, Spec};
 use ggraph::context::Context;
-use ggraph::model::estimate::exact::{FitRequest, fit};
+use ggraph::model::estimate::exact::{FitRequest, check_fits, fit};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::GpuLayers;
 use ggraph::model::tokenizer::Tokenizer;
@@ -109,6 +109,8 @@ fn run(args: &[String]) -> Result<(), String> {
         eprintln!("fit: {}", f.reason);
         opts.n_gpu_layers = GpuLayers::Count(f.estimate.n_gpu_layers);
     }
+    // weights, KV cache and compute memory must fit before any is loaded
+    check_fits(&desc, &devices, cpu.clone(), &opts, &params).map_err(|e| e.to_string())?;
     let t = std::time::Instant::now();
     let model = Model::load(&desc, &devices, cpu, &opts, LoadMode::Real, None)
         .map_err(|e| e.to_string())?;

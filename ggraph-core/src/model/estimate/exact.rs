@@ -233,6 +233,44 @@ pub struct FitRequest {
 /// Chooses the most offloaded layers (and, with `fit_ctx`, the largest
 /// context) whose exact estimate fits every device's free memory less the
 /// margin. Options the user fixed stay as they are.
+/// Checks, by a dry run, that `desc` placed as `opts` fits every device
+/// with its KV cache and compute memory, before anything is allocated: an
+/// error names each device that would run out and by how much. (Loading
+/// checks the weights alone; this checks the whole context.)
+pub fn check_fits(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    opts: &PlacementOptions,
+    params: &ContextParams,
+) -> Result<ExactEstimate> {
+    let est = exact_estimate(desc, devices, cpu, opts, params)?;
+    let over = est.over(0);
+    if let Some((name, short)) = over.first() {
+        let d = est
+            .devices
+            .iter()
+            .find(|d| &d.name == name)
+            .expect("over() names estimate devices");
+        let others: String = over[1..]
+            .iter()
+            .map(|(n, s)| format!(", {n} {} short", format_bytes(*s)))
+            .collect();
+        return Err(Error::OutOfMemory {
+            buffer_type: format!(
+                "{name} (weights {} + KV cache {} + compute {}: {} short{others}; offload fewer layers (n_gpu_layers), shrink the context or change tensor_split)",
+                format_bytes(d.weights),
+                format_bytes(d.kv),
+                format_bytes(d.compute),
+                format_bytes(*short)
+            ),
+            requested_bytes: d.total(),
+            available_bytes: d.free,
+        });
+    }
+    Ok(est)
+}
+
 pub fn fit(
     desc: &ModelDesc,
     devices: &[Arc<dyn Device>],
