@@ -1,0 +1,67 @@
+//! Per-op cost of small mat-vecs on the CPU backend: a graph of 64
+//! chained 512 x 512 Q4_0 products (one column), timed per graph run.
+//!
+//! Run: cargo run --release -p ggraph-benches --bin op_overhead [-- --threads N --m M --k K --type T]
+
+use std::time::Instant;
+
+use ggraph_core::backend::Device;
+use ggraph_core::ir::GraphBuilder;
+use ggraph_core::{DType, Result, exec};
+use ggraph_cpu::CpuDevice;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let opt = |name: &str, d: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
+    };
+    let threads = opt("--threads", 2);
+    let k = opt("--k", 512);
+    let dtype = args
+        .iter()
+        .position(|a| a == "--type")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| DType::from_name(s))
+        .unwrap_or(DType::Q4_0);
+    const OPS: usize = 64;
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[k, 1])?;
+    let mut y = x;
+    let mut ws = Vec::new();
+    for i in 0..OPS {
+        let w = b.weight(&format!("w{i}"), dtype, &[k, k])?;
+        ws.push(w);
+        y = b.mul_mat(w, y)?;
+    }
+    b.set_output(y)?;
+    let mut g = b.build();
+    let cpu = CpuDevice::with_threads(threads)?;
+    let _mem = exec::alloc_one_buffer(&mut g, &cpu.buffer_type())?;
+    let vals: Vec<f32> = (0..k * k)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    for &w in &ws {
+        g.write_f32(w, &vals)?;
+    }
+    g.write_f32(x, &vals[..k])?;
+    let mut backend = cpu.new_backend()?;
+    for _ in 0..20 {
+        backend.compute(&g, g.nodes())?;
+    }
+    let reps = 200;
+    let t = Instant::now();
+    for _ in 0..reps {
+        backend.compute(&g, g.nodes())?;
+    }
+    let per_op = t.elapsed().as_secs_f64() * 1e6 / (reps * OPS) as f64;
+    let bytes = dtype.row_size(k).unwrap_or(0) * k;
+    println!(
+        "{dtype} {k}x{k} n=1, {threads} thread(s): {per_op:.2} µs per op, {:.1} GB/s",
+        bytes as f64 / per_op / 1e3
+    );
+    Ok(())
+}
