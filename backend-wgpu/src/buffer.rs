@@ -148,26 +148,7 @@ impl WgpuBuffer {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
             enc.copy_buffer_to_buffer(&self.raw, offset + done, &staging, 0, n);
             let index = gpu.queue.submit([enc.finish()]);
-            let (tx, rx) = std::sync::mpsc::channel();
-            staging.map_async(wgpu::MapMode::Read, .., move |r| {
-                let _ = tx.send(r);
-            });
-            gpu.wait(Some(index))?;
-            match rx.try_recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(Error::backend(
-                        &gpu.name,
-                        format!("mapping a readback: {e}"),
-                    ));
-                }
-                Err(_) => {
-                    return Err(Error::backend(
-                        &gpu.name,
-                        "a readback was not mapped after its queue finished",
-                    ));
-                }
-            }
+            gpu.map_for_read(&staging, index)?;
             {
                 let view = staging
                     .get_mapped_range(..)

@@ -90,6 +90,44 @@ impl Gpu {
         self.take_errors()
     }
 
+    /// Maps `staging` for reading after submission `index` (which copies
+    /// into it) and waits until the mapping is done.
+    ///
+    /// The mapping's callback runs inside whichever thread polls the device
+    /// next; when another thread's poll picked it up, it may still be on its
+    /// way after our wait returns, so the wait ends on the callback itself.
+    pub fn map_for_read(&self, staging: &wgpu::Buffer, index: wgpu::SubmissionIndex) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait(Some(index))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let result = loop {
+            match rx.try_recv() {
+                Ok(r) => break r,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(Error::backend(
+                        &self.name,
+                        "a readback's mapping was dropped unanswered",
+                    ));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if std::time::Instant::now() > deadline {
+                        return Err(Error::backend(
+                            &self.name,
+                            "a readback was not mapped 30 s after its queue finished",
+                        ));
+                    }
+                    let _ = self.device.poll(wgpu::PollType::Poll);
+                    std::thread::yield_now();
+                }
+            }
+        };
+        result.map_err(|e| Error::backend(&self.name, format!("mapping a readback: {e}")))?;
+        self.take_errors()
+    }
+
     /// Reads and clears the status word after the queue is idle; an error
     /// names the kernels that met bad indices.
     pub fn check_status(&self) -> Result<()> {
@@ -108,8 +146,7 @@ impl Gpu {
         enc.copy_buffer_to_buffer(&self.status, 0, &staging, 0, 16);
         enc.clear_buffer(&self.status, 0, None);
         let index = self.queue.submit([enc.finish()]);
-        staging.map_async(wgpu::MapMode::Read, .., |_| {});
-        self.wait(Some(index))?;
+        self.map_for_read(&staging, index)?;
         let words: [u32; 4] = {
             let view = staging
                 .get_mapped_range(..)
