@@ -314,6 +314,43 @@ fn a_cost_model_offloads_to_a_fast_device_over_a_fast_link() {
 }
 
 #[test]
+fn a_configured_batch_threshold_decides_offload() {
+    let f = fixture(2, 40);
+    let want = cpu_only(&f);
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let sim: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(256 << 20));
+    for (threshold, offloaded) in [(40, true), (41, false)] {
+        let c2 = cpu.clone();
+        let config = SchedConfig {
+            offload_policy: OffloadPolicy::MinBatch(threshold),
+            ..SchedConfig::default()
+        };
+        let r = run(
+            &f,
+            vec![
+                BackendSpec::new(sim.clone()).op_offload(true),
+                BackendSpec::new(cpu.clone()),
+            ],
+            config,
+            &move |_| c2.clone(),
+        );
+        assert_eq!(r.logits, want);
+        let causes = f
+            .lg
+            .builder
+            .graph()
+            .nodes()
+            .iter()
+            .filter(|&&n| {
+                matches!(r.sched.cause_of(n), Some(Cause::OpOffload { policy, .. }) if policy.contains(&threshold.to_string()))
+            })
+            .count();
+        assert_eq!(causes > 0, offloaded, "batch 40, threshold {threshold}");
+        assert_eq!(r.sched.splits().len() > 1, offloaded);
+    }
+}
+
+#[test]
 fn a_hand_placement_the_backend_cannot_run_is_an_error() {
     let f = fixture(2, 5);
     let (cpu, sims) = devices(1, &[OpKind::RmsNorm]);

@@ -336,3 +336,52 @@ pub trait Backend: Send {
         event.synchronize()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::batch_offload_rule;
+    use crate::DType;
+    use crate::ir::{GraphBuilder, TensorId};
+
+    /// ggml's rule: a mul_mat offloads from 32 columns, a mul_mat_id from
+    /// 32 tokens (its dim 2), whatever the experts used per token; other
+    /// ops never; the threshold is a parameter.
+    #[test]
+    fn the_batch_rule_takes_mul_mats_from_32_columns_and_mul_mat_ids_from_32_tokens() {
+        let mul_mat = |n: usize| -> (crate::ir::Graph, TensorId, TensorId) {
+            let mut b = GraphBuilder::new();
+            let w = b.weight("w", DType::Q8_0, &[64, 16]).unwrap();
+            let x = b.input("x", DType::F32, &[64, n]).unwrap();
+            let y = b.mul_mat(w, x).unwrap();
+            let z = b.silu(y).unwrap();
+            b.set_output(z).unwrap();
+            (b.build(), y, z)
+        };
+        let mul_mat_id = |tokens: usize| -> (crate::ir::Graph, TensorId) {
+            let mut b = GraphBuilder::new();
+            let e = b.weight("experts", DType::Q8_0, &[64, 16, 4]).unwrap();
+            let x = b.input("x", DType::F32, &[64, 1, tokens]).unwrap();
+            let ids = b.input("ids", DType::I32, &[2, tokens]).unwrap();
+            let y = b.mul_mat_id(e, x, ids).unwrap();
+            b.set_output(y).unwrap();
+            (b.build(), y)
+        };
+        for (n, want) in [(1, false), (31, false), (32, true), (512, true)] {
+            let (g, y, z) = mul_mat(n);
+            assert_eq!(
+                batch_offload_rule(&g, y, 32),
+                want,
+                "mul_mat of {n} columns"
+            );
+            assert!(!batch_offload_rule(&g, z, 32), "silu never");
+            let (g, y) = mul_mat_id(n);
+            assert_eq!(
+                batch_offload_rule(&g, y, 32),
+                want,
+                "mul_mat_id of {n} tokens"
+            );
+        }
+        let (g, y, _) = mul_mat(8);
+        assert!(batch_offload_rule(&g, y, 8) && !batch_offload_rule(&g, y, 9));
+    }
+}
