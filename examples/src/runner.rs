@@ -107,35 +107,89 @@ pub fn generate(
 
 /// Memory per device of a context: weights, KV cache, compute.
 pub fn memory_table(ctx: &Context) -> String {
-    let model = ctx.model();
-    let weights = model.weight_bytes();
-    let kv = ctx.cache.bytes_per_buffer_type();
-    let compute = ctx.compute_bytes();
-    let devices = ctx.devices();
     let mut s = format!(
         "{:<8} {:>11} {:>11} {:>11} {:>11}\n",
         "device", "weights", "kv", "compute", "total"
     );
-    for (i, d) in devices.iter().enumerate() {
-        let bt = d.buffer_type();
-        let of = |list: &[(String, u64)]| {
-            list.iter()
-                .filter(|(n, _)| n == bt.name())
-                .map(|(_, b)| b)
-                .sum::<u64>()
-        };
-        let (w, k, c) = (of(&weights), of(&kv), compute.get(i).copied().unwrap_or(0));
+    for d in device_memory(ctx) {
         let _ = writeln!(
             s,
             "{:<8} {:>11} {:>11} {:>11} {:>11}",
-            d.name(),
-            format_bytes(w),
-            format_bytes(k),
-            format_bytes(c),
-            format_bytes(w + k + c)
+            d.name,
+            format_bytes(d.weights),
+            format_bytes(d.kv),
+            format_bytes(d.compute),
+            format_bytes(d.total())
         );
     }
     s
+}
+
+/// What one device of a context holds, and the memory it has.
+pub struct DeviceMemory {
+    pub name: String,
+    pub weights: u64,
+    pub kv: u64,
+    pub compute: u64,
+    /// The device's total memory (declared, for simulated devices).
+    pub capacity: u64,
+    /// Whether this is the host.
+    pub host: bool,
+}
+
+impl DeviceMemory {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv + self.compute
+    }
+}
+
+/// Per device of `ctx` (the host last): weights, KV cache and compute
+/// memory, as allocated (or, in a dry run, as a real run would allocate).
+pub fn device_memory(ctx: &Context) -> Vec<DeviceMemory> {
+    let model = ctx.model();
+    let weights = model.weight_bytes();
+    let kv = ctx.cache.bytes_per_buffer_type();
+    let compute = ctx.compute_bytes();
+    ctx.devices()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let bt = d.buffer_type();
+            let of = |list: &[(String, u64)]| {
+                list.iter()
+                    .filter(|(n, _)| n == bt.name())
+                    .map(|(_, b)| b)
+                    .sum::<u64>()
+            };
+            DeviceMemory {
+                name: d.name().to_string(),
+                weights: of(&weights),
+                kv: of(&kv),
+                compute: compute.get(i).copied().unwrap_or(0),
+                capacity: d.memory().total_bytes,
+                host: !d.kind().is_gpu_class(),
+            }
+        })
+        .collect()
+}
+
+/// One line per device (not the host) whose weights, KV cache and compute
+/// memory exceed its memory: what a dry run cannot allocate, so cannot
+/// refuse, but a real run would.
+pub fn over_memory(ctx: &Context) -> Vec<String> {
+    device_memory(ctx)
+        .into_iter()
+        .filter(|d| !d.host && d.total() > d.capacity)
+        .map(|d| {
+            format!(
+                "does not fit: {} needs {} of its {} ({} short)",
+                d.name,
+                format_bytes(d.total()),
+                format_bytes(d.capacity),
+                format_bytes(d.total() - d.capacity)
+            )
+        })
+        .collect()
 }
 
 /// A one-line summary of the scheduler's splits and the decode loop's

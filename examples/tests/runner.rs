@@ -167,3 +167,37 @@ fn a_gguf_written_by_the_gguf_package_loads_and_runs() {
     let e = nmse(first.logits(), &want);
     assert!(e < QUANTISED_BOUND, "nmse against the f64 reference: {e}");
 }
+
+/// A dry run on a device too small for its share allocates nothing, so
+/// cannot fail; the memory report names what would not fit, and by how
+/// much (what split-experiment prints for each placement).
+#[test]
+fn a_dry_run_reports_the_devices_it_overfills() {
+    let desc = runner::random_model("tiny", DType::Q8_0, 1).unwrap();
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let small: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(64 << 10));
+    let roomy: Arc<dyn Device> = SimDevice::new(1, SimConfig::gpu(256 << 20));
+    let opts = PlacementOptions::default();
+    let load = |dev: &Arc<dyn Device>| {
+        let model = Model::load(
+            &desc,
+            std::slice::from_ref(dev),
+            cpu.clone(),
+            &opts,
+            LoadMode::DryRun,
+            None,
+        )
+        .unwrap();
+        Context::new(Arc::new(model), params()).unwrap()
+    };
+    let ctx = load(&small);
+    let over = runner::over_memory(&ctx);
+    assert_eq!(over.len(), 1, "{over:?}");
+    let sim = runner::device_memory(&ctx)
+        .into_iter()
+        .find(|d| d.name == "sim:0")
+        .unwrap();
+    assert!(sim.total() > 64 << 10 && sim.capacity == 64 << 10);
+    assert!(over[0].starts_with("does not fit: sim:0") && over[0].contains("short"));
+    assert!(runner::over_memory(&load(&roomy)).is_empty());
+}

@@ -263,6 +263,9 @@ fn run(args: &[String]) -> Result<String, String> {
             format_bytes(p.bytes_copied / params.n_ubatch as u64)
         );
         out.push_str(&runner::memory_table(&ctx));
+        for line in runner::over_memory(&ctx) {
+            let _ = writeln!(out, "{line}");
+        }
         if let Some(dir) = a.value("--dot") {
             let name = spec.replace([',', '=', ':', '/'], "_");
             let path = std::path::Path::new(dir).join(format!("{name}.dot"));
