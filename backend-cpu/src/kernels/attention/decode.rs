@@ -184,6 +184,17 @@ impl Work<'_> {
             st[dv] = f32::NEG_INFINITY;
             st[dv + 1] = 0.0;
         }
+        // the cache rows are usually out of cache (the weights streamed
+        // through since the last token): ask for the first block's rows
+        // all at once rather than miss on them row by row
+        if let Some(&first) = blocks.first() {
+            for j in first * BLOCK_K..(first * BLOCK_K + BLOCK_K).min(n_kv) {
+                for hk in 0..n_kv_head {
+                    prefetch_row(k, j, hk, is);
+                    prefetch_row(v, j, hk, is);
+                }
+            }
+        }
         for (n, &b) in blocks.iter().enumerate() {
             let j0 = b * BLOCK_K;
             let nk = BLOCK_K.min(n_kv - j0);
