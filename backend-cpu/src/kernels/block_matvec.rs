@@ -24,13 +24,13 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, WeightRows};
+use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
 use super::quant_dot::PREFETCH_GROUPS;
 
 /// Values per block.
 const QB: usize = 32;
 /// Rows per kernel call.
-const ROWS: usize = 4;
+const ROWS: usize = MATVEC_ROWS;
 /// Blocks per step of the kernel.
 const GROUP: usize = 4;
 
@@ -94,26 +94,15 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         } else {
             32 * GROUP * ts
         };
-        super::par_ranges(m, 16, |range| {
-            let mut i = range.start;
-            while i < range.end {
-                let r = if range.end - i >= ROWS { ROWS } else { 1 };
-                let mut rows = [std::ptr::null::<u8>(); ROWS];
-                for (q, row) in rows.iter_mut().take(r).enumerate() {
-                    *row = a.row(i + q);
+        matvec_rows(a, m, out, |rows, r, res| {
+            // SAFETY: the first r rows exist and hold nb blocks, as does the
+            // column.
+            unsafe {
+                if r == ROWS {
+                    x86::q4_0::<ROWS>(rows, nb, col, ahead, res)
+                } else {
+                    x86::q4_0::<1>(rows, nb, col, ahead, res)
                 }
-                let mut res = [0f32; ROWS];
-                // SAFETY: rows i..i + r exist and hold nb blocks; the column
-                // holds nb blocks; output rows i..i + r are this task's.
-                unsafe {
-                    if r == ROWS {
-                        x86::q4_0::<ROWS>(&rows, nb, col, ahead, &mut res)
-                    } else {
-                        x86::q4_0::<1>(&rows, nb, col, ahead, &mut res)
-                    }
-                    std::ptr::copy_nonoverlapping(res.as_ptr(), out.0[0].add(i), r);
-                }
-                i += r;
             }
         });
     });
@@ -159,6 +148,7 @@ unsafe fn block_dot(row: *const u8, b: usize, col: &Column) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::math::hsum256;
     use super::{Column, GROUP, QB, block_dot};
 
     /// The f16 scales of blocks `g * 4 .. g * 4 + 4` of a row with blocks
@@ -173,16 +163,6 @@ mod x86 {
             let packed = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
             _mm_cvtph_ps(_mm_cvtsi64_si128(packed as i64))
         }
-    }
-
-    /// Sum of the eight lanes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn hsum256(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     /// `R` Q4_0 rows (18 bytes per block) times the column.

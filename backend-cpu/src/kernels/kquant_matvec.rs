@@ -27,13 +27,13 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, WeightRows};
+use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
 use super::quant_dot::PREFETCH_GROUPS;
 
 /// Values per super-block.
 const QK: usize = 256;
 /// Rows per kernel call.
-const ROWS: usize = 4;
+const ROWS: usize = MATVEC_ROWS;
 
 thread_local! {
     static Q8K: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -97,28 +97,16 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         } else {
             8 * a.dtype.type_size()
         };
-        super::par_ranges(m, 16, |range| {
-            let mut i = range.start;
-            while i < range.end {
-                let r = if range.end - i >= ROWS { ROWS } else { 1 };
-                let mut rows = [std::ptr::null::<u8>(); ROWS];
-                for (q, row) in rows.iter_mut().take(r).enumerate() {
-                    *row = a.row(i + q);
+        matvec_rows(a, m, out, |rows, r, res| {
+            // SAFETY: the first r rows exist and hold nsb super-blocks, as
+            // does the column.
+            unsafe {
+                match (a.dtype, r) {
+                    (DType::Q4_K, ROWS) => x86::q4k::<ROWS>(rows, col, ahead, res),
+                    (DType::Q4_K, _) => x86::q4k::<1>(rows, col, ahead, res),
+                    (_, ROWS) => x86::q6k::<ROWS>(rows, col, ahead, res),
+                    _ => x86::q6k::<1>(rows, col, ahead, res),
                 }
-                let mut res = [0f32; ROWS];
-                // SAFETY: rows i..i + r exist and hold nsb super-blocks; the
-                // column holds nsb super-blocks; output rows i..i + r are
-                // this task's alone.
-                unsafe {
-                    match (a.dtype, r) {
-                        (DType::Q4_K, ROWS) => x86::q4k::<ROWS>(&rows, col, ahead, &mut res),
-                        (DType::Q4_K, _) => x86::q4k::<1>(&rows, col, ahead, &mut res),
-                        (_, ROWS) => x86::q6k::<ROWS>(&rows, col, ahead, &mut res),
-                        _ => x86::q6k::<1>(&rows, col, ahead, &mut res),
-                    }
-                    std::ptr::copy_nonoverlapping(res.as_ptr(), out.0[0].add(i), r);
-                }
-                i += r;
             }
         });
     });
@@ -127,6 +115,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::math::hsum256;
     use super::{Column, QK};
 
     /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with one
@@ -192,16 +181,6 @@ mod x86 {
             let h = (p as *const u16).read_unaligned();
             _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
         }
-    }
-
-    /// Sum of the eight lanes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn hsum256(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     /// `R` Q4_K rows (144 bytes per super-block) times the column.

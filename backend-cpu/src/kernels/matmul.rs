@@ -47,6 +47,41 @@ impl WeightRows {
     }
 }
 
+/// Rows per call of the one-column mat-vec kernels.
+pub(crate) const MATVEC_ROWS: usize = 4;
+
+/// `out[0][i] = dot(a row i, ..)` for `i < m`: the rows spread over the
+/// team, each task handing `kernel` groups of `MATVEC_ROWS` rows (single
+/// rows at the end of its range). `kernel(rows, count, results)` computes
+/// `results[..count]` for the first `count` of `rows`.
+pub(crate) fn matvec_rows(
+    a: WeightRows,
+    m: usize,
+    out: &Cols<f32>,
+    kernel: impl Fn(&[*const u8; MATVEC_ROWS], usize, &mut [f32; MATVEC_ROWS]) + Sync,
+) {
+    super::par_ranges(m, 16, |range| {
+        let mut i = range.start;
+        while i < range.end {
+            let r = if range.end - i >= MATVEC_ROWS {
+                MATVEC_ROWS
+            } else {
+                1
+            };
+            let mut rows = [std::ptr::null::<u8>(); MATVEC_ROWS];
+            for (q, row) in rows.iter_mut().take(r).enumerate() {
+                *row = a.row(i + q);
+            }
+            let mut res = [0f32; MATVEC_ROWS];
+            kernel(&rows, r, &mut res);
+            // SAFETY: output column 0 holds m values; rows i..i + r are
+            // this task's alone.
+            unsafe { std::ptr::copy_nonoverlapping(res.as_ptr(), out.0[0].add(i), r) };
+            i += r;
+        }
+    });
+}
+
 /// out[j][i] = dot(a row i, b[j]) for i < m, j < b.len().
 fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     gemm_with(isa::active(), a, m, b, out)

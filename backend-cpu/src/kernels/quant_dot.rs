@@ -1015,6 +1015,7 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
 mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::math::hsum256;
     use super::{ColsQ, Decoded, Format, PANEL_C, PANEL_R};
 
     pub(super) unsafe fn direct_avx2_q8<const R: usize, const C: usize>(
@@ -1135,17 +1136,6 @@ mod x86 {
                 }
             }
         }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum256(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps::<1>(v);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     /// Direct kernel for 32-value blocks: one 256-bit `vpdpbusd` per
