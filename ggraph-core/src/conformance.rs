@@ -1060,6 +1060,21 @@ fn flash_attn_cases(c: &mut Cases) {
             },
         );
     }
+    // generation with head size 128, grouped heads and alibi slopes; for
+    // queries 0 and 1 the second chunk of 16 keys is wholly masked, for
+    // query 2 one key of it is visible
+    c.add(
+        OpKind::FlashAttnExt,
+        "flash_attn_ext[F16,d=128,n_q=3,n_kv=40,alibi,partly_masked]".into(),
+        5e-4,
+        |cb| {
+            let q = cb.input(DType::F32, &[128, 3, 8, 1])?;
+            let k = cb.input(DType::F16, &[128, 40, 2, 1])?;
+            let v = cb.input(DType::F16, &[128, 40, 2, 1])?;
+            let m = cb.filled(DType::F16, &[40, 3], Fill::Causal { n_kv: 40, n_q: 26 })?;
+            cb.b.flash_attn_ext(q, k, v, Some(m), 1.0 / 128f32.sqrt(), 8.0, 0.0)
+        },
+    );
     c.add(
         OpKind::FlashAttnExt,
         "flash_attn_ext[F16,no_mask,softcap]".into(),

@@ -3,14 +3,23 @@
 //! whole K/V rows front to back (the heads of a cache row lie side by
 //! side) instead of one head's slice of every row; the ranges' partial
 //! softmax states are merged at the end.
+//!
+//! With F16 caches and head sizes of 64 or 128 on AVX-512 the chunks are
+//! read straight from the cache (`f16_chunks`): scores and weighted values
+//! convert the rows in registers, and a chunk's 16 scores are one vector for
+//! the softmax update.
 
 use std::cell::RefCell;
 
 use super::super::isa::{Isa, active};
 use super::super::math::exp_nonpositive as exp;
-use super::{ACC_W, BLOCK_K, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use super::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
 use crate::team;
 use crate::tensor_ref::TRef;
+
+/// Keys per chunk: the unit the keys are split into among the tasks, and
+/// the keys scored together.
+const CHUNK: usize = 16;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::empty()) };
@@ -22,7 +31,7 @@ struct Scratch {
     q: Vec<f32>,
     /// One block of one mask row, times the head's slope.
     row: Vec<f32>,
-    /// One block of one KV head: keys [BLOCK_K][d], values [BLOCK_K][dv].
+    /// One chunk of every KV head: keys [CHUNK][heads][d], values [CHUNK][heads][dv].
     k: Vec<f32>,
     v: Vec<f32>,
     /// Scores, then exponentials, of one (head, query) over a block.
@@ -51,9 +60,9 @@ fn grow(v: &mut Vec<f32>, n: usize) {
 pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p: Params) {
     let (dv, n_kv) = (v.ne[0], k.ne[1]);
     let (n_q, n_head, n_seq) = (q.ne[1], q.ne[2], q.ne[3]);
-    let blocks = n_kv.div_ceil(BLOCK_K);
+    let blocks = n_kv.div_ceil(CHUNK);
     // the mask rows, [seq][mask head][query][key], and per sequence the
-    // blocks some query sees: only those are split among the tasks
+    // chunks some query sees: only those are split among the tasks
     let mask_heads = mask.map_or(1, |m| m.ne[2].min(n_head).max(1));
     let mut mask_values = Vec::new();
     let mut visible: Vec<Vec<usize>> = vec![(0..blocks).collect(); n_seq];
@@ -67,7 +76,7 @@ pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p
                     let row = &mut mask_values[at..at + n_kv];
                     // SAFETY: mask rows in bounds (checked by the builder).
                     unsafe { m.load_row(i, mh, is % m.ne[3], row) };
-                    for (b, block) in row.chunks(BLOCK_K).enumerate() {
+                    for (b, block) in row.chunks(CHUNK).enumerate() {
                         any[b] |= block.iter().any(|&x| x != f32::NEG_INFINITY);
                     }
                 }
@@ -76,7 +85,8 @@ pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p
         }
     }
     let most = visible.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let parts = (team::current_threads() * 2).clamp(1, most);
+    // the chunks cost the same, so one equal part per thread
+    let parts = team::current_threads().clamp(1, most);
     let per = most.div_ceil(parts);
     // per (seq, part, head, query): the weighted value sum, the running
     // maximum and the sum of exponentials
@@ -157,20 +167,17 @@ struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// Blocks `blocks` of sequence `is`, every head and query; writes the
+    /// Chunks `chunks` of sequence `is`, every head and query; writes the
     /// partial states into `out` ([head][query][dv + 2]).
-    fn run_part(&self, isa: Isa, sc: &mut Scratch, is: usize, blocks: &[usize], out: &mut [f32]) {
+    fn run_part(&self, isa: Isa, sc: &mut Scratch, is: usize, chunks: &[usize], out: &mut [f32]) {
         let (q, k, v, p) = (self.q, self.k, self.v, self.p);
         let (d, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
         let (n_q, n_head) = (q.ne[1], q.ne[2]);
         let n_kv_head = k.ne[2].max(1);
-        let group = (n_head / n_kv_head).max(1);
         let state = dv + 2;
         grow(&mut sc.q, n_head * n_q * d);
-        grow(&mut sc.k, BLOCK_K * d);
-        grow(&mut sc.v, BLOCK_K * dv);
-        grow(&mut sc.s, BLOCK_K);
-        grow(&mut sc.row, BLOCK_K);
+        grow(&mut sc.s, CHUNK);
+        grow(&mut sc.row, CHUNK);
         for h in 0..n_head {
             for i in 0..n_q {
                 let row = &mut sc.q[(h * n_q + i) * d..(h * n_q + i + 1) * d];
@@ -185,29 +192,58 @@ impl Work<'_> {
             st[dv + 1] = 0.0;
         }
         // the cache rows are usually out of cache (the weights streamed
-        // through since the last token): ask for the first block's rows
+        // through since the last token): ask for the first chunk's rows
         // all at once rather than miss on them row by row
-        if let Some(&first) = blocks.first() {
-            for j in first * BLOCK_K..(first * BLOCK_K + BLOCK_K).min(n_kv) {
+        if let Some(&first) = chunks.first() {
+            for j in first * CHUNK..(first * CHUNK + CHUNK).min(n_kv) {
                 for hk in 0..n_kv_head {
                     prefetch_row(k, j, hk, is);
                     prefetch_row(v, j, hk, is);
                 }
             }
         }
-        for (n, &b) in blocks.iter().enumerate() {
-            let j0 = b * BLOCK_K;
-            let nk = BLOCK_K.min(n_kv - j0);
-            // ask for the next block's rows (every head) now
-            if let Some(&next) = blocks.get(n + 1) {
-                for j in next * BLOCK_K..(next * BLOCK_K + BLOCK_K).min(n_kv) {
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx512 && p.softcap == 0.0 && f16_rows(k) && f16_rows(v) {
+            // SAFETY: the processor has AVX-512 F (checked by `active`);
+            // K and V are F16 with packed rows.
+            match (d, dv) {
+                (64, 64) => return unsafe { self.f16_chunks::<4, 4>(sc, is, chunks, out) },
+                (128, 128) => return unsafe { self.f16_chunks::<8, 8>(sc, is, chunks, out) },
+                _ => {}
+            }
+        }
+        self.converted_chunks(isa, sc, is, chunks, out);
+    }
+
+    /// `run_part` for any K/V type: each chunk's rows converted to f32
+    /// first.
+    fn converted_chunks(
+        &self,
+        isa: Isa,
+        sc: &mut Scratch,
+        is: usize,
+        chunks: &[usize],
+        out: &mut [f32],
+    ) {
+        let (k, v, p) = (self.k, self.v, self.p);
+        let (d, dv, n_kv) = (self.q.ne[0], v.ne[0], k.ne[1]);
+        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
+        let n_kv_head = k.ne[2].max(1);
+        let group = (n_head / n_kv_head).max(1);
+        let state = dv + 2;
+        for (n, &c) in chunks.iter().enumerate() {
+            let j0 = c * CHUNK;
+            let nk = CHUNK.min(n_kv - j0);
+            // ask for the next chunk's rows (every head) now
+            if let Some(&next) = chunks.get(n + 1) {
+                for j in next * CHUNK..(next * CHUNK + CHUNK).min(n_kv) {
                     for hk in 0..n_kv_head {
                         prefetch_row(k, j, hk, is);
                         prefetch_row(v, j, hk, is);
                     }
                 }
             }
-            // every head's part of the block's rows, [key][kv head][d]
+            // every head's part of the chunk's rows, [key][kv head][d]
             let (ks, vs) = (n_kv_head * d, n_kv_head * dv);
             grow(&mut sc.k, nk * ks);
             grow(&mut sc.v, nk * vs);
@@ -248,6 +284,172 @@ impl Work<'_> {
             }
         }
     }
+
+    /// `run_part` for F16 K and V with `16 * DQ` values per key head and
+    /// `16 * DV` per value head: the rows are read from the cache once per
+    /// chunk and head, widened in registers.
+    ///
+    /// # Safety
+    /// The processor has AVX-512 F; K and V are F16 with packed rows of
+    /// `16 * DQ` and `16 * DV` values; `sc.q` holds the scaled queries and
+    /// `out` the initial states.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+    unsafe fn f16_chunks<const DQ: usize, const DV: usize>(
+        &self,
+        sc: &Scratch,
+        is: usize,
+        chunks: &[usize],
+        out: &mut [f32],
+    ) {
+        use std::arch::x86_64::*;
+        let (k, v, p) = (self.k, self.v, self.p);
+        let (d, dv, n_kv) = (16 * DQ, 16 * DV, k.ne[1]);
+        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
+        let n_kv_head = k.ne[2].max(1);
+        let group = (n_head / n_kv_head).max(1);
+        let state = dv + 2;
+        let slopes: Vec<f32> = (0..n_head)
+            .map(|h| super::super::norm::alibi_slope(p.max_bias, n_head, h))
+            .collect();
+        for &c in chunks {
+            let j0 = c * CHUNK;
+            let nk = CHUNK.min(n_kv - j0);
+            let live: __mmask16 = if nk == CHUNK { !0 } else { (1 << nk) - 1 };
+            for hk in 0..n_kv_head {
+                let krow = |j: usize| k.row_ptr(j0 + j, hk, is) as *const u16;
+                let vrow = |j: usize| v.row_ptr(j0 + j, hk, is) as *const u16;
+                for h in hk * group..((hk + 1) * group).min(n_head) {
+                    for i in 0..n_q {
+                        let r = h * n_q + i;
+                        let st = &mut out[r * state..(r + 1) * state];
+                        // SAFETY: the chunk's keys j0..j0 + nk exist, each
+                        // row holds d (K) or dv (V) f16 values; sc.q row r
+                        // holds d values, st dv + 2, the mask row n_kv.
+                        unsafe {
+                            let qr = sc.q.as_ptr().add(r * d);
+                            let qv: [__m512; DQ] =
+                                std::array::from_fn(|c| _mm512_loadu_ps(qr.add(16 * c)));
+                            let score = |j: usize| {
+                                let kp = krow(j);
+                                let mut a = _mm512_setzero_ps();
+                                for (c, q) in qv.iter().enumerate() {
+                                    let kx = _mm512_cvtph_ps(_mm256_loadu_si256(
+                                        kp.add(16 * c) as *const __m256i
+                                    ));
+                                    a = _mm512_fmadd_ps(kx, *q, a);
+                                }
+                                a
+                            };
+                            let parts: [__m512; CHUNK] = if nk == CHUNK {
+                                std::array::from_fn(score)
+                            } else {
+                                std::array::from_fn(|j| {
+                                    if j < nk {
+                                        score(j)
+                                    } else {
+                                        _mm512_setzero_ps()
+                                    }
+                                })
+                            };
+                            let mut sv = _mm512_mask_blend_ps(
+                                live,
+                                _mm512_set1_ps(f32::NEG_INFINITY),
+                                lane_sums(&parts),
+                            );
+                            let mut scores = [0f32; CHUNK];
+                            if let Some((values, heads)) = self.mask {
+                                let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
+                                let m = _mm512_maskz_loadu_ps(live, values.as_ptr().add(at));
+                                sv = _mm512_fmadd_ps(m, _mm512_set1_ps(slopes[h]), sv);
+                            }
+                            let old = st[dv];
+                            let max = old.max(_mm512_reduce_max_ps(sv));
+                            if max == f32::NEG_INFINITY {
+                                continue;
+                            }
+                            _mm512_storeu_ps(
+                                scores.as_mut_ptr(),
+                                _mm512_sub_ps(sv, _mm512_set1_ps(max)),
+                            );
+                            scores.iter_mut().for_each(|x| *x = exp(*x));
+                            let rescale = exp(old - max);
+                            st[dv] = max;
+                            st[dv + 1] = st[dv + 1] * rescale
+                                + _mm512_reduce_add_ps(_mm512_loadu_ps(scores.as_ptr()));
+                            let sp = st.as_mut_ptr();
+                            let r16 = _mm512_set1_ps(rescale);
+                            let mut acc: [__m512; DV] = std::array::from_fn(|c| {
+                                _mm512_mul_ps(_mm512_loadu_ps(sp.add(16 * c)), r16)
+                            });
+                            for (j, &pj) in scores.iter().enumerate().take(nk) {
+                                let vp = vrow(j);
+                                let w = _mm512_set1_ps(pj);
+                                for (c, a) in acc.iter_mut().enumerate() {
+                                    let vx = _mm512_cvtph_ps(_mm256_loadu_si256(
+                                        vp.add(16 * c) as *const __m256i
+                                    ));
+                                    *a = _mm512_fmadd_ps(vx, w, *a);
+                                }
+                            }
+                            for (c, a) in acc.iter().enumerate() {
+                                _mm512_storeu_ps(sp.add(16 * c), *a);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sums of the lanes of 16 vectors: lane `j` of the result is the
+/// sum of `a[j]`. Halves, then quarters, then pairs of lanes are added
+/// across pairs of vectors, so that each step halves the vector count.
+///
+/// # Safety
+/// The processor has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn lane_sums(a: &[std::arch::x86_64::__m512; 16]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // 256-bit halves: b[i] holds 8 partial sums of a[2i], then of a[2i + 1]
+    let b: [__m512; 8] = std::array::from_fn(|i| {
+        let (x, y) = (a[2 * i], a[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(x, y),
+            _mm512_shuffle_f32x4::<0xEE>(x, y),
+        )
+    });
+    // 128-bit quarter t of c[i] holds 4 partial sums of a[4i + t]
+    let c: [__m512; 4] = std::array::from_fn(|i| {
+        let (x, y) = (b[2 * i], b[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(x, y),
+            _mm512_shuffle_f32x4::<0xDD>(x, y),
+        )
+    });
+    // quarter t of d[i]: 2 partial sums of a[8i + t], then of a[8i + 4 + t]
+    let d: [__m512; 2] = std::array::from_fn(|i| {
+        let (x, y) = (c[2 * i], c[2 * i + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0x88>(x, y),
+            _mm512_shuffle_ps::<0xDD>(x, y),
+        )
+    });
+    // lane 4t + s: the sum of a[4s + t]
+    let e = _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(d[0], d[1]),
+        _mm512_shuffle_ps::<0xDD>(d[0], d[1]),
+    );
+    let order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm512_permutexvar_ps(order, e)
+}
+
+/// Whether `t` is F16 with packed rows.
+fn f16_rows(t: TRef) -> bool {
+    t.dtype == ggraph_core::DType::F16 && t.rows_packed()
 }
 
 /// One (head, query) over one block of keys.
@@ -341,6 +543,30 @@ impl RowStep<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use std::arch::x86_64::*;
+
+    #[test]
+    fn lane_sums_puts_the_sum_of_vector_j_in_lane_j() {
+        if !is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let values: Vec<[f32; 16]> = (0..16)
+            .map(|j| std::array::from_fn(|l| (j * 100 + l * l) as f32))
+            .collect();
+        let mut got = [0f32; 16];
+        // SAFETY: AVX-512 F checked above.
+        unsafe {
+            let a: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(values[j].as_ptr()));
+            _mm512_storeu_ps(got.as_mut_ptr(), super::lane_sums(&a));
+        }
+        for (j, v) in values.iter().enumerate() {
+            assert_eq!(got[j], v.iter().sum::<f32>(), "lane {j}");
         }
     }
 }
