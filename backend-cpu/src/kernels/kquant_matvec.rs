@@ -97,7 +97,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         } else {
             8 * a.dtype.type_size()
         };
-        matvec_rows(a, m, out, |rows, r, res| {
+        matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
             // SAFETY: the first r rows exist and hold nsb super-blocks, as
             // does the column.
             unsafe {

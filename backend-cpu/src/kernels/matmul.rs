@@ -47,32 +47,28 @@ impl WeightRows {
     }
 }
 
-/// Rows per call of the one-column mat-vec kernels.
+/// Rows per call of the one-column K-quant mat-vec kernels.
 pub(crate) const MATVEC_ROWS: usize = 4;
 
 /// `out[0][i] = dot(a row i, ..)` for `i < m`: the rows spread over the
-/// team, each task handing `kernel` groups of `MATVEC_ROWS` rows (single
-/// rows at the end of its range). `kernel(rows, count, results)` computes
+/// team, each task handing `kernel` groups of `R` rows (single rows at the
+/// end of its range). `kernel(rows, count, results)` computes
 /// `results[..count]` for the first `count` of `rows`.
-pub(crate) fn matvec_rows(
+pub(crate) fn matvec_rows<const R: usize>(
     a: WeightRows,
     m: usize,
     out: &Cols<f32>,
-    kernel: impl Fn(&[*const u8; MATVEC_ROWS], usize, &mut [f32; MATVEC_ROWS]) + Sync,
+    kernel: impl Fn(&[*const u8; R], usize, &mut [f32; R]) + Sync,
 ) {
     super::par_ranges(m, 16, |range| {
         let mut i = range.start;
         while i < range.end {
-            let r = if range.end - i >= MATVEC_ROWS {
-                MATVEC_ROWS
-            } else {
-                1
-            };
-            let mut rows = [std::ptr::null::<u8>(); MATVEC_ROWS];
+            let r = if range.end - i >= R { R } else { 1 };
+            let mut rows = [std::ptr::null::<u8>(); R];
             for (q, row) in rows.iter_mut().take(r).enumerate() {
                 *row = a.row(i + q);
             }
-            let mut res = [0f32; MATVEC_ROWS];
+            let mut res = [0f32; R];
             kernel(&rows, r, &mut res);
             // SAFETY: output column 0 holds m values; rows i..i + r are
             // this task's alone.

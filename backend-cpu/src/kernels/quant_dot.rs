@@ -19,8 +19,9 @@
 //!
 //! Paths, by processor and column count:
 //!
-//! - **block mat-vec** (VNNI, Q8_0/Q4_0, one column): `block_matvec`,
-//!   256-bit registers, activations stored in the order the blocks unpack.
+//! - **block mat-vec** (VNNI, Q4_0, one column): `block_matvec`, eight
+//!   rows' blocks transposed in 256-bit registers so that each lane is a
+//!   row.
 //! - **K-quant mat-vec** (VNNI, Q4_K/Q6_K, one column):
 //!   `kquant_matvec`, the activations in ggml's Q8_K form (one scale per
 //!   256 values), the blocks read straight from memory.
