@@ -1,81 +1,78 @@
-//! Token generation with Q4_0 weights on AVX-512 VNNI, eight rows at a
-//! time.
+//! Token generation with Q4_0 weights on AVX-512 VNNI, in 256-bit
+//! registers, for rows longer than `transposed_matvec::SHORT_ROW_BYTES`
+//! (shorter ones go to `transposed_matvec`, which handles eight rows at a
+//! time; streaming long rows from memory, this kernel measured faster).
 //!
-//! A dot product of one row spends most of its instructions on work of
-//! its own: converting the row's scales, summing lanes at the end. Here
-//! the blocks of eight consecutive rows are transposed in registers so
-//! that lane `r` of every vector belongs to row `r`: a lane's four codes
-//! meet the same four activation codes in every lane (one broadcast per
-//! `vpdpbusd`), one gather brings the eight rows' scales, and the eight
-//! results leave as one vector. The 256-bit registers suit processors
-//! that run 512-bit operations as two halves (AMD Zen 4) as well as those
-//! that do not.
+//! On processors that run 512-bit operations as two 256-bit halves (AMD
+//! Zen 4) the count of 256-bit operations per weight byte is what limits a
+//! mat-vec whose weights sit in cache, so this kernel is built to use few:
+//! the activation column is quantised once into the order the weight
+//! blocks unpack to, so that a block's codes meet their activations without
+//! any shuffle; four blocks' scales are converted together; and each
+//! block's integer sum starts from its `-offset * sum(q)` correction.
 //!
-//! Q4_0 byte `i` of a block holds value `i` in its low nibble and value
-//! `16 + i` in its high one, so the column's codes stay in block order:
-//! the low nibbles of bytes `4j..4j + 4` meet activation dword `j`, the
-//! high ones dword `4 + j`.
+//! Q4_0: two blocks' 16 nibble bytes make one register; its low nibbles are
+//! values 0..16 of both blocks and its high nibbles values 16..32, so the
+//! activations of a pair of blocks are stored as
+//! `[b0 0..16, b1 0..16, b0 16..32, b1 16..32]`, and both `vpdpbusd` of a
+//! pair accumulate into the same four lanes per block.
 //!
-//! (A Q8_0 kernel built the same way would need an 8 x 8 transpose of
-//! 32-byte blocks, twice the shuffles per block; Q8_0 stays with the
-//! 512-bit fused kernel of `quant_dot`, whose blocks need no unpacking.)
+//! (A Q8_0 kernel built the same way measured slower than the 512-bit
+//! fused kernel of `quant_dot` on four of five shapes, so Q8_0 stays there:
+//! its blocks need no unpacking.)
 
 use std::cell::RefCell;
 
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, WeightRows, matvec_rows};
+use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
+use super::quant_dot::PREFETCH_GROUPS;
+use super::transposed_matvec;
 
 /// Values per block.
 const QB: usize = 32;
-/// Bytes per block.
-const TS: usize = 18;
 /// Rows per kernel call.
-const ROWS: usize = 8;
+const ROWS: usize = MATVEC_ROWS;
+/// Blocks per step of the kernel.
+const GROUP: usize = 4;
 
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether `matvec` takes weights laid out as `a`: packed Q4_0 rows close
-/// enough together that eight of them are addressed by 32-bit offsets.
+/// Whether `matvec` takes weights laid out as `a`.
 pub(crate) fn takes(a: &WeightRows) -> bool {
-    a.dtype == DType::Q4_0
-        && a.elem_stride == TS
-        && a.stride
-            .checked_mul(ROWS)
-            .is_some_and(|s| s <= i32::MAX as usize)
+    a.dtype == DType::Q4_0 && a.elem_stride == a.dtype.type_size()
 }
 
-/// The activation column quantised to Q8 blocks.
+/// The activation column, quantised in the weights' order.
 struct Column<'a> {
     codes: &'a [i8],
-    /// Per block, `-8 * sum(q)`: the weights' offset of 8 applied to the
-    /// block's integer sum.
+    /// Per block, the integer start of each of the 4 lanes that block's
+    /// products land in: `-8 * sum(q) / 4`.
     bias: &'a [i32],
     /// Scale per block.
     dx: &'a [f32],
 }
 
-/// What the kernel asks the memory for ahead of its reads.
-#[derive(Clone, Copy, PartialEq)]
-enum Ahead {
-    /// The next group of rows, `ROWS * TS` bytes per block step.
-    NextGroup,
-    /// This many bytes further along each row.
-    AlongRows(usize),
-}
+/// Lanes of a 256-bit accumulator one block's products land in.
+const LANES: usize = 4;
 
 /// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q4_0 rows
 /// (see [`takes`]). The caller has checked that the processor has
 /// AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    if transposed_matvec::takes(&a) {
+        return transposed_matvec::matvec(a, m, b, out);
+    }
     let k = a.k;
     let nb = k / QB;
-    // codes, then 64-byte aligned bias and dx
-    let bias_at = (nb * QB).next_multiple_of(64);
-    let dx_at = bias_at + (nb * 4).next_multiple_of(64);
+    // codes (a whole number of pairs of blocks), then 64-byte aligned
+    // bias and dx
+    let codes_len = nb.next_multiple_of(2) * QB;
+    let bias_at = codes_len.next_multiple_of(64);
+    let dx_at = bias_at + (nb * LANES * 4).next_multiple_of(64);
     let len = dx_at + nb * 4;
     with_scratch(&ACTS, len, |buf| {
         let (codes, rest) = buf.split_at_mut(bias_at);
@@ -85,140 +82,162 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         // values.
         let (codes, bias, dx) = unsafe {
             (
-                std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, nb * QB),
-                std::slice::from_raw_parts_mut(bias.as_mut_ptr() as *mut i32, nb),
+                std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, codes_len),
+                std::slice::from_raw_parts_mut(bias.as_mut_ptr() as *mut i32, nb * LANES),
                 std::slice::from_raw_parts_mut(dx.as_mut_ptr() as *mut f32, nb),
             )
         };
         // SAFETY: column 0 holds k values.
         let x = unsafe { std::slice::from_raw_parts(b.0[0] as *const f32, k) };
-        for (blk, xb) in x.chunks_exact(QB).enumerate() {
-            let (d, sum) =
-                super::quant_dot::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
-            dx[blk] = d;
-            bias[blk] = -8 * sum;
-        }
+        quantize_column(x, codes, bias, dx);
         let col = Column { codes, bias, dx };
         let col = &col;
-        // short rows (a group's rows are one run of memory): sweep over
-        // the next group as this one is read; long ones: further along
-        // each row
-        let ahead = if a.stride == nb * TS && nb * TS <= 4096 {
-            Ahead::NextGroup
+        let ts = a.dtype.type_size();
+        // short rows: fetch the rows of the next group; long ones: further
+        // along the row
+        let ahead = if nb * ts <= 4096 {
+            PREFETCH_GROUPS * ROWS * a.stride
         } else {
-            Ahead::AlongRows(1024)
+            32 * GROUP * ts
         };
         matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
-            if r == ROWS {
-                // SAFETY: the eight rows exist, a.stride apart (rows of
-                // one task are consecutive), and hold nb blocks, as does
-                // the column; AVX-512 VNNI checked by the caller.
-                unsafe { x86::q4_0_rows8(rows[0], a.stride, nb, col, ahead, res) }
-            } else {
-                // SAFETY: row 0 exists and holds nb blocks.
-                res[0] = unsafe { row_dot(rows[0], nb, col) };
+            // SAFETY: the first r rows exist and hold nb blocks, as does the
+            // column.
+            unsafe {
+                if r == ROWS {
+                    x86::q4_0::<ROWS>(rows, nb, col, ahead, res)
+                } else {
+                    x86::q4_0::<1>(rows, nb, col, ahead, res)
+                }
             }
         });
     });
 }
 
-/// One row's dot product (the rows after the last group of eight).
+/// Quantises `x` block by block into the order the kernel reads.
+fn quantize_column(x: &[f32], codes: &mut [i8], bias: &mut [i32], dx: &mut [f32]) {
+    let mut q = [0i8; QB];
+    for (b, xb) in x.chunks_exact(QB).enumerate() {
+        let (d, sum) = super::quant_dot::quantize_block(xb, &mut q);
+        dx[b] = d;
+        bias[b * LANES..(b + 1) * LANES].fill(-8 * sum / LANES as i32);
+        let pair = b / 2 * 2 * QB;
+        let half = b % 2 * 16;
+        codes[pair + half..pair + half + 16].copy_from_slice(&q[..16]);
+        codes[pair + 32 + half..pair + 32 + half + 16].copy_from_slice(&q[16..]);
+    }
+}
+
+/// Value `i` of block `b` in the column's order.
+fn code_at(col: &Column, b: usize, i: usize) -> i32 {
+    col.codes[b / 2 * 2 * QB + (i / 16) * 32 + b % 2 * 16 + i % 16] as i32
+}
+
+/// One block's dot product, for the blocks after the last whole group.
 ///
 /// # Safety
-/// `row` holds `nb` blocks.
-unsafe fn row_dot(row: *const u8, nb: usize, col: &Column) -> f32 {
+/// `row` holds block `b`.
+unsafe fn block_dot(row: *const u8, b: usize, col: &Column) -> f32 {
+    const TS: usize = 18;
     // SAFETY: caller's contract.
-    let blocks = unsafe { std::slice::from_raw_parts(row, nb * TS) };
-    let mut total = 0f32;
-    for (b, blk) in blocks.chunks_exact(TS).enumerate() {
-        let dw = ggraph_core::quant::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-        let q = &col.codes[b * QB..(b + 1) * QB];
-        let mut s = col.bias[b];
-        for (i, &byte) in blk[2..].iter().enumerate() {
-            s += (byte & 0x0f) as i32 * q[i] as i32 + (byte >> 4) as i32 * q[16 + i] as i32;
-        }
-        total += dw * col.dx[b] * s as f32;
+    let blk = unsafe { std::slice::from_raw_parts(row.add(b * TS), TS) };
+    let dw = ggraph_core::quant::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+    let mut s: i32 = col.bias[b * LANES..(b + 1) * LANES].iter().sum();
+    for i in 0..QB {
+        let byte = blk[2 + i % 16];
+        let u = if i < 16 { byte & 0x0f } else { byte >> 4 };
+        s += u as i32 * code_at(col, b, i);
     }
-    total
+    dw * col.dx[b] * s as f32
 }
 
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Ahead, Column, QB, ROWS, TS};
+    use super::super::math::hsum256;
+    use super::{Column, GROUP, QB, block_dot};
 
-    /// Eight Q4_0 rows, `stride` bytes apart from `row0`, times the column.
+    /// The f16 scales of blocks `g * 4 .. g * 4 + 4` of a row with blocks
+    /// of `ts` bytes, as f32.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales4(row: *const u8, g: usize, ts: usize) -> __m128 {
+        // SAFETY: caller's contract (the four blocks exist).
+        unsafe {
+            let p = row.add(g * GROUP * ts);
+            let h = |b: usize| (p.add(b * ts) as *const u16).read_unaligned() as u64;
+            let packed = h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48;
+            _mm_cvtph_ps(_mm_cvtsi64_si128(packed as i64))
+        }
+    }
+
+    /// `R` Q4_0 rows (18 bytes per block) times the column.
     ///
     /// # Safety
-    /// AVX-512 VNNI is available; the eight rows hold `nb` blocks, as does
-    /// the column; `7 * stride` fits in an i32.
-    #[target_feature(enable = "avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn q4_0_rows8(
-        row0: *const u8,
-        stride: usize,
+    /// AVX-512 VNNI is available; the first `R` rows hold `nb` blocks, as
+    /// does the column.
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn q4_0<const R: usize>(
+        rows: &[*const u8; super::ROWS],
         nb: usize,
         x: &Column,
-        ahead: Ahead,
+        ahead: usize,
         out: &mut [f32; super::ROWS],
     ) {
-        // SAFETY: caller's contract; every read is inside block b of one
-        // of the rows or of the column (prefetches may point past the end).
+        const TS: usize = 18;
+        // SAFETY: caller's contract; every read is inside group g of a
+        // row or of the column (prefetches may point past the end).
         unsafe {
             let m4 = _mm256_set1_epi8(0x0f);
-            let mut acc = _mm256_setzero_ps();
-            for b in 0..nb {
-                let blk = row0.add(b * TS);
-                match ahead {
-                    Ahead::NextGroup => {
-                        let next = row0.wrapping_add(ROWS * stride + b * ROWS * TS);
-                        for line in 0..3 {
-                            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line) as *const i8);
-                        }
-                    }
-                    Ahead::AlongRows(bytes) => {
-                        for r in 0..ROWS {
-                            _mm_prefetch::<_MM_HINT_T0>(
-                                blk.wrapping_add(r * stride + bytes) as *const i8
-                            );
-                        }
-                    }
-                }
-                let codes = |r: usize| _mm_loadu_si128(blk.add(r * stride + 2) as *const __m128i);
-                // rows r and r + 4 side by side, then 4 x 8 dwords
-                // transposed: d[j] holds bytes 4j..4j + 4 of every row
-                let pair = |r: usize| {
-                    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(codes(r)), codes(r + 4))
-                };
-                let (p0, p1, p2, p3) = (pair(0), pair(1), pair(2), pair(3));
-                let (t0, t1) = (_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
-                let (t2, t3) = (_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
-                let d = [
-                    _mm256_unpacklo_epi64(t0, t2),
-                    _mm256_unpackhi_epi64(t0, t2),
-                    _mm256_unpacklo_epi64(t1, t3),
-                    _mm256_unpackhi_epi64(t1, t3),
+            let first = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+            let second = _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let groups = nb / GROUP;
+            for g in 0..groups {
+                let xc = x.codes.as_ptr().add(g * GROUP * QB);
+                let xs = [
+                    _mm256_loadu_si256(xc as *const __m256i),
+                    _mm256_loadu_si256(xc.add(32) as *const __m256i),
+                    _mm256_loadu_si256(xc.add(64) as *const __m256i),
+                    _mm256_loadu_si256(xc.add(96) as *const __m256i),
                 ];
-                let xq = x.codes.as_ptr().add(b * QB) as *const i32;
-                let mut lo = _mm256_set1_epi32(*x.bias.get_unchecked(b));
-                let mut hi = _mm256_setzero_si256();
-                for (j, dj) in d.iter().enumerate() {
-                    let l = _mm256_and_si256(*dj, m4);
-                    let h = _mm256_and_si256(_mm256_srli_epi16::<4>(*dj), m4);
-                    lo = _mm256_dpbusd_epi32(lo, l, _mm256_set1_epi32(xq.add(j).read_unaligned()));
-                    hi = _mm256_dpbusd_epi32(
-                        hi,
-                        h,
-                        _mm256_set1_epi32(xq.add(4 + j).read_unaligned()),
-                    );
+                let bias = x.bias.as_ptr().add(g * GROUP * 4);
+                let bias = [
+                    _mm256_loadu_si256(bias as *const __m256i),
+                    _mm256_loadu_si256(bias.add(8) as *const __m256i),
+                ];
+                let dx = _mm_loadu_ps(x.dx.as_ptr().add(g * GROUP));
+                for r in 0..R {
+                    let p = rows[r].add(g * GROUP * TS);
+                    // a group spans parts of two or three cache lines
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(ahead + GROUP * TS - 1) as *const i8);
+                    let s = _mm256_castps128_ps256(_mm_mul_ps(scales4(rows[r], g, TS), dx));
+                    let scale = [
+                        _mm256_permutevar8x32_ps(s, first),
+                        _mm256_permutevar8x32_ps(s, second),
+                    ];
+                    for pair in 0..2 {
+                        let q = p.add(2 * pair * TS + 2);
+                        let v = _mm256_inserti128_si256::<1>(
+                            _mm256_castsi128_si256(_mm_loadu_si128(q as *const __m128i)),
+                            _mm_loadu_si128(q.add(TS) as *const __m128i),
+                        );
+                        let lo = _mm256_and_si256(v, m4);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                        let sum = _mm256_dpbusd_epi32(bias[pair], lo, xs[2 * pair]);
+                        let sum = _mm256_dpbusd_epi32(sum, hi, xs[2 * pair + 1]);
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale[pair], acc[r]);
+                    }
                 }
-                let h = |r: usize| (blk.add(r * stride) as *const i16).read_unaligned();
-                let scales = _mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7));
-                let dw = _mm256_cvtph_ps(scales);
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*x.dx.get_unchecked(b)));
-                let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi));
-                acc = _mm256_fmadd_ps(sum, scale, acc);
             }
-            _mm256_storeu_ps(out.as_mut_ptr(), acc);
+            for r in 0..R {
+                let mut t = hsum256(acc[r]);
+                for b in groups * GROUP..nb {
+                    t += block_dot(rows[r], b, x);
+                }
+                out[r] = t;
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod norm;
 mod quant_dot;
 mod rope;
 mod sort;
+mod transposed_matvec;
 
 use std::ops::Range;
 
