@@ -36,6 +36,8 @@ struct Scratch {
     v: Vec<f32>,
     /// Scores, then exponentials, of one (head, query) over a block.
     s: Vec<f32>,
+    /// The alibi slope of every head.
+    slopes: Vec<f32>,
 }
 
 impl Scratch {
@@ -46,6 +48,7 @@ impl Scratch {
             k: Vec::new(),
             v: Vec::new(),
             s: Vec::new(),
+            slopes: Vec::new(),
         }
     }
 }
@@ -178,6 +181,9 @@ impl Work<'_> {
         grow(&mut sc.q, n_head * n_q * d);
         grow(&mut sc.s, CHUNK);
         grow(&mut sc.row, CHUNK);
+        sc.slopes.clear();
+        sc.slopes
+            .extend((0..n_head).map(|h| super::super::norm::alibi_slope(p.max_bias, n_head, h)));
         for h in 0..n_head {
             for i in 0..n_q {
                 let row = &mut sc.q[(h * n_q + i) * d..(h * n_q + i + 1) * d];
@@ -253,7 +259,7 @@ impl Work<'_> {
             }
             for hk in 0..n_kv_head {
                 for h in hk * group..((hk + 1) * group).min(n_head) {
-                    let slope = super::super::norm::alibi_slope(p.max_bias, n_head, h);
+                    let slope = sc.slopes[h];
                     for i in 0..n_q {
                         if let Some((values, heads)) = self.mask {
                             let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
@@ -303,15 +309,12 @@ impl Work<'_> {
         out: &mut [f32],
     ) {
         use std::arch::x86_64::*;
-        let (k, v, p) = (self.k, self.v, self.p);
+        let (k, v) = (self.k, self.v);
         let (d, dv, n_kv) = (16 * DQ, 16 * DV, k.ne[1]);
         let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
         let n_kv_head = k.ne[2].max(1);
         let group = (n_head / n_kv_head).max(1);
         let state = dv + 2;
-        let slopes: Vec<f32> = (0..n_head)
-            .map(|h| super::super::norm::alibi_slope(p.max_bias, n_head, h))
-            .collect();
         for &c in chunks {
             let j0 = c * CHUNK;
             let nk = CHUNK.min(n_kv - j0);
@@ -361,7 +364,7 @@ impl Work<'_> {
                             if let Some((values, heads)) = self.mask {
                                 let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
                                 let m = _mm512_maskz_loadu_ps(live, values.as_ptr().add(at));
-                                sv = _mm512_fmadd_ps(m, _mm512_set1_ps(slopes[h]), sv);
+                                sv = _mm512_fmadd_ps(m, _mm512_set1_ps(sc.slopes[h]), sv);
                             }
                             let old = st[dv];
                             let max = old.max(_mm512_reduce_max_ps(sv));
