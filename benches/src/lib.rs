@@ -68,3 +68,19 @@ pub fn bind_cache_virtual(graph: &mut Graph, lg: &LlamaGraph, like: &dyn BufferT
 pub fn row(label: &str, ours: String, peer: String) {
     println!("{label:<34} {ours:>16} {peer:>16}");
 }
+
+/// The value after `--name` on the command line, if any.
+pub fn arg_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// The number after `--name`, or `default` when it is missing or not a
+/// number.
+pub fn arg_usize(args: &[String], name: &str, default: usize) -> usize {
+    arg_value(args, name)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

@@ -28,7 +28,6 @@ use ggraph_core::DType;
 use super::gemm::with_scratch;
 use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
 use super::quant_dot::PREFETCH_GROUPS;
-use super::transposed_matvec;
 
 /// Values per block.
 const QB: usize = 32;
@@ -63,9 +62,6 @@ const LANES: usize = 4;
 /// (see [`takes`]). The caller has checked that the processor has
 /// AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
-    if transposed_matvec::takes(&a) {
-        return transposed_matvec::matvec(a, m, b, out);
-    }
     let k = a.k;
     let nb = k / QB;
     // codes (a whole number of pairs of blocks), then 64-byte aligned

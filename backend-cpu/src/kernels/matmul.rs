@@ -47,7 +47,8 @@ impl WeightRows {
     }
 }
 
-/// Rows per call of the one-column K-quant mat-vec kernels.
+/// Rows per call of the one-column mat-vec kernels for long Q4_0 rows
+/// and K-quants.
 pub(crate) const MATVEC_ROWS: usize = 4;
 
 /// `out[0][i] = dot(a row i, ..)` for `i < m`: the rows spread over the

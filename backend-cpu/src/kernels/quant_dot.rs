@@ -19,9 +19,10 @@
 //!
 //! Paths, by processor and column count:
 //!
-//! - **block mat-vec** (VNNI, Q4_0, one column): `block_matvec`, eight
-//!   rows' blocks transposed in 256-bit registers so that each lane is a
-//!   row.
+//! - **block mat-vec** (VNNI, Q4_0, one column): short rows in
+//!   `transposed_matvec` (eight rows' blocks transposed in 256-bit
+//!   registers so that each lane is a row), long ones in `block_matvec`
+//!   (256-bit, activations stored in the order the blocks unpack).
 //! - **K-quant mat-vec** (VNNI, Q4_K/Q6_K, one column):
 //!   `kquant_matvec`, the activations in ggml's Q8_K form (one scale per
 //!   256 values), the blocks read straight from memory.
@@ -111,6 +112,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         // token generation: one pass over the blocks
         if super::kquant_matvec::takes(&a) {
             super::kquant_matvec::matvec(a, m, b, out);
+            return;
+        }
+        // short Q4_0 rows eight at a time, long ones streamed
+        if super::transposed_matvec::takes(&a) {
+            super::transposed_matvec::matvec(a, m, b, out);
             return;
         }
         if super::block_matvec::takes(&a) {

@@ -16,13 +16,7 @@ use ggraph_cpu::CpuDevice;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let opt = |name: &str, d: usize| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
+    let opt = |name: &str, d: usize| ggraph_benches::arg_usize(&args, name, d);
     let threads = opt("--threads", 2);
     let n_kv = opt("--kv", 130);
     let n_head = opt("--heads", 8);

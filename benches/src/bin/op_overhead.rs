@@ -12,20 +12,11 @@ use ggraph_cpu::CpuDevice;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let opt = |name: &str, d: usize| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
+    let opt = |name: &str, d: usize| ggraph_benches::arg_usize(&args, name, d);
     let threads = opt("--threads", 2);
     let k = opt("--k", 512);
-    let dtype = args
-        .iter()
-        .position(|a| a == "--type")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| DType::from_name(s))
+    let dtype = ggraph_benches::arg_value(&args, "--type")
+        .and_then(DType::from_name)
         .unwrap_or(DType::Q4_0);
     const OPS: usize = 64;
     let mut b = GraphBuilder::new();
