@@ -27,7 +27,6 @@ use ggraph_core::DType;
 
 use super::gemm::with_scratch;
 use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
-use super::quant_dot::PREFETCH_GROUPS;
 
 /// Values per block.
 const QB: usize = 32;
@@ -89,10 +88,10 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let col = Column { codes, bias, dx };
         let col = &col;
         let ts = a.dtype.type_size();
-        // short rows: fetch the rows of the next group; long ones: further
+        // short rows: fetch rows PREFETCH_BYTES on; long ones: further
         // along the row
         let ahead = if nb * ts <= 4096 {
-            PREFETCH_GROUPS * ROWS * a.stride
+            super::matmul::short_rows_ahead(ROWS * a.stride)
         } else {
             32 * GROUP * ts
         };

@@ -543,10 +543,11 @@ fn dot_range(
                                     *row = a.row(i + q);
                                 }
                                 let slot = acc[(i - i0) * c * 16..].as_mut_ptr();
-                                // short whole rows: fetch the next group of
-                                // rows; else further along the row
+                                // short whole rows: fetch rows
+                                // PREFETCH_BYTES on; else further along
+                                // the row
                                 let ahead = if kc == k && row_bytes <= 4096 {
-                                    super::quant_dot::PREFETCH_GROUPS * rr * a.stride
+                                    super::matmul::short_rows_ahead(rr * a.stride)
                                 } else {
                                     kc.min(1024) * a.dtype.type_size()
                                 };

@@ -28,7 +28,6 @@ use ggraph_core::DType;
 
 use super::gemm::with_scratch;
 use super::matmul::{Cols, MATVEC_ROWS, WeightRows, matvec_rows};
-use super::quant_dot::PREFETCH_GROUPS;
 
 /// Values per super-block.
 const QK: usize = 256;
@@ -90,10 +89,10 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         };
         let col = &col;
         let row_bytes = nsb * a.dtype.type_size();
-        // short rows: fetch the rows of the next group; long ones: further
+        // short rows: fetch rows PREFETCH_BYTES on; long ones: further
         // along the row
         let ahead = if row_bytes <= 4096 {
-            PREFETCH_GROUPS * ROWS * a.stride
+            super::matmul::short_rows_ahead(ROWS * a.stride)
         } else {
             8 * a.dtype.type_size()
         };

@@ -47,6 +47,22 @@ impl WeightRows {
     }
 }
 
+/// Weight bytes the one-column mat-vec kernels keep in flight ahead of
+/// the ones they read. A mat-vec streams each weight once, mostly from
+/// memory, so the prefetch must cover the memory latency at the rate one
+/// core consumes: measured on `runner_bench --types Q8_0 --gen 128`
+/// (weights twice the L3), one group of four 544-byte rows ahead (2 KiB)
+/// gave 370-410 tokens/s, 4-8 KiB 505-590, 16-32 KiB less again.
+pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
+
+/// How far ahead of a group of short rows (`group_bytes` apart, the
+/// rows of one kernel call) the kernel prefetches: whole groups, at least
+/// one, covering [`PREFETCH_BYTES`].
+pub(crate) fn short_rows_ahead(group_bytes: usize) -> usize {
+    let group = group_bytes.max(1);
+    PREFETCH_BYTES.div_ceil(group) * group
+}
+
 /// Rows per call of the one-column mat-vec kernels for long Q4_0 rows
 /// and K-quants.
 pub(crate) const MATVEC_ROWS: usize = 4;
@@ -300,6 +316,21 @@ mod tests {
         assert!((got - want).abs() < 1e-3, "{got} vs {want}");
         let p = super::dot_portable(&a, &b) as f64;
         assert!((p - want).abs() < 1e-3);
+    }
+
+    #[test]
+    fn short_rows_prefetch_whole_groups_at_least_prefetch_bytes_ahead() {
+        // four 544-byte Q8_0 rows: four groups; eight 288-byte Q4_0 rows:
+        // four groups; a group longer than the distance: one group
+        assert_eq!(short_rows_ahead(4 * 544), 4 * 4 * 544);
+        assert_eq!(short_rows_ahead(8 * 288), 4 * 8 * 288);
+        assert_eq!(short_rows_ahead(16 << 10), 16 << 10);
+        for group in [1, 100, 2176, 4096, 8191, 8192, 8193] {
+            let ahead = short_rows_ahead(group);
+            assert_eq!(ahead % group, 0);
+            assert!(ahead >= PREFETCH_BYTES && ahead < PREFETCH_BYTES + group);
+        }
+        assert!(short_rows_ahead(0) >= PREFETCH_BYTES);
     }
 
     fn values(n: usize, seed: u32) -> Vec<f32> {

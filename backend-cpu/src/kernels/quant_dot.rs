@@ -712,9 +712,6 @@ unsafe fn direct_portable<const R: usize, const C: usize>(
 
 // ---- fused direct path (Q8_0, Q4_0 with VNNI) -------------------------------------
 
-/// Row groups ahead that the mat-vec paths prefetch when rows are short.
-pub(crate) const PREFETCH_GROUPS: usize = 1;
-
 /// Blocks per chunk of a row on the fused path.
 #[cfg(target_arch = "x86_64")]
 const FUSED_BLOCKS: usize = 64;
@@ -758,7 +755,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     sx: [std::ptr::null(); DIRECT_C],
                 };
                 let ahead = if nblk * ts <= 4096 {
-                    PREFETCH_GROUPS * DIRECT_R * a.stride
+                    super::matmul::short_rows_ahead(DIRECT_R * a.stride)
                 } else {
                     64 * ts
                 };
@@ -821,10 +818,10 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                                 x.d[cc] = acts.d[j * nblk + b0..].as_ptr();
                                 x.bias[cc] = acts.bias[j * nblk + b0..].as_ptr();
                             }
-                            // short whole rows: fetch rows a few groups
-                            // on; else further along the row
+                            // short whole rows: fetch rows
+                            // PREFETCH_BYTES on; else further along the row
                             let ahead = if nb == nblk && nblk * ts <= 4096 {
-                                PREFETCH_GROUPS * r * a.stride
+                                super::matmul::short_rows_ahead(r * a.stride)
                             } else {
                                 64 * ts
                             };

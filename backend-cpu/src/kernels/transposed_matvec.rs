@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, WeightRows, matvec_rows};
+use super::matmul::{Cols, WeightRows, matvec_rows, short_rows_ahead};
 
 /// Values per block.
 const QB: usize = 32;
@@ -91,12 +91,13 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         }
         let col = Column { codes, bias, dx };
         let col = &col;
+        let ahead = short_rows_ahead(ROWS * a.stride);
         matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
             if r == ROWS {
                 // SAFETY: the eight rows exist, a.stride apart (rows of
                 // one task are consecutive), and hold nb blocks, as does
                 // the column; AVX-512 VNNI checked by the caller.
-                unsafe { x86::q4_0_rows8(rows[0], a.stride, nb, col, res) }
+                unsafe { x86::q4_0_rows8(rows[0], a.stride, nb, col, ahead, res) }
             } else {
                 // SAFETY: row 0 exists and holds nb blocks.
                 res[0] = unsafe { row_dot(rows[0], nb, col) };
@@ -130,7 +131,8 @@ mod x86 {
 
     use super::{Column, QB, ROWS, TS};
 
-    /// Eight Q4_0 rows, `stride` bytes apart from `row0`, times the column.
+    /// Eight Q4_0 rows, `stride` bytes apart from `row0`, times the column;
+    /// the rows `ahead` bytes on are prefetched.
     ///
     /// # Safety
     /// AVX-512 VNNI is available; the eight rows hold `nb` blocks, as does
@@ -141,6 +143,7 @@ mod x86 {
         stride: usize,
         nb: usize,
         x: &Column,
+        ahead: usize,
         out: &mut [f32; super::ROWS],
     ) {
         // SAFETY: caller's contract; every read is inside block b of one
@@ -150,10 +153,11 @@ mod x86 {
             let mut acc = _mm256_setzero_ps();
             for b in 0..nb {
                 let blk = row0.add(b * TS);
-                // the same block of the next group's rows (prefetches
-                // never fault, past the last row included)
-                for r in ROWS..2 * ROWS {
-                    _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(r * stride) as *const i8);
+                // the same block of the rows `ahead` on (prefetches never
+                // fault, past the last row included)
+                for r in 0..ROWS {
+                    let p = blk.wrapping_add(ahead + r * stride);
+                    _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
                 }
                 let codes = |r: usize| _mm_loadu_si128(blk.add(r * stride + 2) as *const __m128i);
                 // rows r and r + 4 side by side, then 4 x 8 dwords
