@@ -1,7 +1,7 @@
 //! Per-op cost of small mat-vecs on the CPU backend: a graph of 64
 //! chained 512 x 512 Q4_0 products (one column), timed per graph run.
 //!
-//! Run: cargo run --release -p ggraph-benches --bin op_overhead [-- --threads N --m M --k K --type T]
+//! Run: cargo run --release -p ggraph-benches --bin op_overhead [-- --threads N --k K --type T --reps R]
 
 use std::time::Instant;
 
@@ -43,7 +43,7 @@ fn main() -> Result<()> {
     for _ in 0..20 {
         backend.compute(&g, g.nodes())?;
     }
-    let reps = 200;
+    let reps = opt("--reps", 200);
     let t = Instant::now();
     for _ in 0..reps {
         backend.compute(&g, g.nodes())?;
