@@ -1,7 +1,10 @@
 //! Per-op cost of small mat-vecs on the CPU backend: a graph of 64
 //! chained 512 x 512 Q4_0 products (one column), timed per graph run.
+//! With `--m M` the products alternate between M x K and K x M weights
+//! (as a feed-forward block's up and down projections).
 //!
-//! Run: cargo run --release -p ggraph-benches --bin op_overhead [-- --threads N --k K --type T --reps R]
+//! Run: cargo run --release -p ggraph-benches --bin op_overhead
+//!      [-- --threads N --k K --m M --type T --reps R]
 
 use std::time::Instant;
 
@@ -15,6 +18,7 @@ fn main() -> Result<()> {
     let opt = |name: &str, d: usize| ggraph_benches::arg_usize(&args, name, d);
     let threads = opt("--threads", 2);
     let k = opt("--k", 512);
+    let m = opt("--m", k);
     let dtype = ggraph_benches::arg_value(&args, "--type")
         .and_then(DType::from_name)
         .unwrap_or(DType::Q4_0);
@@ -24,7 +28,8 @@ fn main() -> Result<()> {
     let mut y = x;
     let mut ws = Vec::new();
     for i in 0..OPS {
-        let w = b.weight(&format!("w{i}"), dtype, &[k, k])?;
+        let (rows, len) = if i % 2 == 0 { (m, k) } else { (k, m) };
+        let w = b.weight(&format!("w{i}"), dtype, &[len, rows])?;
         ws.push(w);
         y = b.mul_mat(w, y)?;
     }
@@ -32,7 +37,7 @@ fn main() -> Result<()> {
     let mut g = b.build();
     let cpu = CpuDevice::with_threads(threads)?;
     let _mem = exec::alloc_one_buffer(&mut g, &cpu.buffer_type())?;
-    let vals: Vec<f32> = (0..k * k)
+    let vals: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
     for &w in &ws {
@@ -49,9 +54,11 @@ fn main() -> Result<()> {
         backend.compute(&g, g.nodes())?;
     }
     let per_op = t.elapsed().as_secs_f64() * 1e6 / (reps * OPS) as f64;
-    let bytes = dtype.row_size(k).unwrap_or(0) * k;
+    // the mean weight bytes of the two shapes
+    let bytes = (dtype.row_size(k).unwrap_or(0) * m + dtype.row_size(m).unwrap_or(0) * k) / 2;
+    let shape = if m == k { format!("{k}x{k}") } else { format!("{m}x{k} and {k}x{m}") };
     println!(
-        "{dtype} {k}x{k} n=1, {threads} thread(s): {per_op:.2} µs per op, {:.1} GB/s",
+        "{dtype} {shape} n=1, {threads} thread(s): {per_op:.2} µs per op, {:.1} GB/s",
         bytes as f64 / per_op / 1e3
     );
     Ok(())
