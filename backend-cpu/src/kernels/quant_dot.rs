@@ -71,17 +71,17 @@ const PANEL_KC: usize = 4096;
 
 /// How one weight format reads as codes.
 #[derive(Clone, Copy)]
-struct Format {
-    dtype: DType,
+pub(super) struct Format {
+    pub(super) dtype: DType,
     /// Values per scale.
-    qb: usize,
+    pub(super) qb: usize,
     /// Offset subtracted from the codes.
-    offset: i32,
+    pub(super) offset: i32,
     /// Whether blocks carry a min (`mw`).
     has_min: bool,
 }
 
-fn format(dtype: DType) -> Option<Format> {
+pub(super) fn format(dtype: DType) -> Option<Format> {
     let (qb, offset, has_min) = match dtype {
         DType::Q8_0 => (32, 128, false),
         DType::Q4_0 => (32, 8, false),
@@ -123,6 +123,12 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             super::block_matvec::matvec(a, m, b, out);
             return;
         }
+    }
+    // without VNNI, Q8_0 and Q4_0 with few columns: blocks read in place
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Avx512Vnni && isa >= Isa::Avx2 && super::block_dot_avx2::takes(&a, n) {
+        super::block_dot_avx2::gemm(a, m, b, out);
+        return;
     }
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
@@ -303,13 +309,13 @@ unsafe fn decode(
 /// codes `[tile][k / 4][t][4]`, and per block `[tile][block][t]` the scale
 /// `d`, the integer `bias` that starts the block's accumulator
 /// (`-o * sum(q) / lanes`), and `sx = d * sum(q)` for the min term.
-struct QActs<'a> {
+pub(super) struct QActs<'a> {
     k: usize,
     qb: usize,
-    codes: &'a [i8],
-    d: &'a [f32],
-    bias: &'a [i32],
-    sx: &'a [f32],
+    pub(super) codes: &'a [i8],
+    pub(super) d: &'a [f32],
+    pub(super) bias: &'a [i32],
+    pub(super) sx: &'a [f32],
 }
 
 impl QActs<'_> {
@@ -319,14 +325,14 @@ impl QActs<'_> {
 }
 
 /// Bytes of scratch for `n` columns in tiles of `t`.
-fn qacts_len(n: usize, k: usize, qb: usize, t: usize) -> usize {
+pub(super) fn qacts_len(n: usize, k: usize, qb: usize, t: usize) -> usize {
     let cols = n.div_ceil(t) * t;
     cols * k + 3 * cols * (k / qb) * 4 + 4 * 64
 }
 
 /// Quantises the columns into `buf` (see `QActs`). `lanes` is how many
 /// accumulator lanes share a block in the kernel that will read them.
-fn quantize_acts<'a>(
+pub(super) fn quantize_acts<'a>(
     cols: &Cols<f32>,
     k: usize,
     f: Format,
@@ -381,25 +387,55 @@ fn quantize_acts<'a>(
                 std::slice::from_raw_parts_mut(base.sx.add(tile * t * nblk), t * nblk),
             )
         };
+        // a column past the last (padding of the last tile) is all zeros
+        let quantize = |j: usize, blk: usize, q: &mut [i8]| {
+            if j < n {
+                // SAFETY: column j holds k values.
+                let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
+                quantize_block(x, q)
+            } else {
+                q.fill(0);
+                (0.0, 0)
+            }
+        };
+        #[cfg(target_arch = "x86_64")]
+        if t == 1 && qb == 32 && tile < n && super::isa::active() >= Isa::Avx2 {
+            // SAFETY: AVX2 is available; column `tile` holds k values and
+            // the regions nblk blocks.
+            unsafe {
+                x86::quantize_column32(
+                    cols.0[tile],
+                    nblk,
+                    codes.as_mut_ptr(),
+                    d.as_mut_ptr(),
+                    bias.as_mut_ptr(),
+                )
+            };
+            for blk in 0..nblk {
+                let sum = bias[blk];
+                bias[blk] = -offset * sum / lanes;
+                sx[blk] = d[blk] * sum as f32;
+            }
+            return;
+        }
         let mut q = [0i8; 32];
         for c in 0..t {
             let j = tile * t + c;
             for blk in 0..nblk {
-                let (dx, sum) = if j < n {
-                    // SAFETY: column j holds k values.
-                    let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
-                    quantize_block(x, &mut q[..qb])
+                let (dx, sum) = if t == 1 {
+                    // one column per tile: the codes are in order
+                    quantize(j, blk, &mut codes[blk * qb..(blk + 1) * qb])
                 } else {
-                    q.fill(0);
-                    (0.0, 0)
+                    let r = quantize(j, blk, &mut q[..qb]);
+                    for g in 0..qb / 4 {
+                        let at = ((blk * qb / 4 + g) * t + c) * 4;
+                        codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
+                    }
+                    r
                 };
                 d[blk * t + c] = dx;
                 bias[blk * t + c] = -offset * sum / lanes;
                 sx[blk * t + c] = dx * sum as f32;
-                for g in 0..qb / 4 {
-                    let at = ((blk * qb / 4 + g) * t + c) * 4;
-                    codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
-                }
             }
         }
     });
@@ -431,6 +467,11 @@ pub(super) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
         if isa >= Isa::Avx512 {
             // SAFETY: the processor has AVX-512 F/BW (checked by `active`).
             return unsafe { avx512(x, q) };
+        }
+        if isa >= Isa::Avx2 && x.len() == 32 && q.len() == 32 {
+            // SAFETY: the processor has AVX2 (checked by `active`); 32
+            // values in and out.
+            return unsafe { x86::quantize32(x.as_ptr(), q.as_mut_ptr()) };
         }
         if isa >= Isa::Avx2 {
             // SAFETY: the processor has AVX2 and FMA (checked by `active`).
@@ -1021,6 +1062,69 @@ mod x86 {
 
     use super::super::math::hsum256;
     use super::{ColsQ, Decoded, Format, PANEL_C, PANEL_R};
+
+    /// [`super::quantize_block`] for 32 values on AVX2, with the same
+    /// arithmetic (so the same codes): scale `amax / 127`, codes rounded
+    /// to nearest, ties to even.
+    ///
+    /// # Safety
+    /// AVX2 is available; 32 values at `x` and room for 32 codes at `q`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize32(x: *const f32, q: *mut i8) -> (f32, i32) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
+            let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+            let a: [__m256; 4] = std::array::from_fn(|i| _mm256_and_ps(v[i], abs));
+            let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+            let i: [__m256i; 4] =
+                std::array::from_fn(|j| _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id)));
+            let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)));
+            // packs interleave the 128-bit lanes: values 0-3, 8-11, 16-19,
+            // 24-27, 4-7, ... ; one permute puts them back in order
+            let w = _mm256_packs_epi16(
+                _mm256_packs_epi32(i[0], i[1]),
+                _mm256_packs_epi32(i[2], i[3]),
+            );
+            let w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(q as *mut __m256i, w);
+            (d, sum)
+        }
+    }
+
+    /// [`quantize32`] over `nblk` blocks of a column, their scales to `d`
+    /// and code sums to `sum` (one call, so that the blocks' divisions
+    /// overlap).
+    ///
+    /// # Safety
+    /// AVX2 is available; `x` holds `nblk * 32` values, `codes` as many
+    /// bytes and `d` and `sum` `nblk` values.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_column32(
+        x: *const f32,
+        nblk: usize,
+        codes: *mut i8,
+        d: *mut f32,
+        sum: *mut i32,
+    ) {
+        for b in 0..nblk {
+            // SAFETY: caller's contract.
+            unsafe {
+                let (db, sb) = quantize32(x.add(32 * b), codes.add(32 * b));
+                *d.add(b) = db;
+                *sum.add(b) = sb;
+            }
+        }
+    }
 
     pub(super) unsafe fn direct_avx2_q8<const R: usize, const C: usize>(
         f: &Format,
@@ -1763,6 +1867,66 @@ mod x86 {
                 out as *mut __m256i,
                 _mm256_and_si256(z, _mm256_set1_epi8(0x0f)),
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks that reach every branch of the quantiser: random values,
+    /// all zeros, values that land halfway between two codes, one huge
+    /// value among tiny ones, and negative zeros.
+    fn blocks() -> Vec<[f32; 32]> {
+        let mut s = 0x2545_f491_u32;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            s as f32 / u32::MAX as f32 * 2.0 - 1.0
+        };
+        let mut out: Vec<[f32; 32]> = (0..200).map(|_| std::array::from_fn(|_| next())).collect();
+        out.push([0.0; 32]);
+        out.push([-0.0; 32]);
+        // 127 at the maximum: the scale is 1, so x.5 values are ties
+        out.push(std::array::from_fn(|i| {
+            if i == 0 { 127.0 } else { i as f32 - 15.5 }
+        }));
+        out.push(std::array::from_fn(|i| {
+            if i == 7 { -3.0e38 } else { 1.0e-30 * i as f32 }
+        }));
+        out
+    }
+
+    #[test]
+    fn quantize_block_paths_give_the_same_codes() {
+        for x in blocks() {
+            let mut want = [0i8; 32];
+            let expected = quantize_block_body(&x, &mut want);
+            let mut got = [0i8; 32];
+            let result = quantize_block(&x, &mut got);
+            assert_eq!(result.0.to_bits(), expected.0.to_bits(), "{x:?}");
+            assert_eq!((result.1, got), (expected.1, want), "{x:?}");
+        }
+    }
+
+    #[test]
+    fn a_quantised_column_holds_each_block_in_order() {
+        let blocks = blocks();
+        let x: Vec<f32> = blocks.iter().flatten().copied().collect();
+        let k = x.len();
+        let cols = Cols(vec![x.as_ptr() as *mut f32]);
+        let f = format(DType::Q4_0).unwrap();
+        let mut buf = vec![0u8; qacts_len(1, k, 32, 1)];
+        let acts = quantize_acts(&cols, k, f, 1, 8, &mut buf);
+        for (b, block) in blocks.iter().enumerate() {
+            let mut want = [0i8; 32];
+            let (d, sum) = quantize_block_body(block, &mut want);
+            assert_eq!(&acts.codes[32 * b..32 * b + 32], &want[..], "block {b}");
+            assert_eq!(acts.d[b].to_bits(), d.to_bits(), "block {b}");
+            assert_eq!(acts.bias[b], -8 * sum / 8, "block {b}");
+            assert_eq!(acts.sx[b], d * sum as f32, "block {b}");
         }
     }
 }
