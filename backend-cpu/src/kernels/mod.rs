@@ -12,6 +12,8 @@ mod elementwise;
 mod gemm;
 mod isa;
 #[cfg(target_arch = "x86_64")]
+mod kquant_dot_avx2;
+#[cfg(target_arch = "x86_64")]
 mod kquant_matvec;
 mod math;
 pub(crate) mod matmul;

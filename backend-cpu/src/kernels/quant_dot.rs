@@ -124,11 +124,17 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             return;
         }
     }
-    // without VNNI, Q8_0 and Q4_0 with few columns: blocks read in place
+    // without VNNI, few columns: blocks read in place
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Avx512Vnni && isa >= Isa::Avx2 && super::block_dot_avx2::takes(&a, n) {
-        super::block_dot_avx2::gemm(a, m, b, out);
-        return;
+    if isa != Isa::Avx512Vnni && isa >= Isa::Avx2 {
+        if super::block_dot_avx2::takes(&a, n) {
+            super::block_dot_avx2::gemm(a, m, b, out);
+            return;
+        }
+        if super::kquant_dot_avx2::takes(&a, n) {
+            super::kquant_dot_avx2::gemm(a, m, b, out);
+            return;
+        }
     }
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);

@@ -1,0 +1,545 @@
+//! Q4_K and Q6_K weights times one to eight activation columns on AVX2
+//! (processors without AVX-512 VNNI): token generation and small batches.
+//!
+//! The columns are quantised to 8 bits with one scale per 256-value
+//! super-block (ggml's Q8_K), with the sums of their codes per 16 and per
+//! 32 values. Every weight super-block is read straight from memory: codes
+//! unpacked in registers, `vpmaddubsw` per 32 values, the sub-block scales
+//! applied in integers by `vpmaddwd` (which also sums the pairs), and one
+//! float multiply-add per super-block (two for Q4_K, whose mins have a
+//! scale of their own). The formulas are those of `kquant_matvec`:
+//!
+//! ```text
+//! Q4_K: dot = dx * (d * sum_j sc_j * sum(u q)  -  dmin * sum_j mn_j * bs32_j)
+//! Q6_K: dot = dx * d * sum_j s_j * (sum(u q) - 32 bs16_j)
+//! ```
+//!
+//! Pair sums stay below 2^15: Q4_K codes are below 16 and Q6_K codes
+//! below 64, against activation codes of at most 127.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use ggraph_core::DType;
+
+use super::gemm::with_scratch;
+use super::matmul::{Cols, WeightRows};
+
+/// Values per super-block.
+const QK: usize = 256;
+/// Most columns this path takes.
+pub(crate) const MAX_N: usize = 8;
+/// Most columns per kernel call.
+const MAX_C: usize = 4;
+/// Rows per block when the columns come in several groups (their
+/// super-blocks stay in L1 while each group reads them).
+const ROW_BLOCK: usize = 8;
+/// Super-blocks per chunk of a row when the columns come in several
+/// groups.
+const CHUNK_SUPER_BLOCKS: usize = 4;
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `gemm` takes weights laid out as `a` with `n` columns.
+pub(crate) fn takes(a: &WeightRows, n: usize) -> bool {
+    matches!(a.dtype, DType::Q4_K | DType::Q6_K)
+        && a.elem_stride == a.dtype.type_size()
+        && a.k % QK == 0
+        && (1..=MAX_N).contains(&n)
+}
+
+/// Activation columns in Q8_K form, one after the other.
+struct Q8k<'a> {
+    nsb: usize,
+    codes: &'a [i8],
+    /// Scale per super-block.
+    d: &'a [f32],
+    /// Sums of the codes per 16 values.
+    bs16: &'a [i16],
+    /// Sums of the codes per 32 values.
+    bs32: &'a [i32],
+}
+
+impl Q8k<'_> {
+    /// Column `j` from super-block `s0` on.
+    fn column(&self, j: usize, s0: usize) -> Column {
+        let sb = j * self.nsb + s0;
+        Column {
+            codes: self.codes[sb * QK..].as_ptr(),
+            d: self.d[sb..].as_ptr(),
+            bs16: self.bs16[sb * 16..].as_ptr(),
+            bs32: self.bs32[sb * 8..].as_ptr(),
+        }
+    }
+}
+
+/// Bytes of scratch for `n` columns of `nsb` super-blocks: codes, then
+/// 32-byte aligned scales, sums per 16 and sums per 32.
+fn q8k_layout(n: usize, nsb: usize) -> [usize; 4] {
+    let codes = n * nsb * QK;
+    let d_at = codes.next_multiple_of(32);
+    let bs16_at = (d_at + n * nsb * 4).next_multiple_of(32);
+    let bs32_at = (bs16_at + n * nsb * 32).next_multiple_of(32);
+    [d_at, bs16_at, bs32_at, bs32_at + n * nsb * 32]
+}
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
+/// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
+/// the processor has AVX2, FMA and F16C.
+pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    let nsb = a.k / QK;
+    let q4 = a.dtype == DType::Q4_K;
+    let groups = n.div_ceil(MAX_C);
+    let per_group = n.div_ceil(groups);
+    let [d_at, bs16_at, bs32_at, len] = q8k_layout(n, nsb);
+    with_scratch(&ACTS, len, |buf| {
+        let (codes, rest) = buf.split_at_mut(d_at);
+        let (d, rest) = rest.split_at_mut(bs16_at - d_at);
+        let (bs16, bs32) = rest.split_at_mut(bs32_at - bs16_at);
+        // SAFETY: with_scratch gives a 64-byte aligned buffer; every region
+        // starts at a multiple of 32 bytes and holds its n * nsb
+        // super-blocks' values.
+        let acts = unsafe {
+            let acts = Q8k {
+                nsb,
+                codes: std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, n * nsb * QK),
+                d: std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, n * nsb),
+                bs16: std::slice::from_raw_parts_mut(bs16.as_mut_ptr() as *mut i16, n * nsb * 16),
+                bs32: std::slice::from_raw_parts_mut(bs32.as_mut_ptr() as *mut i32, n * nsb * 8),
+            };
+            for j in 0..n {
+                let s = j * nsb;
+                x86::quantize_q8k(
+                    b.0[j],
+                    nsb,
+                    acts.codes.as_ptr().add(s * QK) as *mut i8,
+                    acts.d.as_ptr().add(s) as *mut f32,
+                    acts.bs16.as_ptr().add(s * 16) as *mut i16,
+                    acts.bs32.as_ptr().add(s * 8) as *mut i32,
+                );
+            }
+            acts
+        };
+        let acts = &acts;
+        let rows_per_call = MAX_C / per_group.min(MAX_C);
+        let ts = a.dtype.type_size();
+        let ahead = if nsb * ts <= 4096 {
+            super::matmul::short_rows_ahead(rows_per_call * a.stride)
+        } else {
+            4 * ts
+        };
+        super::par_ranges(m, 16, |range| {
+            if groups == 1 {
+                let call = Call {
+                    a: &a,
+                    cols: std::array::from_fn(|c| acts.column(c.min(n - 1), 0)),
+                    out: std::array::from_fn(|c| out.0[c.min(n - 1)]),
+                    s0: 0,
+                    nsb,
+                    ahead,
+                    add: false,
+                };
+                // SAFETY: the range's rows and the columns hold nsb
+                // super-blocks; the range's outputs are this task's alone.
+                unsafe { run(q4, rows_per_call, n, &call, range) };
+                return;
+            }
+            for i0 in range.clone().step_by(ROW_BLOCK) {
+                let rows = i0..(i0 + ROW_BLOCK).min(range.end);
+                for s0 in (0..nsb).step_by(CHUNK_SUPER_BLOCKS) {
+                    for j0 in (0..n).step_by(per_group) {
+                        let c = per_group.min(n - j0);
+                        let call = Call {
+                            a: &a,
+                            cols: std::array::from_fn(|cc| acts.column(j0 + cc.min(c - 1), s0)),
+                            out: std::array::from_fn(|cc| out.0[j0 + cc.min(c - 1)]),
+                            s0,
+                            nsb: CHUNK_SUPER_BLOCKS.min(nsb - s0),
+                            ahead,
+                            add: s0 > 0,
+                        };
+                        // SAFETY: as above, for the chunk's super-blocks.
+                        unsafe { run(q4, rows_per_call, c, &call, rows.clone()) };
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// One activation column in Q8_K form, from the call's first super-block.
+#[derive(Clone, Copy)]
+struct Column {
+    codes: *const i8,
+    d: *const f32,
+    bs16: *const i16,
+    bs32: *const i32,
+}
+
+/// The arguments of a kernel call: super-blocks `s0..s0 + nsb` of the
+/// weights' rows, times up to [`MAX_C`] columns (the kernel's `C` first).
+struct Call<'a> {
+    a: &'a WeightRows,
+    cols: [Column; MAX_C],
+    /// Output column of each column.
+    out: [*mut f32; MAX_C],
+    s0: usize,
+    nsb: usize,
+    /// Bytes ahead of each row's current super-block to prefetch.
+    ahead: usize,
+    /// Add to the outputs (a later chunk) instead of storing.
+    add: bool,
+}
+
+/// `out[c][i] (+)= dot(row i, column c)` over the call's super-blocks,
+/// for the rows `i` of the range (a multiple of the kernel's row count).
+///
+/// # Safety
+/// The rows exist and hold super-blocks up to `s0 + nsb`, as do the
+/// columns; the outputs of those rows are the caller's alone.
+type KernelFn = unsafe fn(&Call, Range<usize>);
+
+/// Runs the call's kernel over `rows`: groups of `r` rows, then single
+/// rows.
+///
+/// # Safety
+/// As for [`KernelFn`].
+unsafe fn run(q4: bool, r: usize, c: usize, call: &Call, rows: Range<usize>) {
+    let whole = rows.start + (rows.len() / r) * r;
+    // SAFETY: caller's contract.
+    unsafe {
+        kernel(q4, r, c)(call, rows.start..whole);
+        kernel(q4, 1, c)(call, whole..rows.end);
+    }
+}
+
+/// The kernel for `r` rows and `c` columns, `r * c` at most four.
+fn kernel(q4: bool, r: usize, c: usize) -> KernelFn {
+    macro_rules! pick {
+        ($q4:literal) => {
+            match (r, c) {
+                (4, _) => x86::super_blocks::<4, 1, $q4> as KernelFn,
+                (2, 1) => x86::super_blocks::<2, 1, $q4> as KernelFn,
+                (2, _) => x86::super_blocks::<2, 2, $q4> as KernelFn,
+                (_, 1) => x86::super_blocks::<1, 1, $q4> as KernelFn,
+                (_, 2) => x86::super_blocks::<1, 2, $q4> as KernelFn,
+                (_, 3) => x86::super_blocks::<1, 3, $q4> as KernelFn,
+                _ => x86::super_blocks::<1, 4, $q4> as KernelFn,
+            }
+        };
+    }
+    if q4 { pick!(true) } else { pick!(false) }
+}
+
+mod x86 {
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    use super::super::math::hsum256;
+    use super::{Call, QK};
+
+    /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
+    /// one scale each (`amax / 127`, codes rounded to nearest), and the
+    /// sums of the codes per 16 and per 32 values.
+    ///
+    /// # Safety
+    /// AVX2 is available; `x` holds `nsb * 256` values and the outputs
+    /// room for `nsb` super-blocks.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_q8k(
+        x: *const f32,
+        nsb: usize,
+        codes: *mut i8,
+        d: *mut f32,
+        bs16: *mut i16,
+        bs32: *mut i32,
+    ) {
+        // SAFETY: caller's contract; every access is inside super-block sb.
+        unsafe {
+            let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for sb in 0..nsb {
+                let p = x.add(sb * QK);
+                let mut m = _mm256_setzero_ps();
+                for i in 0..QK / 8 {
+                    m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(p.add(8 * i)), abs));
+                }
+                let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+                let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+                let scale = amax / 127.0;
+                *d.add(sb) = scale;
+                let inv = _mm256_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+                for g in 0..QK / 32 {
+                    let q: [__m256i; 4] = std::array::from_fn(|i| {
+                        _mm256_cvtps_epi32(_mm256_mul_ps(
+                            _mm256_loadu_ps(p.add(32 * g + 8 * i)),
+                            inv,
+                        ))
+                    });
+                    // the sums of values 0..16 and 16..32
+                    let s = [_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])];
+                    let s = _mm256_hadd_epi32(s[0], s[1]);
+                    let s = _mm256_hadd_epi32(s, s);
+                    // lanes: [a0+a1, b0+b1, .., a2+a3, b2+b3, ..] for halves a, b
+                    let lo = _mm256_castsi256_si128(s);
+                    let hi = _mm256_extracti128_si256::<1>(s);
+                    let s = _mm_add_epi32(lo, hi);
+                    let (sa, sb2) = (_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s));
+                    *bs16.add(sb * 16 + 2 * g) = sa as i16;
+                    *bs16.add(sb * 16 + 2 * g + 1) = sb2 as i16;
+                    *bs32.add(sb * 8 + g) = sa + sb2;
+                    let w = _mm256_packs_epi16(
+                        _mm256_packs_epi32(q[0], q[1]),
+                        _mm256_packs_epi32(q[2], q[3]),
+                    );
+                    let w = _mm256_permutevar8x32_epi32(w, order);
+                    _mm256_storeu_si256(codes.add(sb * QK + 32 * g) as *mut __m256i, w);
+                }
+            }
+        }
+    }
+
+    /// Prefetches every cache line of a `TS`-byte super-block at `p`.
+    #[inline(always)]
+    fn prefetch_super_block<const TS: usize>(p: *const u8) {
+        // SAFETY: prefetches do not fault.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(TS - 1) as *const i8);
+        }
+    }
+
+    /// The f16 at `p` as f32.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    unsafe fn f16_at(p: *const u8) -> f32 {
+        // SAFETY: caller's contract (two bytes at p).
+        unsafe {
+            let h = (p as *const u16).read_unaligned();
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+        }
+    }
+
+    /// The 32 activation codes at `p`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn codes32(p: *const i8) -> __m256i {
+        // SAFETY: caller's contract.
+        unsafe { _mm256_loadu_si256(p as *const __m256i) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn super_blocks<const R: usize, const C: usize, const Q4: bool>(
+        call: &Call,
+        rows: Range<usize>,
+    ) {
+        let ts = if Q4 { 144 } else { 210 };
+        for i in rows.step_by(R) {
+            // SAFETY: caller's contract.
+            unsafe {
+                let row: [*const u8; R] =
+                    std::array::from_fn(|q| call.a.row(i + q).add(call.s0 * ts));
+                let res = if Q4 {
+                    q4k::<R, C>(&row, call)
+                } else {
+                    q6k::<R, C>(&row, call)
+                };
+                for c in 0..C {
+                    for (q, v) in res.iter().enumerate() {
+                        let o = call.out[c].add(i + q);
+                        *o = if call.add { *o + v[c] } else { v[c] };
+                    }
+                }
+            }
+        }
+    }
+
+    /// `R` Q4_K rows (144 bytes per super-block) times `C` columns.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; the rows and the columns hold
+    /// the call's `nsb` super-blocks.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4k<const R: usize, const C: usize>(
+        rows: &[*const u8; R],
+        call: &Call,
+    ) -> [[f32; C]; R] {
+        const TS: usize = 144;
+        // SAFETY: caller's contract; every read is inside super-block sb
+        // of a row or a column (prefetches may point past the end).
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            // bytes 2j, 2j + 1 of a 16-bit lane vector, in every lane
+            let pick: [__m256i; 8] = std::array::from_fn(|j| {
+                let (lo, hi) = (2 * j as i8, 2 * j as i8 + 1);
+                _mm256_setr_epi8(
+                    lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+                    lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi,
+                )
+            });
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            for sb in 0..call.nsb {
+                for r in 0..R {
+                    let blk = rows[r].add(sb * TS);
+                    prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
+                    // 6-bit scales and mins: sub-blocks 0..4 in the low bits
+                    // of bytes 0..4 (scales) and 4..8 (mins); 4..8 in the
+                    // nibbles of bytes 8..12, their top bits in the top two
+                    // bits of bytes 0..8
+                    let w = blk.add(4) as *const u32;
+                    let (u0, u1, u2) = (
+                        w.read_unaligned(),
+                        w.add(1).read_unaligned(),
+                        w.add(2).read_unaligned(),
+                    );
+                    let sc_lo = u0 & 0x3f3f_3f3f;
+                    let sc_hi = (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4);
+                    let mn_lo = u1 & 0x3f3f_3f3f;
+                    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4);
+                    let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(
+                        0,
+                        0,
+                        sc_hi as i32,
+                        sc_lo as i32,
+                    )));
+                    let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
+                    let d = f16_at(blk);
+                    let dmin = f16_at(blk.add(2));
+                    let mut t = [_mm256_setzero_si256(); C];
+                    for g in 0..4 {
+                        let v = _mm256_loadu_si256(blk.add(16 + 32 * g) as *const __m256i);
+                        for (h, u) in [
+                            _mm256_and_si256(v, m4),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                        ]
+                        .into_iter()
+                        .enumerate()
+                        {
+                            let j = 2 * g + h;
+                            let s = _mm256_shuffle_epi8(sc16, pick[j]);
+                            for c in 0..C {
+                                let x = codes32(call.cols[c].codes.add(sb * QK + 32 * j));
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s);
+                                t[c] = _mm256_add_epi32(t[c], p);
+                            }
+                        }
+                    }
+                    for c in 0..C {
+                        let col = &call.cols[c];
+                        let dx = *col.d.add(sb);
+                        let bs = _mm256_loadu_si256(col.bs32.add(sb * 8) as *const __m256i);
+                        let mins = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mn, bs));
+                        acc[r][c] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(t[c]),
+                            _mm256_set1_ps(d * dx),
+                            acc[r][c],
+                        );
+                        acc[r][c] = _mm256_fnmadd_ps(mins, _mm256_set1_ps(dmin * dx), acc[r][c]);
+                    }
+                }
+            }
+            let mut res = [[0f32; C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    res[r][c] = hsum256(acc[r][c]);
+                }
+            }
+            res
+        }
+    }
+
+    /// `R` Q6_K rows (210 bytes per super-block) times `C` columns.
+    ///
+    /// # Safety
+    /// As for [`q4k`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q6k<const R: usize, const C: usize>(
+        rows: &[*const u8; R],
+        call: &Call,
+    ) -> [[f32; C]; R] {
+        const TS: usize = 210;
+        // SAFETY: as in q4k.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let m30 = _mm256_set1_epi8(0x30);
+            // the scales of sub-blocks 2i and 2i + 1: bytes 2i and 2i + 1
+            // of the 16, each repeated eight times
+            let pick: [__m128i; 8] = std::array::from_fn(|i| {
+                let (a, b) = (2 * i as i8, 2 * i as i8 + 1);
+                _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+            });
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            for sb in 0..call.nsb {
+                for r in 0..R {
+                    let blk = rows[r].add(sb * TS);
+                    prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
+                    let scales = _mm_loadu_si128(blk.add(192) as *const __m128i);
+                    let d = f16_at(blk.add(208));
+                    let mut t = [_mm256_setzero_si256(); C];
+                    for half in 0..2 {
+                        // values 128 h + l (l < 32) and + 32: low nibbles of
+                        // ql[64 h + l] and ql[64 h + 32 + l]; + 64 and + 96:
+                        // their high nibbles; the top two bits of each: bit
+                        // pairs 0, 2, 4, 6 of qh[32 h + l]
+                        let ql0 = _mm256_loadu_si256(blk.add(64 * half) as *const __m256i);
+                        let ql1 = _mm256_loadu_si256(blk.add(64 * half + 32) as *const __m256i);
+                        let qh = _mm256_loadu_si256(blk.add(128 + 32 * half) as *const __m256i);
+                        let u = [
+                            _mm256_or_si256(
+                                _mm256_and_si256(ql0, m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(ql1, m4),
+                                _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                                _mm256_and_si256(qh, m30),
+                            ),
+                            _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                            ),
+                        ];
+                        for (v, u) in u.into_iter().enumerate() {
+                            // 32 values: sub-blocks 2i and 2i + 1
+                            let i = 4 * half + v;
+                            let s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick[i]));
+                            for c in 0..C {
+                                let x = codes32(call.cols[c].codes.add(sb * QK + 32 * i));
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s);
+                                t[c] = _mm256_add_epi32(t[c], p);
+                            }
+                        }
+                    }
+                    // the codes' offset of 32, per sub-block of 16
+                    let s16 = _mm256_cvtepi8_epi16(scales);
+                    for c in 0..C {
+                        let col = &call.cols[c];
+                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(s16, bs));
+                        let t = _mm256_sub_epi32(t[c], off);
+                        let scale = _mm256_set1_ps(d * *col.d.add(sb));
+                        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, acc[r][c]);
+                    }
+                }
+            }
+            let mut res = [[0f32; C]; R];
+            for r in 0..R {
+                for c in 0..C {
+                    res[r][c] = hsum256(acc[r][c]);
+                }
+            }
+            res
+        }
+    }
+}
