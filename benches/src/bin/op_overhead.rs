@@ -56,7 +56,11 @@ fn main() -> Result<()> {
     let per_op = t.elapsed().as_secs_f64() * 1e6 / (reps * OPS) as f64;
     // the mean weight bytes of the two shapes
     let bytes = (dtype.row_size(k).unwrap_or(0) * m + dtype.row_size(m).unwrap_or(0) * k) / 2;
-    let shape = if m == k { format!("{k}x{k}") } else { format!("{m}x{k} and {k}x{m}") };
+    let shape = if m == k {
+        format!("{k}x{k}")
+    } else {
+        format!("{m}x{k} and {k}x{m}")
+    };
     println!(
         "{dtype} {shape} n=1, {threads} thread(s): {per_op:.2} µs per op, {:.1} GB/s",
         bytes as f64 / per_op / 1e3
