@@ -427,6 +427,7 @@ const DOT_RB: usize = 64;
 fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
     #[cfg(target_arch = "x86_64")]
     {
+        // 32 zmm registers: up to 16 accumulators
         macro_rules! pick {
             ($f:ident, $dt:expr) => {
                 match c {
@@ -441,13 +442,29 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
                 }
             };
         }
+        // 16 ymm registers: at most 12 accumulators, so that a row, a
+        // column and a product stay in registers too
+        macro_rules! pick16 {
+            ($f:ident, $dt:expr) => {
+                match c {
+                    1 => Some((4, x86::$f::<4, 1, $dt> as DotTile)),
+                    2 => Some((4, x86::$f::<4, 2, $dt> as DotTile)),
+                    3 => Some((4, x86::$f::<4, 3, $dt> as DotTile)),
+                    4 => Some((2, x86::$f::<2, 4, $dt> as DotTile)),
+                    5 => Some((2, x86::$f::<2, 5, $dt> as DotTile)),
+                    6 => Some((2, x86::$f::<2, 6, $dt> as DotTile)),
+                    7 => Some((1, x86::$f::<1, 7, $dt> as DotTile)),
+                    _ => Some((1, x86::$f::<1, 8, $dt> as DotTile)),
+                }
+            };
+        }
         return match (isa, dtype) {
             (Isa::Avx512 | Isa::Avx512Vnni, DType::F32) => pick!(dot_tile_avx512, DT_F32),
             (Isa::Avx512 | Isa::Avx512Vnni, DType::F16) => pick!(dot_tile_avx512, DT_F16),
             (Isa::Avx512 | Isa::Avx512Vnni, DType::BF16) => pick!(dot_tile_avx512, DT_BF16),
-            (Isa::Avx2, DType::F32) => pick!(dot_tile_avx2, DT_F32),
-            (Isa::Avx2, DType::F16) => pick!(dot_tile_avx2, DT_F16),
-            (Isa::Avx2, DType::BF16) => pick!(dot_tile_avx2, DT_BF16),
+            (Isa::Avx2, DType::F32) => pick16!(dot_tile_avx2, DT_F32),
+            (Isa::Avx2, DType::F16) => pick16!(dot_tile_avx2, DT_F16),
+            (Isa::Avx2, DType::BF16) => pick16!(dot_tile_avx2, DT_BF16),
             _ => None,
         };
     }
@@ -506,6 +523,11 @@ thread_local! {
 }
 
 /// Rows `range` of the dot path, with `acc` as the partial sums.
+///
+/// Rows go in blocks of `DOT_RB`, each row in chunks of `DOT_KC` values
+/// (whole rows for one or two columns), and each chunk is dotted with the
+/// columns a group at a time: eight with AVX-512's 32 registers, four with
+/// AVX2's 16, so that the second group reads the chunk from cache.
 fn dot_range(
     isa: Isa,
     a: &WeightRows,
@@ -516,76 +538,94 @@ fn dot_range(
 ) {
     let n = b.0.len();
     let k = a.k;
+    if dot_tile_fn(isa, a.dtype, 1).is_none() {
+        dot_range_portable(a, b, out, range);
+        return;
+    }
+    let groups = n.div_ceil(if isa >= Isa::Avx512 { 8 } else { 4 });
+    let per_group = n.div_ceil(groups);
     let row_bytes = k * a.dtype.type_size();
-    {
-        let mut j0 = 0;
-        while j0 < n {
-            let c = (n - j0).min(8);
-            let mut cols = [std::ptr::null::<f32>(); 8];
-            for (cp, p) in cols.iter_mut().zip(&b.0[j0..j0 + c]) {
-                *cp = *p as *const f32;
-            }
-            match (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c)) {
-                (Some((r, tile)), Some(row1)) => {
-                    for i0 in range.clone().step_by(DOT_RB) {
-                        let i1 = (i0 + DOT_RB).min(range.end);
-                        // a single column: no chunks, so that each row is one long
-                        // stream (short streams defeat the hardware prefetchers);
-                        // more columns: chunks whose columns stay in L1
-                        let chunk = if c <= 2 { k } else { DOT_KC };
-                        for k0 in (0..k).step_by(chunk) {
-                            let kc = chunk.min(k - k0);
-                            let mut i = i0;
-                            while i < i1 {
-                                let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };
-                                let mut rows = [std::ptr::null::<u8>(); 8];
-                                for (q, row) in rows.iter_mut().enumerate().take(rr) {
-                                    *row = a.row(i + q);
-                                }
-                                let slot = acc[(i - i0) * c * 16..].as_mut_ptr();
-                                // short whole rows: fetch rows
-                                // PREFETCH_BYTES on; else further along
-                                // the row
-                                let ahead = if kc == k && row_bytes <= 4096 {
-                                    super::matmul::short_rows_ahead(rr * a.stride)
-                                } else {
-                                    kc.min(1024) * a.dtype.type_size()
-                                };
-                                // SAFETY: rows hold k packed values, columns k f32;
-                                // the slots of rows i.. hold rr * c * 16 floats.
-                                unsafe {
-                                    f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0, ahead)
-                                };
-                                i += rr;
-                            }
-                        }
-                        for i in i0..i1 {
-                            for jj in 0..c {
-                                let at = ((i - i0) * c + jj) * 16;
-                                let v: f32 = acc[at..at + 16].iter().sum();
-                                // SAFETY: output column j0 + jj has m values.
-                                unsafe { *out.0[j0 + jj].add(i) = v };
-                            }
-                        }
-                    }
+    // a single column: no chunks, so that each row is one long stream
+    // (short streams defeat the hardware prefetchers); more columns:
+    // chunks whose columns stay in L1
+    let chunk = if n <= 2 { k } else { DOT_KC };
+    for i0 in range.clone().step_by(DOT_RB) {
+        let i1 = (i0 + DOT_RB).min(range.end);
+        for k0 in (0..k).step_by(chunk) {
+            let kc = chunk.min(k - k0);
+            for j0 in (0..n).step_by(per_group) {
+                let c = per_group.min(n - j0);
+                let (Some((r, tile)), Some(row1)) =
+                    (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c))
+                else {
+                    continue;
+                };
+                let mut cols = [std::ptr::null::<f32>(); 8];
+                for (cp, p) in cols.iter_mut().zip(&b.0[j0..j0 + c]) {
+                    *cp = *p as *const f32;
                 }
-                _ => {
-                    let dot = super::matmul::dot_fn();
-                    let mut row = vec![0f32; k];
-                    for i in range.clone() {
-                        // SAFETY: row i < m.
-                        unsafe { load_row_segment(a, i, 0, &mut row) };
-                        for jj in 0..c {
-                            // SAFETY: columns hold k values, outputs m.
-                            unsafe {
-                                let col = std::slice::from_raw_parts(cols[jj], k);
-                                *out.0[j0 + jj].add(i) = dot(&row, col);
-                            }
-                        }
+                let mut i = i0;
+                while i < i1 {
+                    let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };
+                    let mut rows = [std::ptr::null::<u8>(); 8];
+                    for (q, row) in rows.iter_mut().enumerate().take(rr) {
+                        *row = a.row(i + q);
                     }
+                    let slot = acc[dot_slot(j0, c, i - i0, 0)..].as_mut_ptr();
+                    // short whole rows: fetch rows PREFETCH_BYTES on; else
+                    // further along the row
+                    let ahead = if kc == k && row_bytes <= 4096 {
+                        super::matmul::short_rows_ahead(rr * a.stride)
+                    } else {
+                        kc.min(1024) * a.dtype.type_size()
+                    };
+                    // SAFETY: rows hold k packed values, columns k f32; the
+                    // slots of rows i.. in this group hold rr * c * 16 floats.
+                    unsafe { f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0, ahead) };
+                    i += rr;
                 }
             }
-            j0 += c;
+        }
+        for i in i0..i1 {
+            for j0 in (0..n).step_by(per_group) {
+                let c = per_group.min(n - j0);
+                for jj in 0..c {
+                    let at = dot_slot(j0, c, i - i0, jj);
+                    let v: f32 = acc[at..at + 16].iter().sum();
+                    // SAFETY: output column j0 + jj has m values.
+                    unsafe { *out.0[j0 + jj].add(i) = v };
+                }
+            }
+        }
+    }
+}
+
+/// Index in the dot path's partial sums of the slot (16 floats) of row
+/// `i` of a block and column `jj` of the group of `c` columns from `j0`:
+/// each group's slots are row-major, groups one after the other.
+fn dot_slot(j0: usize, c: usize, i: usize, jj: usize) -> usize {
+    (j0 * DOT_RB + i * c + jj) * 16
+}
+
+/// The dot path in plain Rust: rows widened to f32, then dotted.
+fn dot_range_portable(
+    a: &WeightRows,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+    range: std::ops::Range<usize>,
+) {
+    let dot = super::matmul::dot_fn();
+    let k = a.k;
+    let mut row = vec![0f32; k];
+    for i in range {
+        // SAFETY: row i < m.
+        unsafe { load_row_segment(a, i, 0, &mut row) };
+        for (j, col) in b.0.iter().enumerate() {
+            // SAFETY: columns hold k values, outputs m.
+            unsafe {
+                let col = std::slice::from_raw_parts(*col as *const f32, k);
+                *out.0[j].add(i) = dot(&row, col);
+            }
         }
     }
 }
@@ -710,10 +750,13 @@ pub(crate) mod x86 {
         kc: usize,
         acc_out: *mut f32,
         first: bool,
-        _ahead: usize,
+        ahead: usize,
     ) {
         // SAFETY: as for dot_tile_avx512.
         unsafe {
+            // the pointers in registers, not reloaded on every step
+            let rows: [*const u8; R] = std::array::from_fn(|r| *rows.add(r));
+            let cols: [*const f32; C] = std::array::from_fn(|c| *cols.add(c));
             let mut acc = [[_mm256_setzero_ps(); C]; R];
             if !first {
                 for r in 0..R {
@@ -722,17 +765,32 @@ pub(crate) mod x86 {
                     }
                 }
             }
+            // one cache line of each row per outer step, fetched `ahead`
+            // bytes further (see `dot_range`)
+            let bytes = if DT == DT_F32 { 4 } else { 2 };
+            let line = 64 / bytes;
+            let lines_end = k0 + kc / line * line;
             let end = k0 + kc / 8 * 8;
             let mut kk = k0;
             while kk < end {
-                for r in 0..R {
-                    let w = load_w256::<DT>(*rows.add(r), kk);
-                    for c in 0..C {
-                        let x = _mm256_loadu_ps((*cols.add(c)).add(kk));
-                        acc[r][c] = _mm256_fmadd_ps(w, x, acc[r][c]);
+                if kk < lines_end {
+                    for row in rows {
+                        _mm_prefetch::<_MM_HINT_T1>(
+                            row.wrapping_add(kk * bytes + ahead) as *const i8
+                        );
                     }
                 }
-                kk += 8;
+                let step_end = if kk < lines_end { kk + line } else { end };
+                while kk < step_end {
+                    for r in 0..R {
+                        let w = load_w256::<DT>(rows[r], kk);
+                        for c in 0..C {
+                            let x = _mm256_loadu_ps(cols[c].add(kk));
+                            acc[r][c] = _mm256_fmadd_ps(w, x, acc[r][c]);
+                        }
+                    }
+                    kk += 8;
+                }
             }
             for r in 0..R {
                 for c in 0..C {
@@ -742,7 +800,7 @@ pub(crate) mod x86 {
                         _mm256_storeu_ps(slot.add(8), _mm256_setzero_ps());
                     }
                     for t in end..k0 + kc {
-                        *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
+                        *slot += scalar_w::<DT>(rows[r], t) * *cols[c].add(t);
                     }
                 }
             }
