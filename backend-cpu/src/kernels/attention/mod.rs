@@ -340,7 +340,13 @@ impl Step {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run_avx2(&self, wide: bool, sc: &mut Scratch) {
-        self.body::<Fused>(wide, sc)
+        if wide {
+            // SAFETY: the processor has AVX2 and FMA (the caller's contract).
+            unsafe { self.wide_avx2(sc) };
+            self.accumulate_values::<Fused, { ACC_W / 2 }>(wide, sc);
+        } else {
+            self.body::<Fused>(wide, sc)
+        }
     }
 
     #[inline(always)]
@@ -350,16 +356,60 @@ impl Step {
         } else {
             self.narrow::<M>(sc);
         }
-        self.accumulate_values::<M>(wide, sc);
+        self.accumulate_values::<M, ACC_W>(wide, sc);
     }
 
-    /// Scores as one column per key over the tile's queries, then the
-    /// online softmax update lane by lane; leaves the exponentials in `s`
-    /// ([BLOCK_K][TILE_Q]).
+    /// [`Self::wide`] on AVX2: two keys at a time over the tile's 32
+    /// queries, the scores in eight ymm registers (the generic loop keeps
+    /// its accumulators on the stack with 16 registers).
+    ///
+    /// # Safety
+    /// The processor has AVX2 and FMA.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn wide_avx2(&self, sc: &mut Scratch) {
+        use std::arch::x86_64::*;
+        let (d, nk) = (self.d, self.nk);
+        let mut j = 0;
+        while j < nk {
+            let n = 2.min(nk - j);
+            // a lone last key is scored twice; the copy is dropped
+            let k0 = sc.k[j * d..(j + 1) * d].as_ptr();
+            let k1 = sc.k[(j + n - 1) * d..(j + n) * d].as_ptr();
+            let q = sc.q[..d * TILE_Q].as_ptr();
+            // SAFETY: q holds d rows of TILE_Q lanes, both keys d values.
+            let cols = unsafe {
+                let mut a = [[_mm256_setzero_ps(); 4]; 2];
+                for c in 0..d {
+                    let x = [_mm256_set1_ps(*k0.add(c)), _mm256_set1_ps(*k1.add(c))];
+                    for g in 0..4 {
+                        let qg = _mm256_loadu_ps(q.add(c * TILE_Q + 8 * g));
+                        for u in 0..2 {
+                            a[u][g] = _mm256_fmadd_ps(x[u], qg, a[u][g]);
+                        }
+                    }
+                }
+                let mut cols = [[0f32; TILE_Q]; 2];
+                for u in 0..2 {
+                    for g in 0..4 {
+                        _mm256_storeu_ps(cols[u][8 * g..].as_mut_ptr(), a[u][g]);
+                    }
+                }
+                cols
+            };
+            for (u, col) in cols.iter().enumerate().take(n) {
+                sc.s[(j + u) * TILE_Q..(j + u + 1) * TILE_Q].copy_from_slice(col);
+            }
+            j += n;
+        }
+        self.softmax_columns(sc);
+    }
+
+    /// Scores as one column per key over the tile's queries, then
+    /// [`Self::softmax_columns`].
     #[inline(always)]
     fn wide<M: MulAdd>(&self, sc: &mut Scratch) {
         let (d, nk) = (self.d, self.nk);
-        let mut block_max = [f32::NEG_INFINITY; TILE_Q];
         // KEYS keys at a time: independent accumulators keep the
         // multiply-add units busy
         const KEYS: usize = 4;
@@ -385,27 +435,40 @@ impl Step {
                     c3[l] = M::mul_add(x3, qc[l], c3[l]);
                 }
             }
-            let mut cols = [c0, c1, c2, c3];
-            for (u, col) in cols.iter_mut().enumerate().take(n) {
-                if self.softcap != 0.0 {
-                    let cap = self.softcap;
-                    col.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
-                }
-                if self.mask_len > 0 {
-                    let at = (j + u) * TILE_Q;
-                    let m: &[f32; TILE_Q] = sc.mask_block[at..at + TILE_Q]
-                        .try_into()
-                        .expect("TILE_Q lanes");
-                    for l in 0..TILE_Q {
-                        col[l] += m[l];
-                    }
-                }
-                for l in 0..TILE_Q {
-                    block_max[l] = block_max[l].max(col[l]);
-                }
+            let cols = [c0, c1, c2, c3];
+            for (u, col) in cols.iter().enumerate().take(n) {
                 sc.s[(j + u) * TILE_Q..(j + u + 1) * TILE_Q].copy_from_slice(col);
             }
             j += n;
+        }
+        self.softmax_columns(sc);
+    }
+
+    /// The scores in `s` ([BLOCK_K][TILE_Q]) capped and masked, then the
+    /// online softmax update lane by lane; leaves the exponentials in `s`.
+    #[inline(always)]
+    fn softmax_columns(&self, sc: &mut Scratch) {
+        let nk = self.nk;
+        let mut block_max = [f32::NEG_INFINITY; TILE_Q];
+        for j in 0..nk {
+            let col: &mut [f32; TILE_Q] = (&mut sc.s[j * TILE_Q..(j + 1) * TILE_Q])
+                .try_into()
+                .expect("TILE_Q lanes");
+            if self.softcap != 0.0 {
+                let cap = self.softcap;
+                col.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+            }
+            if self.mask_len > 0 {
+                let m: &[f32; TILE_Q] = sc.mask_block[j * TILE_Q..(j + 1) * TILE_Q]
+                    .try_into()
+                    .expect("TILE_Q lanes");
+                for l in 0..TILE_Q {
+                    col[l] += m[l];
+                }
+            }
+            for l in 0..TILE_Q {
+                block_max[l] = block_max[l].max(col[l]);
+            }
         }
         // new running maximum; a query that has seen only hidden keys
         // subtracts 0 so that its exponentials are exactly 0
@@ -475,10 +538,11 @@ impl Step {
         }
     }
 
-    /// acc[i] += sum over the block's keys j of p(i, j) * v[j], ACC_W
-    /// value columns at a time in registers.
+    /// acc[i] += sum over the block's keys j of p(i, j) * v[j], `W` value
+    /// columns at a time in registers: two queries' worth of `ACC_W` fits
+    /// AVX-512's 32 registers, of `ACC_W / 2` AVX2's 16.
     #[inline(always)]
-    fn accumulate_values<M: MulAdd>(&self, wide: bool, sc: &mut Scratch) {
+    fn accumulate_values<M: MulAdd, const W: usize>(&self, wide: bool, sc: &mut Scratch) {
         let (dv, nk) = (self.dv, self.nk);
         let p_at = |i: usize, j: usize| {
             if wide {
@@ -491,33 +555,33 @@ impl Step {
         // independent accumulators per value row read
         let mut i = 0;
         while i < self.nq {
-            let pair = i + 1 < self.nq && dv % ACC_W == 0;
+            let pair = i + 1 < self.nq && dv % W == 0;
             if pair {
                 let (lo, hi) = sc.acc[i * dv..(i + 2) * dv].split_at_mut(dv);
-                for c0 in (0..dv).step_by(ACC_W) {
-                    let mut a = [0f32; ACC_W];
-                    let mut b = [0f32; ACC_W];
-                    a.copy_from_slice(&lo[c0..c0 + ACC_W]);
-                    b.copy_from_slice(&hi[c0..c0 + ACC_W]);
+                for c0 in (0..dv).step_by(W) {
+                    let mut a = [0f32; W];
+                    let mut b = [0f32; W];
+                    a.copy_from_slice(&lo[c0..c0 + W]);
+                    b.copy_from_slice(&hi[c0..c0 + W]);
                     for j in 0..nk {
                         let (pa, pb) = (sc.s[p_at(i, j)], sc.s[p_at(i + 1, j)]);
-                        let vj: &[f32; ACC_W] = sc.v[j * dv + c0..j * dv + c0 + ACC_W]
+                        let vj: &[f32; W] = sc.v[j * dv + c0..j * dv + c0 + W]
                             .try_into()
-                            .expect("ACC_W values");
-                        for l in 0..ACC_W {
+                            .expect("W values");
+                        for l in 0..W {
                             a[l] = M::mul_add(pa, vj[l], a[l]);
                             b[l] = M::mul_add(pb, vj[l], b[l]);
                         }
                     }
-                    lo[c0..c0 + ACC_W].copy_from_slice(&a);
-                    hi[c0..c0 + ACC_W].copy_from_slice(&b);
+                    lo[c0..c0 + W].copy_from_slice(&a);
+                    hi[c0..c0 + W].copy_from_slice(&b);
                 }
                 i += 2;
                 continue;
             }
             let ai = &mut sc.acc[i * dv..(i + 1) * dv];
-            for (c, chunk) in ai.chunks_mut(ACC_W).enumerate() {
-                let c0 = c * ACC_W;
+            for (c, chunk) in ai.chunks_mut(W).enumerate() {
+                let c0 = c * W;
                 for j in 0..nk {
                     let pj = sc.s[p_at(i, j)];
                     let vj = &sc.v[j * dv + c0..j * dv + c0 + chunk.len()];
