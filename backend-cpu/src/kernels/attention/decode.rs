@@ -4,10 +4,11 @@
 //! side) instead of one head's slice of every row; the ranges' partial
 //! softmax states are merged at the end.
 //!
-//! With F16 caches and head sizes of 64 or 128 on AVX-512 the chunks are
-//! read straight from the cache (`f16_chunks`): scores and weighted values
-//! convert the rows in registers, and a chunk's 16 scores are one vector for
-//! the softmax update.
+//! With F16 caches and head sizes of 64 or 128 on AVX-512 or AVX2 the
+//! chunks are read straight from the cache (`f16_chunks`,
+//! `f16_chunks_avx2`): scores and weighted values convert the rows in
+//! registers, and a chunk's 16 scores come out of one lane-summing step
+//! for the softmax update.
 
 use std::cell::RefCell;
 
@@ -218,6 +219,18 @@ impl Work<'_> {
                 _ => {}
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 && p.softcap == 0.0 && f16_rows(k) && f16_rows(v) {
+            // SAFETY: the processor has AVX2, FMA and F16C (checked by
+            // `active`); K and V are F16 with packed rows.
+            match (d, dv) {
+                (64, 64) => return unsafe { self.f16_chunks_avx2::<8, 8>(sc, is, chunks, out) },
+                (128, 128) => {
+                    return unsafe { self.f16_chunks_avx2::<16, 16>(sc, is, chunks, out) };
+                }
+                _ => {}
+            }
+        }
         self.converted_chunks(isa, sc, is, chunks, out);
     }
 
@@ -406,6 +419,141 @@ impl Work<'_> {
     }
 }
 
+impl Work<'_> {
+    /// [`Self::f16_chunks`] on AVX2, with `8 * DQ` values per key head and
+    /// `8 * DV` per value head: each key's score is a vector of partial
+    /// sums whose lanes are summed eight keys at a time
+    /// ([`lane_sums8`]), and the weighted values are accumulated eight
+    /// registers at a time.
+    ///
+    /// # Safety
+    /// The processor has AVX2, FMA and F16C; K and V are F16 with packed
+    /// rows of `8 * DQ` and `8 * DV` values; `sc.q` holds the scaled
+    /// queries and `out` the initial states.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn f16_chunks_avx2<const DQ: usize, const DV: usize>(
+        &self,
+        sc: &Scratch,
+        is: usize,
+        chunks: &[usize],
+        out: &mut [f32],
+    ) {
+        use std::arch::x86_64::*;
+        let (k, v) = (self.k, self.v);
+        let (d, dv, n_kv) = (8 * DQ, 8 * DV, k.ne[1]);
+        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
+        let n_kv_head = k.ne[2].max(1);
+        let group = (n_head / n_kv_head).max(1);
+        let state = dv + 2;
+        for &c in chunks {
+            let j0 = c * CHUNK;
+            let nk = CHUNK.min(n_kv - j0);
+            for hk in 0..n_kv_head {
+                let krow = |j: usize| k.row_ptr(j0 + j, hk, is) as *const u16;
+                let vrow = |j: usize| v.row_ptr(j0 + j, hk, is) as *const u16;
+                for h in hk * group..((hk + 1) * group).min(n_head) {
+                    for i in 0..n_q {
+                        let r = h * n_q + i;
+                        let st = &mut out[r * state..(r + 1) * state];
+                        // SAFETY: the chunk's keys j0..j0 + nk exist, each
+                        // row holds d (K) or dv (V) f16 values; sc.q row r
+                        // holds d values, st dv + 2, the mask row n_kv.
+                        unsafe {
+                            let qr = sc.q.as_ptr().add(r * d);
+                            let mut scores = [f32::NEG_INFINITY; CHUNK];
+                            for half in 0..CHUNK / 8 {
+                                // per key a vector of partial sums, two
+                                // keys' chains interleaved
+                                let mut parts = [_mm256_setzero_ps(); 8];
+                                for j in (0..8).filter(|j| 8 * half + j < nk) {
+                                    let kp = krow(8 * half + j);
+                                    for c in 0..DQ {
+                                        let kx = _mm256_cvtph_ps(_mm_loadu_si128(
+                                            kp.add(8 * c) as *const __m128i
+                                        ));
+                                        parts[j] = _mm256_fmadd_ps(
+                                            kx,
+                                            _mm256_loadu_ps(qr.add(8 * c)),
+                                            parts[j],
+                                        );
+                                    }
+                                }
+                                _mm256_storeu_ps(
+                                    scores[8 * half..].as_mut_ptr(),
+                                    lane_sums8(&parts),
+                                );
+                            }
+                            scores[nk..].fill(f32::NEG_INFINITY);
+                            if let Some((values, heads)) = self.mask {
+                                let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
+                                let slope = sc.slopes[h];
+                                for (x, m) in scores.iter_mut().zip(&values[at..at + nk]) {
+                                    *x += m * slope;
+                                }
+                            }
+                            let old = st[dv];
+                            let max = scores.iter().copied().fold(old, f32::max);
+                            if max == f32::NEG_INFINITY {
+                                continue;
+                            }
+                            scores.iter_mut().for_each(|x| *x = exp(*x - max));
+                            let rescale = exp(old - max);
+                            st[dv] = max;
+                            st[dv + 1] = st[dv + 1] * rescale + scores.iter().sum::<f32>();
+                            let sp = st.as_mut_ptr();
+                            let r8 = _mm256_set1_ps(rescale);
+                            // eight registers of values at a time
+                            for c0 in (0..DV).step_by(8) {
+                                let mut acc: [__m256; 8] = std::array::from_fn(|c| {
+                                    if c0 + c < DV {
+                                        _mm256_mul_ps(_mm256_loadu_ps(sp.add(8 * (c0 + c))), r8)
+                                    } else {
+                                        _mm256_setzero_ps()
+                                    }
+                                });
+                                for (j, &pj) in scores.iter().enumerate().take(nk) {
+                                    let vp = vrow(j);
+                                    let w = _mm256_set1_ps(pj);
+                                    for (c, a) in acc.iter_mut().enumerate().take(DV - c0) {
+                                        let vx = _mm256_cvtph_ps(_mm_loadu_si128(
+                                            vp.add(8 * (c0 + c)) as *const __m128i,
+                                        ));
+                                        *a = _mm256_fmadd_ps(vx, w, *a);
+                                    }
+                                }
+                                for (c, a) in acc.iter().enumerate().take(DV - c0) {
+                                    _mm256_storeu_ps(sp.add(8 * (c0 + c)), *a);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sums of the lanes of 8 vectors: lane `j` of the result is the sum
+/// of `a[j]`.
+///
+/// # Safety
+/// The processor has AVX.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn lane_sums8(a: &[std::arch::x86_64::__m256; 8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // within each 128-bit half: pairs, then quads of lanes
+    let p: [__m256; 4] = std::array::from_fn(|i| _mm256_hadd_ps(a[2 * i], a[2 * i + 1]));
+    let q = [_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3])];
+    // q[0] lanes: a0..a3 over the low halves, then over the high halves;
+    // q[1] likewise for a4..a7
+    let lo = _mm256_permute2f128_ps::<0x20>(q[0], q[1]);
+    let hi = _mm256_permute2f128_ps::<0x31>(q[0], q[1]);
+    _mm256_add_ps(lo, hi)
+}
+
 /// The sums of the lanes of 16 vectors: lane `j` of the result is the
 /// sum of `a[j]`. Halves, then quarters, then pairs of lanes are added
 /// across pairs of vectors, so that each step halves the vector count.
@@ -567,6 +715,25 @@ mod tests {
         unsafe {
             let a: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(values[j].as_ptr()));
             _mm512_storeu_ps(got.as_mut_ptr(), super::lane_sums(&a));
+        }
+        for (j, v) in values.iter().enumerate() {
+            assert_eq!(got[j], v.iter().sum::<f32>(), "lane {j}");
+        }
+    }
+
+    #[test]
+    fn lane_sums8_puts_the_sum_of_vector_j_in_lane_j() {
+        if !is_x86_feature_detected!("avx") {
+            return;
+        }
+        let values: Vec<[f32; 8]> = (0..8)
+            .map(|j| std::array::from_fn(|l| (j * 100 + l * l) as f32))
+            .collect();
+        let mut got = [0f32; 8];
+        // SAFETY: AVX checked above.
+        unsafe {
+            let a: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(values[j].as_ptr()));
+            _mm256_storeu_ps(got.as_mut_ptr(), super::lane_sums8(&a));
         }
         for (j, v) in values.iter().enumerate() {
             assert_eq!(got[j], v.iter().sum::<f32>(), "lane {j}");
