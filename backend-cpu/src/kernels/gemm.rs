@@ -586,18 +586,31 @@ fn dot_range(
                 }
             }
         }
+        // AVX2 tiles fill 8 lanes of a slot, AVX-512 tiles 16
+        let lanes = if isa >= Isa::Avx512 { 16 } else { 8 };
         for i in i0..i1 {
             for j0 in (0..n).step_by(per_group) {
                 let c = per_group.min(n - j0);
                 for jj in 0..c {
                     let at = dot_slot(j0, c, i - i0, jj);
-                    let v: f32 = acc[at..at + 16].iter().sum();
+                    let v = lane_sum(&acc[at..at + lanes]);
                     // SAFETY: output column j0 + jj has m values.
                     unsafe { *out.0[j0 + jj].add(i) = v };
                 }
             }
         }
     }
+}
+
+/// The sum of 8 or 16 partial sums, as a tree (independent adds rather
+/// than one running sum).
+#[inline]
+fn lane_sum(v: &[f32]) -> f32 {
+    let mut w = [0f32; 16];
+    w[..v.len()].copy_from_slice(v);
+    let w: [f32; 8] = std::array::from_fn(|l| w[l] + w[l + 8]);
+    let w: [f32; 4] = std::array::from_fn(|l| w[l] + w[l + 4]);
+    (w[0] + w[2]) + (w[1] + w[3])
 }
 
 /// Index in the dot path's partial sums of the slot (16 floats) of row
