@@ -189,7 +189,7 @@ fn packed<const MR: usize, const NR: usize>(
                 let i0 = ib * mc;
                 let rows = mc.min(m - i0);
                 let panels = rows.div_ceil(MR);
-                with_scratch(&PACK_A, panels * MR * kc + kc, |ap| {
+                with_scratch(&PACK_A, panels * MR * kc + MR * kc, |ap| {
                     let (apack, tmp) = ap.split_at_mut(panels * MR * kc);
                     pack_a_block::<MR>(&a, i0, rows, pc, kc, apack, tmp);
                     let t_end = ((g + 1) * tiles_per_group).min(n_tiles);
@@ -326,6 +326,40 @@ fn pack_a_block<const MR: usize>(
             }
         }
         let _ = tmp;
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if MR == 16 && a.elem_stride == a.dtype.type_size() && super::isa::active() >= Isa::Avx2 {
+        for p in 0..panels {
+            let mut ptrs = [std::ptr::null::<u8>(); 16];
+            let quantized = a.dtype.is_quantized();
+            for (r, q) in ptrs.iter_mut().enumerate() {
+                let row = p * MR + r;
+                if row >= rows {
+                    continue;
+                }
+                if quantized {
+                    // whole blocks, widened into a row of tmp first
+                    let t = &mut tmp[r * kc..(r + 1) * kc];
+                    // SAFETY: row in bounds, pc and kc whole blocks.
+                    unsafe { load_row_segment(a, i0 + row, pc, t) };
+                    *q = t.as_ptr() as *const u8;
+                } else {
+                    *q = a.row(i0 + row);
+                }
+            }
+            let panel = &mut dst[p * MR * kc..(p + 1) * MR * kc];
+            // SAFETY: the non-null rows hold pc + kc values (weights) or kc
+            // (widened in tmp, read from 0); the panel kc * 16.
+            unsafe {
+                match a.dtype {
+                    DType::F16 => x86::pack_panel16_avx2::<DT_F16>(&ptrs, pc, kc, panel),
+                    DType::BF16 => x86::pack_panel16_avx2::<DT_BF16>(&ptrs, pc, kc, panel),
+                    DType::F32 => x86::pack_panel16_avx2::<DT_F32>(&ptrs, pc, kc, panel),
+                    _ => x86::pack_panel16_avx2::<DT_F32>(&ptrs, 0, kc, panel),
+                }
+            }
+        }
         return;
     }
     for p in 0..panels {
@@ -903,6 +937,81 @@ pub(crate) mod x86 {
                     _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[j]));
                 }
             }
+        }
+    }
+
+    /// Packs 16 rows (null rows as zeros), values `k0..k0 + kc`, as a
+    /// `[kc][16]` f32 panel: eight rows by eight values at a time,
+    /// transposed in registers.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; the non-null rows hold `k0 + kc`
+    /// values of type `DT`; `dst` holds `kc * 16` floats.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn pack_panel16_avx2<const DT: u8>(
+        rows: &[*const u8; 16],
+        k0: usize,
+        kc: usize,
+        dst: &mut [f32],
+    ) {
+        let k8 = kc / 8 * 8;
+        // SAFETY: caller's contract.
+        unsafe {
+            for half in 0..2 {
+                let mut kk = 0;
+                while kk < k8 {
+                    let mut r = [_mm256_setzero_ps(); 8];
+                    for (i, v) in r.iter_mut().enumerate() {
+                        let p = rows[half * 8 + i];
+                        if !p.is_null() {
+                            *v = load_w256::<DT>(p, k0 + kk);
+                        }
+                    }
+                    transpose8(&mut r);
+                    for (j, v) in r.iter().enumerate() {
+                        _mm256_storeu_ps(dst.as_mut_ptr().add((kk + j) * 16 + half * 8), *v);
+                    }
+                    kk += 8;
+                }
+                for t in k8..kc {
+                    for i in 0..8 {
+                        let p = rows[half * 8 + i];
+                        dst[t * 16 + half * 8 + i] = if p.is_null() {
+                            0.0
+                        } else {
+                            scalar_w::<DT>(p, k0 + t)
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Transposes an 8 x 8 block held as eight rows.
+    #[inline]
+    #[target_feature(enable = "avx")]
+    fn transpose8(r: &mut [__m256; 8]) {
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // u[4h + q]: rows 4h..4h + 4, values q, q + 4 of each 128-bit half
+        let u: [__m256; 8] = std::array::from_fn(|i| {
+            let (h, q) = (i / 4, i % 4);
+            let (a, b) = (t[4 * h + q / 2], t[4 * h + q / 2 + 2]);
+            if q % 2 == 0 {
+                _mm256_shuffle_ps::<0x44>(a, b)
+            } else {
+                _mm256_shuffle_ps::<0xEE>(a, b)
+            }
+        });
+        for j in 0..4 {
+            r[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+            r[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
         }
     }
 
