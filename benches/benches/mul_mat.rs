@@ -21,18 +21,10 @@ use ggraph_cpu::CpuDevice;
 const M: usize = 4096;
 const K: usize = 14336;
 
-/// ggml-cpu's GFLOP/s on this machine, 2 threads (n = 1, 8, 512), from
-/// the CPU speed issue.
+/// ggml-cpu's GFLOP/s (n = 1, 8, 512) measured on this kind of machine,
+/// 2 threads (`ggraph_benches::peers`).
 fn ggml(dtype: DType, n: usize) -> Option<f64> {
-    let col = [1, 8, 512].iter().position(|&c| c == n)?;
-    let row = match dtype {
-        DType::F32 => [26.0, 150.0, 242.0],
-        DType::F16 => [46.0, 239.0, 388.0],
-        DType::Q8_0 => [99.0, 246.0, 320.0],
-        DType::Q4_0 => [104.0, 248.0, 262.0],
-        _ => return None,
-    };
-    Some(row[col])
+    ggraph_benches::peers::measured_here().mul_mat(dtype, n)
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {

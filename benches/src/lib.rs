@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+pub mod peers;
+
 use ggraph_core::alloc::VirtualBufferType;
 use ggraph_core::backend::BufferType;
 use ggraph_core::ir::{Graph, TensorData};

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ggraph_benches::peers::{self, MUL_MAT_COLUMNS};
 use ggraph_core::backend::{Backend, Device};
 use ggraph_core::ir::{GraphBuilder, TensorId};
 use ggraph_core::{DType, Result, exec, quant};
@@ -31,16 +32,6 @@ struct Shape {
     m: usize,
     k: usize,
 }
-const COLUMNS: [usize; 3] = [1, 8, 512];
-
-/// ggml-cpu's GFLOP/s for these shapes on this machine with 2 threads,
-/// as given in the CPU speed issue (n = 1, 8, 512).
-const GGML: [(DType, [f64; 3]); 4] = [
-    (DType::F32, [26.0, 150.0, 242.0]),
-    (DType::F16, [46.0, 239.0, 388.0]),
-    (DType::Q8_0, [99.0, 246.0, 320.0]),
-    (DType::Q4_0, [104.0, 248.0, 262.0]),
-];
 
 const ALL_TYPES: [DType; 7] = [
     DType::F32,
@@ -51,29 +42,6 @@ const ALL_TYPES: [DType; 7] = [
     DType::Q4_K,
     DType::Q6_K,
 ];
-
-/// ggml-cpu's GFLOP/s measured on this machine on 2026-11-21, 2 threads,
-/// the better of two runs that day: llama.cpp 0.3.36's
-/// vendored tree (from the llama-cpp-python sdist on PyPI), built with
-/// `cmake -DGGML_NATIVE=ON`, `test-backend-ops perf -o MUL_MAT -b CPU` with
-/// its thread count set to the two cores (it uses half of them). The
-/// machine ran about 1.6x slower than when the issue's figures were taken
-/// (its f32 FMA loop measured 117 GFLOP/s per core against the issue's
-/// 285), so both peers are printed.
-const GGML_TODAY: [(DType, [f64; 3]); 7] = [
-    (DType::F32, [16.7, 93.8, 153.8]),
-    (DType::F16, [29.2, 153.8, 204.2]),
-    (DType::BF16, [31.6, 206.3, 378.1]),
-    (DType::Q8_0, [49.9, 191.9, 230.8]),
-    (DType::Q4_0, [62.2, 192.6, 191.4]),
-    (DType::Q4_K, [106.7, 177.4, 546.3]),
-    (DType::Q6_K, [67.6, 87.9, 410.1]),
-];
-
-fn figure(table: &[(DType, [f64; 3])], dtype: DType, n: usize) -> Option<f64> {
-    let col = COLUMNS.iter().position(|&c| c == n)?;
-    table.iter().find(|(t, _)| *t == dtype).map(|(_, f)| f[col])
-}
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -188,7 +156,7 @@ fn main() -> Result<()> {
             .and_then(|i| args.get(i + 1))
     };
     let threads: usize = opt("--threads").and_then(|s| s.parse().ok()).unwrap_or(2);
-    let columns = parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(COLUMNS.to_vec());
+    let columns = parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(MUL_MAT_COLUMNS.to_vec());
     let types = parse_list(opt("--types"), |s| {
         ALL_TYPES
             .into_iter()
@@ -207,7 +175,11 @@ fn main() -> Result<()> {
     println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
     println!("load average before: {}", load_average());
     println!();
-    println!("ggml: the issue's figures / ggml-cpu measured here on 2026-11-21 (see GGML_TODAY)");
+    let here = peers::measured_here();
+    println!(
+        "ggml: the issue's figures / ggml-cpu measured on this kind of machine ({})",
+        here.label
+    );
     print!("{:<8}", "GFLOP/s");
     for n in &columns {
         print!(" {:>16} {:>11}", format!("n={n}"), "ggml");
@@ -229,8 +201,8 @@ fn main() -> Result<()> {
             let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
-            let peer = figure(&GGML, dtype, n).filter(|_| issue_shape);
-            let today = figure(&GGML_TODAY, dtype, n).filter(|_| issue_shape);
+            let peer = peers::ISSUE.mul_mat(dtype, n).filter(|_| issue_shape);
+            let today = here.mul_mat(dtype, n).filter(|_| issue_shape);
             let ours = match cpu {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
                 _ => format!("{gflops:.1}"),
@@ -250,7 +222,10 @@ fn main() -> Result<()> {
         println!();
     }
     println!("load average after: {}", load_average());
-    for (name, pick) in [("the issue's figures", 0), ("ggml measured here", 1)] {
+    for (name, pick) in [
+        ("the issue's figures", 0),
+        ("ggml measured on this kind of machine", 1),
+    ] {
         let ratios: Vec<(DType, usize, f64)> = verdicts
             .iter()
             .filter_map(|&(t, n, a, b)| [a, b][pick].map(|r| (t, n, r)))

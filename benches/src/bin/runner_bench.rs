@@ -16,62 +16,8 @@ use ggraph::model::llama::Attention;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
+use ggraph_benches::peers;
 use ggraph_cpu::CpuDevice;
-
-/// One model's peer figures, tokens/s: prompt 512 and generation 128,
-/// as the CPU performance issue gives them and as measured here.
-struct Peer {
-    shape: &'static str,
-    weights: DType,
-    issue: (f64, f64),
-    today: (f64, f64),
-}
-
-/// llama.cpp on this machine, 2 threads. `issue`: the CPU performance
-/// issue's figures. `today`: measured on 2026-11-21 with llama.cpp 0.3.36's
-/// vendored tree (the llama-cpp-python sdist from PyPI, built with
-/// `-DGGML_NATIVE=ON`): `llama-bench -t 2 -p 512 -n 128 -fa 1` on the
-/// random-weight GGUFs `ggraph make-model --shape small|8b-4l --weights T`
-/// writes. The machine ran slower that day than when the issue was
-/// written (see cpu_mul_mat), so both are printed.
-const PEERS: [Peer; 6] = [
-    Peer {
-        shape: "small",
-        weights: DType::F32,
-        issue: (4518.0, 279.0),
-        today: (2638.9, 248.3),
-    },
-    Peer {
-        shape: "small",
-        weights: DType::F16,
-        issue: (5476.0, 514.0),
-        today: (2483.7, 418.9),
-    },
-    Peer {
-        shape: "small",
-        weights: DType::Q8_0,
-        issue: (4559.0, 741.0),
-        today: (3245.2, 675.2),
-    },
-    Peer {
-        shape: "small",
-        weights: DType::Q4_0,
-        issue: (7151.0, 1188.0),
-        today: (4023.1, 1170.3),
-    },
-    Peer {
-        shape: "8b-4l",
-        weights: DType::F16,
-        issue: (274.0, 15.8),
-        today: (126.7, 12.6),
-    },
-    Peer {
-        shape: "8b-4l",
-        weights: DType::Q4_0,
-        issue: (397.0, 45.3),
-        today: (185.5, 38.9),
-    },
-];
 
 /// Prompt and generation speed as llama-bench measures them: `n_prompt`
 /// tokens decoded as one batch in an empty context, then, in another empty
@@ -163,24 +109,34 @@ fn main() -> ggraph::Result<()> {
         "llama runner on the CPU ({} threads), prompt {n_prompt} / generation {n_gen} tokens/s",
         rayon_threads()
     );
-    println!("llama.cpp: the issue's figures / measured here on 2026-11-21 (see PEERS)");
+    let here = peers::measured_here();
+    println!(
+        "llama.cpp: the issue's figures / measured on this kind of machine ({})",
+        here.label
+    );
     println!(
         "{:<14} {:>10} {:>17} {:>10} {:>17}",
         "model", "ggraph pp", "llama.cpp pp", "ggraph tg", "llama.cpp tg"
     );
-    let rows = PEERS.iter().filter(|p| {
+    let rows = peers::ISSUE.runner.iter().filter(|p| {
         (big || p.shape == "small") && types.as_ref().is_none_or(|ts| ts.contains(&p.weights))
     });
     for peer in rows {
         let (pp, tg) = run(peer.shape, peer.weights, n_prompt, n_gen)?;
-        let pair = |a: f64, b: f64| format!("{a:.1}/{b:.1}");
+        let today = here.runner(peer.shape, peer.weights);
+        let pair = |issue: f64, today: Option<f64>| {
+            format!(
+                "{issue:.1}/{}",
+                today.map_or("-".into(), |t| format!("{t:.1}"))
+            )
+        };
         println!(
             "{:<14} {:>10.1} {:>17} {:>10.1} {:>17}",
             format!("{} {}", peer.shape, peer.weights),
             pp,
-            pair(peer.issue.0, peer.today.0),
+            pair(peer.prompt, today.map(|t| t.prompt)),
             tg,
-            pair(peer.issue.1, peer.today.1)
+            pair(peer.generation, today.map(|t| t.generation))
         );
     }
     Ok(())
