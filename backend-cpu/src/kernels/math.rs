@@ -16,6 +16,9 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     let x = x.max(-87.33);
     let t = x * LOG2E + ROUND;
     let n = t - ROUND;
+    // the same integer, read from t's low mantissa bits: integer ops that
+    // vectorise, where `n as i32` (a saturating cast) keeps loops scalar
+    let n_int = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
     let r = x - n * LN2_HI - n * LN2_LO;
     // e^r on [-ln2/2, ln2/2], Taylor to degree 6
     let p = 1.0 / 720.0;
@@ -25,7 +28,7 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     let p = p * r + 0.5;
     let p = p * r + 1.0;
     let p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let scale = f32::from_bits((n_int.wrapping_add(127) as u32) << 23);
     if keep { p * scale } else { 0.0 }
 }
 
