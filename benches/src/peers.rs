@@ -87,7 +87,8 @@ pub const ZEN4_AVX512: PeerSet = PeerSet {
 /// 2026-11-24, AMD EPYC Zen 3 with AVX2 only (f32 FMA loop: about 90
 /// GFLOP/s per core, read bandwidth about 16 GB/s from one core and 31 GB/s
 /// from both); the better of two mul_mat runs; llama-bench's mean of two
-/// repetitions, for the small models the best of three such runs.
+/// repetitions, for the small models the best of five such runs over the
+/// day (the machine's speed moved by a third between them).
 pub const ZEN3_AVX2: PeerSet = PeerSet {
     label: "2026-11-24, Zen 3 with AVX2",
     mul_mat: &[
@@ -100,10 +101,10 @@ pub const ZEN3_AVX2: PeerSet = PeerSet {
         (DType::Q6_K, [63.4, 44.7, 160.6]),
     ],
     runner: &[
-        runner("small", DType::F32, 1930.1, 164.4),
-        runner("small", DType::F16, 2604.0, 249.8),
-        runner("small", DType::Q8_0, 1975.2, 390.5),
-        runner("small", DType::Q4_0, 2187.5, 584.1),
+        runner("small", DType::F32, 2020.7, 170.1),
+        runner("small", DType::F16, 2677.0, 288.8),
+        runner("small", DType::Q8_0, 2133.4, 425.9),
+        runner("small", DType::Q4_0, 2434.7, 795.5),
         runner("8b-4l", DType::F16, 110.3, 9.7),
         runner("8b-4l", DType::Q4_0, 92.2, 22.2),
     ],
