@@ -456,8 +456,10 @@ const DOT_KC: usize = 1024;
 /// Rows per block of the dot path (their partial sums stay in L1/L2).
 const DOT_RB: usize = 64;
 
-/// Rows up to this many bytes count as short for the one-column tiles.
-const SHORT_ROW_BYTES: usize = 16 << 10;
+/// Rows up to this many bytes are short: the dot path prefetches whole
+/// rows ahead for them, and on AVX2 streams one column's rows one at a
+/// time (for longer rows four side by side measured faster).
+const SHORT_ROW_BYTES: usize = 4096;
 
 /// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
 /// weight dtype (`short`: rows of at most `SHORT_ROW_BYTES`), or None to
@@ -486,7 +488,7 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize, short: bool) -> Option<(usize, 
             ($f:ident, $dt:expr) => {
                 match c {
                     // one column of short rows: one row at a time, a single
-                    // stream; long rows: four side by side (measured faster)
+                    // stream; long rows: four side by side
                     1 if short => Some((1, x86::dot_stream_avx2::<$dt> as DotTile)),
                     1 => Some((4, x86::$f::<4, 1, $dt> as DotTile)),
                     2 => Some((4, x86::$f::<4, 2, $dt> as DotTile)),
@@ -617,7 +619,7 @@ fn dot_range(
                     let slot = acc[dot_slot(j0, c, i - i0, 0)..].as_mut_ptr();
                     // short whole rows: fetch rows PREFETCH_BYTES on; else
                     // further along the row
-                    let ahead = if kc == k && row_bytes <= 4096 {
+                    let ahead = if kc == k && row_bytes <= SHORT_ROW_BYTES {
                         super::matmul::short_rows_ahead(rr * a.stride)
                     } else {
                         kc.min(1024) * a.dtype.type_size()

@@ -391,8 +391,9 @@ mod tests {
                 DType::Q6_K,
             ] {
                 let ks: &[usize] = match dtype.block_size() {
-                    // 4200 F32 values: rows past the dot path's short-row size
-                    1 => &[3, 67, 300, 4200],
+                    // 1100 and 4200: F16/F32 rows past the dot path's
+                    // short-row size
+                    1 => &[3, 67, 300, 1100, 4200],
                     32 => &[32, 96, 2112],
                     _ => &[256, 2304],
                 };
