@@ -20,10 +20,10 @@
 //! loop reads by broadcast.
 
 use std::cell::RefCell;
-use std::ops::Range;
 
 use ggraph_core::DType;
 
+use super::few_columns::{self, Plan, column_groups};
 use super::gemm::with_scratch;
 use super::matmul::{Cols, WeightRows};
 use super::quant_dot::{format, qacts_len, quantize_acts};
@@ -32,8 +32,6 @@ use super::quant_dot::{format, qacts_len, quantize_acts};
 const QB: usize = 32;
 /// Most columns this path takes.
 pub(crate) const MAX_N: usize = 8;
-/// Most columns per kernel call.
-const MAX_C: usize = 4;
 /// Blocks per chunk of a row when there are several column groups (the
 /// chunk stays in L1 while each group reads it).
 const CHUNK_BLOCKS: usize = 32;
@@ -59,81 +57,31 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let k = a.k;
     let Some(f) = format(a.dtype) else { return };
     let q4 = a.dtype == DType::Q4_0;
-    // column groups of at most MAX_C, as even as they come
-    let groups = n.div_ceil(MAX_C);
-    let per_group = n.div_ceil(groups);
+    let (_, per_group) = column_groups(n);
     with_scratch(&ACTS, qacts_len(n, k, QB, 1), |buf| {
         let acts = quantize_acts(b, k, f, 1, 8, buf);
         let nb = k / QB;
+        let rows_per_call = if per_group <= 2 { 4 } else { 2 };
+        let ts = a.dtype.type_size();
+        let plan = Plan {
+            nb,
+            chunk: CHUNK_BLOCKS,
+            rows_per_call,
+            ahead: if nb * ts <= 4096 {
+                super::matmul::short_rows_ahead(rows_per_call * a.stride)
+            } else {
+                GROUP * ts * 4
+            },
+        };
         let column = |j: usize, b0: usize| Column {
             codes: acts.codes[j * k + b0 * QB..].as_ptr(),
             d: acts.d[j * nb + b0..].as_ptr(),
             sx: acts.sx[j * nb + b0..].as_ptr(),
         };
-        let rows_per_call = if per_group <= 2 { 4 } else { 2 };
-        let ts = a.dtype.type_size();
-        let ahead = if nb * ts <= 4096 {
-            super::matmul::short_rows_ahead(rows_per_call * a.stride)
-        } else {
-            GROUP * ts * 4
-        };
-        super::par_ranges(m, 16, |range| {
-            if groups == 1 {
-                // every column at once: whole rows, streamed once
-                let call = Call {
-                    a: &a,
-                    cols: std::array::from_fn(|c| column(c.min(n - 1), 0)),
-                    out: std::array::from_fn(|c| out.0[c.min(n - 1)]),
-                    b0: 0,
-                    nb,
-                    ahead,
-                    add: false,
-                };
-                // SAFETY: the range's rows and the columns hold nb blocks;
-                // the range's outputs are this task's alone.
-                unsafe { run(q4, rows_per_call, n, &call, range) };
-                return;
-            }
-            // column groups in turn over a few rows' chunk, which stays in
-            // L1 between them
-            for i0 in range.clone().step_by(ROW_BLOCK) {
-                let rows = i0..(i0 + ROW_BLOCK).min(range.end);
-                for b0 in (0..nb).step_by(CHUNK_BLOCKS) {
-                    for j0 in (0..n).step_by(per_group) {
-                        let c = per_group.min(n - j0);
-                        let call = Call {
-                            a: &a,
-                            cols: std::array::from_fn(|cc| column(j0 + cc.min(c - 1), b0)),
-                            out: std::array::from_fn(|cc| out.0[j0 + cc.min(c - 1)]),
-                            b0,
-                            nb: CHUNK_BLOCKS.min(nb - b0),
-                            ahead,
-                            add: b0 > 0,
-                        };
-                        // SAFETY: as above, for the chunk's blocks.
-                        unsafe { run(q4, rows_per_call, c, &call, rows.clone()) };
-                    }
-                }
-            }
-        });
+        // SAFETY: a holds m rows of nb blocks, the quantised columns as
+        // many, out n columns of m values; the kernels keep to KernelFn.
+        unsafe { few_columns::run(&a, m, n, out, plan, column, |r, c| kernel(q4, r, c)) };
     });
-}
-
-/// Rows per block when the columns come in several groups.
-const ROW_BLOCK: usize = 8;
-
-/// Runs the call's kernel over `rows`: groups of `r` rows, then single
-/// rows.
-///
-/// # Safety
-/// As for [`KernelFn`].
-unsafe fn run(q4: bool, r: usize, c: usize, call: &Call, rows: Range<usize>) {
-    let whole = rows.start + (rows.len() / r) * r;
-    // SAFETY: caller's contract.
-    unsafe {
-        kernel(q4, r, c)(call, rows.start..whole);
-        kernel(q4, 1, c)(call, whole..rows.end);
-    }
 }
 
 /// One quantised activation column, from the call's first block on.
@@ -145,28 +93,8 @@ struct Column {
     sx: *const f32,
 }
 
-/// The arguments of a kernel call: blocks `b0..b0 + nb` of the weights'
-/// rows, times up to [`MAX_C`] columns (the kernel's `C` first).
-struct Call<'a> {
-    a: &'a WeightRows,
-    cols: [Column; MAX_C],
-    /// Output column of each column.
-    out: [*mut f32; MAX_C],
-    b0: usize,
-    nb: usize,
-    /// Bytes ahead of each row's current group to prefetch.
-    ahead: usize,
-    /// Add to the outputs (a later chunk) instead of storing.
-    add: bool,
-}
-
-/// `out[c][i] (+)= dot(row i, column c)` over the call's blocks, for the
-/// rows `i` of the range (a multiple of the kernel's row count).
-///
-/// # Safety
-/// The rows exist and hold blocks up to `b0 + nb`, as do the columns; the
-/// outputs of those rows are the caller's alone.
-type KernelFn = unsafe fn(&Call, Range<usize>);
+type Call<'a> = few_columns::Call<'a, Column>;
+type KernelFn = few_columns::KernelFn<Column>;
 
 /// The kernel for `r` rows and `c` columns: four rows with one or two
 /// columns, two rows with up to four, one row with any (the remainder).

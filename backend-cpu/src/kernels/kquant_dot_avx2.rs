@@ -18,10 +18,10 @@
 //! below 64, against activation codes of at most 127.
 
 use std::cell::RefCell;
-use std::ops::Range;
 
 use ggraph_core::DType;
 
+use super::few_columns::{self, MAX_C, Plan, column_groups};
 use super::gemm::with_scratch;
 use super::matmul::{Cols, WeightRows};
 
@@ -29,11 +29,6 @@ use super::matmul::{Cols, WeightRows};
 const QK: usize = 256;
 /// Most columns this path takes.
 pub(crate) const MAX_N: usize = 8;
-/// Most columns per kernel call.
-const MAX_C: usize = 4;
-/// Rows per block when the columns come in several groups (their
-/// super-blocks stay in L1 while each group reads them).
-const ROW_BLOCK: usize = 8;
 /// Super-blocks per chunk of a row when the columns come in several
 /// groups.
 const CHUNK_SUPER_BLOCKS: usize = 4;
@@ -92,8 +87,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let nsb = a.k / QK;
     let q4 = a.dtype == DType::Q4_K;
-    let groups = n.div_ceil(MAX_C);
-    let per_group = n.div_ceil(groups);
+    let (_, per_group) = column_groups(n);
     let [d_at, bs16_at, bs32_at, len] = q8k_layout(n, nsb);
     with_scratch(&ACTS, len, |buf| {
         let (codes, rest) = buf.split_at_mut(d_at);
@@ -123,50 +117,31 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             }
             acts
         };
-        let acts = &acts;
         let rows_per_call = MAX_C / per_group.min(MAX_C);
         let ts = a.dtype.type_size();
-        let ahead = if nsb * ts <= 4096 {
-            super::matmul::short_rows_ahead(rows_per_call * a.stride)
-        } else {
-            4 * ts
+        let plan = Plan {
+            nb: nsb,
+            chunk: CHUNK_SUPER_BLOCKS,
+            rows_per_call,
+            ahead: if nsb * ts <= 4096 {
+                super::matmul::short_rows_ahead(rows_per_call * a.stride)
+            } else {
+                4 * ts
+            },
         };
-        super::par_ranges(m, 16, |range| {
-            if groups == 1 {
-                let call = Call {
-                    a: &a,
-                    cols: std::array::from_fn(|c| acts.column(c.min(n - 1), 0)),
-                    out: std::array::from_fn(|c| out.0[c.min(n - 1)]),
-                    s0: 0,
-                    nsb,
-                    ahead,
-                    add: false,
-                };
-                // SAFETY: the range's rows and the columns hold nsb
-                // super-blocks; the range's outputs are this task's alone.
-                unsafe { run(q4, rows_per_call, n, &call, range) };
-                return;
-            }
-            for i0 in range.clone().step_by(ROW_BLOCK) {
-                let rows = i0..(i0 + ROW_BLOCK).min(range.end);
-                for s0 in (0..nsb).step_by(CHUNK_SUPER_BLOCKS) {
-                    for j0 in (0..n).step_by(per_group) {
-                        let c = per_group.min(n - j0);
-                        let call = Call {
-                            a: &a,
-                            cols: std::array::from_fn(|cc| acts.column(j0 + cc.min(c - 1), s0)),
-                            out: std::array::from_fn(|cc| out.0[j0 + cc.min(c - 1)]),
-                            s0,
-                            nsb: CHUNK_SUPER_BLOCKS.min(nsb - s0),
-                            ahead,
-                            add: s0 > 0,
-                        };
-                        // SAFETY: as above, for the chunk's super-blocks.
-                        unsafe { run(q4, rows_per_call, c, &call, rows.clone()) };
-                    }
-                }
-            }
-        });
+        // SAFETY: a holds m rows of nsb super-blocks, the quantised columns
+        // as many, out n columns of m values; the kernels keep to KernelFn.
+        unsafe {
+            few_columns::run(
+                &a,
+                m,
+                n,
+                out,
+                plan,
+                |j, s0| acts.column(j, s0),
+                |r, c| kernel(q4, r, c),
+            )
+        };
     });
 }
 
@@ -179,42 +154,8 @@ struct Column {
     bs32: *const i32,
 }
 
-/// The arguments of a kernel call: super-blocks `s0..s0 + nsb` of the
-/// weights' rows, times up to [`MAX_C`] columns (the kernel's `C` first).
-struct Call<'a> {
-    a: &'a WeightRows,
-    cols: [Column; MAX_C],
-    /// Output column of each column.
-    out: [*mut f32; MAX_C],
-    s0: usize,
-    nsb: usize,
-    /// Bytes ahead of each row's current super-block to prefetch.
-    ahead: usize,
-    /// Add to the outputs (a later chunk) instead of storing.
-    add: bool,
-}
-
-/// `out[c][i] (+)= dot(row i, column c)` over the call's super-blocks,
-/// for the rows `i` of the range (a multiple of the kernel's row count).
-///
-/// # Safety
-/// The rows exist and hold super-blocks up to `s0 + nsb`, as do the
-/// columns; the outputs of those rows are the caller's alone.
-type KernelFn = unsafe fn(&Call, Range<usize>);
-
-/// Runs the call's kernel over `rows`: groups of `r` rows, then single
-/// rows.
-///
-/// # Safety
-/// As for [`KernelFn`].
-unsafe fn run(q4: bool, r: usize, c: usize, call: &Call, rows: Range<usize>) {
-    let whole = rows.start + (rows.len() / r) * r;
-    // SAFETY: caller's contract.
-    unsafe {
-        kernel(q4, r, c)(call, rows.start..whole);
-        kernel(q4, 1, c)(call, whole..rows.end);
-    }
-}
+type Call<'a> = few_columns::Call<'a, Column>;
+type KernelFn = few_columns::KernelFn<Column>;
 
 /// The kernel for `r` rows and `c` columns, `r * c` at most four.
 fn kernel(q4: bool, r: usize, c: usize) -> KernelFn {
@@ -344,7 +285,7 @@ mod x86 {
             // SAFETY: caller's contract.
             unsafe {
                 let row: [*const u8; R] =
-                    std::array::from_fn(|q| call.a.row(i + q).add(call.s0 * ts));
+                    std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
                 let res = if Q4 {
                     q4k::<R, C>(&row, call)
                 } else {
@@ -385,24 +326,12 @@ mod x86 {
                 )
             });
             let mut acc = [[_mm256_setzero_ps(); C]; R];
-            for sb in 0..call.nsb {
+            for sb in 0..call.nb {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
-                    // 6-bit scales and mins: sub-blocks 0..4 in the low bits
-                    // of bytes 0..4 (scales) and 4..8 (mins); 4..8 in the
-                    // nibbles of bytes 8..12, their top bits in the top two
-                    // bits of bytes 0..8
-                    let w = blk.add(4) as *const u32;
-                    let (u0, u1, u2) = (
-                        w.read_unaligned(),
-                        w.add(1).read_unaligned(),
-                        w.add(2).read_unaligned(),
-                    );
-                    let sc_lo = u0 & 0x3f3f_3f3f;
-                    let sc_hi = (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4);
-                    let mn_lo = u1 & 0x3f3f_3f3f;
-                    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4);
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
+                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
                     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(
                         0,
                         0,
@@ -477,7 +406,7 @@ mod x86 {
                 _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
             });
             let mut acc = [[_mm256_setzero_ps(); C]; R];
-            for sb in 0..call.nsb {
+            for sb in 0..call.nb {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));

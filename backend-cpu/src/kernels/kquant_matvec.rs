@@ -230,20 +230,8 @@ mod x86 {
                     }
                     let d = f16_at(blk) * dx;
                     let dmin = f16_at(blk.add(2)) * dx;
-                    // 6-bit scales and mins: sub-blocks 0..4 in the low bits
-                    // of bytes 0..4 (scales) and 4..8 (mins); 4..8 in the
-                    // nibbles of bytes 8..12, their top bits in the top two
-                    // bits of bytes 0..8
-                    let w = blk.add(4) as *const u32;
-                    let (u0, u1, u2) = (
-                        w.read_unaligned(),
-                        w.add(1).read_unaligned(),
-                        w.add(2).read_unaligned(),
-                    );
-                    let sc_lo = u0 & 0x3f3f_3f3f;
-                    let sc_hi = (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4);
-                    let mn_lo = u1 & 0x3f3f_3f3f;
-                    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4);
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
+                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
                     let sc = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32));
                     let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
                     let q0 = _mm512_loadu_si512(blk.add(16) as *const __m512i);

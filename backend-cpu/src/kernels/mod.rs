@@ -9,6 +9,8 @@ mod block_matvec;
 pub(crate) mod convert;
 mod copy;
 mod elementwise;
+#[cfg(target_arch = "x86_64")]
+mod few_columns;
 mod gemm;
 mod isa;
 #[cfg(target_arch = "x86_64")]

@@ -195,6 +195,23 @@ fn q4k_scale_min(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The 6-bit scales and mins of a Q4_K super-block's 8 sub-blocks, as four
+/// words of four bytes: scales 0..4, scales 4..8, mins 0..4, mins 4..8.
+/// Sub-blocks 0..4 sit in the low bits of bytes 0..4 (scales) and 4..8
+/// (mins) of the 12; 4..8 in the nibbles of bytes 8..12, their top bits in
+/// the top two bits of bytes 0..8.
+#[inline(always)]
+pub(super) fn q4k_scales_mins(s: &[u8; 12]) -> [u32; 4] {
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (u0, u1, u2) = (word(0), word(1), word(2));
+    [
+        u0 & 0x3f3f_3f3f,
+        (u2 & 0x0f0f_0f0f) | (((u0 >> 6) & 0x0303_0303) << 4),
+        u1 & 0x3f3f_3f3f,
+        ((u2 >> 4) & 0x0f0f_0f0f) | (((u1 >> 6) & 0x0303_0303) << 4),
+    ]
+}
+
 /// Decodes values `v0..v0 + codes.len()` of one weight row (whole
 /// super-blocks for the K-quants) into unsigned codes, block scales and
 /// (Q4_K) block mins.
@@ -1933,6 +1950,29 @@ mod tests {
             assert_eq!(acts.d[b].to_bits(), d.to_bits(), "block {b}");
             assert_eq!(acts.bias[b], -8 * sum / 8, "block {b}");
             assert_eq!(acts.sx[b], d * sum as f32, "block {b}");
+        }
+    }
+
+    #[test]
+    fn q4k_scale_words_match_the_scalar_unpacking() {
+        let mut x = 0x9e37_79b9_u32;
+        for _ in 0..200 {
+            let s: [u8; 12] = std::array::from_fn(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            });
+            let words = q4k_scales_mins(&s);
+            for j in 0..8 {
+                let (sc, mn) = q4k_scale_min(j, &s);
+                assert_eq!(words[j / 4].to_le_bytes()[j % 4], sc, "scale {j} of {s:?}");
+                assert_eq!(
+                    words[2 + j / 4].to_le_bytes()[j % 4],
+                    mn,
+                    "min {j} of {s:?}"
+                );
+            }
         }
     }
 }
