@@ -400,7 +400,17 @@ mod tests {
                 let bound = if dtype.is_quantized() { 1e-4 } else { 1e-9 };
                 for &k in ks {
                     // column counts on both sides of the path thresholds
-                    for (m, n) in [(1, 1), (37, 1), (33, 3), (70, 8), (45, 9), (67, 29)] {
+                    for (m, n) in [
+                        (1, 1),
+                        (37, 1),
+                        (33, 3),
+                        (29, 5),
+                        (41, 6),
+                        (19, 7),
+                        (70, 8),
+                        (45, 9),
+                        (67, 29),
+                    ] {
                         let e = gemm_error(isa, dtype, m, n, k);
                         assert!(
                             e <= bound,
