@@ -179,7 +179,7 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::super::math::hsum256;
+    use super::super::math::{f16_at, hsum256};
     use super::{Call, QK};
 
     /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
@@ -253,17 +253,6 @@ mod x86 {
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(TS - 1) as *const i8);
-        }
-    }
-
-    /// The f16 at `p` as f32.
-    #[inline]
-    #[target_feature(enable = "f16c")]
-    unsafe fn f16_at(p: *const u8) -> f32 {
-        // SAFETY: caller's contract (two bytes at p).
-        unsafe {
-            let h = (p as *const u16).read_unaligned();
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
         }
     }
 

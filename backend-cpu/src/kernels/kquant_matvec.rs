@@ -114,7 +114,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::math::hsum256;
+    use super::super::math::{f16_at, hsum256};
     use super::{Column, QK};
 
     /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with one
@@ -168,17 +168,6 @@ mod x86 {
             let lo = _mm256_loadu_si256(p.add(a) as *const __m256i);
             let hi = _mm256_loadu_si256(p.add(b) as *const __m256i);
             _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-        }
-    }
-
-    /// The f16 at `p` as f32.
-    #[inline]
-    #[target_feature(enable = "f16c")]
-    unsafe fn f16_at(p: *const u8) -> f32 {
-        // SAFETY: caller's contract (two bytes at p).
-        unsafe {
-            let h = (p as *const u16).read_unaligned();
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
         }
     }
 

@@ -60,6 +60,20 @@ pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The f16 at `p` as f32.
+///
+/// # Safety
+/// The processor has F16C; `p` points to two readable bytes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "f16c")]
+pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: caller's contract.
+    let h = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::exp_nonpositive as exp;

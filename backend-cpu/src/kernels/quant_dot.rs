@@ -1688,10 +1688,8 @@ mod x86 {
             if blk < nb {
                 for r in 0..R {
                     let u = one_codes::<Q4>(w.rows[r], blk);
-                    let dw = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
-                        (w.rows[r].add(blk * if Q4 { 18 } else { 34 }) as *const u16)
-                            .read_unaligned() as i32,
-                    )));
+                    let dw =
+                        super::super::math::f16_at(w.rows[r].add(blk * if Q4 { 18 } else { 34 }));
                     for c in 0..C {
                         let xs = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
                         let init = _mm256_set1_epi32(*x.bias[c].add(blk));
