@@ -67,11 +67,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             nb,
             chunk: CHUNK_BLOCKS,
             rows_per_call,
-            ahead: if nb * ts <= 4096 {
-                super::matmul::short_rows_ahead(rows_per_call * a.stride)
-            } else {
-                GROUP * ts * 4
-            },
+            ahead: super::matmul::rows_ahead(nb * ts, rows_per_call * a.stride, GROUP * ts * 4),
         };
         let column = |j: usize, b0: usize| Column {
             codes: acts.codes[j * k + b0 * QB..].as_ptr(),

@@ -90,11 +90,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let ts = a.dtype.type_size();
         // short rows: fetch rows PREFETCH_BYTES on; long ones: further
         // along the row
-        let ahead = if nb * ts <= 4096 {
-            super::matmul::short_rows_ahead(ROWS * a.stride)
-        } else {
-            32 * GROUP * ts
-        };
+        let ahead = super::matmul::rows_ahead(nb * ts, ROWS * a.stride, 32 * GROUP * ts);
         matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
             // SAFETY: the first r rows exist and hold nb blocks, as does the
             // column.

@@ -24,7 +24,7 @@ use crate::team;
 use ggraph_core::DType;
 
 use super::isa::Isa;
-use super::matmul::{Cols, WeightRows};
+use super::matmul::{Cols, SHORT_ROW_BYTES, WeightRows};
 use crate::tensor_ref::read_scalar;
 
 /// Column counts up to this use the dot path.
@@ -456,11 +456,6 @@ const DOT_KC: usize = 1024;
 /// Rows per block of the dot path (their partial sums stay in L1/L2).
 const DOT_RB: usize = 64;
 
-/// Rows up to this many bytes are short: the dot path prefetches whole
-/// rows ahead for them, and on AVX2 streams one column's rows one at a
-/// time (for longer rows four side by side measured faster).
-const SHORT_ROW_BYTES: usize = 4096;
-
 /// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
 /// weight dtype (`short`: rows of at most `SHORT_ROW_BYTES`), or None to
 /// use the portable loop.
@@ -621,10 +616,11 @@ fn dot_range(
                     let slot = acc[dot_slot(j0, c, i - i0, 0)..].as_mut_ptr();
                     // short whole rows: fetch rows PREFETCH_BYTES on; else
                     // further along the row
-                    let ahead = if kc == k && row_bytes <= SHORT_ROW_BYTES {
-                        super::matmul::short_rows_ahead(rr * a.stride)
+                    let along = kc.min(1024) * a.dtype.type_size();
+                    let ahead = if kc == k {
+                        super::matmul::rows_ahead(row_bytes, rr * a.stride, along)
                     } else {
-                        kc.min(1024) * a.dtype.type_size()
+                        along
                     };
                     // SAFETY: rows hold k packed values, columns k f32; the
                     // slots of rows i.. in this group hold rr * c * 16 floats.

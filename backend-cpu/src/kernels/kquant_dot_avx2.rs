@@ -123,11 +123,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             nb: nsb,
             chunk: CHUNK_SUPER_BLOCKS,
             rows_per_call,
-            ahead: if nsb * ts <= 4096 {
-                super::matmul::short_rows_ahead(rows_per_call * a.stride)
-            } else {
-                4 * ts
-            },
+            ahead: super::matmul::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts),
         };
         // SAFETY: a holds m rows of nsb super-blocks, the quantised columns
         // as many, out n columns of m values; the kernels keep to KernelFn.

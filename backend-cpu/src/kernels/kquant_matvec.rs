@@ -91,11 +91,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let row_bytes = nsb * a.dtype.type_size();
         // short rows: fetch rows PREFETCH_BYTES on; long ones: further
         // along the row
-        let ahead = if row_bytes <= 4096 {
-            super::matmul::short_rows_ahead(ROWS * a.stride)
-        } else {
-            8 * a.dtype.type_size()
-        };
+        let ahead = super::matmul::rows_ahead(row_bytes, ROWS * a.stride, 8 * a.dtype.type_size());
         matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
             // SAFETY: the first r rows exist and hold nsb super-blocks, as
             // does the column.

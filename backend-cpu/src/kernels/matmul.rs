@@ -63,6 +63,22 @@ pub(crate) fn short_rows_ahead(group_bytes: usize) -> usize {
     PREFETCH_BYTES.div_ceil(group) * group
 }
 
+/// Rows of at most this many bytes are short: read whole, they are
+/// prefetched a group of rows at a time ([`short_rows_ahead`]), and on
+/// AVX2 a single float column streams them one at a time.
+pub(crate) const SHORT_ROW_BYTES: usize = 4096;
+
+/// The prefetch distance of a kernel call that reads whole rows of
+/// `row_bytes`, `group_bytes` per group of rows: whole groups for short
+/// rows, else `along` bytes further along each row.
+pub(crate) fn rows_ahead(row_bytes: usize, group_bytes: usize, along: usize) -> usize {
+    if row_bytes <= SHORT_ROW_BYTES {
+        short_rows_ahead(group_bytes)
+    } else {
+        along
+    }
+}
+
 /// Rows per call of the one-column mat-vec kernels for long Q4_0 rows
 /// and K-quants.
 pub(crate) const MATVEC_ROWS: usize = 4;

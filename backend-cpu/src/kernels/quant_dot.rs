@@ -818,11 +818,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     ],
                     sx: [std::ptr::null(); DIRECT_C],
                 };
-                let ahead = if nblk * ts <= 4096 {
-                    super::matmul::short_rows_ahead(DIRECT_R * a.stride)
-                } else {
-                    64 * ts
-                };
+                let ahead = super::matmul::rows_ahead(nblk * ts, DIRECT_R * a.stride, 64 * ts);
                 // SAFETY: rows range of a hold nblk blocks each, a.stride
                 // apart; output column 0 holds m values, these rows this
                 // task's alone.
@@ -884,8 +880,8 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                             }
                             // short whole rows: fetch rows
                             // PREFETCH_BYTES on; else further along the row
-                            let ahead = if nb == nblk && nblk * ts <= 4096 {
-                                super::matmul::short_rows_ahead(r * a.stride)
+                            let ahead = if nb == nblk {
+                                super::matmul::rows_ahead(nblk * ts, r * a.stride, 64 * ts)
                             } else {
                                 64 * ts
                             };
