@@ -170,14 +170,60 @@ struct Work<'a> {
     mask: Option<(&'a [f32], usize)>,
 }
 
+/// The head layout the chunk loops walk: `n_q` queries in each of
+/// `n_head` heads against `n_kv` keys in each of `n_kv_head` heads, `group`
+/// query heads per key head.
+#[derive(Clone, Copy)]
+struct Heads {
+    n_kv: usize,
+    n_q: usize,
+    n_head: usize,
+    n_kv_head: usize,
+    group: usize,
+}
+
+impl Heads {
+    /// The query heads that read key head `hk`.
+    fn reading(&self, hk: usize) -> std::ops::Range<usize> {
+        hk * self.group..((hk + 1) * self.group).min(self.n_head)
+    }
+}
+
+impl Work<'_> {
+    fn heads(&self) -> Heads {
+        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
+        let n_kv_head = self.k.ne[2].max(1);
+        Heads {
+            n_kv: self.k.ne[1],
+            n_q,
+            n_head,
+            n_kv_head,
+            group: (n_head / n_kv_head).max(1),
+        }
+    }
+
+    /// The mask values of sequence `is`, head `h`, query `i`, from key `j0`
+    /// to the last key.
+    fn mask_row(&self, hd: &Heads, is: usize, h: usize, i: usize, j0: usize) -> Option<&[f32]> {
+        let (values, heads) = self.mask?;
+        let at = ((is * heads + h % heads) * hd.n_q + i) * hd.n_kv;
+        Some(&values[at + j0..at + hd.n_kv])
+    }
+}
+
 impl Work<'_> {
     /// Chunks `chunks` of sequence `is`, every head and query; writes the
     /// partial states into `out` ([head][query][dv + 2]).
     fn run_part(&self, isa: Isa, sc: &mut Scratch, is: usize, chunks: &[usize], out: &mut [f32]) {
         let (q, k, v, p) = (self.q, self.k, self.v, self.p);
-        let (d, dv, n_kv) = (q.ne[0], v.ne[0], k.ne[1]);
-        let (n_q, n_head) = (q.ne[1], q.ne[2]);
-        let n_kv_head = k.ne[2].max(1);
+        let (d, dv) = (q.ne[0], v.ne[0]);
+        let Heads {
+            n_kv,
+            n_q,
+            n_head,
+            n_kv_head,
+            ..
+        } = self.heads();
         let state = dv + 2;
         grow(&mut sc.q, n_head * n_q * d);
         grow(&mut sc.s, CHUNK);
@@ -245,10 +291,14 @@ impl Work<'_> {
         out: &mut [f32],
     ) {
         let (k, v, p) = (self.k, self.v, self.p);
-        let (d, dv, n_kv) = (self.q.ne[0], v.ne[0], k.ne[1]);
-        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
-        let n_kv_head = k.ne[2].max(1);
-        let group = (n_head / n_kv_head).max(1);
+        let (d, dv) = (self.q.ne[0], v.ne[0]);
+        let hd = self.heads();
+        let Heads {
+            n_kv,
+            n_q,
+            n_kv_head,
+            ..
+        } = hd;
         let state = dv + 2;
         for (n, &c) in chunks.iter().enumerate() {
             let j0 = c * CHUNK;
@@ -271,12 +321,11 @@ impl Work<'_> {
                 load_heads(v, j0 + j, is, &mut sc.v[j * vs..(j + 1) * vs]);
             }
             for hk in 0..n_kv_head {
-                for h in hk * group..((hk + 1) * group).min(n_head) {
+                for h in hd.reading(hk) {
                     let slope = sc.slopes[h];
                     for i in 0..n_q {
-                        if let Some((values, heads)) = self.mask {
-                            let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
-                            for (o, x) in sc.row[..nk].iter_mut().zip(&values[at..at + nk]) {
+                        if let Some(m) = self.mask_row(&hd, is, h, i, j0) {
+                            for (o, x) in sc.row[..nk].iter_mut().zip(m) {
                                 *o = x * slope;
                             }
                         }
@@ -323,10 +372,14 @@ impl Work<'_> {
     ) {
         use std::arch::x86_64::*;
         let (k, v) = (self.k, self.v);
-        let (d, dv, n_kv) = (16 * DQ, 16 * DV, k.ne[1]);
-        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
-        let n_kv_head = k.ne[2].max(1);
-        let group = (n_head / n_kv_head).max(1);
+        let (d, dv) = (16 * DQ, 16 * DV);
+        let hd = self.heads();
+        let Heads {
+            n_kv,
+            n_q,
+            n_kv_head,
+            ..
+        } = hd;
         let state = dv + 2;
         for &c in chunks {
             let j0 = c * CHUNK;
@@ -335,7 +388,7 @@ impl Work<'_> {
             for hk in 0..n_kv_head {
                 let krow = |j: usize| k.row_ptr(j0 + j, hk, is) as *const u16;
                 let vrow = |j: usize| v.row_ptr(j0 + j, hk, is) as *const u16;
-                for h in hk * group..((hk + 1) * group).min(n_head) {
+                for h in hd.reading(hk) {
                     for i in 0..n_q {
                         let r = h * n_q + i;
                         let st = &mut out[r * state..(r + 1) * state];
@@ -374,9 +427,8 @@ impl Work<'_> {
                                 lane_sums(&parts),
                             );
                             let mut scores = [0f32; CHUNK];
-                            if let Some((values, heads)) = self.mask {
-                                let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
-                                let m = _mm512_maskz_loadu_ps(live, values.as_ptr().add(at));
+                            if let Some(m) = self.mask_row(&hd, is, h, i, j0) {
+                                let m = _mm512_maskz_loadu_ps(live, m.as_ptr());
                                 sv = _mm512_fmadd_ps(m, _mm512_set1_ps(sc.slopes[h]), sv);
                             }
                             let old = st[dv];
@@ -441,10 +493,14 @@ impl Work<'_> {
     ) {
         use std::arch::x86_64::*;
         let (k, v) = (self.k, self.v);
-        let (d, dv, n_kv) = (8 * DQ, 8 * DV, k.ne[1]);
-        let (n_q, n_head) = (self.q.ne[1], self.q.ne[2]);
-        let n_kv_head = k.ne[2].max(1);
-        let group = (n_head / n_kv_head).max(1);
+        let (d, dv) = (8 * DQ, 8 * DV);
+        let hd = self.heads();
+        let Heads {
+            n_kv,
+            n_q,
+            n_kv_head,
+            ..
+        } = hd;
         let state = dv + 2;
         for &c in chunks {
             let j0 = c * CHUNK;
@@ -452,7 +508,7 @@ impl Work<'_> {
             for hk in 0..n_kv_head {
                 let krow = |j: usize| k.row_ptr(j0 + j, hk, is) as *const u16;
                 let vrow = |j: usize| v.row_ptr(j0 + j, hk, is) as *const u16;
-                for h in hk * group..((hk + 1) * group).min(n_head) {
+                for h in hd.reading(hk) {
                     for i in 0..n_q {
                         let r = h * n_q + i;
                         let st = &mut out[r * state..(r + 1) * state];
@@ -485,10 +541,9 @@ impl Work<'_> {
                                 );
                             }
                             scores[nk..].fill(f32::NEG_INFINITY);
-                            if let Some((values, heads)) = self.mask {
-                                let at = ((is * heads + h % heads) * n_q + i) * n_kv + j0;
+                            if let Some(m) = self.mask_row(&hd, is, h, i, j0) {
                                 let slope = sc.slopes[h];
-                                for (x, m) in scores.iter_mut().zip(&values[at..at + nk]) {
+                                for (x, m) in scores.iter_mut().zip(m) {
                                     *x += m * slope;
                                 }
                             }
