@@ -457,9 +457,8 @@ const DOT_KC: usize = 1024;
 const DOT_RB: usize = 64;
 
 /// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
-/// weight dtype (`short`: rows of at most `SHORT_ROW_BYTES`), or None to
-/// use the portable loop.
-fn dot_tile_fn(isa: Isa, dtype: DType, c: usize, short: bool) -> Option<(usize, DotTile)> {
+/// weight dtype, or None to use the portable loop.
+fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
     #[cfg(target_arch = "x86_64")]
     {
         // 32 zmm registers: up to 16 accumulators
@@ -482,9 +481,6 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize, short: bool) -> Option<(usize, 
         macro_rules! pick16 {
             ($f:ident, $dt:expr) => {
                 match c {
-                    // one column of short rows: one row at a time, a single
-                    // stream; long rows: four side by side
-                    1 if short => Some((1, x86::dot_stream_avx2::<$dt> as DotTile)),
                     1 => Some((4, x86::$f::<4, 1, $dt> as DotTile)),
                     2 => Some((4, x86::$f::<4, 2, $dt> as DotTile)),
                     // 4 x 3 needs all 16 registers and spills (F16 n=6:
@@ -510,7 +506,43 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize, short: bool) -> Option<(usize, 
     }
     #[allow(unreachable_code)]
     {
-        let _ = (isa, dtype, c, short);
+        let _ = (isa, dtype, c);
+        None
+    }
+}
+
+/// `out[i] = dot(row i, col)` for `i < count`, rows `k` values long from
+/// `first`, `stride` bytes apart: one column over consecutive short rows,
+/// read front to back as one stream.
+type RowStream = unsafe fn(
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    k: usize,
+    col: *const f32,
+    out: *mut f32,
+);
+
+/// The row-stream kernel for one column over rows of `row_bytes` of this
+/// weight dtype, where it beats the dot tiles: AVX2, rows of at most
+/// `SHORT_ROW_BYTES`. (Long rows go four side by side with prefetch:
+/// 4096 x 14336 F16 one column, 27-30 GFLOP/s against 21-25 streamed.)
+fn row_stream_fn(isa: Isa, dtype: DType, row_bytes: usize) -> Option<RowStream> {
+    if isa != Isa::Avx2 || row_bytes > SHORT_ROW_BYTES {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        return match dtype {
+            DType::F32 => Some(x86::row_stream_avx2::<DT_F32> as RowStream),
+            DType::F16 => Some(x86::row_stream_avx2::<DT_F16> as RowStream),
+            DType::BF16 => Some(x86::row_stream_avx2::<DT_BF16> as RowStream),
+            _ => None,
+        };
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = dtype;
         None
     }
 }
@@ -551,6 +583,24 @@ fn dot_row_fn(isa: Isa, dtype: DType, c: usize) -> Option<DotTile> {
 }
 
 fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let row_bytes = a.k * a.dtype.type_size();
+    if let (1, Some(stream)) = (b.0.len(), row_stream_fn(isa, a.dtype, row_bytes)) {
+        super::par_ranges(m, 16, |range| {
+            // SAFETY: the rows of range hold k values each, the column k;
+            // the outputs of range are this task's alone.
+            unsafe {
+                stream(
+                    a.row(range.start),
+                    a.stride,
+                    range.len(),
+                    a.k,
+                    b.0[0],
+                    out.0[0].add(range.start),
+                )
+            }
+        });
+        return;
+    }
     super::par_ranges(m, 16, |range| {
         with_scratch(&DOT_ACC, DOT_RB * 8 * 16, |acc| {
             dot_range(isa, &a, b, out, range, acc)
@@ -578,7 +628,7 @@ fn dot_range(
 ) {
     let n = b.0.len();
     let k = a.k;
-    if dot_tile_fn(isa, a.dtype, 1, true).is_none() {
+    if dot_tile_fn(isa, a.dtype, 1).is_none() {
         dot_range_portable(a, b, out, range);
         return;
     }
@@ -595,11 +645,9 @@ fn dot_range(
             let kc = chunk.min(k - k0);
             for j0 in (0..n).step_by(per_group) {
                 let c = per_group.min(n - j0);
-                let short = row_bytes <= SHORT_ROW_BYTES;
-                let (Some((r, tile)), Some(row1)) = (
-                    dot_tile_fn(isa, a.dtype, c, short),
-                    dot_row_fn(isa, a.dtype, c),
-                ) else {
+                let (Some((r, tile)), Some(row1)) =
+                    (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c))
+                else {
                     continue;
                 };
                 let mut cols = [std::ptr::null::<f32>(); 8];
@@ -690,6 +738,7 @@ fn dot_range_portable(
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::math::hsum256;
     use super::{DT_BF16, DT_F16, DT_F32};
     use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
 
@@ -796,60 +845,52 @@ pub(crate) mod x86 {
         }
     }
 
-    /// The dot tile for one row and one column on AVX2: 32 values per
-    /// step into four accumulators, so that a row is one stream read front
-    /// to back (four rows side by side, as `dot_tile_avx2` reads them,
-    /// streamed about a quarter slower from memory on Zen 3).
+    /// The row stream on AVX2 (see `super::RowStream`): 32 values per
+    /// step into four accumulators, the dot summed in registers and
+    /// stored, then the next row. No software prefetch: the hardware
+    /// prefetchers follow the one sequential stream, and a fetch 8 KiB
+    /// ahead made F32 token generation slower (`runner_bench --types F32`,
+    /// small model, Zen 3: 104-127 tokens/s with it, 127-134 without).
     ///
     /// # Safety
-    /// As for `super::DotTile` with one row and one column.
+    /// AVX2, FMA and F16C are available; `count` rows of `k` values from
+    /// `first`, `stride` bytes apart, the column `k` values and the output
+    /// `count` are readable (writable).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_stream_avx2<const DT: u8>(
-        rows: *const *const u8,
-        k0: usize,
-        cols: *const *const f32,
-        kc: usize,
-        acc_out: *mut f32,
-        first: bool,
-        ahead: usize,
+    pub(super) unsafe fn row_stream_avx2<const DT: u8>(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        k: usize,
+        col: *const f32,
+        out: *mut f32,
     ) {
-        // SAFETY: as for dot_tile_avx512.
+        // SAFETY: caller's contract.
         unsafe {
-            let (row, col) = (*rows, *cols);
-            let bytes = if DT == DT_F32 { 4 } else { 2 };
-            let mut acc = [_mm256_setzero_ps(); 4];
-            if !first {
-                acc[0] = _mm256_loadu_ps(acc_out);
-            }
-            let end32 = k0 + kc / 32 * 32;
-            let mut kk = k0;
-            while kk < end32 {
-                for line in (0..32 * bytes).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        row.wrapping_add(kk * bytes + line + ahead) as *const i8
-                    );
+            let end32 = k / 32 * 32;
+            for i in 0..count {
+                let row = first.add(i * stride);
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut kk = 0;
+                while kk < end32 {
+                    for (u, a) in acc.iter_mut().enumerate() {
+                        let w = load_w256::<DT>(row, kk + 8 * u);
+                        *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(kk + 8 * u)), *a);
+                    }
+                    kk += 32;
                 }
-                for (u, a) in acc.iter_mut().enumerate() {
-                    let w = load_w256::<DT>(row, kk + 8 * u);
-                    *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(kk + 8 * u)), *a);
+                while kk + 8 <= k {
+                    let w = load_w256::<DT>(row, kk);
+                    acc[0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(kk)), acc[0]);
+                    kk += 8;
                 }
-                kk += 32;
-            }
-            while kk + 8 <= k0 + kc {
-                acc[0] = _mm256_fmadd_ps(
-                    load_w256::<DT>(row, kk),
-                    _mm256_loadu_ps(col.add(kk)),
-                    acc[0],
-                );
-                kk += 8;
-            }
-            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-            _mm256_storeu_ps(acc_out, sum);
-            if first {
-                _mm256_storeu_ps(acc_out.add(8), _mm256_setzero_ps());
-            }
-            for t in kk..k0 + kc {
-                *acc_out += scalar_w::<DT>(row, t) * *col.add(t);
+                let sum =
+                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+                let mut dot = hsum256(sum);
+                for t in kk..k {
+                    dot += scalar_w::<DT>(row, t) * *col.add(t);
+                }
+                *out.add(i) = dot;
             }
         }
     }
