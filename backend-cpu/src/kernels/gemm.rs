@@ -526,7 +526,7 @@ type RowStream = unsafe fn(
 /// The row-stream kernel for one column over rows of `row_bytes` of this
 /// weight dtype, where it beats the dot tiles: AVX2, rows of at most
 /// `SHORT_ROW_BYTES`. (Long rows go four side by side with prefetch:
-/// 4096 x 14336 F16 one column, 27-30 GFLOP/s against 21-25 streamed.)
+/// 4096 x 14336 F16 one column, 26-30 GFLOP/s against 21-26 streamed.)
 fn row_stream_fn(isa: Isa, dtype: DType, row_bytes: usize) -> Option<RowStream> {
     if isa != Isa::Avx2 || row_bytes > SHORT_ROW_BYTES {
         return None;
