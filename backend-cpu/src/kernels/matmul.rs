@@ -367,14 +367,33 @@ mod tests {
     /// sum of the squared terms (so that a dot product that happens to
     /// cancel to near zero does not inflate the figure).
     fn gemm_error(isa: Isa, dtype: DType, m: usize, n: usize, k: usize) -> f64 {
+        gemm_error_rows_apart(isa, dtype, m, n, k, 0)
+    }
+
+    /// As `gemm_error`, with `pad` bytes between one weight row's end and
+    /// the next row's start (a view of every row of a wider tensor).
+    fn gemm_error_rows_apart(
+        isa: Isa,
+        dtype: DType,
+        m: usize,
+        n: usize,
+        k: usize,
+        pad: usize,
+    ) -> f64 {
         let w = values(m * k, (m * 31 + k) as u32);
-        let bytes = quant::quantize(dtype, &w).unwrap();
-        let wq = quant::dequantize(dtype, &bytes, m * k).unwrap();
+        let packed = quant::quantize(dtype, &w).unwrap();
+        let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
+        let row_bytes = dtype.row_size(k).unwrap();
+        let stride = row_bytes + pad;
+        let mut bytes = vec![0xffu8; m * stride];
+        for (i, row) in packed.chunks(row_bytes).enumerate() {
+            bytes[i * stride..i * stride + row_bytes].copy_from_slice(row);
+        }
         let x = values(n * k, (n * 7 + k) as u32);
         let mut y = vec![f32::NAN; n * m];
         let a = WeightRows {
             ptr: bytes.as_ptr(),
-            stride: dtype.row_size(k).unwrap(),
+            stride,
             elem_stride: dtype.type_size(),
             dtype,
             k,
@@ -432,6 +451,42 @@ mod tests {
                             e <= bound,
                             "{isa:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weight_rows_apart_in_memory_match_the_reference_product() {
+        // rows further apart than their length (a view of a wider
+        // tensor): the one-column row streams, the tiles and the GEMM
+        // must step by the stride, never read the gap (filled with 0xff,
+        // a NaN for the float types)
+        for isa in super::isa::all_supported() {
+            for dtype in [
+                DType::F32,
+                DType::F16,
+                DType::BF16,
+                DType::Q8_0,
+                DType::Q4_0,
+                DType::Q4_K,
+            ] {
+                let ks: &[usize] = match dtype.block_size() {
+                    1 => &[67, 300, 1100],
+                    32 => &[96, 2112],
+                    _ => &[256, 2304],
+                };
+                let bound = if dtype.is_quantized() { 1e-4 } else { 1e-9 };
+                for &k in ks {
+                    for pad in [4, 64, 100] {
+                        for (m, n) in [(37, 1), (21, 2), (19, 5), (45, 9)] {
+                            let e = gemm_error_rows_apart(isa, dtype, m, n, k, pad);
+                            assert!(
+                                e <= bound,
+                                "{isa:?} {dtype} m={m} n={n} k={k} pad={pad}: nmse {e:e} > {bound:e}"
+                            );
+                        }
                     }
                 }
             }
