@@ -5,7 +5,13 @@
 //!
 //! Run: cargo run --release -p ggraph-benches --bin cpu_mul_mat
 //!      [-- --threads 2 --n 1,8,512 --types F32,F16,Q8_0 --cpu-time]
+//!      [--m 32000 --k 512 --copies 8]
 //!
+//! `--copies N` gives the mul_mat N copies of its weights and runs them
+//! in turn, so that weights smaller than the last-level cache are read
+//! from memory as a model's are (a model's weights do not fit the cache;
+//! one copy of a small shape is re-read from it and measures the
+//! kernel's arithmetic instead of the memory stream).
 //! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
 //! per run implies (CPU seconds / threads): a guide when other work
 //! shares the cores, not a figure to compare with ggml's.
@@ -109,24 +115,28 @@ fn cpu_seconds() -> Option<f64> {
     Some(ticks / 100.0)
 }
 
-/// Timings of one mul_mat: the median wall-clock seconds of at least 3
-/// runs in about `budget`, and the CPU seconds per run divided by the
-/// thread count (what the run would take with the cores to itself; it
-/// tells kernel changes apart when other work shares the machine).
+/// Timings of one mul_mat, run on each of `copies` in turn: the median
+/// wall-clock seconds of at least 3 runs in about `budget`, and the CPU
+/// seconds per run divided by the thread count (what the run would take
+/// with the cores to itself; it tells kernel changes apart when other
+/// work shares the machine).
 fn time_case(
     backend: &mut dyn Backend,
-    case: &Case,
+    copies: &[Case],
     budget: Duration,
     threads: usize,
 ) -> Result<(f64, Option<f64>)> {
-    let nodes = [case.out];
-    backend.compute(&case.graph, &nodes)?; // warm-up: pages, caches, scratch
+    // warm-up: pages, scratch
+    for case in copies {
+        backend.compute(&case.graph, &[case.out])?;
+    }
     let mut times = Vec::new();
     let cpu0 = cpu_seconds();
     let start = Instant::now();
-    while times.len() < 3 || (start.elapsed() < budget && times.len() < 500) {
+    while times.len() < 3.max(copies.len()) || (start.elapsed() < budget && times.len() < 500) {
+        let case = &copies[times.len() % copies.len()];
         let t = Instant::now();
-        backend.compute(&case.graph, &nodes)?;
+        backend.compute(&case.graph, &[case.out])?;
         backend.synchronize()?;
         times.push(t.elapsed().as_secs_f64());
     }
@@ -190,15 +200,24 @@ fn main() -> Result<()> {
         m: opt("--m").and_then(|s| s.parse().ok()).unwrap_or(M),
         k: opt("--k").and_then(|s| s.parse().ok()).unwrap_or(K),
     };
-    let issue_shape = shape.m == M && shape.k == K;
+    let copies: usize = opt("--copies")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    if copies > 1 {
+        println!("{copies} copies of the weights, run in turn");
+    }
+    let issue_shape = shape.m == M && shape.k == K && copies == 1;
     let mut backend = dev.new_backend()?;
     let mut verdicts = Vec::new();
     for &dtype in &types {
         let weights = weight_bytes(dtype, shape)?;
         print!("{:<8}", dtype.name());
         for &n in &columns {
-            let case = build_case(&dev, dtype, shape, n, &weights)?;
-            let (s, cpu) = time_case(backend.as_mut(), &case, Duration::from_secs(2), threads)?;
+            let cases = (0..copies)
+                .map(|_| build_case(&dev, dtype, shape, n, &weights))
+                .collect::<Result<Vec<_>>>()?;
+            let (s, cpu) = time_case(backend.as_mut(), &cases, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
             let peer = peers::ISSUE.mul_mat(dtype, n).filter(|_| issue_shape);
