@@ -413,18 +413,26 @@ mod tests {
         num / den.max(1e-30)
     }
 
+    /// Every weight type the mul_mat kernels take.
+    const WEIGHT_TYPES: [DType; 7] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ];
+
+    /// The largest `gemm_error` a kernel may make with weights of `dtype`.
+    fn nmse_bound(dtype: DType) -> f64 {
+        if dtype.is_quantized() { 1e-4 } else { 1e-9 }
+    }
+
     #[test]
     fn every_kernel_matches_the_reference_product() {
         for isa in super::isa::all_supported() {
-            for dtype in [
-                DType::F32,
-                DType::F16,
-                DType::BF16,
-                DType::Q8_0,
-                DType::Q4_0,
-                DType::Q4_K,
-                DType::Q6_K,
-            ] {
+            for dtype in WEIGHT_TYPES {
                 let ks: &[usize] = match dtype.block_size() {
                     // 1100 and 4200: F16/F32 rows past the dot path's
                     // short-row size
@@ -432,7 +440,7 @@ mod tests {
                     32 => &[32, 96, 2112],
                     _ => &[256, 2304],
                 };
-                let bound = if dtype.is_quantized() { 1e-4 } else { 1e-9 };
+                let bound = nmse_bound(dtype);
                 for &k in ks {
                     // column counts on both sides of the path thresholds
                     for (m, n) in [
@@ -464,20 +472,13 @@ mod tests {
         // must step by the stride, never read the gap (filled with 0xff,
         // a NaN for the float types)
         for isa in super::isa::all_supported() {
-            for dtype in [
-                DType::F32,
-                DType::F16,
-                DType::BF16,
-                DType::Q8_0,
-                DType::Q4_0,
-                DType::Q4_K,
-            ] {
+            for dtype in WEIGHT_TYPES {
                 let ks: &[usize] = match dtype.block_size() {
                     1 => &[67, 300, 1100],
                     32 => &[96, 2112],
                     _ => &[256, 2304],
                 };
-                let bound = if dtype.is_quantized() { 1e-4 } else { 1e-9 };
+                let bound = nmse_bound(dtype);
                 for &k in ks {
                     for pad in [4, 64, 100] {
                         for (m, n) in [(37, 1), (21, 2), (19, 5), (45, 9)] {

@@ -12,6 +12,7 @@
 //! from memory as a model's are (a model's weights do not fit the cache;
 //! one copy of a small shape is re-read from it and measures the
 //! kernel's arithmetic instead of the memory stream).
+//!
 //! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
 //! per run implies (CPU seconds / threads): a guide when other work
 //! shares the cores, not a figure to compare with ggml's.
