@@ -1130,7 +1130,7 @@ pub(crate) mod x86 {
     /// Transposes an 8 x 8 block held as eight rows.
     #[inline]
     #[target_feature(enable = "avx")]
-    fn transpose8(r: &mut [__m256; 8]) {
+    pub(crate) fn transpose8(r: &mut [__m256; 8]) {
         let t: [__m256; 8] = std::array::from_fn(|i| {
             let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
             if i % 2 == 0 {

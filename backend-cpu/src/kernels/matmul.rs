@@ -381,7 +381,24 @@ mod tests {
         pad: usize,
     ) -> f64 {
         let w = values(m * k, (m * 31 + k) as u32);
-        let packed = quant::quantize(dtype, &w).unwrap();
+        let x = values(n * k, (n * 7 + k) as u32);
+        product_error(isa, dtype, &w, &x, m, n, pad)
+    }
+
+    /// The error of `gemm_with(isa, ..)` (as `gemm_error`) for m weight
+    /// rows `w` quantised to `dtype`, `pad` bytes apart, times the n
+    /// columns `x`.
+    fn product_error(
+        isa: Isa,
+        dtype: DType,
+        w: &[f32],
+        x: &[f32],
+        m: usize,
+        n: usize,
+        pad: usize,
+    ) -> f64 {
+        let k = w.len() / m;
+        let packed = quant::quantize(dtype, w).unwrap();
         let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
         let row_bytes = dtype.row_size(k).unwrap();
         let stride = row_bytes + pad;
@@ -389,7 +406,6 @@ mod tests {
         for (i, row) in packed.chunks(row_bytes).enumerate() {
             bytes[i * stride..i * stride + row_bytes].copy_from_slice(row);
         }
-        let x = values(n * k, (n * 7 + k) as u32);
         let mut y = vec![f32::NAN; n * m];
         let a = WeightRows {
             ptr: bytes.as_ptr(),
@@ -453,6 +469,8 @@ mod tests {
                         (70, 8),
                         (45, 9),
                         (67, 29),
+                        // row blocks of the integer GEMM, the last partial
+                        (300, 12),
                     ] {
                         let e = gemm_error(isa, dtype, m, n, k);
                         assert!(
@@ -460,6 +478,28 @@ mod tests {
                             "{isa:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn codes_at_their_extremes_do_not_saturate() {
+        // every block of 16 values starts at -1 and goes on at +1, so that
+        // nearly every weight code is at its largest magnitude; times
+        // activations of all ones (codes of 127), the kernels' 16-bit pair
+        // sums reach the most each format allows them
+        let k = 2304;
+        let w: Vec<f32> = (0..45 * k)
+            .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        for isa in super::isa::all_supported() {
+            for dtype in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+                for n in [1, 3, 8, 9, 29] {
+                    let x = vec![1.0f32; n * k];
+                    let e = product_error(isa, dtype, &w, &x, 45, n, 0);
+                    let bound = nmse_bound(dtype);
+                    assert!(e <= bound, "{isa:?} {dtype} n={n}: nmse {e:e} > {bound:e}");
                 }
             }
         }

@@ -5,6 +5,8 @@ mod attention;
 #[cfg(target_arch = "x86_64")]
 mod block_dot_avx2;
 #[cfg(target_arch = "x86_64")]
+mod block_gemm_avx2;
+#[cfg(target_arch = "x86_64")]
 mod block_matvec;
 pub(crate) mod convert;
 mod copy;

@@ -78,7 +78,7 @@ pub(super) struct Format {
     /// Offset subtracted from the codes.
     pub(super) offset: i32,
     /// Whether blocks carry a min (`mw`).
-    has_min: bool,
+    pub(super) has_min: bool,
 }
 
 pub(super) fn format(dtype: DType) -> Option<Format> {
@@ -133,6 +133,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         }
         if super::kquant_dot_avx2::takes(&a, n) {
             super::kquant_dot_avx2::gemm(a, m, b, out);
+            return;
+        }
+        // many columns: an integer GEMM over interleaved row panels
+        if n > super::gemm::DOT_MAX_N && super::block_gemm_avx2::takes(&a) {
+            super::block_gemm_avx2::gemm(a, m, b, out);
             return;
         }
     }
@@ -218,7 +223,7 @@ pub(super) fn q4k_scales_mins(s: &[u8; 12]) -> [u32; 4] {
 ///
 /// # Safety
 /// `row` must hold the row's blocks up to `v0 + codes.len()` values.
-unsafe fn decode(
+pub(super) unsafe fn decode(
     f: Format,
     row: *const u8,
     v0: usize,

@@ -1,0 +1,380 @@
+//! Quantised weights (Q8_0, Q4_0, Q4_K, Q6_K) times many activation
+//! columns on AVX2 (processors without AVX-512 VNNI): prompt processing,
+//! as an integer GEMM.
+//!
+//! The columns are quantised to 8 bits once per call, four to a tile, their
+//! codes interleaved four bytes at a time (`quant_dot::QActs`). The weights
+//! are decoded a chunk of [`KC`] values at a time into panels of eight rows
+//! whose codes are interleaved the same way, so that one 256-bit register
+//! holds four consecutive codes of each of the eight rows. One step of four
+//! values is then, per column, a broadcast of the column's four codes and
+//! one `vpmaddubsw`, which leaves each row two 16-bit pair sums. An 8 x 4
+//! register tile adds these up over a block, widens them once per block
+//! (`vpmaddwd` by ones) and takes the block's scales in floats.
+//!
+//! `vpmaddubsw` multiplies unsigned by signed bytes and saturates its pair
+//! sums at 2^15, so how long the 16-bit sums may run depends on the codes:
+//!
+//! - Q4_0 and Q4_K codes lie in 0..16: a pair sum is below 2 * 15 * 127,
+//!   and a 32-value block's eight steps add up to at most 30480.
+//! - Q6_K codes lie in 0..64: two steps, then widen.
+//! - Q8_0 codes are signed: the panel keeps them signed and each step takes
+//!   `|w|` against the column's codes with `w`'s sign (at most
+//!   2 * 127 * 127 per pair), widened every step.
+//!
+//! The codes' offsets (8 for Q4_0, 32 for Q6_K) start each block's 32-bit
+//! sum as `-o * sum(q)`, and Q4_K's mins are one float multiply-add per
+//! block and column, as on the other quantised paths.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+
+use super::gemm::with_scratch;
+use super::matmul::{Cols, WeightRows};
+use super::quant_dot::{Format, decode, format, qacts_len, quantize_acts};
+use crate::team;
+
+/// Rows per panel (one 256-bit register of four-byte groups).
+const R: usize = 8;
+/// Columns per tile (the activations' tile width).
+const C: usize = 4;
+/// Values per chunk of the rows (a multiple of 256, so whole super-blocks).
+const KC: usize = 1024;
+/// Rows packed together: their panels stay in L2 while every column tile
+/// of the chunk reads them.
+const MC: usize = 128;
+/// Largest blocks per chunk (Q6_K's 16-value blocks).
+const MAX_NB: usize = KC / 16;
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static PANELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `gemm` takes weights laid out as `a`.
+pub(crate) fn takes(a: &WeightRows) -> bool {
+    matches!(
+        a.dtype,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q6_K
+    ) && a.elem_stride == a.dtype.type_size()
+}
+
+/// How one weight type runs through the tile kernel.
+#[derive(Clone, Copy)]
+struct Kind {
+    /// The format the rows decode in.
+    decode: Format,
+    /// The format the activations are quantised for: the same, but with no
+    /// offset where the panel keeps signed codes.
+    acts: Format,
+    signed: bool,
+}
+
+fn kind(dtype: DType) -> Option<Kind> {
+    let f = format(dtype)?;
+    let signed = dtype == DType::Q8_0;
+    let acts = if signed { Format { offset: 0, ..f } } else { f };
+    Some(Kind {
+        decode: f,
+        acts,
+        signed,
+    })
+}
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`.
+/// The caller has checked [`takes`] and that the processor has AVX2, FMA
+/// and F16C.
+pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    let k = a.k;
+    let Some(kind) = kind(a.dtype) else { return };
+    let qb = kind.decode.qb;
+    let tile = tile_fn(a.dtype);
+    let threads = team::current_threads();
+    with_scratch(&ACTS, qacts_len(n, k, qb, C), |buf| {
+        let acts = quantize_acts(b, k, kind.acts, C, 1, buf);
+        let acts = &acts;
+        let blocks = m.div_ceil(MC);
+        let tiles = n.div_ceil(C);
+        // too few row blocks to keep the team busy: split the columns too
+        let groups = if blocks >= 2 * threads {
+            1
+        } else {
+            (2 * threads).div_ceil(blocks).min(tiles)
+        };
+        let per_group = tiles.div_ceil(groups);
+        let groups = tiles.div_ceil(per_group);
+        let nblk = k / qb;
+        team::for_each(blocks * groups, |task| {
+            let (blk_row, g) = (task % blocks, task / blocks);
+            let i0 = blk_row * MC;
+            let rows = MC.min(m - i0);
+            let panels = rows.div_ceil(R);
+            let codes_len = panels * R * KC;
+            let scales_len = panels * R * (KC / qb) * 4;
+            with_scratch(&PANELS, codes_len + 2 * scales_len + R * KC + 64, |pb| {
+                let (pcodes, rest) = pb.split_at_mut(codes_len);
+                let (dw, rest) = rest.split_at_mut(scales_len);
+                let (mw, rest) = rest.split_at_mut(scales_len);
+                let pad = rest.as_ptr().align_offset(32);
+                let decoded = &mut rest[pad..pad + R * KC];
+                // SAFETY: byte regions of whole f32s; `with_scratch` aligns
+                // its buffer to 64 bytes and both lengths are multiples of 4.
+                let (dw, mw) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(dw.as_mut_ptr() as *mut f32, dw.len() / 4),
+                        std::slice::from_raw_parts_mut(mw.as_mut_ptr() as *mut f32, mw.len() / 4),
+                    )
+                };
+                for v0 in (0..k).step_by(KC) {
+                    let len = KC.min(k - v0);
+                    let nb = len / qb;
+                    for p in 0..panels {
+                        let r0 = p * R;
+                        let panel = Panel {
+                            codes: &mut pcodes[r0 * len..(r0 + R) * len],
+                            dw: &mut dw[r0 * nb..(r0 + R) * nb],
+                            mw: &mut mw[r0 * nb..(r0 + R) * nb],
+                        };
+                        // SAFETY: rows i0 + r0 .. i0 + min(rows, r0 + R)
+                        // exist and hold values v0..v0 + len.
+                        unsafe { pack(kind, &a, i0 + r0, R.min(rows - r0), v0, decoded, panel) };
+                    }
+                    let blk0 = v0 / qb;
+                    let t_end = ((g + 1) * per_group).min(tiles);
+                    for t in g * per_group..t_end {
+                        let j0 = t * C;
+                        let nc = C.min(n - j0);
+                        let xo = (t * nblk + blk0) * C;
+                        let x = Acts {
+                            codes: acts.codes[(t * k + v0) * C..].as_ptr(),
+                            d: acts.d[xo..].as_ptr(),
+                            bias: acts.bias[xo..].as_ptr(),
+                            sx: acts.sx[xo..].as_ptr(),
+                        };
+                        for p in 0..panels {
+                            let r0 = p * R;
+                            let mut sums = [[0f32; R]; C];
+                            // SAFETY: panel p holds nb blocks of R rows, the
+                            // activation tile nb blocks of C columns.
+                            unsafe {
+                                tile(
+                                    nb,
+                                    pcodes[r0 * len..].as_ptr(),
+                                    dw[r0 * nb..].as_ptr(),
+                                    mw[r0 * nb..].as_ptr(),
+                                    &x,
+                                    &mut sums,
+                                )
+                            };
+                            let live = R.min(rows - r0);
+                            for (c, col) in sums.iter().enumerate().take(nc) {
+                                // SAFETY: output column j0 + c holds m values;
+                                // rows i0 + r0 .. + live of the group's columns
+                                // belong to this task alone.
+                                let dst = unsafe {
+                                    std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0 + r0), live)
+                                };
+                                if v0 == 0 {
+                                    dst.copy_from_slice(&col[..live]);
+                                } else {
+                                    for (d, s) in dst.iter_mut().zip(col) {
+                                        *d += s;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        });
+    });
+}
+
+/// One panel's share of the packing scratch: codes `[step][R rows][4]`,
+/// and per block `[block][R rows]` the scales and (Q4_K) mins.
+struct Panel<'a> {
+    codes: &'a mut [u8],
+    dw: &'a mut [f32],
+    mw: &'a mut [f32],
+}
+
+/// Decodes values `v0..v0 + len` of rows `i0..i0 + rows` (at most R) into
+/// a panel, `decoded` holding one row at a time. Missing rows get zero
+/// codes and scales.
+///
+/// # Safety
+/// The rows exist and hold those values; `len` is whole blocks (whole
+/// super-blocks for the K-quants) and a multiple of 32.
+unsafe fn pack(
+    kind: Kind,
+    a: &WeightRows,
+    i0: usize,
+    rows: usize,
+    v0: usize,
+    decoded: &mut [u8],
+    panel: Panel,
+) {
+    let len = panel.codes.len() / R;
+    let nb = len / kind.decode.qb;
+    let mut dw = [0f32; MAX_NB];
+    let mut mw = [0f32; MAX_NB];
+    let decoded = &mut decoded[..R * len];
+    for r in 0..R {
+        let codes = &mut decoded[r * len..(r + 1) * len];
+        if r < rows {
+            // SAFETY: caller's contract.
+            unsafe {
+                decode(
+                    kind.decode,
+                    a.row(i0 + r),
+                    v0,
+                    codes,
+                    &mut dw[..nb],
+                    &mut mw[..nb],
+                )
+            };
+        } else {
+            codes.fill(if kind.signed { 0x80 } else { 0 });
+            dw[..nb].fill(0.0);
+            mw[..nb].fill(0.0);
+        }
+        for blk in 0..nb {
+            panel.dw[blk * R + r] = dw[blk];
+            panel.mw[blk * R + r] = mw[blk];
+        }
+    }
+    // SAFETY: R rows of len bytes in, len / 4 steps of R rows out.
+    unsafe { x86::interleave8(decoded.as_ptr(), len, panel.codes.as_mut_ptr(), kind.signed) };
+}
+
+/// A tile of quantised activations from the chunk's first block on (see
+/// `quant_dot::QActs`).
+struct Acts {
+    codes: *const i8,
+    d: *const f32,
+    bias: *const i32,
+    sx: *const f32,
+}
+
+/// `sums[c][r] = dot(panel row r, column c)` over `nb` blocks.
+///
+/// # Safety
+/// The panel holds `nb` blocks of R rows and the activation tile `nb`
+/// blocks of C columns.
+type TileFn = unsafe fn(usize, *const u8, *const f32, *const f32, &Acts, &mut [[f32; R]; C]);
+
+fn tile_fn(dtype: DType) -> TileFn {
+    match dtype {
+        DType::Q8_0 => x86::tile::<8, 1, true, false, false>,
+        DType::Q4_0 => x86::tile::<8, 8, false, true, false>,
+        DType::Q4_K => x86::tile::<8, 8, false, false, true>,
+        _ => x86::tile::<4, 2, false, true, false>,
+    }
+}
+
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Acts, C, R};
+
+    /// The tile kernel. `STEPS` four-value steps make a block, and the
+    /// 16-bit pair sums are widened every `GROUP` steps. `SIGNED` panels
+    /// hold signed codes (sign trick); `BIAS` starts each block's sum at
+    /// the activations' `-o * sum(q)`; `MIN` subtracts the blocks' mins.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; see [`super::TileFn`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile<
+        const STEPS: usize,
+        const GROUP: usize,
+        const SIGNED: bool,
+        const BIAS: bool,
+        const MIN: bool,
+    >(
+        nb: usize,
+        codes: *const u8,
+        dw: *const f32,
+        mw: *const f32,
+        x: &Acts,
+        sums: &mut [[f32; R]; C],
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut wp = codes;
+            let mut xp = x.codes as *const i32;
+            for blk in 0..nb {
+                let mut block = [_mm256_setzero_si256(); C];
+                if BIAS {
+                    for (c, b) in block.iter_mut().enumerate() {
+                        *b = _mm256_set1_epi32(*x.bias.add(blk * C + c));
+                    }
+                }
+                for _ in 0..STEPS / GROUP {
+                    let mut pairs = [_mm256_setzero_si256(); C];
+                    for _ in 0..GROUP {
+                        let w = _mm256_loadu_si256(wp as *const __m256i);
+                        let wu = if SIGNED { _mm256_sign_epi8(w, w) } else { w };
+                        for (c, s) in pairs.iter_mut().enumerate() {
+                            let q = _mm256_set1_epi32(*xp.add(c));
+                            let q = if SIGNED { _mm256_sign_epi8(q, w) } else { q };
+                            *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(wu, q));
+                        }
+                        wp = wp.add(32);
+                        xp = xp.add(C);
+                    }
+                    for (b, s) in block.iter_mut().zip(pairs) {
+                        *b = _mm256_add_epi32(*b, _mm256_madd_epi16(s, ones));
+                    }
+                }
+                let d = _mm256_loadu_ps(dw.add(blk * R));
+                for (c, (a, b)) in acc.iter_mut().zip(block).enumerate() {
+                    let dx = _mm256_set1_ps(*x.d.add(blk * C + c));
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(b), d), dx, *a);
+                }
+                if MIN {
+                    let mins = _mm256_loadu_ps(mw.add(blk * R));
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        let sx = _mm256_set1_ps(*x.sx.add(blk * C + c));
+                        *a = _mm256_fnmadd_ps(mins, sx, *a);
+                    }
+                }
+            }
+            for (s, a) in sums.iter_mut().zip(acc) {
+                _mm256_storeu_ps(s.as_mut_ptr(), a);
+            }
+        }
+    }
+
+    /// Interleaves R rows of `len` codes (`len` bytes apart) into panel
+    /// steps of four codes of each row, `[step][R][4]`; `flip` turns the
+    /// decoder's offset Q8_0 codes (`q ^ 0x80`) back into signed ones.
+    ///
+    /// # Safety
+    /// AVX2; `rows` holds R * len bytes, `panel` room for as many, and
+    /// `len` is a multiple of 32.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn interleave8(rows: *const u8, len: usize, panel: *mut u8, flip: bool) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let sign = _mm256_set1_epi8(-128);
+            for seg in 0..len / 32 {
+                let mut r: [__m256; R] = std::array::from_fn(|i| {
+                    _mm256_loadu_ps(rows.add(i * len + seg * 32) as *const f32)
+                });
+                crate::kernels::gemm::x86::transpose8(&mut r);
+                for (j, v) in r.iter().enumerate() {
+                    let mut v = _mm256_castps_si256(*v);
+                    if flip {
+                        v = _mm256_xor_si256(v, sign);
+                    }
+                    _mm256_storeu_si256(panel.add((seg * R + j) * 32) as *mut __m256i, v);
+                }
+            }
+        }
+    }
+}
