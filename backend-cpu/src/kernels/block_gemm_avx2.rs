@@ -132,6 +132,11 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                     let nb = len / qb;
                     for p in 0..panels {
                         let r0 = p * R;
+                        if r0 + R < rows {
+                            // the rows stream from memory: ask for the next
+                            // panel's while this one decodes
+                            prefetch_rows(&a, i0 + r0 + R, R.min(rows - r0 - R), v0, len);
+                        }
                         let panel = Panel {
                             codes: &mut pcodes[r0 * len..(r0 + R) * len],
                             dw: &mut dw[r0 * nb..(r0 + R) * nb],
@@ -248,6 +253,21 @@ unsafe fn pack(
     }
     // SAFETY: R rows of len bytes in, len / 4 steps of R rows out.
     unsafe { x86::interleave8(decoded.as_ptr(), len, panel.codes.as_mut_ptr(), kind.signed) };
+}
+
+/// Prefetches values `v0..v0 + len` (whole blocks) of rows `i0..i0 + rows`
+/// into L2, one request per cache line.
+fn prefetch_rows(a: &WeightRows, i0: usize, rows: usize, v0: usize, len: usize) {
+    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+    let (bs, ts) = (a.dtype.block_size(), a.dtype.type_size());
+    let (start, bytes) = (v0 / bs * ts, len / bs * ts);
+    for r in 0..rows {
+        let p = a.row(i0 + r).wrapping_add(start);
+        for line in (0..bytes).step_by(64).chain([bytes - 1]) {
+            // SAFETY: a prefetch never faults; the address lies in row i0 + r.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line) as *const i8) };
+        }
+    }
 }
 
 /// A tile of quantised activations from the chunk's first block on (see

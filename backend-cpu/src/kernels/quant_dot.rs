@@ -231,14 +231,46 @@ pub(super) unsafe fn decode(
     dw: &mut [f32],
     mw: &mut [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if super::isa::active() >= Isa::Avx2 {
+        // SAFETY: AVX2 and F16C are available; the caller's contract.
+        unsafe { x86::decode_avx2(f, row, v0, codes, dw, mw) };
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { decode_with::<false>(f, row, v0, codes, dw, mw) }
+}
+
+/// The body of [`decode`]; `SIMD` (only on x86-64, with AVX2 and F16C)
+/// takes the codes and scales with vector instructions, which inline
+/// into the AVX2 instantiation.
+///
+/// # Safety
+/// As [`decode`]; with `SIMD`, the processor has AVX2 and F16C.
+#[inline(always)]
+unsafe fn decode_with<const SIMD: bool>(
+    f: Format,
+    row: *const u8,
+    v0: usize,
+    codes: &mut [u8],
+    dw: &mut [f32],
+    mw: &mut [f32],
+) {
     let len = codes.len();
     let ts = f.dtype.type_size();
     let bs = f.dtype.block_size();
     let nblocks = len / bs;
     // SAFETY: caller's contract; each arm reads whole blocks.
     let src = unsafe { std::slice::from_raw_parts(row.add(v0 / bs * ts), nblocks * ts) };
-    let f16 = |b: &[u8], at: usize| f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]));
-    let simd = super::isa::active() >= Isa::Avx2;
+    let f16 = |b: &[u8], at: usize| {
+        #[cfg(target_arch = "x86_64")]
+        if SIMD {
+            // SAFETY: F16C is available (SIMD); two bytes at `at`.
+            return unsafe { super::math::f16_at(b[at..at + 2].as_ptr()) };
+        }
+        f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+    };
+    let simd = SIMD;
     let _ = simd; // only read on x86-64
     match f.dtype {
         DType::Q8_0 => {
@@ -1782,6 +1814,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX2; `qs` holds 128 bytes, `out` room for 256.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn q4k_codes(qs: *const u8, out: *mut u8) {
         // SAFETY: caller's contract.
@@ -1801,6 +1834,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX2; `ql` holds 128 bytes, `qh` 64, `out` room for 256.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn q6k_codes(ql: *const u8, qh: *const u8, out: *mut u8) {
         // SAFETY: caller's contract.
@@ -1859,10 +1893,28 @@ mod x86 {
         }
     }
 
+    /// [`super::decode`] with AVX2 and F16C, its per-block helpers inlined.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; as [`super::decode`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn decode_avx2(
+        f: super::Format,
+        row: *const u8,
+        v0: usize,
+        codes: &mut [u8],
+        dw: &mut [f32],
+        mw: &mut [f32],
+    ) {
+        // SAFETY: caller's contract.
+        unsafe { super::decode_with::<true>(f, row, v0, codes, dw, mw) }
+    }
+
     /// Q8_0 codes as unsigned bytes (`q ^ 0x80`).
     ///
     /// # Safety
     /// AVX2; 32 bytes at `q` and room for 32 at `out`.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn q8_codes(q: *const u8, out: *mut u8) {
         // SAFETY: caller's contract.
@@ -1879,6 +1931,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX2; 16 bytes at `q` and room for 32 at `out`.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn q4_codes(q: *const u8, out: *mut u8) {
         // SAFETY: caller's contract.
