@@ -38,8 +38,12 @@
 //!   `vpdpbusd` advances 16 rows by four values against a broadcast
 //!   column; a 32 x 4 register tile keeps whole blocks in integer
 //!   accumulators.
-//! - without VNNI and with many columns, the float GEMM of `gemm.rs`,
-//!   its weight panels dequantised as they are packed.
+//! - without VNNI, up to eight columns: `block_dot_avx2` and
+//!   `kquant_dot_avx2` read the blocks in place; more columns:
+//!   `block_gemm_avx2`, the same panel idea with `vpmaddubsw` on eight
+//!   interleaved rows.
+//! - below AVX2, the float GEMM of `gemm.rs`, its weight panels
+//!   dequantised as they are packed.
 
 use std::cell::RefCell;
 
@@ -144,8 +148,8 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     if isa == Isa::Avx512Vnni && n > DIRECT_MAX_N {
         panel_path(f, a, m, b, out);
     } else if isa != Isa::Avx512Vnni && n > super::gemm::DOT_MAX_N {
-        // without VNNI, many columns go faster through the float GEMM,
-        // its weight panels dequantised as they are packed
+        // below AVX2, many columns go faster through the float GEMM, its
+        // weight panels dequantised as they are packed
         super::gemm::gemm(isa, a, m, b, out);
     } else if isa == Isa::Avx512Vnni && matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
         fused_path(f, a, m, b, out);
