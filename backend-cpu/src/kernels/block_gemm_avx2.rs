@@ -91,20 +91,12 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let Some(kind) = kind(a.dtype) else { return };
     let qb = kind.decode.qb;
     let (tile, groups_per_block) = tile_fn(a.dtype);
-    let threads = team::current_threads();
     with_scratch(&ACTS, qacts_len(n, k, qb, C), |buf| {
         let acts = quantize_acts(b, k, kind.acts, C, 1, buf);
         let acts = &acts;
         let blocks = m.div_ceil(MC);
         let tiles = n.div_ceil(C);
-        // too few row blocks to keep the team busy: split the columns too
-        let groups = if blocks >= 2 * threads {
-            1
-        } else {
-            (2 * threads).div_ceil(blocks).min(tiles)
-        };
-        let per_group = tiles.div_ceil(groups);
-        let groups = tiles.div_ceil(per_group);
+        let (groups, per_group) = super::column_split(blocks, tiles);
         let nblk = k / qb;
         team::for_each(blocks * groups, |task| {
             let (blk_row, g) = (task % blocks, task / blocks);

@@ -167,14 +167,7 @@ fn packed<const MR: usize, const NR: usize>(
     }
     let m_blocks = m.div_ceil(mc);
     let n_tiles = n.div_ceil(NR);
-    // split the columns too when there are too few row blocks
-    let n_groups = if m_blocks >= 2 * threads {
-        1
-    } else {
-        (2 * threads).div_ceil(m_blocks).min(n_tiles)
-    };
-    let tiles_per_group = n_tiles.div_ceil(n_groups);
-    let n_groups = n_tiles.div_ceil(tiles_per_group);
+    let (n_groups, tiles_per_group) = super::column_split(m_blocks, n_tiles);
 
     with_scratch(&PACK_B, n_tiles * KC * NR, |bpack| {
         for pc in (0..k).step_by(KC) {

@@ -48,6 +48,21 @@ pub(crate) fn par_ranges(n: usize, min_chunk: usize, f: impl Fn(Range<usize>) + 
     );
 }
 
+/// How a GEMM with `row_blocks` blocks of rows splits its `tiles` column
+/// tiles into groups: one group when the row blocks alone give every
+/// thread of the team two tasks, else enough groups to. Returns the
+/// number of groups and the tiles per group (the last may have fewer).
+pub(crate) fn column_split(row_blocks: usize, tiles: usize) -> (usize, usize) {
+    let threads = team::current_threads();
+    let groups = if row_blocks >= 2 * threads {
+        1
+    } else {
+        (2 * threads).div_ceil(row_blocks.max(1)).min(tiles).max(1)
+    };
+    let per_group = tiles.div_ceil(groups).max(1);
+    (tiles.div_ceil(per_group), per_group)
+}
+
 /// Computes one node. `resolve` gives the memory of any tensor of the graph.
 pub(crate) fn run_node(
     graph: &Graph,
@@ -161,4 +176,25 @@ pub(crate) fn check_indices(op: &str, idx: TRef, limit: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn column_split_covers_every_tile_once() {
+        // outside a team: one thread, so two tasks are enough
+        assert_eq!(super::column_split(2, 10), (1, 10));
+        assert_eq!(super::column_split(1, 10), (2, 5));
+        assert_eq!(super::column_split(1, 3), (2, 2));
+        assert_eq!(super::column_split(1, 1), (1, 1));
+        // nothing to split, and no division by zero
+        assert_eq!(super::column_split(0, 0), (0, 1));
+        assert_eq!(super::column_split(0, 5), (2, 3));
+        for blocks in 0..5 {
+            for tiles in 0..20 {
+                let (groups, per) = super::column_split(blocks, tiles);
+                assert!(groups * per >= tiles && (groups == 0 || (groups - 1) * per < tiles));
+            }
+        }
+    }
 }

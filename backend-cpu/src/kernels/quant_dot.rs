@@ -965,19 +965,12 @@ thread_local! {
 fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
-    let threads = team::current_threads();
     with_scratch(&ACTS, qacts_len(n, k, f.qb, PANEL_C), |buf| {
         let acts = quantize_acts(b, k, f, PANEL_C, 1, buf);
         let acts = &acts;
         let panels = m.div_ceil(PANEL_R);
         let tiles = n.div_ceil(PANEL_C);
-        let groups = if panels >= 2 * threads {
-            1
-        } else {
-            (2 * threads).div_ceil(panels).min(tiles)
-        };
-        let per_group = tiles.div_ceil(groups);
-        let groups = tiles.div_ceil(per_group);
+        let (groups, per_group) = super::column_split(panels, tiles);
         let nblk = k / f.qb;
         let kc = PANEL_KC.min(k);
         let sb = kc / f.qb;
