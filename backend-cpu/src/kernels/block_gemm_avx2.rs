@@ -105,16 +105,13 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             let panels = rows.div_ceil(R);
             let codes_len = panels * R * KC;
             let scales_len = panels * R * (KC / qb) * 4;
-            with_scratch(&PANELS, codes_len + 2 * scales_len + R * KC + 4, |pb| {
+            with_scratch(&PANELS, codes_len + 2 * scales_len + R * KC, |pb| {
                 let (pcodes, rest) = pb.split_at_mut(codes_len);
-                // (with_scratch's buffer is 64-byte aligned unless it had
-                // to fall back to a fresh one)
-                let pad = rest.as_ptr().align_offset(4);
-                let (dw, rest) = rest[pad..].split_at_mut(scales_len);
-                let (mw, rest) = rest.split_at_mut(scales_len);
-                let decoded = &mut rest[..R * KC];
-                // SAFETY: byte regions of whole f32s, 4-byte aligned (the
-                // pad, and scales_len is a multiple of 4).
+                let (dw, rest) = rest.split_at_mut(scales_len);
+                let (mw, decoded) = rest.split_at_mut(scales_len);
+                // SAFETY: byte regions of whole f32s, 4-byte aligned:
+                // `with_scratch` aligns its buffer to 64 bytes, and
+                // codes_len and scales_len are multiples of 4.
                 let (dw, mw) = unsafe {
                     (
                         std::slice::from_raw_parts_mut(dw.as_mut_ptr() as *mut f32, dw.len() / 4),

@@ -71,8 +71,9 @@ thread_local! {
 
 /// Runs `f` on `len` floats of this thread's scratch, 64-byte aligned and
 /// kept between calls, so the hot path allocates only when a matrix is
-/// larger than any before. A fresh buffer is used if the scratch is
-/// already in use (a nested call stolen by this thread while it waited).
+/// larger than any before. A fresh buffer, aligned the same way, is used
+/// if the scratch is already in use (a nested call stolen by this thread
+/// while it waited).
 pub(crate) fn with_scratch<T: Copy + Default, R>(
     key: &'static LocalKey<RefCell<Vec<T>>>,
     len: usize,
@@ -88,8 +89,9 @@ pub(crate) fn with_scratch<T: Copy + Default, R>(
             f(&mut v[off..off + len])
         }
         Err(_) => {
-            let mut v = vec![T::default(); len];
-            f(&mut v)
+            let mut v = vec![T::default(); len + pad];
+            let off = v.as_ptr().align_offset(64).min(pad);
+            f(&mut v[off..off + len])
         }
     })
 }
