@@ -274,14 +274,12 @@ unsafe fn decode_with<const SIMD: bool>(
         }
         f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
     };
-    let simd = SIMD;
-    let _ = simd; // only read on x86-64
     match f.dtype {
         DType::Q8_0 => {
             for (bi, blk) in src.chunks_exact(ts).enumerate() {
                 dw[bi] = f16(blk, 0);
                 #[cfg(target_arch = "x86_64")]
-                if simd {
+                if SIMD {
                     // SAFETY: AVX2 is available; 32 code bytes in and out.
                     unsafe { x86::q8_codes(blk[2..].as_ptr(), codes[bi * 32..].as_mut_ptr()) };
                     continue;
@@ -296,7 +294,7 @@ unsafe fn decode_with<const SIMD: bool>(
                 dw[bi] = f16(blk, 0);
                 let c = &mut codes[bi * 32..bi * 32 + 32];
                 #[cfg(target_arch = "x86_64")]
-                if simd {
+                if SIMD {
                     // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
                     unsafe { x86::q4_codes(blk[2..].as_ptr(), c.as_mut_ptr()) };
                     continue;
@@ -320,7 +318,7 @@ unsafe fn decode_with<const SIMD: bool>(
                 }
                 let c = &mut codes[bi * 256..bi * 256 + 256];
                 #[cfg(target_arch = "x86_64")]
-                if simd {
+                if SIMD {
                     // SAFETY: AVX2 is available; 128 code bytes in, 256 out.
                     unsafe { x86::q4k_codes(qs.as_ptr(), c.as_mut_ptr()) };
                     continue;
@@ -345,7 +343,7 @@ unsafe fn decode_with<const SIMD: bool>(
                 }
                 let c = &mut codes[bi * 256..bi * 256 + 256];
                 #[cfg(target_arch = "x86_64")]
-                if simd {
+                if SIMD {
                     // SAFETY: AVX2 is available; 192 code bytes in, 256 out.
                     unsafe { x86::q6k_codes(ql.as_ptr(), qh.as_ptr(), c.as_mut_ptr()) };
                     continue;
