@@ -428,9 +428,9 @@ unsafe fn kernel_portable<const MR: usize, const NR: usize>(
 // ---- dot path ---------------------------------------------------------------
 
 /// Weight dtype codes for the const-generic dot kernels.
-const DT_F32: u8 = 0;
-const DT_F16: u8 = 1;
-const DT_BF16: u8 = 2;
+pub(crate) const DT_F32: u8 = 0;
+pub(crate) const DT_F16: u8 = 1;
+pub(crate) const DT_BF16: u8 = 2;
 
 /// A dot tile: values `k0..k0 + kc` of R rows times C columns, added to
 /// (or, when `first`, stored in) `acc`: one 16-float slot per (row,
@@ -445,11 +445,13 @@ type DotTile = unsafe fn(
     ahead: usize,
 );
 
-/// Values of k per chunk of the dot path (the columns' chunk stays in
-/// L1/L2; 1024 measured best for 8 columns, against 256 to 4096).
+/// Values of k per chunk of the AVX-512 dot path with more than two
+/// columns (the columns' chunk stays in L1/L2; 1024 measured best for 8
+/// columns, against 256 to 4096, on the first AVX-512 machine).
 const DOT_KC: usize = 1024;
-/// Rows per block of the dot path (their partial sums stay in L1/L2).
-const DOT_RB: usize = 64;
+/// Rows per block of the dot path (their partial sums stay in L1/L2), a
+/// multiple of every tile's row count.
+const DOT_RB: usize = 60;
 
 /// The dot tile kernel for `r` rows and `c` columns (c <= 8) of this
 /// weight dtype, or None to use the portable loop.
@@ -478,10 +480,10 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
                 match c {
                     1 => Some((4, x86::$f::<4, 1, $dt> as DotTile)),
                     2 => Some((4, x86::$f::<4, 2, $dt> as DotTile)),
-                    // 4 x 3 needs all 16 registers and spills (F16 n=6:
-                    // 58-70 GFLOP/s against 92-109 for 3 x 3)
-                    3 => Some((3, x86::$f::<3, 3, $dt> as DotTile)),
-                    4 => Some((2, x86::$f::<2, 4, $dt> as DotTile)),
+                    // 4 x 3 and 3 x 4 need all 16 and run in asm (see
+                    // `dot_asm_avx2`)
+                    3 => Some((4, x86::$f::<4, 3, $dt> as DotTile)),
+                    4 => Some((3, x86::$f::<3, 4, $dt> as DotTile)),
                     5 => Some((2, x86::$f::<2, 5, $dt> as DotTile)),
                     6 => Some((2, x86::$f::<2, 6, $dt> as DotTile)),
                     7 => Some((1, x86::$f::<1, 7, $dt> as DotTile)),
@@ -609,10 +611,10 @@ thread_local! {
 
 /// Rows `range` of the dot path, with `acc` as the partial sums.
 ///
-/// Rows go in blocks of `DOT_RB`, each row in chunks of `DOT_KC` values
-/// (whole rows for one or two columns), and each chunk is dotted with the
-/// columns a group at a time: eight with AVX-512's 32 registers, four with
-/// AVX2's 16, so that the second group reads the chunk from cache.
+/// Rows go in blocks of `DOT_RB` (the partial sums' extent), and the
+/// columns in groups: eight with AVX-512's 32 registers, four with AVX2's
+/// 16. Each group dots a strip of rows in turn, so that the later groups
+/// read the strip from cache; on AVX-512, in chunks of `DOT_KC` values.
 fn dot_range(
     isa: Isa,
     a: &WeightRows,
@@ -629,46 +631,35 @@ fn dot_range(
     }
     let groups = n.div_ceil(if isa >= Isa::Avx512 { 8 } else { 4 });
     let per_group = n.div_ceil(groups);
-    let row_bytes = k * a.dtype.type_size();
-    // a single column: no chunks, so that each row is one long stream
-    // (short streams defeat the hardware prefetchers); more columns:
-    // chunks whose columns stay in L1
-    let chunk = if n <= 2 { k } else { DOT_KC };
+    // AVX2 (and one or two columns): whole rows, each one long stream
+    // that the hardware prefetchers follow, and with several groups, a
+    // strip of rows as tall as the tiles that every group reads in turn
+    // while it is in L1/L2. (4096 x 14336 F16, 2 threads, 3 x 4 tiles:
+    // n=4 110 GFLOP/s against 87 in 1024-value chunks, n=8 137 against
+    // 120.) AVX-512, one group of up to eight: chunks whose columns stay
+    // in L1.
+    let (chunk, strip) = if isa >= Isa::Avx512 && n > 2 {
+        (DOT_KC, DOT_RB)
+    } else if groups == 1 {
+        (k, DOT_RB)
+    } else {
+        let tile_rows = |c: usize| dot_tile_fn(isa, a.dtype, c).map_or(1, |(r, _)| r);
+        let (r_first, r_last) = (
+            tile_rows(per_group),
+            tile_rows(n - (groups - 1) * per_group),
+        );
+        (k, lcm(r_first, r_last))
+    };
     for i0 in range.clone().step_by(DOT_RB) {
         let i1 = (i0 + DOT_RB).min(range.end);
         for k0 in (0..k).step_by(chunk) {
             let kc = chunk.min(k - k0);
-            for j0 in (0..n).step_by(per_group) {
-                let c = per_group.min(n - j0);
-                let (Some((r, tile)), Some(row1)) =
-                    (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c))
-                else {
-                    continue;
-                };
-                let mut cols = [std::ptr::null::<f32>(); 8];
-                for (cp, p) in cols.iter_mut().zip(&b.0[j0..j0 + c]) {
-                    *cp = *p as *const f32;
-                }
-                let mut i = i0;
-                while i < i1 {
-                    let (rr, f) = if i1 - i >= r { (r, tile) } else { (1, row1) };
-                    let mut rows = [std::ptr::null::<u8>(); 8];
-                    for (q, row) in rows.iter_mut().enumerate().take(rr) {
-                        *row = a.row(i + q);
-                    }
-                    let slot = acc[dot_slot(j0, c, i - i0, 0)..].as_mut_ptr();
-                    // short whole rows: fetch rows PREFETCH_BYTES on; else
-                    // further along the row
-                    let along = kc.min(1024) * a.dtype.type_size();
-                    let ahead = if kc == k {
-                        super::matmul::rows_ahead(row_bytes, rr * a.stride, along)
-                    } else {
-                        along
-                    };
-                    // SAFETY: rows hold k packed values, columns k f32; the
-                    // slots of rows i.. in this group hold rr * c * 16 floats.
-                    unsafe { f(rows.as_ptr(), k0, cols.as_ptr(), kc, slot, k0 == 0, ahead) };
-                    i += rr;
+            for s0 in (i0..i1).step_by(strip) {
+                let s1 = (s0 + strip).min(i1);
+                for j0 in (0..n).step_by(per_group) {
+                    let c = per_group.min(n - j0);
+                    let slots = &mut acc[dot_slot(j0, c, s0 - i0, 0)..];
+                    dot_tiles(isa, a, &b.0[j0..j0 + c], s0..s1, k0, kc, slots);
                 }
             }
         }
@@ -686,6 +677,75 @@ fn dot_range(
             }
         }
     }
+}
+
+/// Values `k0..k0 + kc` of weight rows `rows` times the columns `cols`
+/// (at most 8), added to (or, from k0 = 0, stored in) `slots`: the rows'
+/// slots, row-major, from the first row's.
+fn dot_tiles(
+    isa: Isa,
+    a: &WeightRows,
+    cols: &[*mut f32],
+    rows: std::ops::Range<usize>,
+    k0: usize,
+    kc: usize,
+    slots: &mut [f32],
+) {
+    let c = cols.len();
+    let (Some((r, tile)), Some(row1)) = (dot_tile_fn(isa, a.dtype, c), dot_row_fn(isa, a.dtype, c))
+    else {
+        return;
+    };
+    let mut col_ptrs = [std::ptr::null::<f32>(); 8];
+    for (cp, p) in col_ptrs.iter_mut().zip(cols) {
+        *cp = *p as *const f32;
+    }
+    let row_bytes = a.k * a.dtype.type_size();
+    let mut i = rows.start;
+    while i < rows.end {
+        let (rr, f) = if rows.end - i >= r {
+            (r, tile)
+        } else {
+            (1, row1)
+        };
+        let mut row_ptrs = [std::ptr::null::<u8>(); 8];
+        for (q, row) in row_ptrs.iter_mut().enumerate().take(rr) {
+            *row = a.row(i + q);
+        }
+        let slot = slots[(i - rows.start) * c * 16..].as_mut_ptr();
+        // short whole rows: fetch rows PREFETCH_BYTES on; else further
+        // along the row
+        let along = kc.min(1024) * a.dtype.type_size();
+        let ahead = if kc == a.k {
+            super::matmul::rows_ahead(row_bytes, rr * a.stride, along)
+        } else {
+            along
+        };
+        // SAFETY: rows hold k packed values, columns k f32; the slots of
+        // rows i.. hold rr * c * 16 floats.
+        unsafe {
+            f(
+                row_ptrs.as_ptr(),
+                k0,
+                col_ptrs.as_ptr(),
+                kc,
+                slot,
+                k0 == 0,
+                ahead,
+            )
+        };
+        i += rr;
+    }
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut x: usize, mut y: usize| {
+        while y != 0 {
+            (x, y) = (y, x % y);
+        }
+        x
+    };
+    a / gcd(a, b) * b
 }
 
 /// The sum of 8 or 16 partial sums, as a tree (independent adds rather
@@ -733,6 +793,7 @@ fn dot_range_portable(
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::dot_asm_avx2;
     use super::super::math::hsum256;
     use super::{DT_BF16, DT_F16, DT_F32};
     use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
@@ -961,6 +1022,22 @@ pub(crate) mod x86 {
             let lines_end = k0 + kc / line * line;
             let end = k0 + kc / 8 * 8;
             let mut kk = k0;
+            // the tiles that need all sixteen registers, in asm
+            if lines_end > k0 && (R, C) == (3, 4) {
+                // SAFETY: R and C are 3 and 4, so these are the same arrays.
+                let acc = &mut *(acc.as_mut_ptr() as *mut [[__m256; 4]; 3]);
+                let rows = &*(rows.as_ptr() as *const [*const u8; 3]);
+                let cols = &*(cols.as_ptr() as *const [*const f32; 4]);
+                dot_asm_avx2::lines_3x4::<DT>(rows, cols, kk, lines_end, acc);
+                kk = lines_end;
+            } else if lines_end > k0 && (R, C) == (4, 3) {
+                // SAFETY: R and C are 4 and 3, so these are the same arrays.
+                let acc = &mut *(acc.as_mut_ptr() as *mut [[__m256; 3]; 4]);
+                let rows = &*(rows.as_ptr() as *const [*const u8; 4]);
+                let cols = &*(cols.as_ptr() as *const [*const f32; 3]);
+                dot_asm_avx2::lines_4x3::<DT>(rows, cols, kk, lines_end, acc);
+                kk = lines_end;
+            }
             while kk < lines_end {
                 for row in rows {
                     _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(kk * bytes + ahead) as *const i8);

@@ -10,6 +10,8 @@ mod block_gemm_avx2;
 mod block_matvec;
 pub(crate) mod convert;
 mod copy;
+#[cfg(target_arch = "x86_64")]
+mod dot_asm_avx2;
 mod elementwise;
 #[cfg(target_arch = "x86_64")]
 mod few_columns;
