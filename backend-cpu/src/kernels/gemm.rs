@@ -30,10 +30,26 @@ use crate::tensor_ref::read_scalar;
 /// Column counts up to this use the dot path.
 pub(crate) const DOT_MAX_N: usize = 8;
 
-/// Values of k per packed block.
-const KC: usize = 256;
-/// Rows of weights per packed block (a multiple of every MR).
-const MC: usize = 256;
+/// Cache blocking of the packed path.
+#[derive(Clone, Copy)]
+struct Blocking {
+    /// Values of k per packed block. Each block reads and writes the whole
+    /// output once, so a longer one saves output traffic.
+    kc: usize,
+    /// Rows of weights per packed block (a multiple of MR): one thread's
+    /// `mc x kc` block of packed weights.
+    mc: usize,
+}
+
+/// The AVX2 kernel's blocking: 4096 x 14336 x 512 on Zen 3, 2 threads,
+/// GFLOP/s (F16, F32, BF16 alike): KC 256 / MC 256 142, 512 / 256 162,
+/// 1024 / 64 173, 2048 / 64 182, 4096 / 32 186.
+const BLOCKING_AVX2: Blocking = Blocking { kc: 2048, mc: 64 };
+/// The other kernels' blocking (measured on the first AVX-512 machine).
+const BLOCKING_OTHER: Blocking = Blocking { kc: 256, mc: 256 };
+/// Floats of packed activations per block of columns (4 MiB): the shared
+/// packed block of activations is at most this, whatever the column count.
+const PACK_B_FLOATS: usize = 1 << 20;
 
 /// `out[j][i] = sum_k a[i][k] * b[j][k]` for `i < m`, `j < b.len()`.
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
@@ -54,10 +70,12 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     } else {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 | Isa::Avx512Vnni => packed::<32, 12>(a, m, b, out, x86::kernel_avx512),
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                packed::<32, 12>(a, m, b, out, x86::kernel_avx512, BLOCKING_OTHER)
+            }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => packed::<16, 6>(a, m, b, out, x86::kernel_avx2),
-            _ => packed::<8, 4>(a, m, b, out, kernel_portable::<8, 4>),
+            Isa::Avx2 => packed::<16, 6>(a, m, b, out, x86::kernel_avx2, BLOCKING_AVX2),
+            _ => packed::<8, 4>(a, m, b, out, kernel_portable::<8, 4>, BLOCKING_OTHER),
         }
     }
 }
@@ -158,23 +176,71 @@ fn packed<const MR: usize, const NR: usize>(
     b: &Cols<f32>,
     out: &Cols<f32>,
     kernel: Kernel,
+    blocking: Blocking,
 ) {
     let n = b.0.len();
+    let kc_max = blocking.kc.min(a.k);
+    // columns in blocks whose packed activations fit PACK_B_FLOATS
+    let nc = (PACK_B_FLOATS / kc_max / NR).max(1) * NR;
+    for jc in (0..n).step_by(nc) {
+        let cols = jc..(jc + nc).min(n);
+        let (b, out) = (ColBlock(&b.0[cols.clone()]), ColBlock(&out.0[cols]));
+        packed_columns::<MR, NR>(&a, m, b, out, kernel, blocking);
+    }
+}
+
+/// A block of a `Cols`' columns.
+#[derive(Clone, Copy)]
+struct ColBlock<'a>(&'a [*mut f32]);
+
+// SAFETY: as for `Cols`: the columns outlive the call, and each output
+// value is written by one task.
+unsafe impl Sync for ColBlock<'_> {}
+unsafe impl Send for ColBlock<'_> {}
+
+impl ColBlock<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn col(&self, j: usize) -> *mut f32 {
+        self.0[j]
+    }
+
+    fn cols(&self, j: std::ops::Range<usize>) -> &[*mut f32] {
+        &self.0[j]
+    }
+}
+
+/// The packed GEMM of the weights times columns `b`, into `out`.
+fn packed_columns<const MR: usize, const NR: usize>(
+    a: &WeightRows,
+    m: usize,
+    b: ColBlock,
+    out: ColBlock,
+    kernel: Kernel,
+    Blocking {
+        kc: kc_max,
+        mc: mc_max,
+    }: Blocking,
+) {
+    let n = b.len();
     let k = a.k;
     let threads = team::current_threads();
-    // blocks of rows: MC, smaller when that leaves a thread idle
-    let mut mc = MC;
+    // blocks of rows: mc_max, smaller when that leaves a thread idle
+    let mut mc = mc_max;
     while mc > MR && m.div_ceil(mc) < 2 * threads {
         mc -= MR;
     }
     let m_blocks = m.div_ceil(mc);
     let n_tiles = n.div_ceil(NR);
     let (n_groups, tiles_per_group) = super::column_split(m_blocks, n_tiles);
+    let tile_floats = kc_max.min(k) * NR;
 
-    with_scratch(&PACK_B, n_tiles * KC * NR, |bpack| {
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            team::for_each_chunk_mut(bpack, KC * NR, |t, tile| {
+    with_scratch(&PACK_B, n_tiles * tile_floats, |bpack| {
+        for pc in (0..k).step_by(kc_max) {
+            let kc = kc_max.min(k - pc);
+            team::for_each_chunk_mut(bpack, tile_floats, |t, tile| {
                 pack_b_tile::<NR>(b, t, pc, kc, tile)
             });
             let bp = SyncPtr(bpack.as_mut_ptr());
@@ -186,13 +252,13 @@ fn packed<const MR: usize, const NR: usize>(
                 let panels = rows.div_ceil(MR);
                 with_scratch(&PACK_A, panels * MR * kc + MR * kc, |ap| {
                     let (apack, tmp) = ap.split_at_mut(panels * MR * kc);
-                    pack_a_block::<MR>(&a, i0, rows, pc, kc, apack, tmp);
+                    pack_a_block::<MR>(a, i0, rows, pc, kc, apack, tmp);
                     let t_end = ((g + 1) * tiles_per_group).min(n_tiles);
                     for t in g * tiles_per_group..t_end {
                         let j0 = t * NR;
                         let nr = NR.min(n - j0);
                         // SAFETY: tile t of the packed activations.
-                        let btile = unsafe { bp.0.add(t * KC * NR) } as *const f32;
+                        let btile = unsafe { bp.0.add(t * tile_floats) } as *const f32;
                         for p in 0..panels {
                             let r0 = i0 + p * MR;
                             let mr = MR.min(m - r0);
@@ -205,7 +271,7 @@ fn packed<const MR: usize, const NR: usize>(
                                     kc,
                                     atile,
                                     btile,
-                                    &out.0[j0..j0 + nr],
+                                    out.cols(j0..j0 + nr),
                                     r0,
                                     mr,
                                     pc == 0,
@@ -266,13 +332,13 @@ unsafe fn run_tile<const MR: usize, const NR: usize>(
 
 /// Packs activation columns `t*NR..` values `pc..pc+kc` as `[kc][NR]`,
 /// zero beyond the last column.
-fn pack_b_tile<const NR: usize>(b: &Cols<f32>, t: usize, pc: usize, kc: usize, dst: &mut [f32]) {
-    let n = b.0.len();
+fn pack_b_tile<const NR: usize>(b: ColBlock, t: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+    let n = b.len();
     for j in 0..NR {
         let col = t * NR + j;
         if col < n {
             // SAFETY: every column holds k >= pc + kc values.
-            let src = unsafe { std::slice::from_raw_parts(b.0[col].add(pc), kc) };
+            let src = unsafe { std::slice::from_raw_parts(b.col(col).add(pc), kc) };
             for (kk, v) in src.iter().enumerate() {
                 dst[kk * NR + j] = *v;
             }

@@ -507,6 +507,21 @@ mod tests {
     }
 
     #[test]
+    fn many_columns_go_in_blocks_that_match_the_reference_product() {
+        // 4100 columns of 300 values: past the packed GEMM's block of
+        // activations (4 MiB of packed values) for every kernel, so the
+        // product is made in two blocks of columns
+        for isa in super::isa::all_supported() {
+            for dtype in [DType::F32, DType::F16, DType::Q4_K] {
+                let k = if dtype.is_quantized() { 512 } else { 300 };
+                let e = gemm_error(isa, dtype, 5, 4100, k);
+                let bound = nmse_bound(dtype);
+                assert!(e <= bound, "{isa:?} {dtype} k={k}: nmse {e:e} > {bound:e}");
+            }
+        }
+    }
+
+    #[test]
     fn weight_rows_apart_in_memory_match_the_reference_product() {
         // rows further apart than their length (a view of a wider
         // tensor): the one-column row streams, the tiles and the GEMM
