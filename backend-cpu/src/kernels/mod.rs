@@ -18,7 +18,7 @@ mod few_columns;
 mod gemm;
 mod isa;
 #[cfg(target_arch = "x86_64")]
-mod kquant_dot_avx2;
+mod kquant_dot;
 #[cfg(target_arch = "x86_64")]
 mod kquant_matvec;
 mod math;

@@ -23,9 +23,12 @@
 //!   `transposed_matvec` (eight rows' blocks transposed in 256-bit
 //!   registers so that each lane is a row), long ones in `block_matvec`
 //!   (256-bit, activations stored in the order the blocks unpack).
-//! - **K-quant mat-vec** (VNNI, Q4_K/Q6_K, one column):
-//!   `kquant_matvec`, the activations in ggml's Q8_K form (one scale per
-//!   256 values), the blocks read straight from memory.
+//! - **Q6_K mat-vec** (VNNI, one column): `kquant_matvec`, the
+//!   activations in ggml's Q8_K form (one scale per 256 values), the
+//!   blocks read straight from memory.
+//! - **K-quant dot** (Q4_K/Q6_K, one to eight columns; Q6_K from two
+//!   with VNNI): `kquant_dot`, the same column form, 512-bit kernels with
+//!   VNNI and 256-bit ones on AVX2.
 //! - **fused** (VNNI, Q8_0/Q4_0, up to `DIRECT_MAX_N` columns): the
 //!   kernel reads codes and f16 scales straight from the blocks, two
 //!   blocks per zmm, so the weights stream through once (token
@@ -38,8 +41,8 @@
 //!   `vpdpbusd` advances 16 rows by four values against a broadcast
 //!   column; a 32 x 4 register tile keeps whole blocks in integer
 //!   accumulators.
-//! - without VNNI, up to eight columns: `block_dot_avx2` and
-//!   `kquant_dot_avx2` read the blocks in place; more columns:
+//! - without VNNI, Q8_0/Q4_0 up to eight columns: `block_dot_avx2` reads
+//!   the blocks in place; more columns:
 //!   `block_gemm_avx2`, the same panel idea with `vpmaddubsw` on eight
 //!   interleaved rows.
 //! - below AVX2, the float GEMM of `gemm.rs`, its weight panels
@@ -112,18 +115,23 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         return;
     };
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512Vnni && n == 1 {
-        // token generation: one pass over the blocks
-        if super::kquant_matvec::takes(&a) {
+    if isa == Isa::Avx512Vnni {
+        // one column of Q6_K: one pass over the blocks
+        if n == 1 && super::kquant_matvec::takes(&a) {
             super::kquant_matvec::matvec(a, m, b, out);
             return;
         }
+        // K-quants, few columns: blocks read in place
+        if super::kquant_dot::takes(&a, n) {
+            super::kquant_dot::gemm(isa, a, m, b, out);
+            return;
+        }
         // short Q4_0 rows eight at a time, long ones streamed
-        if super::transposed_matvec::takes(&a) {
+        if n == 1 && super::transposed_matvec::takes(&a) {
             super::transposed_matvec::matvec(a, m, b, out);
             return;
         }
-        if super::block_matvec::takes(&a) {
+        if n == 1 && super::block_matvec::takes(&a) {
             super::block_matvec::matvec(a, m, b, out);
             return;
         }
@@ -135,8 +143,8 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             super::block_dot_avx2::gemm(a, m, b, out);
             return;
         }
-        if super::kquant_dot_avx2::takes(&a, n) {
-            super::kquant_dot_avx2::gemm(a, m, b, out);
+        if super::kquant_dot::takes(&a, n) {
+            super::kquant_dot::gemm(isa, a, m, b, out);
             return;
         }
         // many columns: an integer GEMM over interleaved row panels
