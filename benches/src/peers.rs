@@ -4,9 +4,10 @@
 //!
 //! The VM has not always been the same machine: on 2026-11-21 it was an
 //! AMD EPYC Zen 4 with AVX-512 (VNNI, BF16), on 2026-11-24 a Zen 3 EPYC
-//! (family 25, model 1) with AVX2 only. Each kind has its own peer
-//! figures, and a bench prints those of the kind it runs on
-//! ([`measured_here`]).
+//! (family 25, model 1) with AVX2 only, on 2026-11-25 a Zen 5 EPYC
+//! (family 26, model 2) with AVX-512 on full-width 512-bit pipes. Each
+//! kind has its own peer figures, and a bench prints those of the kind it
+//! runs on ([`measured_here`]).
 //!
 //! Both were measured with llama.cpp 0.3.36's vendored tree (the
 //! llama-cpp-python sdist from PyPI), built with `cmake -DGGML_NATIVE=ON`,
@@ -110,6 +111,32 @@ pub const ZEN3_AVX2: PeerSet = PeerSet {
     ],
 };
 
+/// 2026-11-25, AMD EPYC Zen 5 (family 26, model 2) with AVX-512 (f32 FMA
+/// loop: 239 GFLOP/s on one core, 220 + 220 on both; a read loop about 40
+/// GB/s from both cores); the better of two mul_mat runs where there were
+/// two; llama-bench's mean of two repetitions, the better of two rounds
+/// (the 8b-4l models: one run, prompt 512 and generation 32).
+pub const ZEN5_AVX512: PeerSet = PeerSet {
+    label: "2026-11-25, Zen 5 with AVX-512",
+    mul_mat: &[
+        (DType::F32, [30.5, 139.8, 206.9]),
+        (DType::F16, [43.9, 216.3, 328.7]),
+        (DType::BF16, [49.1, 292.4, 413.8]),
+        (DType::Q8_0, [85.2, 196.3, 269.1]),
+        (DType::Q4_0, [83.2, 211.8, 216.5]),
+        (DType::Q4_K, [145.5, 201.0, 869.8]),
+        (DType::Q6_K, [101.9, 150.5, 700.2]),
+    ],
+    runner: &[
+        runner("small", DType::F32, 4313.4, 251.3),
+        runner("small", DType::F16, 4622.7, 474.0),
+        runner("small", DType::Q8_0, 3886.1, 713.7),
+        runner("small", DType::Q4_0, 6564.0, 1282.6),
+        runner("8b-4l", DType::F16, 192.2, 15.5),
+        runner("8b-4l", DType::Q4_0, 309.0, 53.3),
+    ],
+};
+
 const fn runner(shape: &'static str, weights: DType, prompt: f64, generation: f64) -> RunnerPeer {
     RunnerPeer {
         shape,
@@ -119,14 +146,32 @@ const fn runner(shape: &'static str, weights: DType, prompt: f64, generation: f6
     }
 }
 
-/// The peers measured on the kind of machine this one is: the Zen 4 set
-/// where the processor has AVX-512, else the AVX2 set.
+/// The peers measured on the kind of machine this one is: with AVX-512,
+/// the Zen 5 set on a family-26 processor and the Zen 4 set on others;
+/// without it, the AVX2 set.
 pub fn measured_here() -> &'static PeerSet {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
-        return &ZEN4_AVX512;
+        return if cpu_family() == 26 {
+            &ZEN5_AVX512
+        } else {
+            &ZEN4_AVX512
+        };
     }
     &ZEN3_AVX2
+}
+
+/// The processor's family, as CPUID leaf 1 gives it (the base family,
+/// plus the extended family where the base is 15).
+#[cfg(target_arch = "x86_64")]
+fn cpu_family() -> u32 {
+    let eax = std::arch::x86_64::__cpuid(1).eax;
+    let base = (eax >> 8) & 0xf;
+    if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    }
 }
 
 impl PeerSet {
@@ -153,7 +198,7 @@ mod tests {
 
     #[test]
     fn every_set_has_the_issue_cells_and_models() {
-        for set in [&ISSUE, &ZEN4_AVX512, &ZEN3_AVX2] {
+        for set in [&ISSUE, &ZEN4_AVX512, &ZEN3_AVX2, &ZEN5_AVX512] {
             for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
                 for n in MUL_MAT_COLUMNS {
                     assert!(
