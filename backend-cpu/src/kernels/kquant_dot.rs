@@ -20,8 +20,10 @@
 //! Two sets of kernels: 256-bit AVX2 (`x86`) and 512-bit AVX-512 VNNI
 //! (`vnni`). On 4096 x 14336 (Zen 5, 2 threads) the VNNI kernels measured
 //! Q4_K 167-221 / 303-309 / 391 GFLOP/s at n = 1 / 2-4 / 8, against
-//! 107-150 / 89-120 / 260 for the VNNI paths they replace, and Q6_K
-//! 152 / 189 / 317 at n = 2 / 4 / 8 against 45 / 66 / 129.
+//! 107-150 / 89-120 / 260 for the VNNI paths they replaced, and Q6_K
+//! 152 / 189 / 317 at n = 2 / 4 / 8 against 45 / 66 / 129. Q6_K at n = 1
+//! is level with the one-column VNNI kernel it replaced (111-120 against
+//! 108-119, alternated).
 
 use std::cell::RefCell;
 
@@ -272,14 +274,18 @@ mod x86 {
         }
     }
 
-    /// Prefetches every cache line of a `TS`-byte super-block at `p`.
+    /// Prefetches every cache line of a `TS`-byte super-block at `p`: one
+    /// every 64 bytes from its start, and its last byte (a 210-byte Q6_K
+    /// block can touch five lines).
     #[inline(always)]
     pub(super) fn prefetch_super_block<const TS: usize>(p: *const u8) {
         // SAFETY: prefetches do not fault.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128) as *const i8);
+            let mut at = 0;
+            while at < TS {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at) as *const i8);
+                at += 64;
+            }
             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(TS - 1) as *const i8);
         }
     }

@@ -20,7 +20,6 @@ mod isa;
 #[cfg(target_arch = "x86_64")]
 mod kquant_dot;
 #[cfg(target_arch = "x86_64")]
-mod kquant_matvec;
 mod math;
 pub(crate) mod matmul;
 mod norm;

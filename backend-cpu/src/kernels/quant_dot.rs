@@ -23,12 +23,10 @@
 //!   `transposed_matvec` (eight rows' blocks transposed in 256-bit
 //!   registers so that each lane is a row), long ones in `block_matvec`
 //!   (256-bit, activations stored in the order the blocks unpack).
-//! - **Q6_K mat-vec** (VNNI, one column): `kquant_matvec`, the
-//!   activations in ggml's Q8_K form (one scale per 256 values), the
-//!   blocks read straight from memory.
-//! - **K-quant dot** (Q4_K/Q6_K, one to eight columns; Q6_K from two
-//!   with VNNI): `kquant_dot`, the same column form, 512-bit kernels with
-//!   VNNI and 256-bit ones on AVX2.
+//! - **K-quant dot** (Q4_K/Q6_K, one to eight columns): `kquant_dot`,
+//!   the activations in ggml's Q8_K form (one scale per 256 values), the
+//!   blocks read straight from memory; 512-bit kernels with VNNI, 256-bit
+//!   ones on AVX2.
 //! - **fused** (VNNI, Q8_0/Q4_0, up to `DIRECT_MAX_N` columns): the
 //!   kernel reads codes and f16 scales straight from the blocks, two
 //!   blocks per zmm, so the weights stream through once (token
@@ -116,11 +114,6 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     };
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
-        // one column of Q6_K: one pass over the blocks
-        if n == 1 && super::kquant_matvec::takes(&a) {
-            super::kquant_matvec::matvec(a, m, b, out);
-            return;
-        }
         // K-quants, few columns: blocks read in place
         if super::kquant_dot::takes(&a, n) {
             super::kquant_dot::gemm(isa, a, m, b, out);
