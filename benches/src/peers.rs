@@ -113,9 +113,10 @@ pub const ZEN3_AVX2: PeerSet = PeerSet {
 
 /// 2026-11-25, AMD EPYC Zen 5 (family 26, model 2) with AVX-512 (f32 FMA
 /// loop: 239 GFLOP/s on one core, 220 + 220 on both; a read loop about 40
-/// GB/s from both cores); the better of two mul_mat runs where there were
-/// two; llama-bench's mean of two repetitions, the better of two rounds
-/// (the 8b-4l models: one run, prompt 512 and generation 32).
+/// GB/s from both cores); mul_mat: the better of two runs where there
+/// were two; llama-bench: the mean of two repetitions, the best of three
+/// rounds over the day (the 8b-4l models: two rounds of one run, prompt
+/// 512 and generation 32).
 pub const ZEN5_AVX512: PeerSet = PeerSet {
     label: "2026-11-25, Zen 5 with AVX-512",
     mul_mat: &[
@@ -128,12 +129,12 @@ pub const ZEN5_AVX512: PeerSet = PeerSet {
         (DType::Q6_K, [101.9, 150.5, 700.2]),
     ],
     runner: &[
-        runner("small", DType::F32, 4313.4, 251.3),
-        runner("small", DType::F16, 4622.7, 474.0),
-        runner("small", DType::Q8_0, 3886.1, 713.7),
-        runner("small", DType::Q4_0, 6564.0, 1282.6),
-        runner("8b-4l", DType::F16, 192.2, 15.5),
-        runner("8b-4l", DType::Q4_0, 309.0, 53.3),
+        runner("small", DType::F32, 4485.5, 271.8),
+        runner("small", DType::F16, 4786.9, 520.6),
+        runner("small", DType::Q8_0, 3924.2, 713.7),
+        runner("small", DType::Q4_0, 6671.9, 1294.2),
+        runner("8b-4l", DType::F16, 241.6, 15.8),
+        runner("8b-4l", DType::Q4_0, 348.4, 53.7),
     ],
 };
 
