@@ -513,7 +513,7 @@ type DotTile = unsafe fn(
     ahead: usize,
 );
 
-/// Values of k per chunk of the AVX-512 dot path with more than two
+/// Values of k per chunk of the AVX-512 dot path with more than four
 /// columns (the columns' chunk stays in L1/L2; 1024 measured best for 8
 /// columns, against 256 to 4096, on the first AVX-512 machine).
 const DOT_KC: usize = 1024;
@@ -692,7 +692,8 @@ thread_local! {
 /// Rows go in blocks of `DOT_RB` (the partial sums' extent), and the
 /// columns in groups: eight with AVX-512's 32 registers, four with AVX2's
 /// 16. Each group dots a strip of rows in turn, so that the later groups
-/// read the strip from cache; on AVX-512, in chunks of `DOT_KC` values.
+/// read the strip from cache; on AVX-512 with more than four columns, in
+/// chunks of `DOT_KC` values.
 fn dot_range(
     isa: Isa,
     a: &WeightRows,
@@ -709,14 +710,17 @@ fn dot_range(
     }
     let groups = n.div_ceil(if isa >= Isa::Avx512 { 8 } else { 4 });
     let per_group = n.div_ceil(groups);
-    // AVX2 (and one or two columns): whole rows, each one long stream
-    // that the hardware prefetchers follow, and with several groups, a
-    // strip of rows as tall as the tiles that every group reads in turn
-    // while it is in L1/L2. (4096 x 14336 F16, 2 threads, 3 x 4 tiles:
-    // n=4 110 GFLOP/s against 87 in 1024-value chunks, n=8 137 against
-    // 120.) AVX-512, one group of up to eight: chunks whose columns stay
-    // in L1.
-    let (chunk, strip) = if isa >= Isa::Avx512 && n > 2 {
+    // AVX2 (and AVX-512 up to four columns): whole rows, each one long
+    // stream that the hardware prefetchers follow, and with several
+    // groups, a strip of rows as tall as the tiles that every group reads
+    // in turn while it is in L1/L2. (4096 x 14336 F16, Zen 3, 2 threads,
+    // 3 x 4 tiles: n=4 110 GFLOP/s against 87 in 1024-value chunks, n=8
+    // 137 against 120.) AVX-512 with five to eight columns: chunks whose
+    // columns stay in L1. (Zen 5, 2 threads, three alternated rounds,
+    // whole rows against chunks: n=4 F32 74-77 / 65-71, F16 162-169 /
+    // 137-158, BF16 161-166 / 142-159; n=3 F32 62-66 / 56-72, F16 and BF16
+    // level; n=5 F16 178-186 / 197-210, BF16 175-181 / 201-204.)
+    let (chunk, strip) = if isa >= Isa::Avx512 && n > 4 {
         (DOT_KC, DOT_RB)
     } else if groups == 1 {
         (k, DOT_RB)
