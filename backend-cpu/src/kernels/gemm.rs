@@ -577,8 +577,8 @@ fn dot_tile_fn(isa: Isa, dtype: DType, c: usize) -> Option<(usize, DotTile)> {
 }
 
 /// `out[i] = dot(row i, col)` for `i < count`, rows `k` values long from
-/// `first`, `stride` bytes apart: one column over consecutive short rows,
-/// read front to back as one stream.
+/// `first`, `stride` bytes apart: one column over a task's consecutive
+/// rows, each dot summed and stored by the kernel.
 type RowStream = unsafe fn(
     first: *const u8,
     stride: usize,

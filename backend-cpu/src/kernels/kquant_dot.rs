@@ -166,6 +166,37 @@ fn paired_group(g: usize) -> usize {
     }
 }
 
+/// The rows of a kernel call `R` at a time: `kernel` gives the dots of
+/// `R` rows (their pointers at the call's first super-block) with the
+/// call's `C` columns, which are stored in (or added to) the outputs.
+///
+/// # Safety
+/// As for [`KernelFn`]; `kernel` reads only the call's super-blocks of the
+/// rows it is given.
+#[inline(always)]
+unsafe fn row_groups<const R: usize, const C: usize>(
+    call: &Call,
+    rows: std::ops::Range<usize>,
+    q4: bool,
+    kernel: impl Fn(&[*const u8; R]) -> [[f32; C]; R],
+) {
+    let ts = if q4 { 144 } else { 210 };
+    for i in rows.step_by(R) {
+        // SAFETY: caller's contract: rows i..i + R exist, hold the call's
+        // super-blocks, and their outputs are the caller's.
+        unsafe {
+            let row: [*const u8; R] = std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
+            let res = kernel(&row);
+            for c in 0..C {
+                for (q, v) in res.iter().enumerate() {
+                    let o = call.out[c].add(i + q);
+                    *o = if call.add { *o + v[c] } else { v[c] };
+                }
+            }
+        }
+    }
+}
+
 /// One activation column in Q8_K form, from the call's first super-block.
 #[derive(Clone, Copy)]
 struct Column {
@@ -303,24 +334,16 @@ mod x86 {
         call: &Call,
         rows: Range<usize>,
     ) {
-        let ts = if Q4 { 144 } else { 210 };
-        for i in rows.step_by(R) {
-            // SAFETY: caller's contract.
-            unsafe {
-                let row: [*const u8; R] =
-                    std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
-                let res = if Q4 {
-                    q4k::<R, C>(&row, call)
+        // SAFETY: caller's contract; the kernels need this function's
+        // target features.
+        unsafe {
+            super::row_groups::<R, C>(call, rows, Q4, |row| {
+                if Q4 {
+                    q4k::<R, C>(row, call)
                 } else {
-                    q6k::<R, C>(&row, call)
-                };
-                for c in 0..C {
-                    for (q, v) in res.iter().enumerate() {
-                        let o = call.out[c].add(i + q);
-                        *o = if call.add { *o + v[c] } else { v[c] };
-                    }
+                    q6k::<R, C>(row, call)
                 }
-            }
+            })
         }
     }
 
@@ -512,24 +535,16 @@ mod vnni {
         call: &Call,
         rows: Range<usize>,
     ) {
-        let ts = if Q4 { 144 } else { 210 };
-        for i in rows.step_by(R) {
-            // SAFETY: caller's contract.
-            unsafe {
-                let row: [*const u8; R] =
-                    std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
-                let res = if Q4 {
-                    q4k::<R, C>(&row, call)
+        // SAFETY: caller's contract; the kernels need this function's
+        // target features.
+        unsafe {
+            super::row_groups::<R, C>(call, rows, Q4, |row| {
+                if Q4 {
+                    q4k::<R, C>(row, call)
                 } else {
-                    q6k::<R, C>(&row, call)
-                };
-                for c in 0..C {
-                    for (q, v) in res.iter().enumerate() {
-                        let o = call.out[c].add(i + q);
-                        *o = if call.add { *o + v[c] } else { v[c] };
-                    }
+                    q6k::<R, C>(row, call)
                 }
-            }
+            })
         }
     }
 
