@@ -991,12 +991,12 @@ pub(crate) mod x86 {
         let ahead = super::super::matmul::rows_ahead(k * bytes, 4 * stride, 1024 * bytes);
         // SAFETY: caller's contract; prefetches may point past the rows.
         unsafe {
+            let end32 = k / 32 * 32;
             let mut i = 0;
             while i < count {
                 let rows = if count - i >= 4 { 4 } else { 1 };
                 let row = |r: usize| first.add((i + r) * stride);
                 let mut acc = [[_mm512_setzero_ps(); 2]; 4];
-                let end32 = k / 32 * 32;
                 let mut kk = 0;
                 while kk < end32 {
                     let x = [

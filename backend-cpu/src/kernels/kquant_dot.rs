@@ -91,7 +91,8 @@ fn q8k_layout(n: usize, nsb: usize) -> [usize; 4] {
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
 /// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
-/// the processor has AVX2, FMA and F16C.
+/// the processor has AVX2, FMA and F16C, and AVX-512 VNNI where `isa`
+/// says so (which picks the 512-bit kernels).
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let wide = isa == Isa::Avx512Vnni;

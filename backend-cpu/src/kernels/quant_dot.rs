@@ -112,13 +112,15 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         dequantized_fallback(isa, a, m, b, out);
         return;
     };
+    // K-quants, few columns: blocks read in place (512-bit kernels with
+    // VNNI, 256-bit ones on AVX2)
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 && super::kquant_dot::takes(&a, n) {
+        super::kquant_dot::gemm(isa, a, m, b, out);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512Vnni {
-        // K-quants, few columns: blocks read in place
-        if super::kquant_dot::takes(&a, n) {
-            super::kquant_dot::gemm(isa, a, m, b, out);
-            return;
-        }
         // short Q4_0 rows eight at a time, long ones streamed
         if n == 1 && super::transposed_matvec::takes(&a) {
             super::transposed_matvec::matvec(a, m, b, out);
@@ -129,15 +131,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             return;
         }
     }
-    // without VNNI, few columns: blocks read in place
+    // without VNNI, Q8_0/Q4_0 with few columns: blocks read in place
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Avx512Vnni && isa >= Isa::Avx2 {
         if super::block_dot_avx2::takes(&a, n) {
             super::block_dot_avx2::gemm(a, m, b, out);
-            return;
-        }
-        if super::kquant_dot::takes(&a, n) {
-            super::kquant_dot::gemm(isa, a, m, b, out);
             return;
         }
         // many columns: an integer GEMM over interleaved row panels
