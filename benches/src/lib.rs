@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+pub mod cpu_timing;
 pub mod peers;
 
 use ggraph_core::alloc::VirtualBufferType;

@@ -22,6 +22,13 @@ use ggraph_core::DType;
 /// Column counts of the mul_mat tables.
 pub const MUL_MAT_COLUMNS: [usize; 3] = [1, 8, 512];
 
+/// Token counts of the mul_mat_id table.
+pub const MUL_MAT_ID_TOKENS: [usize; 8] = [1, 4, 8, 32, 64, 128, 256, 512];
+
+/// ggml-cpu's mul_mat_id GFLOP/s for 128 experts of 768 x 2048, 8 used
+/// per token, for the token counts of [`MUL_MAT_ID_TOKENS`].
+pub type MulMatIdTable = [(DType, [f64; 8])];
+
 /// ggml-cpu's mul_mat GFLOP/s for weights 4096 x 14336 and f32
 /// activations of n = 1, 8, 512 columns.
 pub type MulMatTable = [(DType, [f64; 3])];
@@ -31,6 +38,8 @@ pub struct PeerSet {
     /// When and on what they were measured.
     pub label: &'static str,
     pub mul_mat: &'static MulMatTable,
+    /// Empty where it was not measured.
+    pub mul_mat_id: &'static MulMatIdTable,
     pub runner: &'static [RunnerPeer],
 }
 
@@ -52,6 +61,7 @@ pub const ISSUE: PeerSet = PeerSet {
         (DType::Q8_0, [99.0, 246.0, 320.0]),
         (DType::Q4_0, [104.0, 248.0, 262.0]),
     ],
+    mul_mat_id: &[],
     runner: &[
         runner("small", DType::F32, 4518.0, 279.0),
         runner("small", DType::F16, 5476.0, 514.0),
@@ -75,6 +85,7 @@ pub const ZEN4_AVX512: PeerSet = PeerSet {
         (DType::Q4_K, [106.7, 177.4, 546.3]),
         (DType::Q6_K, [67.6, 87.9, 410.1]),
     ],
+    mul_mat_id: &[],
     runner: &[
         runner("small", DType::F32, 2638.9, 248.3),
         runner("small", DType::F16, 2483.7, 418.9),
@@ -101,6 +112,7 @@ pub const ZEN3_AVX2: PeerSet = PeerSet {
         (DType::Q4_K, [92.7, 66.3, 149.4]),
         (DType::Q6_K, [63.4, 44.7, 160.6]),
     ],
+    mul_mat_id: &[],
     runner: &[
         runner("small", DType::F32, 2020.7, 170.1),
         runner("small", DType::F16, 2677.0, 288.8),
@@ -116,7 +128,9 @@ pub const ZEN3_AVX2: PeerSet = PeerSet {
 /// GB/s from both cores); mul_mat: the better of two runs where there
 /// were two; llama-bench: the mean of two repetitions, the best of three
 /// rounds over the day (the 8b-4l models: two rounds of one run, prompt
-/// 512 and generation 32).
+/// 512 and generation 32); mul_mat_id: `test-backend-ops perf -o
+/// MUL_MAT_ID` (its Qwen3-30B-A3B cases, `b=0`), the best of three runs
+/// (its F32 cells moved by up to 60% between runs).
 pub const ZEN5_AVX512: PeerSet = PeerSet {
     label: "2026-11-25, Zen 5 with AVX-512",
     mul_mat: &[
@@ -127,6 +141,32 @@ pub const ZEN5_AVX512: PeerSet = PeerSet {
         (DType::Q4_0, [83.2, 211.8, 216.5]),
         (DType::Q4_K, [145.5, 201.0, 869.8]),
         (DType::Q6_K, [101.9, 150.5, 700.2]),
+    ],
+    mul_mat_id: &[
+        (
+            DType::F32,
+            [49.5, 41.1, 45.2, 49.8, 80.8, 116.1, 129.5, 139.3],
+        ),
+        (
+            DType::F16,
+            [91.2, 59.7, 56.0, 75.1, 98.7, 120.6, 125.4, 131.8],
+        ),
+        (
+            DType::Q8_0,
+            [135.2, 94.0, 89.6, 95.8, 113.4, 120.8, 129.8, 137.8],
+        ),
+        (
+            DType::Q4_0,
+            [115.7, 100.4, 98.1, 97.2, 100.2, 107.9, 113.4, 118.1],
+        ),
+        (
+            DType::Q4_K,
+            [160.9, 139.3, 115.5, 115.2, 138.7, 193.4, 307.4, 409.3],
+        ),
+        (
+            DType::Q6_K,
+            [154.5, 116.3, 106.9, 107.0, 128.7, 158.0, 217.9, 305.3],
+        ),
     ],
     runner: &[
         runner("small", DType::F32, 4485.5, 271.8),
@@ -180,6 +220,16 @@ impl PeerSet {
     pub fn mul_mat(&self, dtype: DType, n: usize) -> Option<f64> {
         let col = MUL_MAT_COLUMNS.iter().position(|&c| c == n)?;
         self.mul_mat
+            .iter()
+            .find(|(t, _)| *t == dtype)
+            .map(|(_, f)| f[col])
+    }
+
+    /// The mul_mat_id figure for `dtype` with `tokens` tokens, if there is
+    /// one.
+    pub fn mul_mat_id(&self, dtype: DType, tokens: usize) -> Option<f64> {
+        let col = MUL_MAT_ID_TOKENS.iter().position(|&c| c == tokens)?;
+        self.mul_mat_id
             .iter()
             .find(|(t, _)| *t == dtype)
             .map(|(_, f)| f[col])

@@ -20,12 +20,16 @@
 //! ggml's when nothing else runs (the load average is printed first).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ggraph_benches::arg_value;
+use ggraph_benches::cpu_timing::{
+    Case, find_type, load_average, parse_list, time_case, values, weight_bytes,
+};
 use ggraph_benches::peers::{self, MUL_MAT_COLUMNS};
-use ggraph_core::backend::{Backend, Device};
-use ggraph_core::ir::{GraphBuilder, TensorId};
-use ggraph_core::{DType, Result, exec, quant};
+use ggraph_core::backend::Device;
+use ggraph_core::ir::GraphBuilder;
+use ggraph_core::{DType, Result, exec};
 use ggraph_cpu::CpuDevice;
 
 /// Output rows (m) and row length (k) of the weights (the issue's shape;
@@ -50,42 +54,7 @@ const ALL_TYPES: [DType; 7] = [
     DType::Q6_K,
 ];
 
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// Weights of `dtype`: 16 distinct quantised rows repeated (quantising
-/// 58 M values with the reference K-quant code would take longer than
-/// the bench; the kernels' speed does not depend on the values).
-fn weight_bytes(dtype: DType, shape: Shape) -> Result<Vec<u8>> {
-    const DISTINCT: usize = 16;
-    let (m, k) = (shape.m, shape.k);
-    let row_bytes = dtype.row_size(k).ok_or_else(|| {
-        ggraph_core::Error::InvalidArgument(format!("k {k}: not whole blocks of {dtype}"))
-    })?;
-    let rows = quant::quantize(dtype, &values(DISTINCT * k, 7))?;
-    let mut out = Vec::with_capacity(m * row_bytes);
-    for i in 0..m {
-        let r = i % DISTINCT;
-        out.extend_from_slice(&rows[r * row_bytes..(r + 1) * row_bytes]);
-    }
-    Ok(out)
-}
-
 /// One mul_mat of `dtype` weights and `n` columns, allocated and filled.
-struct Case {
-    graph: ggraph_core::ir::Graph,
-    out: TensorId,
-}
-
 fn build_case(
     dev: &Arc<dyn Device>,
     dtype: DType,
@@ -105,82 +74,20 @@ fn build_case(
     Ok(Case { graph, out: y })
 }
 
-/// Seconds of CPU time (user + system) this process has used, from
-/// /proc/self/stat; None where that file does not exist.
-fn cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // fields after the command name (which is in parentheses)
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
-/// Timings of one mul_mat, run on each of `copies` in turn: the median
-/// wall-clock seconds of at least 3 runs in about `budget`, and the CPU
-/// seconds per run divided by the thread count (what the run would take
-/// with the cores to itself; it tells kernel changes apart when other
-/// work shares the machine).
-fn time_case(
-    backend: &mut dyn Backend,
-    copies: &[Case],
-    budget: Duration,
-    threads: usize,
-) -> Result<(f64, Option<f64>)> {
-    // warm-up: pages, scratch
-    for case in copies {
-        backend.compute(&case.graph, &[case.out])?;
-    }
-    let mut times = Vec::new();
-    let cpu0 = cpu_seconds();
-    let start = Instant::now();
-    while times.len() < 3.max(copies.len()) || (start.elapsed() < budget && times.len() < 500) {
-        let case = &copies[times.len() % copies.len()];
-        let t = Instant::now();
-        backend.compute(&case.graph, &[case.out])?;
-        backend.synchronize()?;
-        times.push(t.elapsed().as_secs_f64());
-    }
-    let cpu = match (cpu0, cpu_seconds()) {
-        (Some(a), Some(b)) if b > a => Some((b - a) / times.len() as f64 / threads as f64),
-        _ => None,
-    };
-    times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], cpu))
-}
-
-fn parse_list<T>(arg: Option<&String>, parse: impl Fn(&str) -> Option<T>) -> Option<Vec<T>> {
-    arg.map(|s| s.split(',').filter_map(|p| parse(p.trim())).collect())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-    };
+    let opt = |name: &str| arg_value(&args, name);
     let threads: usize = opt("--threads").and_then(|s| s.parse().ok()).unwrap_or(2);
     let columns = parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(MUL_MAT_COLUMNS.to_vec());
-    let types = parse_list(opt("--types"), |s| {
-        ALL_TYPES
-            .into_iter()
-            .find(|t| t.name().eq_ignore_ascii_case(s))
-    })
-    .unwrap_or(ALL_TYPES.to_vec());
+    let types =
+        parse_list(opt("--types"), |s| find_type(&ALL_TYPES, s)).unwrap_or(ALL_TYPES.to_vec());
 
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();
     println!(
         "mul_mat on the CPU backend: weights m x k = {} x {}, f32 activations of n columns",
-        opt("--m").map_or(M.to_string(), |s| s.clone()),
-        opt("--k").map_or(K.to_string(), |s| s.clone())
+        opt("--m").map_or(M.to_string(), str::to_string),
+        opt("--k").map_or(K.to_string(), str::to_string)
     );
     println!("machine: {}", dev.description());
     println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
@@ -212,7 +119,7 @@ fn main() -> Result<()> {
     let mut backend = dev.new_backend()?;
     let mut verdicts = Vec::new();
     for &dtype in &types {
-        let weights = weight_bytes(dtype, shape)?;
+        let weights = weight_bytes(dtype, shape.m, shape.k)?;
         print!("{:<8}", dtype.name());
         for &n in &columns {
             let cases = (0..copies)
