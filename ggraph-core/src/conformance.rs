@@ -673,6 +673,21 @@ fn mul_mat_cases(c: &mut Cases) {
                 cb.b.mul_mat_id(experts, b, ids)
             });
         }
+        // every pair on one expert (a backend may split its rows over
+        // threads), and pairs over many experts (it may hand whole experts
+        // to threads)
+        for (label, n_expert, n_used, tokens) in [
+            ("one_expert", 1usize, 2usize, 3usize),
+            ("16_experts", 16, 4, 9),
+        ] {
+            let name = format!("mul_mat_id[{w},F32,{label}]");
+            c.add(OpKind::MulMatId, name, matmul_bound(w), move |cb| {
+                let experts = cb.input(w, &[k, 11, n_expert.max(4)])?;
+                let b = cb.input(DType::F32, &[k, n_used, tokens])?;
+                let ids = cb.filled(DType::I32, &[n_used, tokens], Fill::Indices(n_expert))?;
+                cb.b.mul_mat_id(experts, b, ids)
+            });
+        }
     }
 }
 
