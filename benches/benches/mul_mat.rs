@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use ggraph_benches::cpu_timing::{values, weight_bytes};
 use ggraph_core::backend::Device;
 use ggraph_core::ir::GraphBuilder;
-use ggraph_core::{DType, exec, quant};
+use ggraph_core::{DType, exec};
 use ggraph_cpu::CpuDevice;
 
 const M: usize = 4096;
@@ -25,31 +26,6 @@ const K: usize = 14336;
 /// 2 threads (`ggraph_benches::peers`).
 fn ggml(dtype: DType, n: usize) -> Option<f64> {
     ggraph_benches::peers::measured_here().mul_mat(dtype, n)
-}
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// 16 distinct quantised rows, repeated to M rows.
-fn weight_bytes(dtype: DType) -> Vec<u8> {
-    let row_bytes = dtype.row_size(K).unwrap();
-    let rows = quant::quantize(dtype, &values(16 * K, 7)).unwrap();
-    (0..M)
-        .flat_map(|i| {
-            rows[(i % 16) * row_bytes..(i % 16 + 1) * row_bytes]
-                .iter()
-                .copied()
-        })
-        .collect()
 }
 
 fn mul_mat(c: &mut Criterion) {
@@ -72,7 +48,7 @@ fn mul_mat(c: &mut Criterion) {
             .sample_size(10)
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(2));
-        let weights = weight_bytes(dtype);
+        let weights = weight_bytes(dtype, M, K).unwrap();
         for n in [1usize, 8, 512] {
             let mut b = GraphBuilder::new();
             let w = b.weight("w", dtype, &[K, M]).unwrap();
