@@ -87,10 +87,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         quantize_column(x, codes, bias, dx);
         let col = Column { codes, bias, dx };
         let col = &col;
-        let ts = a.dtype.type_size();
-        // short rows: fetch rows PREFETCH_BYTES on; long ones: further
-        // along the row
-        let ahead = super::matmul::rows_ahead(nb * ts, ROWS * a.stride, 32 * GROUP * ts);
+        let ahead = super::matmul::matvec_ahead(ROWS * a.stride);
         matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
             // SAFETY: the first r rows exist and hold nb blocks, as does the
             // column.

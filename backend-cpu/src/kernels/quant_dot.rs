@@ -856,7 +856,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     ],
                     sx: [std::ptr::null(); DIRECT_C],
                 };
-                let ahead = super::matmul::rows_ahead(nblk * ts, DIRECT_R * a.stride, 64 * ts);
+                let ahead = super::matmul::matvec_ahead(DIRECT_R * a.stride);
                 // SAFETY: rows range of a hold nblk blocks each, a.stride
                 // apart; output column 0 holds m values, these rows this
                 // task's alone.
