@@ -16,8 +16,31 @@ use ggraph_core::model::make::{llama_gguf, make_vocab};
 use ggraph_core::model::placement::{GpuLayers, PlacementOptions, SplitMode};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
+/// A GGUF file in the temporary directory, removed when dropped (a
+/// failing test included).
+struct TempGguf(PathBuf);
+
+impl std::ops::Deref for TempGguf {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempGguf {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempGguf {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
+}
+
 /// A small random llama written as a GGUF file.
-fn gguf(name: &str) -> PathBuf {
+fn gguf(name: &str) -> TempGguf {
     let desc =
         ModelDesc::random(LlamaConfig::dense(512, 128, 4, 4, 2, 256), DType::Q4_0, 5).unwrap();
     let w = llama_gguf(&desc, make_vocab(512)).unwrap();
@@ -26,7 +49,7 @@ fn gguf(name: &str) -> PathBuf {
         std::process::id()
     ));
     std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
-    path
+    TempGguf(path)
 }
 
 fn params(attention: Attention) -> ContextParams {
@@ -108,7 +131,6 @@ fn the_estimate_equals_what_loading_and_reserving_allocate() {
         assert_eq!(host.compute, *ctx.compute_bytes().last().unwrap());
         println!("{mode:?}:\n{}", est.table());
     }
-    std::fs::remove_file(path).ok();
 }
 
 #[test]
@@ -183,7 +205,6 @@ fn fitting_offloads_what_fits_and_says_why_it_stopped() {
         "{}",
         f.reason
     );
-    std::fs::remove_file(path).ok();
 }
 
 /// A device with room for the weights but not for the KV cache and compute
