@@ -1,20 +1,32 @@
 //! The CPU's worker team: during one graph computation, the thread that
-//! runs the graph (the leader) and the other threads of its rayon pool
+//! runs the graph (the leader) and helpers from the team's rayon pool
 //! share each kernel's tasks.
 //!
-//! A computation enters the pool once; the other workers then spin on an
-//! epoch counter until it ends, so a kernel hands out its tasks in well
-//! under a microsecond instead of waking threads for every op (generation
-//! runs a few hundred small ops per token, where waking would cost more
-//! than the ops). The leader also takes tasks and returns when every task
-//! is done and no helper still looks at the job. Work submitted from
-//! inside a task, from a thread outside any computation, or while another
-//! thread leads the team runs on the calling thread.
+//! The helpers spin on an epoch counter while a computation runs, so a
+//! kernel hands out its tasks in well under a microsecond instead of
+//! waking threads for every op (generation runs a few hundred small ops
+//! per token, where waking would cost more than the ops). They keep
+//! spinning for [`LINGER`] after a computation ends, so that the next one
+//! (the next token) finds them awake; only a team idle for longer puts
+//! them to sleep. The leader is the thread that calls [`Team::run`]: it
+//! takes tasks too, and returns when every task is done and no helper
+//! still looks at the job. Work submitted from inside a task, from a
+//! thread outside any computation, or while another thread leads the
+//! team runs on the calling thread.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long helpers wait, spinning, for the next computation. Entering
+/// the pool for every computation and sleeping between them cost about
+/// 50 us per token (25 us to wake a helper, 25 more to wake the caller
+/// afterwards; small F16 model, 2 threads, Zen 5), 2-7% of a token's
+/// time on small models; a token's work outside the graph takes a few
+/// hundred microseconds at most.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// One parallel loop: tasks 0..n of `body`.
 struct Job {
@@ -50,16 +62,30 @@ struct Shared {
     epoch: AtomicU64,
     /// Helpers between reading `job` and being done with it.
     busy: AtomicUsize,
-    /// A computation is running: helpers keep spinning.
+    /// A computation is running: helpers take part in its jobs.
     active: AtomicBool,
     /// Held by the thread that leads the team.
     lead: Mutex<()>,
+    /// Helpers in their loop, at work or lingering. A helper leaves, and a
+    /// leader counts the helpers it has, under this lock, with `active`
+    /// read or set inside it: no computation counts a helper that leaves.
+    present: Mutex<usize>,
 }
 
-/// A rayon pool used as a team (see the module notes).
+impl Shared {
+    fn present(&self) -> MutexGuard<'_, usize> {
+        // a count stays valid whatever panicked while it was held
+        self.present.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A rayon pool whose threads help the caller of [`Team::run`] (see the
+/// module notes).
 pub struct Team {
-    pool: Arc<rayon::ThreadPool>,
-    shared: Shared,
+    pool: rayon::ThreadPool,
+    /// The leader and its helpers.
+    threads: usize,
+    shared: Arc<Shared>,
 }
 
 thread_local! {
@@ -70,21 +96,25 @@ thread_local! {
 }
 
 impl Team {
-    /// A team over a new pool of `threads` threads (at least 1).
+    /// A team of `threads` threads (at least 1): the caller of `run` and
+    /// a new pool for the others.
     pub fn new(threads: usize) -> Result<Team, rayon::ThreadPoolBuildError> {
+        let threads = threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads.max(1))
+            .num_threads((threads - 1).max(1))
             .thread_name(|i| format!("ggraph-cpu-{i}"))
             .build()?;
         Ok(Team {
-            pool: Arc::new(pool),
-            shared: Shared {
+            pool,
+            threads,
+            shared: Arc::new(Shared {
                 job: AtomicPtr::new(std::ptr::null_mut()),
                 epoch: AtomicU64::new(0),
                 busy: AtomicUsize::new(0),
                 active: AtomicBool::new(false),
                 lead: Mutex::new(()),
-            },
+                present: Mutex::new(0),
+            }),
         })
     }
 
@@ -98,38 +128,39 @@ impl Team {
     }
 
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.threads
     }
 
-    /// Runs `f` inside the pool with this team's threads sharing the
-    /// parallel loops `f` starts. If another computation leads the team
-    /// now, `f` runs with its loops on the calling thread alone.
-    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+    /// Runs `f` on the calling thread with this team's threads sharing
+    /// the parallel loops `f` starts. If another computation leads the
+    /// team now, `f` runs with its loops on the calling thread alone.
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         let Ok(_lead) = self.shared.lead.try_lock() else {
             return f();
         };
         let s = &self.shared;
-        self.pool.install(|| {
-            rayon::scope(|scope| {
-                s.active.store(true, SeqCst);
-                // helpers start from the epoch before any job of this
-                // computation, so a job published before a helper gets
-                // going is still seen
-                let start = s.epoch.load(SeqCst);
-                for _ in 1..self.threads() {
-                    scope.spawn(move |_| helper(s, start));
-                }
-                struct Finish<'a>(&'a Shared, *const Team);
-                impl Drop for Finish<'_> {
-                    fn drop(&mut self) {
-                        self.0.active.store(false, SeqCst);
-                        LEADING.with(|l| l.set(self.1));
-                    }
-                }
-                let _finish = Finish(s, LEADING.with(|l| l.replace(self)));
-                f()
-            })
-        })
+        {
+            let mut present = s.present();
+            s.active.store(true, SeqCst);
+            // new helpers start from the epoch before any job of this
+            // computation, so a job published before one gets going is
+            // still seen
+            let start = s.epoch.load(SeqCst);
+            while *present < self.threads - 1 {
+                let shared = self.shared.clone();
+                self.pool.spawn(move || helper(&shared, start));
+                *present += 1;
+            }
+        }
+        struct Finish<'a>(&'a Shared, *const Team);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                self.0.active.store(false, SeqCst);
+                LEADING.with(|l| l.set(self.1));
+            }
+        }
+        let _finish = Finish(s, LEADING.with(|l| l.replace(self)));
+        f()
     }
 
     /// Runs tasks 0..n of `body`, spread over the team, and returns when
@@ -181,11 +212,25 @@ fn in_task<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// A helper's loop for the length of one computation: take part in
-/// every job published while it runs.
+/// A helper's loop: take part in every job published while a
+/// computation runs, and leave when none has run for [`LINGER`].
 fn helper(s: &Shared, start: u64) {
     let mut seen = start;
-    while s.active.load(SeqCst) {
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if !s.active.load(SeqCst) {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= LINGER {
+                let mut present = s.present();
+                if !s.active.load(SeqCst) {
+                    *present -= 1;
+                    return;
+                }
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle_since = None;
         let epoch = s.epoch.load(SeqCst);
         if epoch == seen {
             std::hint::spin_loop();
@@ -303,21 +348,44 @@ mod tests {
         // when a helper takes one while the leader holds the other
         let team = Team::new(2).unwrap();
         for _ in 0..20 {
-            let started = AtomicU32::new(0);
-            let met = AtomicU32::new(0);
-            team.run(|| {
-                for_each(2, |_| {
-                    started.fetch_add(1, SeqCst);
-                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-                    while started.load(SeqCst) < 2 && std::time::Instant::now() < deadline {
-                        std::hint::spin_loop();
-                    }
-                    if started.load(SeqCst) == 2 {
-                        met.fetch_add(1, SeqCst);
-                    }
-                })
-            });
-            assert_eq!(met.load(SeqCst), 2);
+            assert!(two_tasks_meet(&team));
+        }
+    }
+
+    /// Whether a helper takes one of two tasks that each wait for the
+    /// other to start.
+    fn two_tasks_meet(team: &Team) -> bool {
+        let started = AtomicU32::new(0);
+        let met = AtomicU32::new(0);
+        team.run(|| {
+            for_each(2, |_| {
+                started.fetch_add(1, SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while started.load(SeqCst) < 2 && Instant::now() < deadline {
+                    std::hint::spin_loop();
+                }
+                if started.load(SeqCst) == 2 {
+                    met.fetch_add(1, SeqCst);
+                }
+            })
+        });
+        met.load(SeqCst) == 2
+    }
+
+    #[test]
+    fn helpers_linger_between_computations_then_leave_and_come_back() {
+        let team = Team::new(2).unwrap();
+        assert!(two_tasks_meet(&team));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while *team.shared.present() != 0 && Instant::now() < deadline {
+            std::thread::sleep(LINGER);
+        }
+        assert_eq!(*team.shared.present(), 0, "the idle helper left");
+        assert!(two_tasks_meet(&team), "a new helper came for the next one");
+        for _ in 0..20 {
+            assert!(two_tasks_meet(&team));
+            // (none if this thread slept past the linger)
+            assert!(*team.shared.present() <= 1, "one helper, never two");
         }
     }
 
