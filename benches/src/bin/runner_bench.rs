@@ -16,6 +16,7 @@ use ggraph::model::llama::Attention;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
+use ggraph_benches::cpu_timing::memory_read_gbps;
 use ggraph_benches::peers;
 use ggraph_cpu::CpuDevice;
 
@@ -115,6 +116,10 @@ fn main() -> ggraph::Result<()> {
     );
     let here = peers::measured_here();
     println!(
+        "memory read bandwidth before: {:.0} GB/s",
+        memory_read_gbps()
+    );
+    println!(
         "llama.cpp: the issue's figures / measured on this kind of machine ({})",
         here.label
     );
@@ -143,6 +148,10 @@ fn main() -> ggraph::Result<()> {
             pair(peer.generation, today.map(|t| t.generation))
         );
     }
+    println!(
+        "memory read bandwidth after: {:.0} GB/s",
+        memory_read_gbps()
+    );
     Ok(())
 }
 
