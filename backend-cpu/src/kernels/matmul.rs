@@ -92,10 +92,6 @@ pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
     short_rows_ahead(group_bytes)
 }
 
-/// Rows per call of the one-column mat-vec kernels for long Q4_0 rows
-/// and K-quants.
-pub(crate) const MATVEC_ROWS: usize = 4;
-
 /// `out[0][i] = dot(a row i, ..)` for `i < m`: the rows spread over the
 /// team, each task handing `kernel` groups of `R` rows (single rows at the
 /// end of its range). `kernel(rows, count, results)` computes
