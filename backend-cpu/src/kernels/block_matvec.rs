@@ -26,19 +26,13 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, WeightRows, matvec_rows};
+use super::matmul::{Cols, MATVEC_AHEAD_ROWS, MATVEC_ONE_ROW_BYTES, WeightRows, matvec_rows};
 
 /// Values per block.
 const QB: usize = 32;
-/// Rows per kernel call: one, so that each task reads its rows as one
-/// sequential stream. Four rows side by side (four streams a row apart)
-/// share the column's loads but stream slower: Zen 5, 2 threads, eight
-/// copies of the weights, eight alternated rounds, median GFLOP/s: 14336
-/// x 4096 143 -> 164, 4096 x 14336 139 -> 151.
-const ROWS: usize = 1;
-/// The prefetch distance, in rows (with at least `PREFETCH_BYTES`), as
-/// measured when four rows went per call.
-const AHEAD_ROWS: usize = 4;
+/// Rows per kernel call for rows shorter than `MATVEC_ONE_ROW_BYTES`
+/// (longer ones go one per call).
+const ROWS: usize = 4;
 /// Blocks per step of the kernel.
 const GROUP: usize = 4;
 
@@ -94,11 +88,25 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         quantize_column(x, codes, bias, dx);
         let col = Column { codes, bias, dx };
         let col = &col;
-        let ahead = super::matmul::matvec_ahead(AHEAD_ROWS * a.stride);
-        matvec_rows::<ROWS>(a, m, out, |rows, _, res| {
-            // SAFETY: the row exists and holds nb blocks, as does the
+        let ahead = super::matmul::matvec_ahead(MATVEC_AHEAD_ROWS * a.stride);
+        if nb * a.dtype.type_size() >= MATVEC_ONE_ROW_BYTES {
+            matvec_rows::<1>(a, m, out, |rows, _, res| {
+                // SAFETY: the row exists and holds nb blocks, as does the
+                // column.
+                unsafe { x86::q4_0::<1>(rows, nb, col, ahead, res) }
+            });
+            return;
+        }
+        matvec_rows::<ROWS>(a, m, out, |rows, r, res| {
+            // SAFETY: the first r rows exist and hold nb blocks, as does the
             // column.
-            unsafe { x86::q4_0::<ROWS>(rows, nb, col, ahead, res) }
+            unsafe {
+                if r == ROWS {
+                    x86::q4_0::<ROWS>(rows, nb, col, ahead, res)
+                } else {
+                    x86::q4_0::<1>(rows, nb, col, ahead, res)
+                }
+            }
         });
     });
 }
@@ -167,11 +175,11 @@ mod x86 {
     /// does the column.
     #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn q4_0<const R: usize>(
-        rows: &[*const u8; super::ROWS],
+        rows: &[*const u8],
         nb: usize,
         x: &Column,
         ahead: usize,
-        out: &mut [f32; super::ROWS],
+        out: &mut [f32],
     ) {
         const TS: usize = 18;
         // SAFETY: caller's contract; every read is inside group g of a

@@ -131,15 +131,21 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             }
             acts
         };
-        let rows_per_call = MAX_C / per_group.min(MAX_C);
+        // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule):
+        // long rows one per call (see `matmul::MATVEC_ONE_ROW_BYTES`)
         let ts = a.dtype.type_size();
+        let matvec = n == 1 && wide;
+        let rows_per_call = if matvec && nsb * ts >= super::matmul::MATVEC_ONE_ROW_BYTES {
+            1
+        } else {
+            MAX_C / per_group.min(MAX_C)
+        };
         let plan = Plan {
             nb: nsb,
             chunk: CHUNK_SUPER_BLOCKS,
             rows_per_call,
-            // (measured on AVX-512 VNNI only; AVX2 keeps its rule)
-            ahead: if n == 1 && wide {
-                super::matmul::matvec_ahead(rows_per_call * a.stride)
+            ahead: if matvec {
+                super::matmul::matvec_ahead(super::matmul::MATVEC_AHEAD_ROWS * a.stride)
             } else {
                 super::matmul::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
             },
