@@ -976,11 +976,22 @@ pub(crate) mod x86 {
         }
     }
 
+    /// Row lengths (bytes) that the AVX-512 row stream reads one row at a
+    /// time, so that a task streams its rows in order. Zen 5, 2 threads:
+    /// with 8 KiB rows (F16, k = 4096) one at a time streamed faster
+    /// (14336 x 4096, four copies, three rounds: 40-41 -> 47-49 GFLOP/s;
+    /// 8b-4l F16 generation, five alternated runs: 14.0 -> 16.5 tokens/s),
+    /// with 16 KiB rows (F32) no faster, and with 28 KiB rows (F16, k =
+    /// 14336) slower (4096 x 14336: 45-61 -> 42-43 GFLOP/s): long rows
+    /// side by side are long streams already.
+    const ONE_ROW_BYTES: std::ops::RangeInclusive<usize> = super::SHORT_ROW_BYTES + 1..=12 << 10;
+
     /// The AVX-512 row stream (see `super::RowStream`): four rows at a
-    /// time (single rows at the end), two accumulators each, 32 values per
-    /// step; each dot summed in registers and stored. Rows are prefetched
-    /// as the dot tiles do: whole groups of rows ahead for short rows,
-    /// 1024 values further along for long ones.
+    /// time (single rows at the end), but rows of [`ONE_ROW_BYTES`] one
+    /// at a time; two accumulators per row, 32 values per step; each dot
+    /// summed in registers and stored. Rows are prefetched as the dot
+    /// tiles do: whole groups of rows ahead for short rows, 1024 values
+    /// further along for long ones.
     ///
     /// # Safety
     /// As for `row_stream_avx2`, with AVX-512 F/BW/VL.
@@ -995,12 +1006,17 @@ pub(crate) mod x86 {
     ) {
         let bytes = if DT == DT_F32 { 4 } else { 2 };
         let ahead = super::super::matmul::rows_ahead(k * bytes, 4 * stride, 1024 * bytes);
+        let per_call = if ONE_ROW_BYTES.contains(&(k * bytes)) {
+            1
+        } else {
+            4
+        };
         // SAFETY: caller's contract; prefetches may point past the rows.
         unsafe {
             let end32 = k / 32 * 32;
             let mut i = 0;
             while i < count {
-                let rows = if count - i >= 4 { 4 } else { 1 };
+                let rows = if count - i >= per_call { per_call } else { 1 };
                 let row = |r: usize| first.add((i + r) * stride);
                 let mut acc = [[_mm512_setzero_ps(); 2]; 4];
                 let mut kk = 0;
