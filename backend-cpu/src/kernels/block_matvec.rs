@@ -26,12 +26,11 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::gemm::with_scratch;
-use super::matmul::{Cols, MATVEC_AHEAD_ROWS, MATVEC_ONE_ROW_BYTES, WeightRows, matvec_rows};
+use super::matmul::{Cols, WeightRows, matvec_one_row, matvec_prefetch, matvec_rows};
 
 /// Values per block.
 const QB: usize = 32;
-/// Rows per kernel call for rows shorter than `MATVEC_ONE_ROW_BYTES`
-/// (longer ones go one per call).
+/// Rows per kernel call for short rows (see `matmul::matvec_one_row`).
 const ROWS: usize = 4;
 /// Blocks per step of the kernel.
 const GROUP: usize = 4;
@@ -88,8 +87,8 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         quantize_column(x, codes, bias, dx);
         let col = Column { codes, bias, dx };
         let col = &col;
-        let ahead = super::matmul::matvec_ahead(MATVEC_AHEAD_ROWS * a.stride);
-        if nb * a.dtype.type_size() >= MATVEC_ONE_ROW_BYTES {
+        let ahead = matvec_prefetch(a.stride);
+        if matvec_one_row(nb * a.dtype.type_size()) {
             matvec_rows::<1>(a, m, out, |rows, _, res| {
                 // SAFETY: the row exists and holds nb blocks, as does the
                 // column.

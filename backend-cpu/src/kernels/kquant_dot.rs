@@ -131,11 +131,10 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             }
             acts
         };
-        // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule):
-        // long rows one per call (see `matmul::MATVEC_ONE_ROW_BYTES`)
+        // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule)
         let ts = a.dtype.type_size();
         let matvec = n == 1 && wide;
-        let rows_per_call = if matvec && nsb * ts >= super::matmul::MATVEC_ONE_ROW_BYTES {
+        let rows_per_call = if matvec && super::matmul::matvec_one_row(nsb * ts) {
             1
         } else {
             MAX_C / per_group.min(MAX_C)
@@ -145,7 +144,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             chunk: CHUNK_SUPER_BLOCKS,
             rows_per_call,
             ahead: if matvec {
-                super::matmul::matvec_ahead(super::matmul::MATVEC_AHEAD_ROWS * a.stride)
+                super::matmul::matvec_prefetch(a.stride)
             } else {
                 super::matmul::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
             },

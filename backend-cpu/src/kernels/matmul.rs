@@ -92,21 +92,27 @@ pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
     short_rows_ahead(group_bytes)
 }
 
-/// The quantised one-column kernels read rows of at least this many bytes
-/// one per call, so that each task streams its rows in order: four rows
-/// side by side (four streams a row apart) share the column's loads but
-/// stream slower. Zen 5, 2 threads, eight copies of the weights, median
-/// GFLOP/s of alternated rounds: Q4_0 (eight rounds) 14336 x 4096 143 ->
-/// 164, 4096 x 14336 139 -> 151; five rounds, 14336 x 4096 / 4096 x
-/// 14336: Q8_0 70.0 -> 88.9 / 101.5 -> 115.8, Q4_K 139.4 -> 173.7 / 206.0
-/// -> 210.7, Q6_K 88.0 -> 109.1 / 137.2 -> 165.8. Shorter rows keep four
-/// per call: the small model's Q8_0 rows (544 and 1496 bytes) generated
-/// 1037 against 956 tokens/s one per call (median of six).
-pub(crate) const MATVEC_ONE_ROW_BYTES: usize = 2048;
+/// Whether a quantised one-column kernel reads rows of `row_bytes` one
+/// per call (else four): rows of 2 KiB or more, so that each task streams
+/// its rows in order. Four rows side by side (four streams a row apart)
+/// share the column's loads but stream slower. Zen 5, 2 threads, eight
+/// copies of the weights, median GFLOP/s of alternated rounds: Q4_0
+/// (eight rounds) 14336 x 4096 143 -> 164, 4096 x 14336 139 -> 151; five
+/// rounds, 14336 x 4096 / 4096 x 14336: Q8_0 70.0 -> 88.9 / 101.5 ->
+/// 115.8, Q4_K 139.4 -> 173.7 / 206.0 -> 210.7, Q6_K 88.0 -> 109.1 /
+/// 137.2 -> 165.8. Shorter rows keep four per call: the small model's
+/// Q8_0 rows (544 and 1496 bytes) generated 1037 against 956 tokens/s one
+/// per call (median of six).
+pub(crate) fn matvec_one_row(row_bytes: usize) -> bool {
+    row_bytes >= 2048
+}
 
-/// The one-column kernels prefetch [`matvec_ahead`] of this many rows,
-/// the distance measured when four rows went per call.
-pub(crate) const MATVEC_AHEAD_ROWS: usize = 4;
+/// The prefetch distance of the quantised one-column kernels over rows
+/// `stride` bytes apart: [`matvec_ahead`] of four rows, the distance
+/// measured when four rows went per call.
+pub(crate) fn matvec_prefetch(stride: usize) -> usize {
+    matvec_ahead(4 * stride)
+}
 
 /// `out[0][i] = dot(a row i, ..)` for `i < m`: the rows spread over the
 /// team, each task handing `kernel` groups of `R` rows (single rows at the

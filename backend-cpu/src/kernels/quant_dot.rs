@@ -856,8 +856,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
                     ],
                     sx: [std::ptr::null(); DIRECT_C],
                 };
-                let ahead =
-                    super::matmul::matvec_ahead(super::matmul::MATVEC_AHEAD_ROWS * a.stride);
+                let ahead = super::matmul::matvec_prefetch(a.stride);
                 // SAFETY: rows range of a hold nblk blocks each, a.stride
                 // apart; output column 0 holds m values, these rows this
                 // task's alone.
@@ -1550,16 +1549,11 @@ mod x86 {
     ) {
         const R: usize = super::DIRECT_R;
         let ts = if Q4 { 18 } else { 34 };
-        // long rows one per call (see `matmul::MATVEC_ONE_ROW_BYTES`)
-        let per_call = if nb * ts >= super::super::matmul::MATVEC_ONE_ROW_BYTES {
-            1
-        } else {
-            R
-        };
+        let grouped = !super::super::matmul::matvec_one_row(nb * ts);
         // SAFETY: caller's contract: every row i < count exists.
         unsafe {
             let mut i = 0;
-            while per_call == R && i + R <= count {
+            while grouped && i + R <= count {
                 let mut rows = [std::ptr::null::<u8>(); R];
                 for (q, row) in rows.iter_mut().enumerate() {
                     *row = first.add((i + q) * stride);
