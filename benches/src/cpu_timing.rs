@@ -108,6 +108,15 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// Prints the memory read bandwidth now (see [`memory_read_gbps`]),
+/// `when` being "before" or "after" the figures.
+pub fn print_memory_bandwidth(when: &str) {
+    println!(
+        "memory read bandwidth {when}: {:.0} GB/s",
+        memory_read_gbps()
+    );
+}
+
 /// The memory read bandwidth now, in GB/s: every core sums its share of a
 /// 256 MiB buffer, best of three passes. Printed beside the figures
 /// because a virtual machine's bandwidth can change from one minute to

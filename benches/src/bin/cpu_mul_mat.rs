@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use ggraph_benches::arg_value;
 use ggraph_benches::cpu_timing::{
-    Case, find_type, load_average, memory_read_gbps, parse_list, time_case, values, weight_bytes,
+    Case, find_type, load_average, parse_list, print_memory_bandwidth, time_case, values,
+    weight_bytes,
 };
 use ggraph_benches::peers::{self, MUL_MAT_COLUMNS};
 use ggraph_core::backend::Device;
@@ -92,10 +93,7 @@ fn main() -> Result<()> {
     println!("machine: {}", dev.description());
     println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
     println!("load average before: {}", load_average());
-    println!(
-        "memory read bandwidth before: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("before");
     println!();
     let here = peers::measured_here();
     println!(
@@ -153,10 +151,7 @@ fn main() -> Result<()> {
         println!();
     }
     println!("load average after: {}", load_average());
-    println!(
-        "memory read bandwidth after: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("after");
     for (name, pick) in [
         ("the issue's figures", 0),
         ("ggml measured on this kind of machine", 1),

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use ggraph_benches::arg_value;
 use ggraph_benches::cpu_timing::{
-    Case, find_type, load_average, memory_read_gbps, parse_list, time_case, values, weight_bytes,
+    Case, find_type, load_average, parse_list, print_memory_bandwidth, time_case, values,
+    weight_bytes,
 };
 use ggraph_benches::peers::{self, MUL_MAT_ID_TOKENS};
 use ggraph_core::backend::Device;
@@ -96,10 +97,7 @@ fn main() -> Result<()> {
     println!("machine: {}", dev.description());
     println!("threads: {threads} (ggml's figures: 2 threads)");
     println!("load average before: {}", load_average());
-    println!(
-        "memory read bandwidth before: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("before");
     println!();
     let here = peers::measured_here();
     println!(
@@ -136,10 +134,7 @@ fn main() -> Result<()> {
         println!();
     }
     println!("load average after: {}", load_average());
-    println!(
-        "memory read bandwidth after: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("after");
     if compared > 0 {
         if behind.is_empty() {
             println!("every cell at or above ggml's");

@@ -16,7 +16,7 @@ use ggraph::model::llama::Attention;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
-use ggraph_benches::cpu_timing::memory_read_gbps;
+use ggraph_benches::cpu_timing::print_memory_bandwidth;
 use ggraph_benches::peers;
 use ggraph_cpu::CpuDevice;
 
@@ -115,10 +115,7 @@ fn main() -> ggraph::Result<()> {
         rayon_threads()
     );
     let here = peers::measured_here();
-    println!(
-        "memory read bandwidth before: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("before");
     println!(
         "llama.cpp: the issue's figures / measured on this kind of machine ({})",
         here.label
@@ -148,10 +145,7 @@ fn main() -> ggraph::Result<()> {
             pair(peer.generation, today.map(|t| t.generation))
         );
     }
-    println!(
-        "memory read bandwidth after: {:.0} GB/s",
-        memory_read_gbps()
-    );
+    print_memory_bandwidth("after");
     Ok(())
 }
 
