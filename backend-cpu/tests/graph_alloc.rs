@@ -207,3 +207,38 @@ fn a_32_layer_model_takes_a_few_dozen_device_allocations() {
     assert!(total < 36, "{total} device allocations");
     assert_eq!(alloc.stats().reallocations, 0);
 }
+
+#[test]
+fn read_f32_into_reads_what_read_f32_reads_and_checks_the_length() {
+    let mut b = ggraph_core::ir::GraphBuilder::new();
+    let f32s = b.input("f32s", DType::F32, &[6, 4]).unwrap();
+    let f16s = b.input("f16s", DType::F16, &[6, 4]).unwrap();
+    // not contiguous: the first half of each row
+    let strided = b.view_2d(f32s, 3, 4, 24, 0).unwrap();
+    let out = b.add(f32s, f16s).unwrap();
+    b.set_output(out).unwrap();
+    let half = b.cont(strided).unwrap();
+    b.set_output(half).unwrap();
+    let mut g = b.build();
+    let cpu: Arc<dyn Device> = CpuDevice::new();
+    let _mem = exec::alloc_one_buffer(&mut g, &cpu.buffer_type()).unwrap();
+    let vals: Vec<f32> = (0..24).map(|i| i as f32 * 0.5 - 3.0).collect();
+    g.write_f32(f32s, &vals).unwrap();
+    g.write_f32(f16s, &vals).unwrap();
+    for id in [f32s, f16s, strided] {
+        let whole = g.read_f32(id).unwrap();
+        let mut into = vec![f32::NAN; whole.len()];
+        g.read_f32_into(id, &mut into).unwrap();
+        assert_eq!(into, whole);
+    }
+    assert_eq!(g.read_f32(strided).unwrap()[3..6], [0.0, 0.5, 1.0]);
+    let mut short = vec![0f32; 23];
+    assert!(matches!(
+        g.read_f32_into(f32s, &mut short),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(
+        short.iter().all(|&v| v == 0.0),
+        "a refused read writes nothing"
+    );
+}

@@ -201,3 +201,34 @@ fn a_dry_run_reports_the_devices_it_overfills() {
     assert!(over[0].starts_with("does not fit: sim:0") && over[0].contains("short"));
     assert!(runner::over_memory(&load(&roomy)).is_empty());
 }
+
+#[test]
+fn argmax_is_the_first_largest_and_never_a_nan() {
+    fn first_largest(v: &[f32]) -> i32 {
+        let mut best: Option<usize> = None;
+        for (i, x) in v.iter().enumerate() {
+            if !x.is_nan() && best.is_none_or(|b| *x > v[b]) {
+                best = Some(i);
+            }
+        }
+        best.unwrap_or(0) as i32
+    }
+    let mut seed = 7u32;
+    let mut next = || {
+        seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+        (seed >> 8) % 64
+    };
+    for len in [0, 1, 3, 15, 16, 17, 31, 32, 33, 100, 32000] {
+        for _ in 0..20 {
+            // few distinct values, so ties are common
+            let mut v: Vec<f32> = (0..len).map(|_| next() as f32 - 32.0).collect();
+            if len > 2 {
+                v[len / 2] = f32::NAN;
+                v[len - 1] = f32::NEG_INFINITY;
+            }
+            assert_eq!(runner::argmax(&v), first_largest(&v), "len {len}: {v:?}");
+        }
+    }
+    assert_eq!(runner::argmax(&[f32::NEG_INFINITY; 40]), 0);
+    assert_eq!(runner::argmax(&[f32::NAN, 1.0, 2.0, 2.0]), 2);
+}

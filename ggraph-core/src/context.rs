@@ -406,11 +406,19 @@ impl Context {
             Err(e) => return Err(DecodeError::Compute(e)),
         }
         let g = self.sched.graph().expect("allocated");
-        let logits = g.read_f32(built.logits).map_err(DecodeError::Compute)?;
         let v = self.model.config.n_vocab;
         // a ubatch without outputs computed one row it does not keep
         let rows = if outputs.is_empty() { 0 } else { outputs.len() };
-        self.logits.extend_from_slice(&logits[..rows * v]);
+        if rows > 0 {
+            // straight into the kept logits: their memory is reused from
+            // token to token
+            let start = self.logits.len();
+            self.logits.resize(start + rows * v, 0.0);
+            if let Err(e) = g.read_f32_into(built.logits, &mut self.logits[start..]) {
+                self.logits.truncate(start);
+                return Err(DecodeError::Compute(e));
+            }
+        }
         if key.embeddings {
             let e = g.read_f32(built.embeddings).map_err(DecodeError::Compute)?;
             let n = self.model.config.n_embd;

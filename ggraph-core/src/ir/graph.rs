@@ -204,20 +204,39 @@ impl Graph {
 
     /// Reads logical values (ne[0] fastest) as f32, honouring strides.
     pub fn read_f32(&self, id: TensorId) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; self.get(id)?.nelements()];
+        self.read_f32_into(id, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`Graph::read_f32`], into `out` (one value per element). A
+    /// contiguous F32 tensor is copied straight from its buffer, with no
+    /// allocation: the decode loop reads its logits this way every token.
+    pub fn read_f32_into(&self, id: TensorId, out: &mut [f32]) -> Result<()> {
         let t = self.get(id)?;
+        if out.len() != t.nelements() {
+            return Err(Error::InvalidArgument(format!(
+                "tensor '{}' has {} elements, room for {} given",
+                self.display_name(id),
+                t.nelements(),
+                out.len()
+            )));
+        }
         if t.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
+        }
+        if t.dtype == DType::F32 && t.is_contiguous() {
+            let (buffer, offset) = self.bound(id)?;
+            return buffer.read(offset, bytemuck::cast_slice_mut(out));
         }
         let bytes = self.read_bytes(id)?;
-        let mut out = vec![0f32; t.nelements()];
-        let row_bytes = t.row_bytes();
-        let mut row = vec![0u8; row_bytes];
+        let mut row = vec![0u8; t.row_bytes()];
         for (r, chunk) in out.chunks_exact_mut(t.ne[0]).enumerate() {
             let idx = row_index(t.ne, r);
             gather_row(t, idx, &bytes, &mut row);
             quant::dequantize_row(t.dtype, &row, chunk)?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Writes I32 values (for index and position inputs).
