@@ -21,9 +21,27 @@ fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync
     });
 }
 
+/// The f64 sum of `f(v)` over `x`, in eight lanes: one running sum is a
+/// chain of dependent additions, eight are vectorised (`op_overhead --op
+/// rms_norm`, Zen 5: 4096 values 3.1 -> 1.3 us, 512 values 0.55 -> 0.3
+/// us a row).
+#[inline]
+fn lane_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
+    const LANES: usize = 8;
+    let mut lanes = [0f64; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += f(*v as f64);
+        }
+    }
+    lanes.iter().sum::<f64>() + tail.iter().map(|v| f(*v as f64)).sum::<f64>()
+}
+
 pub fn rms_norm(dst: TRef, a: TRef, eps: f32) {
     rows(dst, a, |x, _| {
-        let ss: f64 = x.iter().map(|v| (*v as f64) * (*v as f64)).sum();
+        let ss = lane_sum(x, |v| v * v);
         let s = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
         x.iter_mut().for_each(|v| *v *= s);
     });
@@ -32,8 +50,8 @@ pub fn rms_norm(dst: TRef, a: TRef, eps: f32) {
 pub fn norm(dst: TRef, a: TRef, eps: f32) {
     rows(dst, a, |x, _| {
         let n = x.len() as f64;
-        let mean = x.iter().map(|v| *v as f64).sum::<f64>() / n;
-        let var = x.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / n;
+        let mean = lane_sum(x, |v| v) / n;
+        let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
         let s = 1.0 / (var + eps as f64).sqrt();
         x.iter_mut()
             .for_each(|v| *v = ((*v as f64 - mean) * s) as f32);

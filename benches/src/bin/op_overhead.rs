@@ -1,10 +1,12 @@
 //! Per-op cost of small mat-vecs on the CPU backend: a graph of 64
 //! chained 512 x 512 Q4_0 products (one column), timed per graph run.
 //! With `--m M` the products alternate between M x K and K x M weights
-//! (as a feed-forward block's up and down projections).
+//! (as a feed-forward block's up and down projections). With `--op
+//! rms_norm` the chain is of rms_norms of one K-long row instead (a
+//! generation step's norms).
 //!
 //! Run: cargo run --release -p ggraph-benches --bin op_overhead
-//!      [-- --threads N --k K --m M --type T --reps R]
+//!      [-- --threads N --k K --m M --type T --reps R --op rms_norm]
 
 use std::time::Instant;
 
@@ -22,12 +24,17 @@ fn main() -> Result<()> {
     let dtype = ggraph_benches::arg_value(&args, "--type")
         .and_then(DType::from_name)
         .unwrap_or(DType::Q4_0);
+    let norms = ggraph_benches::arg_value(&args, "--op") == Some("rms_norm");
     const OPS: usize = 64;
     let mut b = GraphBuilder::new();
     let x = b.input("x", DType::F32, &[k, 1])?;
     let mut y = x;
     let mut ws = Vec::new();
     for i in 0..OPS {
+        if norms {
+            y = b.rms_norm(y, 1e-5)?;
+            continue;
+        }
         let (rows, len) = if i % 2 == 0 { (m, k) } else { (k, m) };
         let w = b.weight(&format!("w{i}"), dtype, &[len, rows])?;
         ws.push(w);
@@ -54,6 +61,10 @@ fn main() -> Result<()> {
         backend.compute(&g, g.nodes())?;
     }
     let per_op = t.elapsed().as_secs_f64() * 1e6 / (reps * OPS) as f64;
+    if norms {
+        println!("rms_norm of {k} values, {threads} thread(s): {per_op:.2} µs per op");
+        return Ok(());
+    }
     // the mean weight bytes of the two shapes
     let bytes = (dtype.row_size(k).unwrap_or(0) * m + dtype.row_size(m).unwrap_or(0) * k) / 2;
     let shape = if m == k {
