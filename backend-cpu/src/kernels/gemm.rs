@@ -976,22 +976,26 @@ pub(crate) mod x86 {
         }
     }
 
-    /// Row lengths (bytes) that the AVX-512 row stream reads one row at a
-    /// time, so that a task streams its rows in order. Zen 5, 2 threads:
-    /// with 8 KiB rows (F16, k = 4096) one at a time streamed faster
-    /// (14336 x 4096, four copies, three rounds: 40-41 -> 47-49 GFLOP/s;
-    /// 8b-4l F16 generation, five alternated runs: 14.0 -> 16.5 tokens/s),
-    /// with 16 KiB rows (F32) no faster, and with 28 KiB rows (F16, k =
-    /// 14336) slower (4096 x 14336: 45-61 -> 42-43 GFLOP/s): long rows
-    /// side by side are long streams already.
-    const ONE_ROW_BYTES: std::ops::RangeInclusive<usize> = super::SHORT_ROW_BYTES + 1..=12 << 10;
+    /// Rows longer than this (bytes) go four side by side through the
+    /// AVX-512 row stream; shorter ones one at a time, so that a task
+    /// streams its rows in order. Zen 5, 2 threads: with 8 KiB rows (F16,
+    /// k = 4096) one at a time streamed faster (14336 x 4096, four copies,
+    /// three rounds: 40-41 -> 47-49 GFLOP/s; 8b-4l F16 generation, five
+    /// alternated runs: 14.0 -> 16.5 tokens/s), and so did the small
+    /// model's 1-3 KiB rows (tg128, alternated rounds: F16 386-412 ->
+    /// 433-509 tokens/s with the memory probe at 36-38 GB/s, 491-529 ->
+    /// 501-580 at 57-65 GB/s, ahead in 7 of 8; F32 ahead in 6 of 6); with
+    /// 16 KiB rows (F32) no faster, and with 28 KiB rows (F16, k = 14336)
+    /// slower (4096 x 14336: 45-61 -> 42-43 GFLOP/s): long rows side by
+    /// side are long streams already.
+    const FOUR_ROWS_ABOVE: usize = 12 << 10;
 
-    /// The AVX-512 row stream (see `super::RowStream`): four rows at a
-    /// time (single rows at the end), but rows of [`ONE_ROW_BYTES`] one
-    /// at a time; two accumulators per row, 32 values per step; each dot
-    /// summed in registers and stored. Rows are prefetched as the dot
-    /// tiles do: whole groups of rows ahead for short rows, 1024 values
-    /// further along for long ones.
+    /// The AVX-512 row stream (see `super::RowStream`): rows of up to
+    /// [`FOUR_ROWS_ABOVE`] bytes one at a time, longer ones four at a time
+    /// (single rows at the end); two accumulators per row, 32 values per
+    /// step; each dot summed in registers and stored. Rows are prefetched
+    /// as the dot tiles do: whole groups of four rows ahead for short rows,
+    /// 1024 values further along for long ones.
     ///
     /// # Safety
     /// As for `row_stream_avx2`, with AVX-512 F/BW/VL.
@@ -1006,11 +1010,7 @@ pub(crate) mod x86 {
     ) {
         let bytes = if DT == DT_F32 { 4 } else { 2 };
         let ahead = super::super::matmul::rows_ahead(k * bytes, 4 * stride, 1024 * bytes);
-        let per_call = if ONE_ROW_BYTES.contains(&(k * bytes)) {
-            1
-        } else {
-            4
-        };
+        let per_call = if k * bytes > FOUR_ROWS_ABOVE { 4 } else { 1 };
         // SAFETY: caller's contract; prefetches may point past the rows.
         unsafe {
             let end32 = k / 32 * 32;
