@@ -55,7 +55,7 @@ impl CpuStream {
     fn resolve(&self, graph: &Graph, id: TensorId) -> Result<TRef> {
         let t = graph.tensor(id);
         let (buffer, offset) = graph
-            .data_of(id)
+            .memory_of(id)
             .ok_or_else(|| Error::Unallocated(graph.display_name(id)))?;
         if offset + t.nbytes() as u64 > buffer.size() {
             return Err(Error::OutOfBounds {

@@ -1,45 +1,55 @@
 //! Elementwise kernels: binary ops with broadcasting, scale, unary, GLU.
 //! Rows are read into f32 scratch and written back converted, so every
 //! float type and every stride is handled the same way, and a destination
-//! that aliases its source (in-place) is safe.
+//! that aliases its source (in-place) is safe. The scratch is the
+//! thread's own, kept between calls: generation runs a few hundred
+//! one-row ops per token, where allocating it per task showed.
+
+use std::cell::RefCell;
 
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
+use super::gemm::with_scratch;
 use super::isa::{Isa, active};
 use super::{math, par_ranges};
 use crate::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
 
+thread_local! {
+    static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
 pub fn binary(dst: TRef, a: TRef, b: TRef, op: BinaryOp) {
     let n0 = dst.ne[0];
     let nb0 = b.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        let mut x = vec![0f32; n0];
-        let mut y = vec![0f32; nb0];
-        for r in rows {
-            let (i1, i2, i3) = dst.row_coords(r);
-            // SAFETY: rows in bounds; this task owns dst row r.
-            unsafe {
-                a.load_row(i1, i2, i3, &mut x);
-                b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], &mut y);
-            }
-            if nb0 == n0 {
-                apply(op, &mut x, &y);
-            } else {
-                for (i, v) in x.iter_mut().enumerate() {
-                    let w = y[i % nb0];
-                    *v = match op {
-                        BinaryOp::Add => *v + w,
-                        BinaryOp::Sub => *v - w,
-                        BinaryOp::Mul => *v * w,
-                        BinaryOp::Div => *v / w,
-                    };
+        with_scratch(&ROWS, n0 + nb0, |buf| {
+            let (x, y) = buf.split_at_mut(n0);
+            for r in rows {
+                let (i1, i2, i3) = dst.row_coords(r);
+                // SAFETY: rows in bounds; this task owns dst row r.
+                unsafe {
+                    a.load_row(i1, i2, i3, x);
+                    b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], y);
                 }
+                if nb0 == n0 {
+                    apply(op, x, y);
+                } else {
+                    for (i, v) in x.iter_mut().enumerate() {
+                        let w = y[i % nb0];
+                        *v = match op {
+                            BinaryOp::Add => *v + w,
+                            BinaryOp::Sub => *v - w,
+                            BinaryOp::Mul => *v * w,
+                            BinaryOp::Div => *v / w,
+                        };
+                    }
+                }
+                // SAFETY: as above.
+                unsafe { dst.store_row(i1, i2, i3, x) };
             }
-            // SAFETY: as above.
-            unsafe { dst.store_row(i1, i2, i3, &x) };
-        }
+        });
     });
 }
 
@@ -56,15 +66,16 @@ fn apply(op: BinaryOp, x: &mut [f32], y: &[f32]) {
 fn map_rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32]) + Sync + Send) {
     let n0 = dst.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        let mut x = vec![0f32; n0];
-        for r in rows {
-            let (i1, i2, i3) = dst.row_coords(r);
-            // SAFETY: rows in bounds; this task owns dst row r.
-            unsafe { a.load_row(i1, i2, i3, &mut x) };
-            f(&mut x);
-            // SAFETY: as above.
-            unsafe { dst.store_row(i1, i2, i3, &x) };
-        }
+        with_scratch(&ROWS, n0, |x| {
+            for r in rows {
+                let (i1, i2, i3) = dst.row_coords(r);
+                // SAFETY: rows in bounds; this task owns dst row r.
+                unsafe { a.load_row(i1, i2, i3, x) };
+                f(x);
+                // SAFETY: as above.
+                unsafe { dst.store_row(i1, i2, i3, x) };
+            }
+        })
     });
 }
 
@@ -147,36 +158,38 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
         GluOp::Geglu => gelu,
     };
     let n0 = dst.ne[0];
+    let na = a.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        let mut x = vec![0f32; a.ne[0]];
-        let mut g = vec![0f32; n0];
-        let mut out = vec![0f32; n0];
-        for r in rows {
-            let (i1, i2, i3) = dst.row_coords(r);
-            // SAFETY: rows in bounds; this task owns dst row r.
-            unsafe { a.load_row(i1, i2, i3, &mut x) };
-            let (xs, gs): (&[f32], &[f32]) = match b {
-                Some(b) => {
-                    // SAFETY: as above.
-                    unsafe { b.load_row(i1, i2, i3, &mut g) };
-                    (&x[..n0], &g)
-                }
-                None if swapped => (&x[n0..], &x[..n0]),
-                None => (&x[..n0], &x[n0..]),
-            };
-            match op {
-                GluOp::Swiglu => {
-                    out.copy_from_slice(xs);
-                    silu_in_place(&mut out, Some(gs));
-                }
-                GluOp::Geglu => {
-                    for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
-                        *o = act(*xv) * gv;
+        with_scratch(&ROWS, na + 2 * n0, |buf| {
+            let (x, rest) = buf.split_at_mut(na);
+            let (g, out) = rest.split_at_mut(n0);
+            for r in rows {
+                let (i1, i2, i3) = dst.row_coords(r);
+                // SAFETY: rows in bounds; this task owns dst row r.
+                unsafe { a.load_row(i1, i2, i3, x) };
+                let (xs, gs): (&[f32], &[f32]) = match b {
+                    Some(b) => {
+                        // SAFETY: as above.
+                        unsafe { b.load_row(i1, i2, i3, g) };
+                        (&x[..n0], g)
+                    }
+                    None if swapped => (&x[n0..], &x[..n0]),
+                    None => (&x[..n0], &x[n0..]),
+                };
+                match op {
+                    GluOp::Swiglu => {
+                        out.copy_from_slice(xs);
+                        silu_in_place(out, Some(gs));
+                    }
+                    GluOp::Geglu => {
+                        for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
+                            *o = act(*xv) * gv;
+                        }
                     }
                 }
+                // SAFETY: as above.
+                unsafe { dst.store_row(i1, i2, i3, out) };
             }
-            // SAFETY: as above.
-            unsafe { dst.store_row(i1, i2, i3, &out) };
-        }
+        });
     });
 }

@@ -32,6 +32,7 @@ use std::ops::Range;
 
 use ggraph_core::ir::{Graph, Op, TensorId};
 use ggraph_core::{Error, Result};
+use smallvec::SmallVec;
 
 use crate::team;
 use crate::tensor_ref::TRef;
@@ -118,7 +119,7 @@ pub(crate) fn run_node(
         return Ok(());
     }
     let dst = resolve(id)?;
-    let src: Vec<TRef> = t.src.iter().map(|&s| resolve(s)).collect::<Result<_>>()?;
+    let src: SmallVec<[TRef; 4]> = t.src.iter().map(|&s| resolve(s)).collect::<Result<_>>()?;
     match &t.op {
         Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => Ok(()),
         Op::GetRows => copy::get_rows(dst, src[0], src[1]),

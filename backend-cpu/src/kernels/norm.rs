@@ -1,7 +1,15 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
+use std::cell::RefCell;
+
+use super::gemm::with_scratch;
 use super::par_ranges;
 use crate::tensor_ref::TRef;
+
+thread_local! {
+    /// A row in f32, the thread's own between calls.
+    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync + Send) {
     let n0 = dst.ne[0];
@@ -9,15 +17,16 @@ fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync
         return;
     }
     par_ranges(dst.nrows(), 4, |range| {
-        let mut x = vec![0f32; n0];
-        for r in range {
-            let c = dst.row_coords(r);
-            // SAFETY: rows in bounds; this task owns dst row r.
-            unsafe { a.load_row(c.0, c.1, c.2, &mut x) };
-            f(&mut x, c);
-            // SAFETY: as above.
-            unsafe { dst.store_row(c.0, c.1, c.2, &x) };
-        }
+        with_scratch(&ROW, n0, |x| {
+            for r in range {
+                let c = dst.row_coords(r);
+                // SAFETY: rows in bounds; this task owns dst row r.
+                unsafe { a.load_row(c.0, c.1, c.2, x) };
+                f(x, c);
+                // SAFETY: as above.
+                unsafe { dst.store_row(c.0, c.1, c.2, x) };
+            }
+        })
     });
 }
 

@@ -5,16 +5,17 @@
 //! and frequency factors; every rope of a model step shares them (two per
 //! layer), so the last table is kept and reused when they match.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use ggraph_core::ir::{RopeMode, RopeParams};
 
+use super::gemm::with_scratch;
 use super::par_ranges;
 use crate::team;
 use crate::tensor_ref::TRef;
 
 /// What a cos/sin table was computed from.
-#[derive(PartialEq)]
 struct TableKey {
     params: RopeParams,
     positions: Vec<i32>,
@@ -26,8 +27,48 @@ type Table = Arc<Vec<(f32, f32)>>;
 
 static LAST: Mutex<Option<(TableKey, Table)>> = Mutex::new(None);
 
+thread_local! {
+    /// A row in f32, the thread's own between calls.
+    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl TableKey {
+    /// Whether the table of this key serves these inputs (compared in
+    /// place: a generation step's ropes all hit, and allocate nothing).
+    fn serves(
+        &self,
+        pos: TRef,
+        freq_factors: Option<TRef>,
+        p: &RopeParams,
+        n_tokens: usize,
+    ) -> bool {
+        let half = p.n_dims / 2;
+        self.params == *p
+            && self.positions.len() == n_tokens
+            // SAFETY: positions hold n_tokens I32 values.
+            && (0..n_tokens).all(|t| unsafe { pos.get_i32([t, 0, 0, 0]) } == self.positions[t])
+            && match (&self.freq_factors, freq_factors) {
+                (None, None) => true,
+                (Some(mine), Some(f)) => {
+                    mine.len() == half
+                        // SAFETY: freq_factors holds at least n_dims / 2 values.
+                        && (0..half).all(|i| unsafe { f.get_f32([i, 0, 0, 0]) }.to_bits() == mine[i])
+                }
+                _ => false,
+            }
+    }
+}
+
 fn table(pos: TRef, freq_factors: Option<TRef>, p: &RopeParams, n_tokens: usize) -> Table {
     let half = p.n_dims / 2;
+    if let Some((_, t)) = LAST
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .filter(|(k, _)| k.serves(pos, freq_factors, p, n_tokens))
+    {
+        return t.clone();
+    }
     let key = TableKey {
         params: *p,
         // SAFETY: positions hold n_tokens I32 values.
@@ -41,14 +82,6 @@ fn table(pos: TRef, freq_factors: Option<TRef>, p: &RopeParams, n_tokens: usize)
                 .collect()
         }),
     };
-    if let Some((_, t)) = LAST
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .filter(|(k, _)| *k == key)
-    {
-        return t.clone();
-    }
     let mut values = vec![(0f32, 0f32); n_tokens * half];
     team::for_each_chunk_mut(&mut values, half.max(1) * 16, |c, rows| {
         for (r, row) in rows.chunks_mut(half.max(1)).enumerate() {
@@ -75,23 +108,73 @@ pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeP
     let table = table(pos, freq_factors, p, n_tokens);
     let n0 = dst.ne[0];
     par_ranges(dst.nrows(), 4, |range| {
-        let mut x = vec![0f32; n0];
-        for r in range {
-            let (i1, i2, i3) = dst.row_coords(r);
-            // SAFETY: rows in bounds; this task owns dst row r.
-            unsafe { a.load_row(i1, i2, i3, &mut x) };
-            let cs = &table[i2 * half..(i2 + 1) * half];
-            for (i, (c, s)) in cs.iter().enumerate() {
-                let (j0, j1) = match p.mode {
-                    RopeMode::Normal => (2 * i, 2 * i + 1),
-                    RopeMode::Neox => (i, i + half),
-                };
-                let (x0, x1) = (x[j0], x[j1]);
-                x[j0] = x0 * c - x1 * s;
-                x[j1] = x0 * s + x1 * c;
+        with_scratch(&ROW, n0, |x| {
+            for r in range {
+                let (i1, i2, i3) = dst.row_coords(r);
+                // SAFETY: rows in bounds; this task owns dst row r.
+                unsafe { a.load_row(i1, i2, i3, x) };
+                let cs = &table[i2 * half..(i2 + 1) * half];
+                for (i, (c, s)) in cs.iter().enumerate() {
+                    let (j0, j1) = match p.mode {
+                        RopeMode::Normal => (2 * i, 2 * i + 1),
+                        RopeMode::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (x[j0], x[j1]);
+                    x[j0] = x0 * c - x1 * s;
+                    x[j1] = x0 * s + x1 * c;
+                }
+                // SAFETY: as above.
+                unsafe { dst.store_row(i1, i2, i3, x) };
             }
-            // SAFETY: as above.
-            unsafe { dst.store_row(i1, i2, i3, &x) };
-        }
+        })
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggraph_core::DType;
+
+    fn i32s(v: &mut [i32]) -> TRef {
+        TRef {
+            ptr: v.as_mut_ptr() as *mut u8,
+            dtype: DType::I32,
+            ne: [v.len(), 1, 1, 1],
+            nb: [4, 4 * v.len(), 4 * v.len(), 4 * v.len()],
+        }
+    }
+
+    fn f32s(v: &mut [f32]) -> TRef {
+        TRef {
+            ptr: v.as_mut_ptr() as *mut u8,
+            dtype: DType::F32,
+            ne: [v.len(), 1, 1, 1],
+            nb: [4, 4 * v.len(), 4 * v.len(), 4 * v.len()],
+        }
+    }
+
+    #[test]
+    fn a_table_serves_only_the_inputs_it_was_made_from() {
+        let p = RopeParams::new(4, RopeMode::Normal);
+        let key = TableKey {
+            params: p,
+            positions: vec![3, 7],
+            freq_factors: Some(vec![1f32.to_bits(), 0.5f32.to_bits()]),
+        };
+        let mut ff = [1.0f32, 0.5];
+        assert!(key.serves(i32s(&mut [3, 7]), Some(f32s(&mut ff)), &p, 2));
+        assert!(!key.serves(i32s(&mut [3, 8]), Some(f32s(&mut ff)), &p, 2));
+        assert!(!key.serves(i32s(&mut [3]), Some(f32s(&mut ff)), &p, 1));
+        assert!(!key.serves(i32s(&mut [3, 7]), None, &p, 2));
+        assert!(!key.serves(i32s(&mut [3, 7]), Some(f32s(&mut [1.0, 0.25])), &p, 2));
+        let neox = RopeParams::new(4, RopeMode::Neox);
+        assert!(!key.serves(i32s(&mut [3, 7]), Some(f32s(&mut ff)), &neox, 2));
+        let plain = TableKey {
+            params: p,
+            positions: vec![3, 7],
+            freq_factors: None,
+        };
+        assert!(plain.serves(i32s(&mut [3, 7]), None, &p, 2));
+        assert!(!plain.serves(i32s(&mut [3, 7]), Some(f32s(&mut ff)), &p, 2));
+    }
 }

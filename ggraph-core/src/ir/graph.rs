@@ -109,13 +109,19 @@ impl Graph {
     /// Where the bytes of `id` start: its own memory, or its view base's
     /// memory plus the view offset.
     pub fn data_of(&self, id: TensorId) -> Option<(Arc<dyn Buffer>, u64)> {
+        self.memory_of(id).map(|(b, o)| (b.clone(), o))
+    }
+
+    /// [`Graph::data_of`], borrowed: for a backend that resolves every
+    /// node of every step.
+    pub fn memory_of(&self, id: TensorId) -> Option<(&Arc<dyn Buffer>, u64)> {
         let t = self.tensor(id);
         match t.view {
             Some(v) => {
                 let base = self.tensor(v.base).data.as_ref()?;
-                Some((base.buffer.clone(), base.offset + v.offset as u64))
+                Some((&base.buffer, base.offset + v.offset as u64))
             }
-            None => t.data.as_ref().map(|d| (d.buffer.clone(), d.offset)),
+            None => t.data.as_ref().map(|d| (&d.buffer, d.offset)),
         }
     }
 
