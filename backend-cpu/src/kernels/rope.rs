@@ -135,22 +135,23 @@ mod tests {
     use super::*;
     use ggraph_core::DType;
 
-    fn i32s(v: &mut [i32]) -> TRef {
+    /// A one-row tensor over `v`.
+    fn row<T>(v: &mut [T], dtype: DType) -> TRef {
+        let bytes = std::mem::size_of_val(v);
         TRef {
             ptr: v.as_mut_ptr() as *mut u8,
-            dtype: DType::I32,
+            dtype,
             ne: [v.len(), 1, 1, 1],
-            nb: [4, 4 * v.len(), 4 * v.len(), 4 * v.len()],
+            nb: [std::mem::size_of::<T>(), bytes, bytes, bytes],
         }
     }
 
+    fn i32s(v: &mut [i32]) -> TRef {
+        row(v, DType::I32)
+    }
+
     fn f32s(v: &mut [f32]) -> TRef {
-        TRef {
-            ptr: v.as_mut_ptr() as *mut u8,
-            dtype: DType::F32,
-            ne: [v.len(), 1, 1, 1],
-            nb: [4, 4 * v.len(), 4 * v.len(), 4 * v.len()],
-        }
+        row(v, DType::F32)
     }
 
     #[test]
