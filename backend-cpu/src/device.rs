@@ -125,10 +125,11 @@ impl BufferType for CpuBufferType {
     }
 
     fn alloc(&self, size: u64, usage: BufferUsage) -> Result<Arc<dyn Buffer>> {
-        Ok(Arc::new(CpuBuffer {
-            memory: HostMemory::new(size, CPU_BUFFER_TYPE)?,
-            usage,
-        }))
+        let memory = match usage {
+            BufferUsage::Compute => HostMemory::committed(size, CPU_BUFFER_TYPE)?,
+            BufferUsage::Weights | BufferUsage::Any => HostMemory::new(size, CPU_BUFFER_TYPE)?,
+        };
+        Ok(Arc::new(CpuBuffer { memory, usage }))
     }
 
     fn as_any(&self) -> &dyn Any {

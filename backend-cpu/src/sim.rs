@@ -206,7 +206,11 @@ impl BufferType for SimBufferType {
                 available_bytes: self.capacity.saturating_sub(prev).min(self.max_size),
             });
         }
-        match HostMemory::new(size, &self.name) {
+        let memory = match usage {
+            BufferUsage::Compute => HostMemory::committed(size, &self.name),
+            BufferUsage::Weights | BufferUsage::Any => HostMemory::new(size, &self.name),
+        };
+        match memory {
             Ok(memory) => Ok(Arc::new(SimBuffer {
                 device: self.name.clone(),
                 memory,
