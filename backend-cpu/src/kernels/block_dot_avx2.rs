@@ -24,9 +24,9 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::few_columns::{self, Plan, column_groups};
-use super::gemm::with_scratch;
 use super::matmul::{Cols, SHORT_ROW_BYTES, WeightRows};
 use super::quant_dot::{format, qacts_len, quantize_acts};
+use super::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;

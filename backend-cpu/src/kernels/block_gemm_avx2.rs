@@ -30,9 +30,9 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::gemm::with_scratch;
 use super::matmul::{Cols, WeightRows};
 use super::quant_dot::{Format, decode, format, qacts_len, quantize_acts};
+use super::scratch::with_scratch;
 use crate::team;
 
 /// Rows per panel (one 256-bit register of four-byte groups).

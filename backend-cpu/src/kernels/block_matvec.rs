@@ -25,8 +25,8 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::gemm::with_scratch;
 use super::matmul::{Cols, WeightRows, matvec_one_row, matvec_prefetch, matvec_rows};
+use super::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;

@@ -2,29 +2,22 @@
 //! Rows are read into f32 scratch and written back converted, so every
 //! float type and every stride is handled the same way, and a destination
 //! that aliases its source (in-place) is safe. The scratch is the
-//! thread's own, kept between calls: generation runs a few hundred
-//! one-row ops per token, where allocating it per task showed.
-
-use std::cell::RefCell;
+//! thread's own, kept between calls (`scratch::with_rows`).
 
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
-use super::gemm::with_scratch;
 use super::isa::{Isa, active};
+use super::scratch::with_rows;
 use super::{math, par_ranges};
 use crate::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
 
-thread_local! {
-    static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
 pub fn binary(dst: TRef, a: TRef, b: TRef, op: BinaryOp) {
     let n0 = dst.ne[0];
     let nb0 = b.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        with_scratch(&ROWS, n0 + nb0, |buf| {
+        with_rows(n0 + nb0, |buf| {
             let (x, y) = buf.split_at_mut(n0);
             for r in rows {
                 let (i1, i2, i3) = dst.row_coords(r);
@@ -66,7 +59,7 @@ fn apply(op: BinaryOp, x: &mut [f32], y: &[f32]) {
 fn map_rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32]) + Sync + Send) {
     let n0 = dst.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        with_scratch(&ROWS, n0, |x| {
+        with_rows(n0, |x| {
             for r in rows {
                 let (i1, i2, i3) = dst.row_coords(r);
                 // SAFETY: rows in bounds; this task owns dst row r.
@@ -160,7 +153,7 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
     let n0 = dst.ne[0];
     let na = a.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
-        with_scratch(&ROWS, na + 2 * n0, |buf| {
+        with_rows(na + 2 * n0, |buf| {
             let (x, rest) = buf.split_at_mut(na);
             let (g, out) = rest.split_at_mut(n0);
             for r in rows {

@@ -17,8 +17,8 @@
 //! Micro-kernels exist for AVX-512 (32 x 12), AVX2 (16 x 6) and plain
 //! Rust (8 x 4); `Isa` picks one at run time.
 
+use super::scratch::with_scratch;
 use std::cell::RefCell;
-use std::thread::LocalKey;
 
 use crate::team;
 use ggraph_core::DType;
@@ -85,33 +85,6 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
 thread_local! {
     static PACK_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static PACK_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` on `len` floats of this thread's scratch, 64-byte aligned and
-/// kept between calls, so the hot path allocates only when a matrix is
-/// larger than any before. A fresh buffer, aligned the same way, is used
-/// if the scratch is already in use (a nested call stolen by this thread
-/// while it waited).
-pub(crate) fn with_scratch<T: Copy + Default, R>(
-    key: &'static LocalKey<RefCell<Vec<T>>>,
-    len: usize,
-    f: impl FnOnce(&mut [T]) -> R,
-) -> R {
-    let pad = 64 / std::mem::size_of::<T>().max(1);
-    key.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut v) => {
-            if v.len() < len + pad {
-                v.resize(len + pad, T::default());
-            }
-            let off = v.as_ptr().align_offset(64).min(pad);
-            f(&mut v[off..off + len])
-        }
-        Err(_) => {
-            let mut v = vec![T::default(); len + pad];
-            let off = v.as_ptr().align_offset(64).min(pad);
-            f(&mut v[off..off + len])
-        }
-    })
 }
 
 // ---- weight row access ------------------------------------------------------

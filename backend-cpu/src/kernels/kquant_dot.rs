@@ -30,9 +30,9 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::few_columns::{self, MAX_C, Plan, column_groups};
-use super::gemm::with_scratch;
 use super::isa::Isa;
 use super::matmul::{Cols, WeightRows};
+use super::scratch::with_scratch;
 
 /// Values per super-block.
 const QK: usize = 256;

@@ -25,6 +25,7 @@ pub(crate) mod matmul;
 mod norm;
 mod quant_dot;
 mod rope;
+mod scratch;
 mod sort;
 mod transposed_matvec;
 

@@ -1,15 +1,8 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
-use std::cell::RefCell;
-
-use super::gemm::with_scratch;
 use super::par_ranges;
+use super::scratch::with_rows;
 use crate::tensor_ref::TRef;
-
-thread_local! {
-    /// A row in f32, the thread's own between calls.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
 
 fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync + Send) {
     let n0 = dst.ne[0];
@@ -17,7 +10,7 @@ fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync
         return;
     }
     par_ranges(dst.nrows(), 4, |range| {
-        with_scratch(&ROW, n0, |x| {
+        with_rows(n0, |x| {
             for r in range {
                 let c = dst.row_coords(r);
                 // SAFETY: rows in bounds; this task owns dst row r.

@@ -52,9 +52,9 @@ use crate::team;
 use ggraph_core::DType;
 use ggraph_core::quant::f16_to_f32;
 
-use super::gemm::with_scratch;
 use super::isa::Isa;
 use super::matmul::{Cols, WeightRows};
+use super::scratch::with_scratch;
 
 /// Above this many columns, the panel path (where VNNI is available).
 pub(crate) const DIRECT_MAX_N: usize = 4;

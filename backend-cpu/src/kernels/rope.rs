@@ -5,13 +5,12 @@
 //! and frequency factors; every rope of a model step shares them (two per
 //! layer), so the last table is kept and reused when they match.
 
-use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use ggraph_core::ir::{RopeMode, RopeParams};
 
-use super::gemm::with_scratch;
 use super::par_ranges;
+use super::scratch::with_rows;
 use crate::team;
 use crate::tensor_ref::TRef;
 
@@ -26,11 +25,6 @@ struct TableKey {
 type Table = Arc<Vec<(f32, f32)>>;
 
 static LAST: Mutex<Option<(TableKey, Table)>> = Mutex::new(None);
-
-thread_local! {
-    /// A row in f32, the thread's own between calls.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
 
 impl TableKey {
     /// Whether the table of this key serves these inputs (compared in
@@ -108,7 +102,7 @@ pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeP
     let table = table(pos, freq_factors, p, n_tokens);
     let n0 = dst.ne[0];
     par_ranges(dst.nrows(), 4, |range| {
-        with_scratch(&ROW, n0, |x| {
+        with_rows(n0, |x| {
             for r in range {
                 let (i1, i2, i3) = dst.row_coords(r);
                 // SAFETY: rows in bounds; this task owns dst row r.

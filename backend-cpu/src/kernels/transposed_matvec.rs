@@ -26,8 +26,8 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::gemm::with_scratch;
 use super::matmul::{Cols, WeightRows, matvec_rows, short_rows_ahead};
+use super::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
