@@ -125,11 +125,10 @@ impl BufferType for CpuBufferType {
     }
 
     fn alloc(&self, size: u64, usage: BufferUsage) -> Result<Arc<dyn Buffer>> {
-        let memory = match usage {
-            BufferUsage::Compute => HostMemory::committed(size, CPU_BUFFER_TYPE)?,
-            BufferUsage::Weights | BufferUsage::Any => HostMemory::new(size, CPU_BUFFER_TYPE)?,
-        };
-        Ok(Arc::new(CpuBuffer { memory, usage }))
+        Ok(Arc::new(CpuBuffer {
+            memory: HostMemory::for_usage(size, CPU_BUFFER_TYPE, usage)?,
+            usage,
+        }))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -206,11 +206,7 @@ impl BufferType for SimBufferType {
                 available_bytes: self.capacity.saturating_sub(prev).min(self.max_size),
             });
         }
-        let memory = match usage {
-            BufferUsage::Compute => HostMemory::committed(size, &self.name),
-            BufferUsage::Weights | BufferUsage::Any => HostMemory::new(size, &self.name),
-        };
-        match memory {
+        match HostMemory::for_usage(size, &self.name, usage) {
             Ok(memory) => Ok(Arc::new(SimBuffer {
                 device: self.name.clone(),
                 memory,

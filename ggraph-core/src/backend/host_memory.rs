@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use memmap2::MmapMut;
 
-use super::check_range;
+use super::{BufferUsage, check_range};
 use crate::error::{Error, Result};
 
 /// Alignment of host allocations: a cache line, enough for any SIMD load.
@@ -71,6 +71,15 @@ impl HostMemory {
     /// then is an out-of-memory error.
     pub fn committed(size: u64, owner: &str) -> Result<HostMemory> {
         Self::alloc(size, owner, true)
+    }
+
+    /// The memory of a host buffer of `usage`: committed for compute
+    /// buffers, lazy for the rest (see the type's notes).
+    pub fn for_usage(size: u64, owner: &str, usage: BufferUsage) -> Result<HostMemory> {
+        match usage {
+            BufferUsage::Compute => Self::committed(size, owner),
+            BufferUsage::Weights | BufferUsage::Any => Self::new(size, owner),
+        }
     }
 
     fn alloc(size: u64, owner: &str, commit: bool) -> Result<HostMemory> {
