@@ -110,9 +110,6 @@ impl CpuStream {
 }
 
 impl Backend for CpuStream {
-    fn device(&self) -> Arc<dyn Device> {
-        self.device.clone()
-    }
 
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         match &self.team {

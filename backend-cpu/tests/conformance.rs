@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance;
+use ggraph_conformance as conformance;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 #[test]

@@ -7,17 +7,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
-use ggraph_core::batch::Batch;
-use ggraph_core::conformance::nmse;
-use ggraph_core::context::{Context, ContextParams, DecodeError};
+use ggraph_model::batch::Batch;
+use ggraph_conformance::nmse;
+use ggraph_model::context::{Context, ContextParams, DecodeError};
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_core::model::desc::{ModelDesc, TensorSpec};
-use ggraph_core::model::llama::{
+use ggraph_model::desc::{ModelDesc, TensorSpec};
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama, causal_mask,
 };
-use ggraph_core::model::loaded::{LoadMode, Model};
-use ggraph_core::model::placement::PlacementOptions;
-use ggraph_core::{DType, Result, quant, reference};
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::PlacementOptions;
+use ggraph_conformance::reference;
+use ggraph_core::{DType, Result, quant};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn model_on(devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
@@ -439,7 +440,6 @@ struct Flaky {
 struct FlakyStream {
     inner: Box<dyn Backend>,
     fail: Arc<AtomicBool>,
-    device: Arc<dyn Device>,
 }
 
 impl Device for Flaky {
@@ -468,18 +468,11 @@ impl Device for Flaky {
         Ok(Box::new(FlakyStream {
             inner: self.cpu.new_backend()?,
             fail: self.fail.clone(),
-            device: Arc::new(Flaky {
-                cpu: self.cpu.clone(),
-                fail: self.fail.clone(),
-            }),
         }))
     }
 }
 
 impl Backend for FlakyStream {
-    fn device(&self) -> Arc<dyn Device> {
-        self.device.clone()
-    }
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(ggraph_core::Error::backend("flaky-CPU", "injected failure"));

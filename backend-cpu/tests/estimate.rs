@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
-use ggraph_core::context::{Context, ContextParams};
-use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
-use ggraph_core::model::gguf::{ModelFile, read_header};
-use ggraph_core::model::llama::{Attention, LlamaConfig};
-use ggraph_core::model::loaded::{LoadMode, Model};
-use ggraph_core::model::make::{llama_gguf, make_vocab};
-use ggraph_core::model::placement::{GpuLayers, PlacementOptions, SplitMode};
+use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
+use ggraph_model::gguf::{ModelFile, read_header};
+use ggraph_model::llama::{Attention, LlamaConfig};
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::make::{llama_gguf, make_vocab};
+use ggraph_model::placement::{GpuLayers, PlacementOptions, SplitMode};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 /// A GGUF file in the temporary directory, removed when dropped (a

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use ggraph_core::alloc::{CountingBufferType, GraphAllocator, bind_graph_weights};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_core::conformance::Rng;
+use ggraph_core::util::Rng;
 use ggraph_core::ir::Graph;
-use ggraph_core::model::llama::{
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
 };
-use ggraph_core::testing::random_graph::RandomGraphRecipe;
-use ggraph_core::{DType, Error, exec, testing};
+use ggraph_conformance::testing::random_graph::RandomGraphRecipe;
+use ggraph_conformance::testing;
+use ggraph_core::{DType, Error, exec};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use proptest::prelude::*;
 
@@ -64,7 +65,7 @@ fn llama_graph(
     config: &LlamaConfig,
     n_tokens: usize,
     n_kv: usize,
-) -> (ggraph_core::model::llama::LlamaGraph, BuildShape) {
+) -> (ggraph_model::llama::LlamaGraph, BuildShape) {
     let kv = KvLayout {
         kv_size: 64,
         k_type: DType::F16,
@@ -99,10 +100,10 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
     }
     exec::compute_on(cpu.as_ref(), &g).unwrap();
     let got = g.read_f32(lg.logits).unwrap();
-    let want = ggraph_core::reference::evaluate(&g, |id| Ok(data[&id].clone()))
+    let want = ggraph_conformance::reference::evaluate(&g, |id| Ok(data[&id].clone()))
         .unwrap()
         .values(lg.logits);
-    let e = ggraph_core::conformance::nmse(&got, &want);
+    let e = ggraph_conformance::nmse(&got, &want);
     // Q8_0 weights: the CPU quantises activations to 8 bits as ggml does,
     // so the bound is the conformance suite's for quantised weights
     assert!(e < 5e-4, "nmse {e}");

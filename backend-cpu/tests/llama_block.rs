@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance::nmse;
-use ggraph_core::model::llama::{
+use ggraph_conformance::nmse;
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
 };
-use ggraph_core::{DType, exec, reference, testing};
+use ggraph_conformance::{reference, testing};
+use ggraph_core::{DType, exec};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn small_config() -> LlamaConfig {

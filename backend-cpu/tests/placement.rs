@@ -5,14 +5,14 @@
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::batch::Batch;
-use ggraph_core::conformance::nmse;
-use ggraph_core::context::{Context, ContextParams};
+use ggraph_model::batch::Batch;
+use ggraph_conformance::nmse;
+use ggraph_model::context::{Context, ContextParams};
 use ggraph_core::ir::Op;
-use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::llama::{Attention, LlamaConfig};
-use ggraph_core::model::loaded::{LoadMode, Model};
-use ggraph_core::model::placement::{
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::llama::{Attention, LlamaConfig};
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::{
     GpuLayers, Home, OverrideTarget, PlacementOptions, PlacementPlan, ROW_ALIGN, SplitMode,
     TensorSplit, split_rows,
 };
@@ -336,9 +336,9 @@ fn overrides_match_what_the_dry_run_lists_and_moe_experts_can_stay_home() {
     // first match wins
     let opts = PlacementOptions {
         overrides: vec![
-            ggraph_core::model::placement::Override::new(r"blk\.0\.", OverrideTarget::Device(0))
+            ggraph_model::placement::Override::new(r"blk\.0\.", OverrideTarget::Device(0))
                 .unwrap(),
-            ggraph_core::model::placement::Override::new(r"attn_q", OverrideTarget::Host).unwrap(),
+            ggraph_model::placement::Override::new(r"attn_q", OverrideTarget::Host).unwrap(),
         ],
         n_gpu_layers: GpuLayers::Count(0),
         ..PlacementOptions::default()

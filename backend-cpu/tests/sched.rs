@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::{Buffer, Device};
 use ggraph_core::ir::{Graph, OpKind, TensorId};
-use ggraph_core::model::llama::{
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
 };
 use ggraph_core::sched::{BackendSpec, Cause, EvalCallback, OffloadPolicy, SchedConfig, Scheduler};
-use ggraph_core::{DType, Error, testing};
+use ggraph_conformance::testing;
+use ggraph_core::{DType, Error};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 struct Fixture {
@@ -571,7 +572,7 @@ fn the_mixed_device_check_passes_on_one_and_two_simulated_gpus() {
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let (_, sims) = devices(2, &[]);
     for n in [1, 2] {
-        let m = ggraph_core::testing::mixed::mixed_llama(
+        let m = ggraph_conformance::testing::mixed::mixed_llama(
             &sims[..n],
             cpu.clone(),
             DType::Q8_0,

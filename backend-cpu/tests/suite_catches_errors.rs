@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ggraph_core::Result;
 use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
-use ggraph_core::conformance::{self, Outcome};
+use ggraph_conformance::{self as conformance, Outcome};
 use ggraph_core::ir::{Graph, Op, OpKind, TensorId};
 use ggraph_cpu::CpuDevice;
 
@@ -17,7 +17,6 @@ struct Mutant {
 
 struct MutantStream {
     inner: Box<dyn Backend>,
-    device: Arc<dyn Device>,
 }
 
 impl Device for Mutant {
@@ -42,17 +41,11 @@ impl Device for Mutant {
     fn new_backend(&self) -> Result<Box<dyn Backend>> {
         Ok(Box::new(MutantStream {
             inner: self.cpu.new_backend()?,
-            device: Arc::new(Mutant {
-                cpu: self.cpu.clone(),
-            }),
         }))
     }
 }
 
 impl Backend for MutantStream {
-    fn device(&self) -> Arc<dyn Device> {
-        self.device.clone()
-    }
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let mut g = graph.clone();
         for &n in nodes {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance;
+use ggraph_conformance as conformance;
 use ggraph_cuda::emu::EmuRuntime;
 
 fn check(dev: Arc<dyn Device>) {

@@ -5,11 +5,12 @@
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance::nmse;
-use ggraph_core::model::llama::{
+use ggraph_conformance::nmse;
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
 };
-use ggraph_core::{DType, exec, reference, testing};
+use ggraph_conformance::{reference, testing};
+use ggraph_core::{DType, exec};
 use ggraph_cuda::emu::EmuRuntime;
 
 fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights: DType) -> f64 {
@@ -96,7 +97,7 @@ fn the_scheduler_splits_a_llama_model_between_the_cpu_and_the_emulated_gpu() {
     let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
     for attention in [Attention::Standard, Attention::Flash] {
         let m =
-            ggraph_core::testing::mixed::mixed_llama(&[emu()], cpu.clone(), DType::Q8_0, attention)
+            ggraph_conformance::testing::mixed::mixed_llama(&[emu()], cpu.clone(), DType::Q8_0, attention)
                 .unwrap();
         assert!(m.passed(), "{attention:?}: {m:?}");
         assert!(m.splits >= 2 && m.device_nodes > 20, "{}", m.explain);

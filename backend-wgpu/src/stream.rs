@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use ggraph_core::backend::{Backend, Buffer, Device, Event, copy_between};
+use ggraph_core::backend::{Backend, Buffer, Event, copy_between};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
@@ -67,9 +67,6 @@ impl Event for WgpuEvent {
 }
 
 impl Backend for WgpuStream {
-    fn device(&self) -> Arc<dyn Device> {
-        self.device.clone()
-    }
 
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let gpu = self.gpu().clone();

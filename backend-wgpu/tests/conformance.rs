@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance;
+use ggraph_conformance as conformance;
 
 #[test]
 fn wgpu_passes_the_conformance_suite() {

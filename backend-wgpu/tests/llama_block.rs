@@ -7,11 +7,12 @@ mod common;
 use std::sync::Arc;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance::nmse;
-use ggraph_core::model::llama::{
+use ggraph_conformance::nmse;
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
 };
-use ggraph_core::{DType, exec, reference, testing};
+use ggraph_conformance::{reference, testing};
+use ggraph_core::{DType, exec};
 
 fn small_config() -> LlamaConfig {
     LlamaConfig::dense(97, 64, 2, 4, 2, 96)

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
-use ggraph_core::batch::Batch;
-use ggraph_core::conformance::nmse;
-use ggraph_core::context::{Context, ContextParams};
-use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::llama::{Attention, LlamaConfig};
-use ggraph_core::model::loaded::{LoadMode, Model};
-use ggraph_core::model::placement::{PlacementOptions, SplitMode};
-use ggraph_core::testing::mixed::mixed_llama;
+use ggraph_model::batch::Batch;
+use ggraph_conformance::nmse;
+use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::llama::{Attention, LlamaConfig};
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::{PlacementOptions, SplitMode};
+use ggraph_conformance::testing::mixed::mixed_llama;
 use ggraph_cpu::CpuDevice;
 use ggraph_wgpu::WgpuDevice;
 

@@ -9,7 +9,7 @@ pub mod peers;
 use ggraph_core::alloc::VirtualBufferType;
 use ggraph_core::backend::BufferType;
 use ggraph_core::ir::{Graph, TensorData};
-use ggraph_core::model::llama::{
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, LlamaGraph, build_llama,
 };
 use ggraph_core::{DType, Result};

@@ -1,8 +1,15 @@
-//! The `ggraph` facade: the core re-exported, every compiled-in backend in
-//! one registry, and the pieces the command-line tools share.
+//! The `ggraph` facade: the core and the model crate re-exported, every
+//! compiled-in backend in one registry, and the pieces the command-line
+//! tools share.
+//!
+//! `ggraph::ir`, `ggraph::sched`, `ggraph::backend`... are ggraph-core's;
+//! `ggraph::model` is ggraph-model, with its decode loop also at
+//! `ggraph::context`, `ggraph::kv` and `ggraph::batch`.
 
 pub use ggraph_core as core;
 pub use ggraph_core::*;
+pub use ggraph_model as model;
+pub use ggraph_model::{batch, context, kv};
 
 pub mod args;
 pub mod options;

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
-use ggraph_core::context::ContextParams;
-use ggraph_core::model::llama::Attention;
-use ggraph_core::model::placement::{
+use ggraph_model::context::ContextParams;
+use ggraph_model::llama::Attention;
+use ggraph_model::placement::{
     GpuLayers, Override, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
 };
 use ggraph_core::util::parse_bytes;

@@ -5,11 +5,11 @@
 use std::fmt::Write;
 use std::time::Instant;
 
-use ggraph_core::batch::Batch;
-use ggraph_core::context::{Context, DecodeError};
-use ggraph_core::model::desc::ModelDesc;
-use ggraph_core::model::llama::LlamaConfig;
-use ggraph_core::model::make::make_vocab;
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, DecodeError};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::llama::LlamaConfig;
+use ggraph_model::make::make_vocab;
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
 
@@ -236,12 +236,12 @@ pub fn schedule_summary(ctx: &Context) -> String {
 
 /// Deterministic pseudo-random prompt tokens (for benches).
 pub fn random_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<i32> {
-    let mut rng = ggraph_core::conformance::Rng::new(seed);
+    let mut rng = ggraph_core::util::Rng::new(seed);
     (0..n).map(|_| rng.below(n_vocab) as i32).collect()
 }
 
 /// Loads a model with progress on stderr for large files.
 pub fn open_model(path: &str) -> Result<ModelDesc> {
-    let file = ggraph_core::model::gguf::ModelFile::open(path)?;
+    let file = ggraph_model::gguf::ModelFile::open(path)?;
     ModelDesc::from_file(file)
 }

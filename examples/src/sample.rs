@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph_core::backend::Device;
-use ggraph_core::conformance::nmse;
-use ggraph_core::model::llama::{
+use ggraph_conformance::nmse;
+use ggraph_model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama,
 };
-use ggraph_core::{DType, Result, exec, reference, testing};
+use ggraph_conformance::{reference, testing};
+use ggraph_core::{DType, Result, exec};
 
 /// What a sample run measured.
 pub struct SampleRun {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ggraph::backend::Device;
-use ggraph::conformance::nmse;
+use ggraph_conformance::nmse;
 use ggraph::context::{Context, ContextParams};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::gguf::ModelFile;
@@ -17,7 +17,8 @@ use ggraph::model::llama::{
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::make::{llama_gguf, make_vocab};
 use ggraph::model::placement::PlacementOptions;
-use ggraph::{DType, TensorId, quant, reference, runner};
+use ggraph::{DType, TensorId, quant, runner};
+use ggraph_conformance::reference;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 const PROMPT: [i32; 7] = [1, 345, 302, 420, 38, 99, 101];
@@ -145,7 +146,7 @@ fn a_gguf_written_by_the_gguf_package_loads_and_runs() {
     // written by gguf-py (fixtures/gguf/generate.py: valued_llama), its
     // matrices quantised by gguf.quants
     let path = format!(
-        "{}/../ggraph-core/tests/fixtures/gguf/valued_llama.gguf",
+        "{}/../ggraph-model/tests/fixtures/gguf/valued_llama.gguf",
         env!("CARGO_MANIFEST_DIR")
     );
     let prompt = [1, 10, 20, 30, 40];

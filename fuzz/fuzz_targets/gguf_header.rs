@@ -4,11 +4,11 @@
 //!
 //!     cargo +nightly fuzz run gguf_header fuzz/corpus/gguf_header
 //!
-//! Seed the corpus with ggraph-core/tests/fixtures/gguf/*.gguf.
+//! Seed the corpus with ggraph-model/tests/fixtures/gguf/*.gguf.
 #![no_main]
 
-use ggraph_core::model::estimate::{EstimateRequest, estimate};
-use ggraph_core::model::gguf::{GgufWriter, JsonOptions, header_from_json, parse_header};
+use ggraph_model::estimate::{EstimateRequest, estimate};
+use ggraph_model::gguf::{GgufWriter, JsonOptions, header_from_json, parse_header};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,8 +3,8 @@
 //!     cargo +nightly fuzz run gguf_json
 #![no_main]
 
-use ggraph_core::model::estimate::{EstimateRequest, estimate};
-use ggraph_core::model::gguf::header_from_json_str;
+use ggraph_model::estimate::{EstimateRequest, estimate};
+use ggraph_model::gguf::header_from_json_str;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,24 +1,25 @@
-//! ggraph-core: the tensor graph IR, the backend traits, and everything
-//! built on them that is not a backend: allocation, scheduling, models.
+//! ggraph-core: the tensor graph IR, the backend traits, the allocator and
+//! the scheduler.
 //!
 //! A user builds a backend-agnostic [`ir::Graph`] with [`ir::GraphBuilder`],
-//! places its memory, and runs it on any [`backend::Device`].
+//! places its memory, and runs it on any [`backend::Device`]; across
+//! several devices, [`sched::Scheduler`] decides where every op runs and
+//! [`alloc`] plans the memory. Models, GGUF and the KV cache live one crate
+//! up, in `ggraph-model`.
+//!
+//! Layers, bottom up: `error`, `dtype`, `util` → `quant` → `memory`
+//! (buffers) → `ir` → `backend` (devices, buffer types, streams) → `alloc`
+//! → `sched` → `exec`. A module imports only from its own layer or below.
 
 pub mod alloc;
 pub mod backend;
-pub mod batch;
-pub mod conformance;
-pub mod context;
 pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod ir;
-pub mod kv;
-pub mod model;
+pub mod memory;
 pub mod quant;
-pub mod reference;
 pub mod sched;
-pub mod testing;
 pub mod util;
 
 pub use backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceKind};

@@ -62,7 +62,7 @@ pub fn norm(dst: TRef, a: TRef, eps: f32) {
 
 /// ALiBi slope of head `h` (1 when max_bias is 0), as ggml computes it.
 pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f32 {
-    ggraph_core::reference::alibi_slope(max_bias, n_head, h) as f32
+    ggraph_core::ir::alibi_slope(max_bias, n_head, h) as f32
 }
 
 /// In-place softmax of a row; a row with no finite value becomes zeros.

@@ -218,9 +218,6 @@ impl Drop for GpuStream {
 }
 
 impl Backend for GpuStream {
-    fn device(&self) -> Arc<dyn Device> {
-        self.device.clone()
-    }
 
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         for &n in nodes {

@@ -10,7 +10,7 @@ use ggraph_benches::{bind_cache_virtual, llama8b_graph, median_us, row};
 use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy, liveness};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_core::model::llama::Attention;
+use ggraph_model::llama::Attention;
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::CpuDevice;
 

@@ -7,7 +7,7 @@ use ggraph_benches::{bind_cache_virtual, llama8b_graph};
 use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_core::model::llama::Attention;
+use ggraph_model::llama::Attention;
 use ggraph_cpu::CpuDevice;
 
 fn main() -> ggraph_core::Result<()> {

@@ -14,7 +14,7 @@ use ggraph_core::DType;
 use ggraph_core::alloc::{VirtualBufferType, bind_graph_weights_by};
 use ggraph_core::backend::{BufferType, BufferUsage, Device, DevicePerf};
 use ggraph_core::ir::{Graph, TensorData};
-use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_core::sched::{BackendSpec, HostPerf, OffloadPolicy, SchedConfig, Scheduler};
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};

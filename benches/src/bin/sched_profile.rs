@@ -9,7 +9,7 @@ use ggraph_core::DType;
 use ggraph_core::alloc::{VirtualBufferType, bind_graph_weights_by};
 use ggraph_core::backend::{BufferType, BufferUsage, Device};
 use ggraph_core::ir::TensorData;
-use ggraph_core::model::llama::{Attention, LlamaConfig};
+use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 

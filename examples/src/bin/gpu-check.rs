@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph::backend::{BackendRegistration, BufferUsage, Device};
-use ggraph::conformance::{self, Rng};
+use ggraph::util::Rng;
+use ggraph_conformance as conformance;
 use ggraph::ir::{GraphBuilder, TensorData};
 use ggraph::util::format_bytes;
 use ggraph::{DType, Result, quant};
@@ -190,7 +191,7 @@ fn mixed_cpu_gpu_llama(d: &Arc<dyn Device>) -> bool {
         ggraph::model::llama::Attention::Standard,
         ggraph::model::llama::Attention::Flash,
     ] {
-        match ggraph::testing::mixed::mixed_llama(
+        match conformance::testing::mixed::mixed_llama(
             std::slice::from_ref(d),
             cpu.clone(),
             DType::Q8_0,

@@ -89,7 +89,7 @@ mod tests {
 
     fn fixture(name: &str) -> String {
         format!(
-            "{}/../ggraph-core/tests/fixtures/gguf/{name}",
+            "{}/../ggraph-model/tests/fixtures/gguf/{name}",
             env!("CARGO_MANIFEST_DIR")
         )
     }

@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::op::Op;
 use super::tensor::{Tensor, TensorData, TensorId};
-use crate::backend::Buffer;
+use crate::memory::Buffer;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::quant;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::op::Op;
-use crate::backend::Buffer;
+use crate::memory::Buffer;
 use crate::dtype::DType;
 
 /// Index of a tensor in its graph's arena.

@@ -1,0 +1,536 @@
+//! A decoding context: a model, its KV cache and a scheduler, and the
+//! decode loop that runs batches through them.
+//!
+//! For each ubatch: find cache cells and claim them, build the graph or
+//! reuse the last one when the shape repeats, set the inputs, compute,
+//! gather the logits. A failure rolls the cache back to what it held
+//! before that ubatch and names what failed.
+
+use std::sync::Arc;
+
+use ggraph_core::backend::Device;
+use crate::batch::{Batch, SaneBatch, SplitMode, sanitize, split};
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::Graph;
+use crate::kv::{KvCache, Slot, TokenPlace};
+use crate::llama::{
+    Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors,
+    rope_params,
+};
+use crate::loaded::{LoadMode, Model};
+use crate::row_split::rewrite_row_split;
+use ggraph_core::sched::{BackendId, BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
+
+/// Context settings.
+#[derive(Clone, Debug)]
+pub struct ContextParams {
+    /// KV cells (all sequences together).
+    pub n_ctx: usize,
+    /// Most tokens one `decode` takes.
+    pub n_batch: usize,
+    /// Most tokens one graph computes.
+    pub n_ubatch: usize,
+    pub n_seq_max: usize,
+    pub attention: Attention,
+    pub k_type: DType,
+    pub v_type: DType,
+    pub split_mode: SplitMode,
+    /// Attention looks at the used cells rounded up to this.
+    pub n_kv_pad: usize,
+    /// Pipeline depth of the scheduler.
+    pub n_copies: usize,
+    pub offload_policy: OffloadPolicy,
+    /// Also keep the embeddings of the output tokens: the output norm's
+    /// result, n_embd values per token (llama.cpp's embeddings, without
+    /// pooling).
+    pub embeddings: bool,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        ContextParams {
+            n_ctx: 4096,
+            n_batch: 2048,
+            n_ubatch: 512,
+            n_seq_max: 1,
+            attention: Attention::Flash,
+            k_type: DType::F16,
+            v_type: DType::F16,
+            split_mode: SplitMode::Simple,
+            n_kv_pad: 256,
+            n_copies: 1,
+            offload_policy: OffloadPolicy::Device,
+            embeddings: false,
+        }
+    }
+}
+
+/// Why a decode failed. The cache holds what it held before the ubatch
+/// that failed (earlier ubatches of the batch stay decoded).
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("invalid batch: {0}")]
+    InvalidBatch(Error),
+    #[error("the KV cache is full: {needed} cells needed, {free} free")]
+    CacheFull { needed: usize, free: usize },
+    #[error("allocation failed: {0}")]
+    Alloc(Error),
+    #[error("compute failed: {0}")]
+    Compute(Error),
+    #[error("aborted")]
+    Aborted,
+}
+
+/// The shape a graph was built for; the same shape reuses the graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GraphKey {
+    n_tokens: usize,
+    n_outputs: usize,
+    n_kv: usize,
+    embeddings: bool,
+}
+
+struct Built {
+    key: GraphKey,
+    inputs: LlamaInputs,
+    logits: ggraph_core::ir::TensorId,
+    embeddings: ggraph_core::ir::TensorId,
+}
+
+/// How one ubatch's graph is split.
+#[derive(Clone, Debug)]
+pub struct SplitReport {
+    pub splits: usize,
+    pub copies: usize,
+    /// Bytes moved between devices per run of the graph.
+    pub bytes_copied: u64,
+    pub dot: String,
+    pub explain: String,
+}
+
+/// Counters of the decode loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContextStats {
+    pub ubatches: u64,
+    pub graphs_built: u64,
+    pub graphs_reused: u64,
+    pub tokens: u64,
+}
+
+/// A model, a cache and a scheduler.
+pub struct Context {
+    model: Arc<Model>,
+    pub params: ContextParams,
+    pub cache: KvCache,
+    sched: Scheduler,
+    built: Option<Built>,
+    /// Logits of the last decode, one row of n_vocab per output token.
+    logits: Vec<f32>,
+    /// Embeddings of the last decode (with `params.embeddings`), one row
+    /// of n_embd per output token.
+    embeddings: Vec<f32>,
+    /// Batch index of each logits (and embeddings) row.
+    output_ids: Vec<usize>,
+    stats: ContextStats,
+}
+
+impl Context {
+    /// A context over `model`: the cache on each layer's KV device, the
+    /// scheduler over the model's devices then the CPU, and the compute
+    /// memory reserved for the worst-case ubatch.
+    pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
+        let c = &model.config;
+        if params.n_ubatch == 0 || params.n_batch == 0 || params.n_ctx == 0 {
+            return Err(Error::InvalidArgument(
+                "n_ctx, n_batch and n_ubatch must be positive".into(),
+            ));
+        }
+        let layout = KvLayout {
+            kv_size: params.n_ctx,
+            k_type: params.k_type,
+            v_type: params.v_type,
+        };
+        let cache = KvCache::new(
+            c.n_layer,
+            c.n_embd_kv(),
+            layout,
+            params.attention == Attention::Standard,
+            params.n_seq_max,
+            &|il| model.kv_buffer_type(il),
+        )?;
+        let mut specs: Vec<BackendSpec> = model
+            .devices
+            .iter()
+            .map(|d| BackendSpec::new(d.clone()).op_offload(model.plan.op_offload))
+            .collect();
+        specs.push(BackendSpec::new(model.cpu.clone()));
+        let sched = Scheduler::new(
+            specs,
+            SchedConfig {
+                n_copies: params.n_copies,
+                offload_policy: params.offload_policy.clone(),
+                dry_run: model.mode == LoadMode::DryRun,
+                ..SchedConfig::default()
+            },
+        )?;
+        let mut ctx = Context {
+            model,
+            params,
+            cache,
+            sched,
+            built: None,
+            logits: Vec::new(),
+            embeddings: Vec::new(),
+            output_ids: Vec::new(),
+            stats: ContextStats::default(),
+        };
+        let worst = ctx.build(GraphKey {
+            n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
+            n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
+            n_kv: ctx.params.n_ctx,
+            embeddings: ctx.params.embeddings,
+        })?;
+        ctx.sched.reserve(worst.builder.build())?;
+        Ok(ctx)
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.sched
+    }
+
+    pub fn stats(&self) -> ContextStats {
+        self.stats
+    }
+
+    /// Compute memory per backend of the scheduler (in its order: the
+    /// model's devices, then the CPU).
+    pub fn compute_bytes(&self) -> Vec<u64> {
+        self.sched.compute_buffer_bytes()
+    }
+
+    fn shape(&self, key: GraphKey) -> BuildShape {
+        BuildShape::cached(
+            key.n_tokens,
+            key.n_outputs,
+            key.n_kv,
+            self.params.attention,
+            self.cache.layout(),
+        )
+    }
+
+    fn build(&mut self, key: GraphKey) -> Result<LlamaGraph> {
+        let shape = self.shape(key);
+        let model = self.model.clone();
+        let mut lg = build_llama(&model.config, &shape, &mut &*model, &mut self.cache)?;
+        // row-split weights become per-device partial mul_mats
+        let mut graph = std::mem::take(&mut lg.builder).build();
+        let rewrite = rewrite_row_split(&mut graph)?;
+        // the gathers run on the main device (where the layer's other
+        // tensors are), not beside whichever part they read last. Manual
+        // placements name this graph's ids: the context owns them.
+        self.sched.reset();
+        let main = model.plan.main_device;
+        if let Some(device) = model.devices.get(main) {
+            for &g in &rewrite.gathers {
+                if device.supports_op(&graph, g) {
+                    self.sched.set_tensor_backend(g, BackendId(main as u16))?;
+                }
+            }
+        }
+        lg.builder = graph_into_builder(graph);
+        if key.embeddings {
+            // kept, not overwritten by later nodes, to be read back
+            lg.builder.set_output(lg.embeddings)?;
+        }
+        Ok(lg)
+    }
+
+    /// How the scheduler splits the graph of a ubatch of `n_tokens` (all
+    /// outputs) over `n_kv` cells: splits, copies and bytes moved per run,
+    /// and the graph in DOT. Plans only; the next decode builds afresh.
+    pub fn split_report(&mut self, n_tokens: usize, n_kv: usize) -> Result<SplitReport> {
+        let key = GraphKey {
+            n_tokens,
+            n_outputs: n_tokens,
+            n_kv: n_kv.clamp(n_tokens, self.params.n_ctx),
+            embeddings: self.params.embeddings,
+        };
+        let lg = self.build(key)?;
+        self.built = None;
+        let splits = self.sched.split_graph(lg.builder.build())?;
+        let report = SplitReport {
+            splits: splits.len(),
+            copies: splits.iter().map(|s| s.inputs.len()).sum(),
+            bytes_copied: splits.iter().map(|s| s.bytes_copied()).sum(),
+            dot: self.sched.to_dot(),
+            explain: self.sched.explain(),
+        };
+        Ok(report)
+    }
+
+    /// Logits of the last decode's outputs, n_vocab per row.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// The logits of batch token `i` (if it was an output).
+    pub fn logits_of(&self, i: usize) -> Option<&[f32]> {
+        let v = self.model.config.n_vocab;
+        let row = self.output_ids.iter().position(|&x| x == i)?;
+        self.logits.get(row * v..(row + 1) * v)
+    }
+
+    /// Embeddings of the last decode's outputs (with `params.embeddings`;
+    /// empty otherwise), n_embd per row, in the order of `logits`.
+    pub fn embeddings(&self) -> &[f32] {
+        &self.embeddings
+    }
+
+    /// The embeddings of batch token `i` (if it was an output and
+    /// `params.embeddings` is set).
+    pub fn embeddings_of(&self, i: usize) -> Option<&[f32]> {
+        let n = self.model.config.n_embd;
+        let row = self.output_ids.iter().position(|&x| x == i)?;
+        self.embeddings.get(row * n..(row + 1) * n)
+    }
+
+    /// Decodes a batch: the cache grows by its tokens and the logits (and
+    /// with `params.embeddings` the embeddings) of its output tokens are
+    /// kept.
+    pub fn decode(&mut self, batch: &Batch) -> std::result::Result<(), DecodeError> {
+        if batch.tokens.len() > self.params.n_batch {
+            return Err(DecodeError::InvalidBatch(Error::InvalidArgument(format!(
+                "batch of {} tokens; n_batch is {}",
+                batch.tokens.len(),
+                self.params.n_batch
+            ))));
+        }
+        let sane = sanitize(batch, &self.cache.cells, self.model.config.n_vocab)
+            .map_err(DecodeError::InvalidBatch)?;
+        let ubatches = split(&sane, self.params.n_ubatch, self.params.split_mode)
+            .map_err(DecodeError::InvalidBatch)?;
+        self.logits.clear();
+        self.embeddings.clear();
+        self.output_ids.clear();
+        if self.cache.cells.has_shift() {
+            self.apply_shift().map_err(DecodeError::Compute)?;
+        }
+        for ub in ubatches {
+            self.decode_ubatch(&sane, &ub)?;
+        }
+        Ok(())
+    }
+
+    fn decode_ubatch(
+        &mut self,
+        batch: &SaneBatch,
+        ub: &[usize],
+    ) -> std::result::Result<(), DecodeError> {
+        let places: Vec<TokenPlace> = ub.iter().map(|&i| batch.places[i]).collect();
+        let free = self.cache.cells.size() - self.cache.cells.used();
+        let cells = self
+            .cache
+            .cells
+            .find_slot(ub.len())
+            .ok_or(DecodeError::CacheFull {
+                needed: ub.len(),
+                free,
+            })?;
+        let slot = self
+            .cache
+            .cells
+            .apply(cells, &places)
+            .map_err(DecodeError::InvalidBatch)?;
+        match self.run_ubatch(batch, ub, &places, &slot) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.cache.cells.rollback(slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn run_ubatch(
+        &mut self,
+        batch: &SaneBatch,
+        ub: &[usize],
+        places: &[TokenPlace],
+        slot: &Slot,
+    ) -> std::result::Result<(), DecodeError> {
+        let outputs: Vec<usize> = ub.iter().copied().filter(|&i| batch.outputs[i]).collect();
+        let key = GraphKey {
+            n_tokens: ub.len(),
+            n_outputs: outputs.len().max(1),
+            n_kv: self.cache.n_kv(self.params.n_kv_pad).max(ub.len()),
+            embeddings: self.params.embeddings,
+        };
+        if self.built.as_ref().is_some_and(|b| b.key == key) {
+            self.stats.graphs_reused += 1;
+        } else {
+            self.built = None;
+            let lg = self.build(key).map_err(DecodeError::Compute)?;
+            let inputs = lg.inputs.clone();
+            let logits = lg.logits;
+            let embeddings = lg.embeddings;
+            self.sched
+                .alloc_graph(lg.builder.build())
+                .map_err(|e| match e {
+                    Error::OutOfMemory { .. } => DecodeError::Alloc(e),
+                    e => DecodeError::Compute(e),
+                })?;
+            self.built = Some(Built {
+                key,
+                inputs,
+                logits,
+                embeddings,
+            });
+            self.stats.graphs_built += 1;
+        }
+        let built = self.built.as_ref().expect("set above");
+        let g = self.sched.graph().expect("allocated");
+        self.set_inputs(g, &built.inputs, batch, ub, places, slot, &outputs, key)
+            .map_err(DecodeError::Compute)?;
+        match self.sched.compute() {
+            Ok(()) => {}
+            Err(Error::Aborted) => return Err(DecodeError::Aborted),
+            Err(e @ Error::OutOfMemory { .. }) => return Err(DecodeError::Alloc(e)),
+            Err(e) => return Err(DecodeError::Compute(e)),
+        }
+        let g = self.sched.graph().expect("allocated");
+        let v = self.model.config.n_vocab;
+        // a ubatch without outputs computed one row it does not keep
+        let rows = if outputs.is_empty() { 0 } else { outputs.len() };
+        if rows > 0 {
+            // straight into the kept logits: their memory is reused from
+            // token to token
+            let start = self.logits.len();
+            self.logits.resize(start + rows * v, 0.0);
+            if let Err(e) = g.read_f32_into(built.logits, &mut self.logits[start..]) {
+                self.logits.truncate(start);
+                return Err(DecodeError::Compute(e));
+            }
+        }
+        if key.embeddings {
+            let e = g.read_f32(built.embeddings).map_err(DecodeError::Compute)?;
+            let n = self.model.config.n_embd;
+            self.embeddings.extend_from_slice(&e[..rows * n]);
+        }
+        self.output_ids.extend(outputs);
+        self.stats.ubatches += 1;
+        self.stats.tokens += ub.len() as u64;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn set_inputs(
+        &self,
+        g: &Graph,
+        inputs: &LlamaInputs,
+        batch: &SaneBatch,
+        ub: &[usize],
+        places: &[TokenPlace],
+        slot: &Slot,
+        outputs: &[usize],
+        key: GraphKey,
+    ) -> Result<()> {
+        let tokens: Vec<i32> = ub.iter().map(|&i| batch.tokens[i]).collect();
+        g.write_i32(inputs.tokens, &tokens)?;
+        let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
+        g.write_i32(inputs.positions, &pos)?;
+        g.write_f32(inputs.kq_mask, &self.cache.mask(places, key.n_kv))?;
+        let cells: Vec<i32> = slot.cells.iter().map(|&c| c as i32).collect();
+        if let Some(k) = inputs.k_idx {
+            g.write_i32(k, &cells)?;
+        }
+        if let Some(v) = inputs.v_idx {
+            g.write_i32(v, &cells)?;
+        }
+        if let Some(o) = inputs.out_ids {
+            let rows: Vec<i32> = if outputs.is_empty() {
+                vec![(ub.len() - 1) as i32]
+            } else {
+                outputs
+                    .iter()
+                    .map(|&i| ub.iter().position(|&x| x == i).expect("in ubatch") as i32)
+                    .collect()
+            };
+            g.write_i32(o, &rows)?;
+        }
+        Ok(())
+    }
+
+    /// Rotates K by every cell's pending shift.
+    fn apply_shift(&mut self) -> Result<()> {
+        let model = self.model.clone();
+        let c = &model.config;
+        // the rope of the model's K, frequency factors included
+        let (graph, shifts) =
+            self.cache
+                .shift_graph(c.head_dim, c.n_head_kv, rope_params(c), &mut |b| {
+                    rope_freq_factors(b, c, &mut &*model)
+                })?;
+        let mut sched = self.side_scheduler()?;
+        sched.alloc_graph(graph)?;
+        sched
+            .graph()
+            .expect("allocated")
+            .write_i32(shifts, &self.cache.cells.shifts())?;
+        sched.compute()?;
+        self.cache.cells.clear_shifts();
+        Ok(())
+    }
+
+    /// Packs the used cells at the front of the cache: runs the moves
+    /// on every layer's K and V through a scheduler, then updates the
+    /// cells. Returns the number of cells moved.
+    pub fn defragment(&mut self) -> Result<usize> {
+        let moves = self.cache.cells.defrag_plan();
+        if moves.is_empty() {
+            return Ok(0);
+        }
+        let (graph, inputs) = self.cache.defrag_graph(&moves)?;
+        let mut sched = self.side_scheduler()?;
+        sched.alloc_graph(graph)?;
+        self.cache
+            .fill_defrag_inputs(sched.graph().expect("allocated"), &inputs, &moves)?;
+        sched.compute()?;
+        self.cache.cells.apply_moves(&moves);
+        // the next graph sees new cells: shapes may change
+        self.built = None;
+        Ok(moves.len())
+    }
+
+    /// A scheduler over the same devices for the cache's own graphs.
+    fn side_scheduler(&self) -> Result<Scheduler> {
+        let mut specs: Vec<BackendSpec> = self
+            .model
+            .devices
+            .iter()
+            .map(|d| BackendSpec::new(d.clone()))
+            .collect();
+        specs.push(BackendSpec::new(self.model.cpu.clone()));
+        Scheduler::new(specs, SchedConfig::default())
+    }
+
+    /// The devices the context runs on, GPU-class first, then the CPU.
+    pub fn devices(&self) -> Vec<Arc<dyn Device>> {
+        let mut d = self.model.devices.clone();
+        d.push(self.model.cpu.clone());
+        d
+    }
+}
+
+/// Wraps a built graph back into a builder (the llama graph struct holds a
+/// builder; the rewrite works on graphs).
+fn graph_into_builder(graph: Graph) -> ggraph_core::ir::GraphBuilder {
+    ggraph_core::ir::GraphBuilder::from_graph(graph)
+}

@@ -1,0 +1,206 @@
+//! A model as a list of tensors: names, types, shapes, and where their
+//! bytes come from (a GGUF file, a seeded generator, or nowhere for dry
+//! runs on a header alone).
+
+use std::sync::Arc;
+
+use super::gguf::{GgufHeader, ModelFile, llama_config};
+use super::llama::LlamaConfig;
+use super::tokenizer::VocabInfo;
+use ggraph_core::util::Rng;
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::quant;
+
+/// One tensor of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub dtype: DType,
+    /// ggml order: shape[0] is the row length.
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    pub fn nbytes(&self) -> u64 {
+        let n0 = self.shape.first().copied().unwrap_or(1);
+        let rows: usize = self.shape.iter().skip(1).product();
+        (self.dtype.row_size(n0).unwrap_or(0) * rows) as u64
+    }
+
+    /// The layer this tensor belongs to: `blk.N.` gives N; the output
+    /// weights count as layer `n_layer` (as llama.cpp counts them); the
+    /// embedding and anything else as `None`.
+    pub fn layer(&self, n_layer: usize) -> Option<usize> {
+        LlamaConfig::layer_of(&self.name)
+            .or_else(|| self.name.starts_with("output").then_some(n_layer))
+    }
+
+    /// A 2-D matrix a mul_mat reads (rows can be split across devices).
+    pub fn is_matrix(&self) -> bool {
+        self.shape.len() == 2 && self.shape[1] > 1 && !self.name.contains("token_embd")
+    }
+}
+
+/// Where a model's tensor bytes come from.
+#[derive(Clone)]
+pub enum WeightData {
+    /// A GGUF file with its data.
+    File(Arc<ModelFile>),
+    /// Values from a generator seeded per tensor name (tests, benches).
+    Random { seed: u64 },
+    /// No data: placement, estimates and dry runs only.
+    None,
+}
+
+/// A model: its hyperparameters and tensors.
+#[derive(Clone)]
+pub struct ModelDesc {
+    pub config: LlamaConfig,
+    pub tensors: Vec<TensorSpec>,
+    pub data: WeightData,
+    /// The vocabulary, when the file has one.
+    pub tokens: Option<Vec<String>>,
+    /// Its kind and BOS token.
+    pub vocab: VocabInfo,
+}
+
+/// The vocabulary's kind and BOS token, as llama.cpp reads them (a key of
+/// the wrong type counts as absent).
+fn vocab_info(h: &GgufHeader) -> VocabInfo {
+    let add_bos = h
+        .opt_bool("tokenizer.ggml.add_bos_token")
+        .ok()
+        .flatten()
+        .unwrap_or(true);
+    VocabInfo {
+        model: h
+            .opt_str("tokenizer.ggml.model")
+            .ok()
+            .flatten()
+            .map(str::to_string),
+        bos: h
+            .opt_u32("tokenizer.ggml.bos_token_id")
+            .ok()
+            .flatten()
+            .filter(|_| add_bos)
+            .and_then(|b| i32::try_from(b).ok()),
+    }
+}
+
+fn name_seed(seed: u64, name: &str) -> u64 {
+    name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl ModelDesc {
+    /// The tensors of a GGUF header (with the file's data, if any).
+    pub fn from_header(h: &GgufHeader, file: Option<Arc<ModelFile>>) -> Result<ModelDesc> {
+        let config = llama_config(h)?;
+        let mut tensors = Vec::with_capacity(h.tensors().len());
+        for t in h.tensors() {
+            let dtype = t.ggml_type.dtype().ok_or_else(|| Error::Unsupported {
+                device: "ggraph".into(),
+                what: format!("tensor '{}' of type {}", t.name, t.ggml_type),
+            })?;
+            tensors.push(TensorSpec {
+                name: t.name.clone(),
+                dtype,
+                shape: t.shape.iter().map(|&d| d as usize).collect(),
+            });
+        }
+        let data = match file {
+            Some(f) if f.has_data() => WeightData::File(f),
+            _ => WeightData::None,
+        };
+        Ok(ModelDesc {
+            config,
+            tensors,
+            data,
+            tokens: h.tokens().map(|t| t.to_vec()),
+            vocab: vocab_info(h),
+        })
+    }
+
+    /// A GGUF file opened with its data.
+    pub fn from_file(file: ModelFile) -> Result<ModelDesc> {
+        let file = Arc::new(file);
+        ModelDesc::from_header(&file.header().clone(), Some(file))
+    }
+
+    /// A llama of `config` with random weights of `dtype` (norms in F32).
+    pub fn random(config: LlamaConfig, dtype: DType, seed: u64) -> Result<ModelDesc> {
+        config.validate()?;
+        let tensors = config
+            .weight_shapes()
+            .into_iter()
+            .map(|(name, shape)| {
+                let t = if shape.len() == 1 || name.ends_with("gate_inp.weight") {
+                    DType::F32
+                } else {
+                    dtype
+                };
+                TensorSpec {
+                    name,
+                    dtype: t,
+                    shape,
+                }
+            })
+            .collect();
+        Ok(ModelDesc {
+            config,
+            tensors,
+            data: WeightData::Random { seed },
+            tokens: None,
+            vocab: VocabInfo::default(),
+        })
+    }
+
+    /// Removes the data source (for dry runs of a model one has).
+    pub fn without_data(&self) -> ModelDesc {
+        ModelDesc {
+            data: WeightData::None,
+            ..self.clone()
+        }
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorSpec> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.tensors.iter().map(|t| t.nbytes()).sum()
+    }
+
+    /// Bytes of a tensor's data, as stored (for `Random`: generated).
+    pub fn bytes_of(&self, t: &TensorSpec) -> Result<Vec<u8>> {
+        match &self.data {
+            WeightData::File(f) => Ok(f.tensor_data(&t.name)?.to_vec()),
+            WeightData::Random { seed } => {
+                let mut rng = Rng::new(name_seed(*seed, &t.name));
+                let n: usize = t.shape.iter().product();
+                let values: Vec<f32> = if t.shape.len() == 1 {
+                    rng.vec(n, 0.8, 1.2)
+                } else {
+                    let a = if t.name.starts_with("token_embd") {
+                        1.0
+                    } else {
+                        1.5 / (t.shape[0] as f32).sqrt()
+                    };
+                    rng.vec(n, -a, a)
+                };
+                quant::quantize(t.dtype, &values)
+            }
+            WeightData::None => Err(Error::InvalidArgument(format!(
+                "tensor '{}' has no data: this model was opened from a header only",
+                t.name
+            ))),
+        }
+    }
+
+    /// Whether tensor bytes are available.
+    pub fn has_data(&self) -> bool {
+        !matches!(self.data, WeightData::None)
+    }
+}

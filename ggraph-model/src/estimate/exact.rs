@@ -1,0 +1,403 @@
+//! The exact estimate: load the model and reserve its context with
+//! virtual memory, through the same code as a real load, and read what the
+//! allocator planned. What it says is what a real run allocates.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use ggraph_core::backend::Device;
+use crate::context::{Context, ContextParams};
+use ggraph_core::error::{Error, Result};
+use crate::desc::ModelDesc;
+use crate::loaded::{LoadMode, Model};
+use crate::placement::{GpuLayers, PlacementOptions};
+use ggraph_core::util::format_bytes;
+
+/// What one device (or the host) will hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceCost {
+    /// Device name (`CPU` for the host).
+    pub name: String,
+    /// Layers whose weights it holds (the output layer is n_layer).
+    pub layers: Vec<usize>,
+    pub weights: u64,
+    pub kv: u64,
+    pub compute: u64,
+    /// Free memory the device reports (declared for simulated devices).
+    pub free: u64,
+}
+
+impl DeviceCost {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv + self.compute
+    }
+}
+
+/// The dry run's figures.
+#[derive(Clone, Debug)]
+pub struct ExactEstimate {
+    /// The host first, then each device in order.
+    pub devices: Vec<DeviceCost>,
+    pub n_gpu_layers: usize,
+    pub n_ctx: usize,
+    pub splits: usize,
+    /// One line per split: backend, nodes, bytes copied in.
+    pub split_lines: Vec<String>,
+}
+
+impl ExactEstimate {
+    /// Devices (not the host) whose total plus `margin` exceeds their free
+    /// memory, with the shortfall.
+    pub fn over(&self, margin: u64) -> Vec<(String, u64)> {
+        self.devices[1..]
+            .iter()
+            .filter(|d| d.total().saturating_add(margin) > d.free)
+            .map(|d| (d.name.clone(), d.total().saturating_add(margin) - d.free))
+            .collect()
+    }
+
+    pub fn to_json(&self) -> Json {
+        json!({
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_ctx": self.n_ctx,
+            "splits": self.splits,
+            "devices": self.devices.iter().map(|d| json!({
+                "name": d.name,
+                "layers": d.layers,
+                "weights": d.weights,
+                "kv": d.kv,
+                "compute": d.compute,
+                "total": d.total(),
+                "free": d.free,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// A table: per device layers, weights, KV, compute, total, free after.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{:<8} {:<14} {:>11} {:>11} {:>11} {:>11} {:>12}\n",
+            "device", "layers", "weights", "kv", "compute", "total", "free after"
+        );
+        for d in &self.devices {
+            let after = d.free as i128 - d.total() as i128;
+            let after = if after < 0 {
+                format!("-{}", format_bytes((-after) as u64))
+            } else {
+                format_bytes(after as u64)
+            };
+            let _ = writeln!(
+                s,
+                "{:<8} {:<14} {:>11} {:>11} {:>11} {:>11} {:>12}",
+                d.name,
+                layer_ranges(&d.layers),
+                format_bytes(d.weights),
+                format_bytes(d.kv),
+                format_bytes(d.compute),
+                format_bytes(d.total()),
+                after
+            );
+        }
+        s
+    }
+}
+
+/// `0-15, 32`.
+pub fn layer_ranges(layers: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            layers[i].to_string()
+        } else {
+            format!("{}-{}", layers[i], layers[j])
+        });
+        i = j + 1;
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Loads `desc` and reserves a context with virtual memory, and reports
+/// what every device would hold.
+pub fn exact_estimate(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    opts: &PlacementOptions,
+    params: &ContextParams,
+) -> Result<ExactEstimate> {
+    let model = Arc::new(Model::load(
+        &desc.without_data(),
+        devices,
+        cpu.clone(),
+        opts,
+        LoadMode::DryRun,
+        None,
+    )?);
+    let ctx = Context::new(model.clone(), params.clone())?;
+    let n_layer = model.config.n_layer;
+    let weights = model.weight_bytes();
+    let kv = ctx.cache.bytes_per_buffer_type();
+    let compute = ctx.compute_bytes();
+    let of = |list: &[(String, u64)], name: &str| {
+        list.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, b)| b)
+            .sum::<u64>()
+    };
+    let mut out = Vec::with_capacity(devices.len() + 1);
+    let all: Vec<&Arc<dyn Device>> = std::iter::once(&cpu).chain(devices).collect();
+    for (i, d) in all.iter().enumerate() {
+        let bt = d.buffer_type();
+        let layers = (0..=n_layer)
+            .filter(|&l| {
+                let dev = model.plan.layer_device[l];
+                if i == 0 {
+                    dev.is_none()
+                } else {
+                    dev == Some(i - 1)
+                }
+            })
+            .collect();
+        // scheduler backends: the devices in order, then the CPU
+        let backend = if i == 0 { devices.len() } else { i - 1 };
+        out.push(DeviceCost {
+            name: d.name().to_string(),
+            layers,
+            weights: of(&weights, bt.name()),
+            kv: of(&kv, bt.name()),
+            compute: compute.get(backend).copied().unwrap_or(0),
+            free: d.memory().free_bytes,
+        });
+    }
+    let sched = ctx.scheduler();
+    let split_lines = sched
+        .splits()
+        .iter()
+        .map(|s| {
+            format!(
+                "{} nodes {}..{}, {} inputs ({})",
+                sched.device(s.backend).name(),
+                s.nodes.start,
+                s.nodes.end,
+                s.inputs.len(),
+                format_bytes(s.bytes_copied())
+            )
+        })
+        .collect();
+    Ok(ExactEstimate {
+        devices: out,
+        n_gpu_layers: model
+            .plan
+            .layer_device
+            .iter()
+            .filter(|d| d.is_some())
+            .count(),
+        n_ctx: params.n_ctx,
+        splits: sched.splits().len(),
+        split_lines,
+    })
+}
+
+/// The result of fitting a model to its devices.
+#[derive(Clone, Debug)]
+pub struct Fit {
+    pub estimate: ExactEstimate,
+    /// Why the search stopped where it did.
+    pub reason: String,
+}
+
+/// What fitting may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FitRequest {
+    /// Bytes left free on every device.
+    pub margin: u64,
+    /// The user fixed n_gpu_layers: keep it.
+    pub layers_fixed: bool,
+    /// Shrink the context (down to `min_ctx`) before offloading fewer
+    /// layers; the requested context is the upper bound.
+    pub fit_ctx: bool,
+    pub min_ctx: usize,
+}
+
+/// Chooses the most offloaded layers (and, with `fit_ctx`, the largest
+/// context) whose exact estimate fits every device's free memory less the
+/// margin. Options the user fixed stay as they are.
+/// Checks, by a dry run, that `desc` placed as `opts` fits every device
+/// with its KV cache and compute memory, before anything is allocated: an
+/// error names each device that would run out and by how much. (Loading
+/// checks the weights alone; this checks the whole context.)
+pub fn check_fits(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    opts: &PlacementOptions,
+    params: &ContextParams,
+) -> Result<ExactEstimate> {
+    let est = exact_estimate(desc, devices, cpu, opts, params)?;
+    let over = est.over(0);
+    if let Some((name, short)) = over.first() {
+        let d = est
+            .devices
+            .iter()
+            .find(|d| &d.name == name)
+            .expect("over() names estimate devices");
+        let others: String = over[1..]
+            .iter()
+            .map(|(n, s)| format!(", {n} {} short", format_bytes(*s)))
+            .collect();
+        return Err(Error::OutOfMemory {
+            buffer_type: format!(
+                "{name} (weights {} + KV cache {} + compute {}: {} short{others}; offload fewer layers (n_gpu_layers), shrink the context or change tensor_split)",
+                format_bytes(d.weights),
+                format_bytes(d.kv),
+                format_bytes(d.compute),
+                format_bytes(*short)
+            ),
+            requested_bytes: d.total(),
+            available_bytes: d.free,
+        });
+    }
+    Ok(est)
+}
+
+pub fn fit(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    opts: &PlacementOptions,
+    params: &ContextParams,
+    req: FitRequest,
+) -> Result<Fit> {
+    let n_layer = desc.config.n_layer;
+    let try_with = |layers: usize, n_ctx: usize| -> Result<ExactEstimate> {
+        let o = PlacementOptions {
+            n_gpu_layers: if req.layers_fixed {
+                opts.n_gpu_layers
+            } else {
+                GpuLayers::Count(layers)
+            },
+            ..opts.clone()
+        };
+        let p = ContextParams {
+            n_ctx,
+            n_ubatch: params.n_ubatch.min(n_ctx),
+            ..params.clone()
+        };
+        exact_estimate(desc, devices, cpu.clone(), &o, &p)
+    };
+    let fits = |e: &ExactEstimate| e.over(req.margin).is_empty();
+    let shortfall = |e: &ExactEstimate| {
+        e.over(req.margin)
+            .iter()
+            .map(|(n, b)| format!("{n} is {} short", format_bytes(*b)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let max_layers = if req.layers_fixed {
+        match opts.n_gpu_layers {
+            GpuLayers::All => n_layer + 1,
+            GpuLayers::Count(n) => n.min(n_layer + 1),
+        }
+    } else {
+        n_layer + 1
+    };
+    let ctx_hi = params.n_ctx;
+    let ctx_lo = req.min_ctx.clamp(1, ctx_hi);
+    // 1. every layer we may offload, with the context shrunk if allowed
+    let full = try_with(max_layers, ctx_hi)?;
+    if fits(&full) {
+        return Ok(Fit {
+            reason: if max_layers == n_layer + 1 {
+                "everything fits".into()
+            } else {
+                format!("the {max_layers} layers asked for fit")
+            },
+            estimate: full,
+        });
+    }
+    if req.fit_ctx {
+        let mut best: Option<ExactEstimate> = None;
+        let (mut lo, mut hi) = (ctx_lo / 256, ctx_hi / 256);
+        while lo <= hi && hi > 0 {
+            let mid = (lo + hi) / 2;
+            let e = try_with(max_layers, (mid * 256).max(ctx_lo))?;
+            if fits(&e) {
+                best = Some(e);
+                lo = mid + 1;
+            } else {
+                hi = mid.saturating_sub(1);
+                if mid == 0 {
+                    break;
+                }
+            }
+        }
+        if let Some(e) = best {
+            let reason = format!(
+                "context shrunk to {} so that all {max_layers} layers fit (at {}: {})",
+                e.n_ctx,
+                ctx_hi,
+                shortfall(&full)
+            );
+            return Ok(Fit {
+                estimate: e,
+                reason,
+            });
+        }
+    }
+    if req.layers_fixed {
+        return Err(Error::OutOfMemory {
+            buffer_type: format!(
+                "the devices, with {max_layers} layers fixed: {}",
+                shortfall(&full)
+            ),
+            requested_bytes: full.devices[1..].iter().map(|d| d.total()).sum(),
+            available_bytes: full.devices[1..].iter().map(|d| d.free).sum(),
+        });
+    }
+    // 2. fewer layers, at the smallest context allowed
+    let n_ctx = if req.fit_ctx { ctx_lo } else { ctx_hi };
+    let (mut lo, mut hi) = (0usize, max_layers - 1);
+    let mut best = try_with(0, n_ctx)?;
+    if !fits(&best) {
+        return Err(Error::OutOfMemory {
+            buffer_type: format!(
+                "the devices even with no layer offloaded: {}",
+                shortfall(&best)
+            ),
+            requested_bytes: best.devices[1..].iter().map(|d| d.total()).sum(),
+            available_bytes: best.devices[1..].iter().map(|d| d.free).sum(),
+        });
+    }
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let e = try_with(mid, n_ctx)?;
+        if fits(&e) {
+            best = e;
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let first_over = try_with(lo + 1, n_ctx)?;
+    let reason = format!(
+        "{} of {} layers fit; one more would not: {}",
+        best.n_gpu_layers,
+        n_layer + 1,
+        shortfall(&first_over)
+    );
+    Ok(Fit {
+        estimate: best,
+        reason,
+    })
+}

@@ -1,0 +1,321 @@
+//! The KV cache: per-layer K and V memory on each layer's device, the cells
+//! that say what each row holds, and the graphs that maintain it (position
+//! shifts applied to K, defragmentation moves).
+
+mod cells;
+
+use std::sync::Arc;
+
+pub use cells::{Cell, CellMove, Cells, MAX_SEQS, SeqId, Slot, TokenPlace};
+
+use ggraph_core::alloc::pack_weights;
+use ggraph_core::backend::{Buffer, BufferType};
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{Graph, GraphBuilder, RopeParams, TensorData, TensorId};
+use crate::llama::{CacheSource, KvLayout};
+
+/// One layer's K and V memory.
+#[derive(Clone, Debug)]
+pub struct LayerKv {
+    pub k: TensorData,
+    pub v: TensorData,
+    /// The buffer type both live in.
+    pub buffer_type: String,
+}
+
+/// A KV cache: cells plus K and V for every layer.
+pub struct KvCache {
+    pub cells: Cells,
+    layout: KvLayout,
+    /// V stored transposed (one row per embedding element, one column per
+    /// cell), as standard attention reads it.
+    transposed_v: bool,
+    n_embd_kv: usize,
+    layers: Vec<LayerKv>,
+    buffers: Vec<Arc<dyn Buffer>>,
+}
+
+impl KvCache {
+    /// A cache of `layout.kv_size` cells for `n_layer` layers of K and V
+    /// rows of `n_embd_kv` values, each layer in the buffer type
+    /// `layer_buft` picks (one allocation per buffer type), zeroed.
+    pub fn new(
+        n_layer: usize,
+        n_embd_kv: usize,
+        layout: KvLayout,
+        transposed_v: bool,
+        n_seq_max: usize,
+        layer_buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
+    ) -> Result<KvCache> {
+        for (what, t) in [("K", layout.k_type), ("V", layout.v_type)] {
+            if !matches!(
+                t,
+                DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0
+            ) {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} cache type {t} is not supported (F32, F16, BF16, Q8_0, Q4_0)"
+                )));
+            }
+        }
+        if transposed_v && layout.v_type.is_quantized() {
+            return Err(Error::InvalidArgument(format!(
+                "a {} V cache needs flash attention (standard attention stores V transposed, one value per row)",
+                layout.v_type
+            )));
+        }
+        let k_row = layout.k_type.row_size(n_embd_kv).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "K rows of {n_embd_kv} values are not whole {} blocks",
+                layout.k_type
+            ))
+        })?;
+        let v_row = layout.v_type.row_size(n_embd_kv).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "V rows of {n_embd_kv} values are not whole {} blocks",
+                layout.v_type
+            ))
+        })?;
+        let (k_bytes, v_bytes) = (
+            (k_row * layout.kv_size) as u64,
+            (v_row * layout.kv_size) as u64,
+        );
+        // group the layers by buffer type, then one packing per type
+        let mut groups: Vec<(Arc<dyn BufferType>, Vec<usize>)> = Vec::new();
+        for il in 0..n_layer {
+            let bt = layer_buft(il);
+            match groups.iter_mut().find(|(b, _)| b.name() == bt.name()) {
+                Some((_, v)) => v.push(il),
+                None => groups.push((bt, vec![il])),
+            }
+        }
+        let mut layers: Vec<Option<LayerKv>> = vec![None; n_layer];
+        let mut buffers = Vec::new();
+        for (bt, ils) in groups {
+            let sizes: Vec<(String, u64)> = ils
+                .iter()
+                .flat_map(|il| {
+                    [
+                        (format!("cache_k_l{il}"), k_bytes),
+                        (format!("cache_v_l{il}"), v_bytes),
+                    ]
+                })
+                .collect();
+            let packed = pack_weights(&bt, &sizes)?;
+            for b in &packed.buffers {
+                b.fill(0, b.size(), 0)?;
+            }
+            for (j, &il) in ils.iter().enumerate() {
+                layers[il] = Some(LayerKv {
+                    k: packed.placements[2 * j].clone(),
+                    v: packed.placements[2 * j + 1].clone(),
+                    buffer_type: bt.name().to_string(),
+                });
+            }
+            buffers.extend(packed.buffers);
+        }
+        Ok(KvCache {
+            cells: Cells::new(layout.kv_size, n_seq_max)?,
+            layout,
+            transposed_v,
+            n_embd_kv,
+            layers: layers
+                .into_iter()
+                .map(|l| l.expect("every layer grouped"))
+                .collect(),
+            buffers,
+        })
+    }
+
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+
+    pub fn transposed_v(&self) -> bool {
+        self.transposed_v
+    }
+
+    pub fn n_layer(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn layer(&self, il: usize) -> &LayerKv {
+        &self.layers[il]
+    }
+
+    /// Bytes of cache memory per buffer type.
+    pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for b in &self.buffers {
+            match out.iter_mut().find(|(n, _)| n == b.buffer_type_name()) {
+                Some((_, s)) => *s += b.size(),
+                None => out.push((b.buffer_type_name().to_string(), b.size())),
+            }
+        }
+        out
+    }
+
+    /// Cells the attention of the next ubatch looks at: one past the
+    /// highest used cell, rounded up to `pad` (so that graph shapes repeat)
+    /// and at most the cache size.
+    pub fn n_kv(&self, pad: usize) -> usize {
+        let end = self.cells.used_end().max(1);
+        (end.div_ceil(pad.max(1)) * pad.max(1)).min(self.layout.kv_size)
+    }
+
+    /// The attention mask of a ubatch over the first `n_kv` cells: 0 where
+    /// the cell is used, shares a sequence with the token and is not after
+    /// it; -inf elsewhere. Row-major [n_kv, tokens.len()].
+    pub fn mask(&self, tokens: &[TokenPlace], n_kv: usize) -> Vec<f32> {
+        let mut m = Vec::with_capacity(tokens.len() * n_kv);
+        for t in tokens {
+            for c in &self.cells.cells()[..n_kv] {
+                let visible = c.pos.is_some_and(|p| p <= t.pos) && c.seqs & t.seqs != 0;
+                m.push(if visible { 0.0 } else { f32::NEG_INFINITY });
+            }
+        }
+        m
+    }
+
+    /// The leaf of layer `il`'s K or V cache in a graph.
+    fn leaf(&self, b: &mut GraphBuilder, il: usize, v: bool) -> Result<TensorId> {
+        let l = &self.layers[il];
+        let (name, dtype, data) = if v {
+            (format!("cache_v_l{il}"), self.layout.v_type, l.v.clone())
+        } else {
+            (format!("cache_k_l{il}"), self.layout.k_type, l.k.clone())
+        };
+        b.bound_leaf(&name, dtype, &[self.n_embd_kv, self.layout.kv_size], data)
+    }
+
+    /// A graph that applies every pending shift to K: each cell's K rows
+    /// are rotated by its shift (rope composes: rotating a row for
+    /// position p by d more gives position p + d), with the same rope as
+    /// the model's: `rope` and the frequency factors `freq_factors` adds
+    /// to the graph (e.g. the model's `rope_freqs.weight` through
+    /// [`crate::llama::rope_freq_factors`]; `None` for none). Run
+    /// it, then `cells.clear_shifts()`. The graph's input `kv_shift` (I32,
+    /// one per cell) is filled with `cells.shifts()`.
+    pub fn shift_graph(
+        &self,
+        head_dim: usize,
+        n_head_kv: usize,
+        rope: RopeParams,
+        freq_factors: &mut dyn FnMut(&mut GraphBuilder) -> Result<Option<TensorId>>,
+    ) -> Result<(Graph, TensorId)> {
+        let mut b = GraphBuilder::new();
+        let size = self.layout.kv_size;
+        let shifts = b.input("kv_shift", DType::I32, &[size])?;
+        let factors = freq_factors(&mut b)?;
+        let kt = self.layout.k_type;
+        let es = kt
+            .row_size(head_dim)
+            .ok_or_else(|| Error::InvalidArgument("head_dim is not whole K blocks".into()))?;
+        for il in 0..self.layers.len() {
+            let k = self.leaf(&mut b, il, false)?;
+            let view = b.view_3d(k, [head_dim, n_head_kv, size], es, es * n_head_kv, 0)?;
+            let src = if kt == DType::F32 || kt == DType::F16 {
+                view
+            } else {
+                b.cast(view, DType::F32)?
+            };
+            let rotated = b.rope_ext(src, shifts, factors, rope)?;
+            let back = b.cpy(rotated, view)?;
+            b.expand(back)?;
+        }
+        Ok((b.build(), shifts))
+    }
+
+    /// A graph that performs a defragmentation plan on every layer's K
+    /// and V: the moved rows are gathered first, then written to their
+    /// new cells. Its inputs are filled by [`KvCache::fill_defrag_inputs`].
+    pub fn defrag_graph(&self, moves: &[CellMove]) -> Result<(Graph, DefragInputs)> {
+        let mut b = GraphBuilder::new();
+        let m = moves.len();
+        let from = b.input("defrag_from", DType::I32, &[m])?;
+        let to = b.input("defrag_to", DType::I32, &[m])?;
+        let from_planes = b.input("defrag_from_planes", DType::I32, &[m, self.n_embd_kv])?;
+        let to_planes = b.input("defrag_to_planes", DType::I32, &[m, 1])?;
+        let size = self.layout.kv_size;
+        let mut uses_planes = false;
+        for il in 0..self.layers.len() {
+            let k = self.leaf(&mut b, il, false)?;
+            let rows = b.get_rows(k, from)?;
+            let w = b.set_rows(k, rows, to)?;
+            b.expand(w)?;
+            let v = self.leaf(&mut b, il, true)?;
+            if self.transposed_v {
+                // one value per (cell, element): the planes view
+                uses_planes = true;
+                let planes = b.reshape(v, &[1, size, self.n_embd_kv])?;
+                let vals = b.get_rows(planes, from_planes)?;
+                let w = b.set_rows(planes, vals, to_planes)?;
+                b.expand(w)?;
+            } else {
+                let rows = b.get_rows(v, from)?;
+                let w = b.set_rows(v, rows, to)?;
+                b.expand(w)?;
+            }
+        }
+        let g = b.build();
+        Ok((
+            g,
+            DefragInputs {
+                from,
+                to,
+                from_planes: uses_planes.then_some(from_planes),
+                to_planes: uses_planes.then_some(to_planes),
+            },
+        ))
+    }
+
+    /// Writes a defragmentation plan into its graph's inputs.
+    pub fn fill_defrag_inputs(
+        &self,
+        g: &Graph,
+        inputs: &DefragInputs,
+        moves: &[CellMove],
+    ) -> Result<()> {
+        let from: Vec<i32> = moves.iter().map(|m| m.from as i32).collect();
+        let to: Vec<i32> = moves.iter().map(|m| m.to as i32).collect();
+        g.write_i32(inputs.from, &from)?;
+        g.write_i32(inputs.to, &to)?;
+        if let (Some(fp), Some(tp)) = (inputs.from_planes, inputs.to_planes) {
+            let planes: Vec<i32> = (0..self.n_embd_kv)
+                .flat_map(|_| from.iter().copied())
+                .collect();
+            g.write_i32(fp, &planes)?;
+            g.write_i32(tp, &to)?;
+        }
+        Ok(())
+    }
+}
+
+/// The inputs of a defragmentation graph.
+#[derive(Clone, Copy, Debug)]
+pub struct DefragInputs {
+    pub from: TensorId,
+    pub to: TensorId,
+    pub from_planes: Option<TensorId>,
+    pub to_planes: Option<TensorId>,
+}
+
+impl CacheSource for KvCache {
+    fn layer_cache(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        kv: &KvLayout,
+        n_embd_kv: usize,
+    ) -> Result<(TensorId, TensorId)> {
+        if *kv != self.layout || n_embd_kv != self.n_embd_kv || layer >= self.layers.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the graph wants a cache of {kv:?} x {n_embd_kv} for layer {layer}; this cache is {:?} x {} for {} layers",
+                self.layout,
+                self.n_embd_kv,
+                self.layers.len()
+            )));
+        }
+        Ok((self.leaf(b, layer, false)?, self.leaf(b, layer, true)?))
+    }
+}

@@ -1,0 +1,246 @@
+//! A model loaded onto devices: its weights packed into a few buffers per
+//! device as the placement plan says, ready to build graphs from.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::desc::{ModelDesc, WeightData};
+use super::llama::{LlamaConfig, WeightSource};
+use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
+use super::row_split::RowSplitBufferType;
+use ggraph_core::alloc::{VirtualBufferType, pack_weights};
+use ggraph_core::backend::{Buffer, BufferType, Device};
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GraphBuilder, TensorData, TensorId};
+
+/// Whether loading allocates real memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Allocate and fill the weights.
+    Real,
+    /// Plan with virtual memory of the same types and sizes (estimates).
+    DryRun,
+}
+
+/// Progress of a load: bytes done, bytes in all.
+pub type LoadProgress<'a> = &'a mut dyn FnMut(u64, u64);
+
+struct Loaded {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: TensorData,
+}
+
+/// A model on its devices.
+pub struct Model {
+    pub config: LlamaConfig,
+    pub plan: PlacementPlan,
+    /// GPU-class devices in placement order.
+    pub devices: Vec<Arc<dyn Device>>,
+    pub cpu: Arc<dyn Device>,
+    pub mode: LoadMode,
+    pub tokens: Option<Vec<String>>,
+    pub vocab: super::tokenizer::VocabInfo,
+    tensors: HashMap<String, Loaded>,
+    buffers: Vec<Arc<dyn Buffer>>,
+}
+
+impl Model {
+    /// Places `desc` on `devices` (and the host `cpu`) as `opts` say,
+    /// allocates the weights (one packing per buffer type) and, in `Real`
+    /// mode, copies their bytes in.
+    pub fn load(
+        desc: &ModelDesc,
+        devices: &[Arc<dyn Device>],
+        cpu: Arc<dyn Device>,
+        opts: &PlacementOptions,
+        mode: LoadMode,
+        mut progress: Option<LoadProgress<'_>>,
+    ) -> Result<Model> {
+        let free: Vec<u64> = devices.iter().map(|d| d.memory().free_bytes).collect();
+        let names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
+        let plan = plan_placement_named(desc, &names, &free, opts, mode == LoadMode::Real)?;
+        if mode == LoadMode::Real && !desc.has_data() {
+            return Err(Error::InvalidArgument(
+                "this model has no tensor data (opened from a header): load it in dry-run mode"
+                    .into(),
+            ));
+        }
+        let real = |bt: Arc<dyn BufferType>| -> Arc<dyn BufferType> {
+            match mode {
+                LoadMode::Real => bt,
+                LoadMode::DryRun => VirtualBufferType::like(bt.as_ref()),
+            }
+        };
+        let host = real(cpu.buffer_type());
+        let device_bufts: Vec<Arc<dyn BufferType>> =
+            devices.iter().map(|d| real(d.buffer_type())).collect();
+
+        // group tensors per destination, in model order
+        let mut tensors = HashMap::with_capacity(desc.tensors.len());
+        let mut buffers: Vec<Arc<dyn Buffer>> = Vec::new();
+        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        let mut rows: Vec<usize> = Vec::new();
+        for (i, home) in plan.homes.iter().enumerate() {
+            let key = match home {
+                Home::Host => None,
+                Home::Device(d) => Some(*d),
+                Home::Rows => {
+                    rows.push(i);
+                    continue;
+                }
+            };
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+        for (key, idx) in groups {
+            let bt = key.map_or(host.clone(), |d| device_bufts[d].clone());
+            let sizes: Vec<(String, u64)> = idx
+                .iter()
+                .map(|&i| (desc.tensors[i].name.clone(), desc.tensors[i].nbytes()))
+                .collect();
+            let packed = pack_weights(&bt, &sizes)?;
+            for (&i, data) in idx.iter().zip(packed.placements) {
+                let t = &desc.tensors[i];
+                tensors.insert(
+                    t.name.clone(),
+                    Loaded {
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                        data,
+                    },
+                );
+            }
+            buffers.extend(packed.buffers);
+        }
+        if !rows.is_empty() {
+            let split =
+                RowSplitBufferType::new(device_bufts.clone(), plan.row_split.clone(), ROW_ALIGN)?;
+            let matrices: Vec<(String, usize, u64)> = rows
+                .iter()
+                .map(|&i| {
+                    let t = &desc.tensors[i];
+                    (t.name.clone(), t.shape[1], t.nbytes() / t.shape[1] as u64)
+                })
+                .collect();
+            for (&i, rb) in rows.iter().zip(split.alloc_matrices(&matrices)?) {
+                let t = &desc.tensors[i];
+                for p in rb.parts() {
+                    if !buffers.iter().any(|b| Arc::ptr_eq(b, &p.data.buffer)) {
+                        buffers.push(p.data.buffer.clone());
+                    }
+                }
+                let buffer: Arc<dyn Buffer> = rb;
+                tensors.insert(
+                    t.name.clone(),
+                    Loaded {
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                        data: TensorData { buffer, offset: 0 },
+                    },
+                );
+            }
+        }
+        if mode == LoadMode::Real {
+            let total = desc.total_bytes();
+            let mut done = 0u64;
+            for t in &desc.tensors {
+                let dst = &tensors[&t.name].data;
+                match &desc.data {
+                    WeightData::File(f) => dst.buffer.write(dst.offset, f.tensor_data(&t.name)?)?,
+                    _ => dst.buffer.write(dst.offset, &desc.bytes_of(t)?)?,
+                }
+                done += t.nbytes();
+                if let Some(p) = progress.as_mut() {
+                    p(done, total);
+                }
+            }
+        }
+        Ok(Model {
+            config: desc.config.clone(),
+            plan,
+            devices: devices.to_vec(),
+            cpu,
+            mode,
+            tokens: desc.tokens.clone(),
+            vocab: desc.vocab.clone(),
+            tensors,
+            buffers,
+        })
+    }
+
+    /// Weight bytes allocated per buffer type.
+    pub fn weight_bytes(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for b in &self.buffers {
+            match out.iter_mut().find(|(n, _)| n == b.buffer_type_name()) {
+                Some((_, s)) => *s += b.size(),
+                None => out.push((b.buffer_type_name().to_string(), b.size())),
+            }
+        }
+        out
+    }
+
+    /// Device allocations the weights took.
+    pub fn n_buffers(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// The buffer type of a layer's KV cache (host without offload_kqv).
+    pub fn kv_buffer_type(&self, layer: usize) -> Arc<dyn BufferType> {
+        let bt = match self.plan.kv_device.get(layer).copied().flatten() {
+            Some(d) => self.devices[d].buffer_type(),
+            None => self.cpu.buffer_type(),
+        };
+        match self.mode {
+            LoadMode::Real => bt,
+            LoadMode::DryRun => VirtualBufferType::like(bt.as_ref()),
+        }
+    }
+}
+
+impl WeightSource for Model {
+    fn weight(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<TensorId>> {
+        (&*self).weight(b, name, shape)
+    }
+}
+
+impl WeightSource for &Model {
+    fn weight(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<TensorId>> {
+        let Some(t) = self.tensors.get(name) else {
+            return Ok(None);
+        };
+        // GGUF drops trailing dimensions of size 1
+        let trimmed = |s: &[usize]| {
+            let mut v = s.to_vec();
+            while v.len() > 1 && v.last() == Some(&1) {
+                v.pop();
+            }
+            v
+        };
+        if trimmed(&t.shape) != trimmed(shape) {
+            return Err(Error::Shape {
+                op: "model weight",
+                msg: format!(
+                    "'{name}' has shape {:?}; the graph expects {shape:?}",
+                    t.shape
+                ),
+            });
+        }
+        b.bound_weight(name, t.dtype, &t.shape, t.data.clone())
+            .map(Some)
+    }
+}
