@@ -110,7 +110,6 @@ impl CpuStream {
 }
 
 impl Backend for CpuStream {
-
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         match &self.team {
             Some(team) => team.run(|| self.run(graph, nodes)),

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance as conformance;
+use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 #[test]

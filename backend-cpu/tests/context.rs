@@ -6,20 +6,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
-use ggraph_model::batch::Batch;
 use ggraph_conformance::nmse;
-use ggraph_model::context::{Context, ContextParams, DecodeError};
+use ggraph_conformance::reference;
+use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
 use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::{DType, Result, quant};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams, DecodeError};
 use ggraph_model::desc::{ModelDesc, TensorSpec};
+use ggraph_model::kv::FreshCache;
 use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama, causal_mask,
+    Attention, BuildShape, FreshWeights, LlamaConfig, build_llama, causal_mask,
 };
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::PlacementOptions;
-use ggraph_conformance::reference;
-use ggraph_core::{DType, Result, quant};
-use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn model_on(devices: &[Arc<dyn Device>], cpu: Arc<dyn Device>) -> Arc<Model> {
     model_with_layers(devices, cpu, 2)
@@ -532,7 +533,7 @@ fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_comp
         &mut FreshCache,
     )
     .unwrap();
-    let g = lg.builder.graph();
+    let g = &lg.graph;
     let positions: Vec<i32> = (0..prompt.len() as i32).collect();
     let cells: Vec<Option<i32>> = positions.iter().map(|p| Some(*p)).collect();
     let mut inputs: HashMap<TensorId, Vec<u8>> = HashMap::new();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
@@ -14,7 +15,6 @@ use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::make::{llama_gguf, make_vocab};
 use ggraph_model::placement::{GpuLayers, PlacementOptions, SplitMode};
-use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 /// A GGUF file in the temporary directory, removed when dropped (a
 /// failing test included).

@@ -4,17 +4,16 @@
 
 use std::sync::Arc;
 
+use ggraph_conformance::testing;
+use ggraph_conformance::testing::random_graph::RandomGraphRecipe;
 use ggraph_core::alloc::{CountingBufferType, GraphAllocator, bind_graph_weights};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_core::util::Rng;
 use ggraph_core::ir::Graph;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
-};
-use ggraph_conformance::testing::random_graph::RandomGraphRecipe;
-use ggraph_conformance::testing;
+use ggraph_core::util::Rng;
 use ggraph_core::{DType, Error, exec};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::kv::{FreshCache, KvLayout};
+use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 use proptest::prelude::*;
 
 fn fill_inputs(g: &Graph, leafs: &[ggraph_core::TensorId], seed: u64) {
@@ -90,7 +89,7 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
     let (lg, shape) = llama_graph(&config, 7, 20);
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let bt = cpu.buffer_type();
-    let mut g = lg.builder.graph().clone();
+    let mut g = lg.graph.clone();
     let _w = bind_graph_weights(&mut g, &bt).unwrap();
     let mut alloc = GraphAllocator::single(bt.clone());
     alloc.alloc_graph(&mut g, &|_| 0).unwrap();
@@ -108,7 +107,7 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
     // so the bound is the conformance suite's for quantised weights
     assert!(e < 5e-4, "nmse {e}");
     let planned = alloc.buffer_bytes()[0];
-    let naive: u64 = exec::unbound_tensors(lg.builder.graph())
+    let naive: u64 = exec::unbound_tensors(&lg.graph)
         .iter()
         .map(|&id| g.tensor(id).nbytes() as u64)
         .sum();
@@ -123,7 +122,7 @@ fn device_out_of_memory_leaves_the_allocator_usable() {
     let mut alloc = GraphAllocator::single(bt.clone());
 
     let (small, _) = llama_graph(&config, 1, 2);
-    let mut sg = small.builder.graph().clone();
+    let mut sg = small.graph.clone();
     let wb: Arc<dyn BufferType> = CpuDevice::new().buffer_type();
     bind_graph_weights(&mut sg, &wb).unwrap();
     // caches live elsewhere too
@@ -150,7 +149,7 @@ fn device_out_of_memory_leaves_the_allocator_usable() {
     assert!(need_small < 64 << 10, "the small graph fits: {need_small}");
 
     let (big, _) = llama_graph(&config, 64, 64);
-    let mut bg = big.builder.graph().clone();
+    let mut bg = big.graph.clone();
     bind_graph_weights(&mut bg, &wb).unwrap();
     match alloc.reserve(&bg, &|_| 0) {
         Err(Error::OutOfMemory {
@@ -180,7 +179,7 @@ fn device_out_of_memory_leaves_the_allocator_usable() {
 fn a_32_layer_model_takes_a_few_dozen_device_allocations() {
     let config = LlamaConfig::dense(512, 128, 32, 4, 2, 256);
     let (lg, _) = llama_graph(&config, 16, 64);
-    let mut g = lg.builder.graph().clone();
+    let mut g = lg.graph.clone();
     // a device whose buffers are at most 256 KiB: weights and compute
     // memory both need several chunks
     let sim = SimDevice::new(0, SimConfig::gpu(1 << 30).max_buffer(256 << 10));

@@ -4,20 +4,21 @@
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
-use ggraph_model::batch::Batch;
 use ggraph_conformance::nmse;
-use ggraph_model::context::{Context, ContextParams};
+use ggraph_core::alloc::split_rows;
+use ggraph_core::backend::Device;
 use ggraph_core::ir::Op;
+use ggraph_core::{DType, Error};
+use ggraph_cpu::{CPU_BUFFER_TYPE, CpuDevice, SimConfig, SimDevice};
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{
     GpuLayers, Home, OverrideTarget, PlacementOptions, PlacementPlan, ROW_ALIGN, SplitMode,
-    TensorSplit, split_rows,
+    TensorSplit,
 };
-use ggraph_core::{DType, Error};
-use ggraph_cpu::{CPU_BUFFER_TYPE, CpuDevice, SimConfig, SimDevice};
 
 const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
 
@@ -336,8 +337,7 @@ fn overrides_match_what_the_dry_run_lists_and_moe_experts_can_stay_home() {
     // first match wins
     let opts = PlacementOptions {
         overrides: vec![
-            ggraph_model::placement::Override::new(r"blk\.0\.", OverrideTarget::Device(0))
-                .unwrap(),
+            ggraph_model::placement::Override::new(r"blk\.0\.", OverrideTarget::Device(0)).unwrap(),
             ggraph_model::placement::Override::new(r"attn_q", OverrideTarget::Host).unwrap(),
         ],
         n_gpu_layers: GpuLayers::Count(0),

@@ -4,16 +4,17 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use ggraph_conformance::testing;
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::{Buffer, Device};
 use ggraph_core::ir::{Graph, OpKind, TensorId};
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
-};
 use ggraph_core::sched::{BackendSpec, Cause, EvalCallback, OffloadPolicy, SchedConfig, Scheduler};
-use ggraph_conformance::testing;
 use ggraph_core::{DType, Error};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::kv::FreshCache;
+use ggraph_model::llama::{
+    Attention, BuildShape, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
+};
 
 struct Fixture {
     lg: LlamaGraph,
@@ -30,7 +31,7 @@ fn fixture(n_layer: usize, n_tokens: usize) -> Fixture {
         &mut FreshCache,
     )
     .unwrap();
-    let data = testing::llama_leaf_data(&lg, lg.builder.graph(), &config, &shape, 11).unwrap();
+    let data = testing::llama_leaf_data(&lg, &lg.graph, &config, &shape, 11).unwrap();
     Fixture { lg, data }
 }
 
@@ -58,7 +59,7 @@ fn run(
     config: SchedConfig,
     home: &dyn Fn(&str) -> Arc<dyn Device>,
 ) -> Run {
-    let mut graph = f.lg.builder.graph().clone();
+    let mut graph = f.lg.graph.clone();
     let weights = bind_graph_weights_by(&mut graph, |_, name| home(name).buffer_type()).unwrap();
     let is_weight = |g: &Graph, id: TensorId| g.tensor(id).flags.weight;
     for (id, bytes) in &f.data {
@@ -151,7 +152,7 @@ fn the_last_layers_on_a_simulated_gpu_give_two_splits_and_the_cpu_result() {
     names.sort();
     assert_eq!(names.len(), 4, "{names:?}");
     assert!(names.contains(&"inp_pos".to_string()) && names.contains(&"kq_mask".to_string()));
-    let operands = &f.lg.builder.graph().tensor(l_out_1).src;
+    let operands = &&f.lg.graph.tensor(l_out_1).src;
     assert!(
         operands.iter().all(|o| copied.contains(o)),
         "the residual's operands are copied"
@@ -222,12 +223,12 @@ fn op_offload_moves_exactly_the_large_batch_matrix_ops_with_host_weights() {
     assert_eq!(off.logits, want);
     assert_eq!(on.logits, want);
     let g = on.sched.graph().unwrap();
-    for &n in f.lg.builder.graph().nodes() {
+    for &n in f.lg.graph.nodes() {
         let moved = on.sched.backend_of(n) != off.sched.backend_of(n);
         let t = g.tensor(n);
         // a mul_mat whose first source is a host weight and whose batch is
         // at least 32 is offloaded; nothing else moves
-        let original = f.lg.builder.graph();
+        let original = &f.lg.graph;
         let offloadable = t.op.kind() == OpKind::MulMat
             && original.tensor(original.tensor(n).src[0]).flags.weight
             && t.ne[1] >= 32;
@@ -292,7 +293,7 @@ fn a_cost_model_offloads_to_a_fast_device_over_a_fast_link() {
     );
     assert_eq!(r.logits, want);
     let g = r.sched.graph().unwrap();
-    let original = f.lg.builder.graph();
+    let original = &f.lg.graph;
     let mut offloaded = 0;
     for &n in original.nodes() {
         let t = original.tensor(n);
@@ -338,8 +339,7 @@ fn a_configured_batch_threshold_decides_offload() {
         assert_eq!(r.logits, want);
         let causes = f
             .lg
-            .builder
-            .graph()
+            .graph
             .nodes()
             .iter()
             .filter(|&&n| {
@@ -355,7 +355,7 @@ fn a_configured_batch_threshold_decides_offload() {
 fn a_hand_placement_the_backend_cannot_run_is_an_error() {
     let f = fixture(2, 5);
     let (cpu, sims) = devices(1, &[OpKind::RmsNorm]);
-    let graph = f.lg.builder.graph();
+    let graph = &f.lg.graph;
     let norm = graph
         .nodes()
         .iter()
@@ -408,7 +408,7 @@ fn an_op_the_device_refuses_falls_back_with_the_cause_recorded() {
 fn manual_placement_overrides_the_passes() {
     let f = fixture(2, 5);
     let (cpu, sims) = devices(1, &[]);
-    let graph = f.lg.builder.graph();
+    let graph = &f.lg.graph;
     let norm = graph
         .nodes()
         .iter()
@@ -489,7 +489,7 @@ fn eval_and_abort_callbacks() {
     }
     let f = fixture(2, 5);
     let cpu: Arc<dyn Device> = CpuDevice::new();
-    let mut graph = f.lg.builder.graph().clone();
+    let mut graph = f.lg.graph.clone();
     let _w = bind_graph_weights_by(&mut graph, |_, _| cpu.buffer_type()).unwrap();
     for (id, bytes) in &f.data {
         if graph.tensor(*id).flags.weight {
@@ -648,7 +648,7 @@ fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
         cpu,
         refuses: OpKind::SoftMax,
     });
-    let mut graph = f.lg.builder.graph().clone();
+    let mut graph = f.lg.graph.clone();
     let _weights = bind_graph_weights_by(&mut graph, |_, _| refusing.buffer_type()).unwrap();
     let mut sched =
         Scheduler::new(vec![BackendSpec::new(refusing)], SchedConfig::default()).unwrap();

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
+use ggraph_conformance::testing::random_graph::RandomGraphRecipe;
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::Device;
-use ggraph_core::util::Rng;
 use ggraph_core::ir::{Graph, OpKind};
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
-use ggraph_conformance::testing::random_graph::RandomGraphRecipe;
+use ggraph_core::util::Rng;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use proptest::prelude::*;
 

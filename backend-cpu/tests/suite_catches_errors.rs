@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use ggraph_conformance::{self as conformance, Outcome};
 use ggraph_core::Result;
 use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
-use ggraph_conformance::{self as conformance, Outcome};
 use ggraph_core::ir::{Graph, Op, OpKind, TensorId};
 use ggraph_cpu::CpuDevice;
 

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance as conformance;
+use ggraph_core::backend::Device;
 use ggraph_cuda::emu::EmuRuntime;
 
 fn check(dev: Arc<dyn Device>) {

@@ -4,14 +4,13 @@
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance::nmse;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
-};
 use ggraph_conformance::{reference, testing};
+use ggraph_core::backend::Device;
 use ggraph_core::{DType, exec};
 use ggraph_cuda::emu::EmuRuntime;
+use ggraph_model::kv::{FreshCache, KvLayout};
+use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights: DType) -> f64 {
     let lg = build_llama(
@@ -21,7 +20,7 @@ fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights
         &mut FreshCache,
     )
     .unwrap();
-    let mut graph = lg.builder.graph().clone();
+    let mut graph = lg.graph.clone();
     let data = testing::llama_leaf_data(&lg, &graph, config, &shape, 42).unwrap();
     let _buf = exec::alloc_one_buffer(&mut graph, &device.buffer_type()).unwrap();
     for (id, bytes) in &data {
@@ -96,9 +95,13 @@ fn kv_cache_and_mixture_of_experts_on_the_emulated_gpu() {
 fn the_scheduler_splits_a_llama_model_between_the_cpu_and_the_emulated_gpu() {
     let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
     for attention in [Attention::Standard, Attention::Flash] {
-        let m =
-            ggraph_conformance::testing::mixed::mixed_llama(&[emu()], cpu.clone(), DType::Q8_0, attention)
-                .unwrap();
+        let m = ggraph_conformance::testing::mixed::mixed_llama(
+            &[emu()],
+            cpu.clone(),
+            DType::Q8_0,
+            attention,
+        )
+        .unwrap();
         assert!(m.passed(), "{attention:?}: {m:?}");
         assert!(m.splits >= 2 && m.device_nodes > 20, "{}", m.explain);
     }

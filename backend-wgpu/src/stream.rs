@@ -67,7 +67,6 @@ impl Event for WgpuEvent {
 }
 
 impl Backend for WgpuStream {
-
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let gpu = self.gpu().clone();
         let mut rec = Recorder::new(&gpu);

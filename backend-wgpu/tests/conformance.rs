@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance as conformance;
+use ggraph_core::backend::Device;
 
 #[test]
 fn wgpu_passes_the_conformance_suite() {

@@ -8,12 +8,12 @@ mod common;
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
-use {ggraph_conformance::nmse, ggraph_core::util::Rng};
-use ggraph_core::ir::{Graph, TensorId};
 use ggraph_conformance::reference;
+use ggraph_core::backend::Device;
+use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, GraphBuilder, exec, quant};
 use ggraph_wgpu::{MatmulKernel, WgpuDevice, WgpuOptions};
+use {ggraph_conformance::nmse, ggraph_core::util::Rng};
 
 struct Product {
     w: DType,

@@ -6,13 +6,12 @@ mod common;
 
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance::nmse;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
-};
 use ggraph_conformance::{reference, testing};
+use ggraph_core::backend::Device;
 use ggraph_core::{DType, exec};
+use ggraph_model::kv::{FreshCache, KvLayout};
+use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 fn small_config() -> LlamaConfig {
     LlamaConfig::dense(97, 64, 2, 4, 2, 96)
@@ -32,7 +31,7 @@ fn run(
         &mut FreshCache,
     )
     .unwrap();
-    let mut graph = lg.builder.graph().clone();
+    let mut graph = lg.graph.clone();
     let data = testing::llama_leaf_data(&lg, &graph, config, &shape, 42).unwrap();
     let _buf = exec::alloc_one_buffer(&mut graph, &device.buffer_type()).unwrap();
     for (id, bytes) in &data {

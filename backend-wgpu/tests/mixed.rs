@@ -6,17 +6,17 @@ mod common;
 
 use std::sync::Arc;
 
+use ggraph_conformance::nmse;
+use ggraph_conformance::testing::mixed::mixed_llama;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
+use ggraph_cpu::CpuDevice;
 use ggraph_model::batch::Batch;
-use ggraph_conformance::nmse;
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{PlacementOptions, SplitMode};
-use ggraph_conformance::testing::mixed::mixed_llama;
-use ggraph_cpu::CpuDevice;
 use ggraph_wgpu::WgpuDevice;
 
 fn two_devices(test: &str) -> Option<Vec<Arc<dyn Device>>> {

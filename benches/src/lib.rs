@@ -9,10 +9,11 @@ pub mod peers;
 use ggraph_core::alloc::VirtualBufferType;
 use ggraph_core::backend::BufferType;
 use ggraph_core::ir::{Graph, TensorData};
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, LlamaGraph, build_llama,
-};
 use ggraph_core::{DType, Result};
+use ggraph_model::kv::{FreshCache, KvLayout};
+use ggraph_model::llama::{
+    Attention, BuildShape, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
+};
 
 /// Median of `runs` timings of `f`, in microseconds.
 pub fn median_us(runs: usize, mut f: impl FnMut()) -> f64 {

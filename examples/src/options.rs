@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
+use ggraph_core::util::parse_bytes;
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::context::ContextParams;
 use ggraph_model::llama::Attention;
 use ggraph_model::placement::{
     GpuLayers, Override, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
 };
-use ggraph_core::util::parse_bytes;
-use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 use crate::args::{Args, Spec};
 

@@ -5,13 +5,13 @@
 use std::fmt::Write;
 use std::time::Instant;
 
+use ggraph_core::util::format_bytes;
+use ggraph_core::{DType, Error, Result};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, DecodeError};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::llama::LlamaConfig;
 use ggraph_model::make::make_vocab;
-use ggraph_core::util::format_bytes;
-use ggraph_core::{DType, Error, Result};
 
 /// A random-weight model shape by name: `tiny` (tests), `small` (n_embd
 /// 512, 8 layers, 8 heads, n_ff 1408, vocab 32000: the CPU issue's bench

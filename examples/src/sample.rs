@@ -4,13 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ggraph_core::backend::Device;
 use ggraph_conformance::nmse;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama,
-};
 use ggraph_conformance::{reference, testing};
+use ggraph_core::backend::Device;
 use ggraph_core::{DType, Result, exec};
+use ggraph_model::kv::FreshCache;
+use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 /// What a sample run measured.
 pub struct SampleRun {
@@ -52,7 +51,7 @@ pub fn run_sample(device: &Arc<dyn Device>, weights: DType) -> Result<SampleRun>
         &mut FreshWeights { dtype: weights },
         &mut FreshCache,
     )?;
-    let mut graph = lg.builder.graph().clone();
+    let mut graph = lg.graph.clone();
     let data = testing::llama_leaf_data(&lg, &graph, &config, &shape, 7)?;
     let _buffer = exec::alloc_one_buffer(&mut graph, &device.buffer_type())?;
     for (id, bytes) in &data {

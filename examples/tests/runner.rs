@@ -7,17 +7,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ggraph::backend::Device;
-use ggraph_conformance::nmse;
 use ggraph::context::{Context, ContextParams};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::gguf::ModelFile;
-use ggraph::model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, build_llama, causal_mask,
-};
+use ggraph::model::kv::FreshCache;
+use ggraph::model::llama::{Attention, BuildShape, FreshWeights, build_llama, causal_mask};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::make::{llama_gguf, make_vocab};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, TensorId, quant, runner};
+use ggraph_conformance::nmse;
 use ggraph_conformance::reference;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
@@ -68,7 +67,7 @@ fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f
         &mut FreshCache,
     )
     .unwrap();
-    let g = lg.builder.graph();
+    let g = &lg.graph;
     let positions: Vec<i32> = (0..prompt.len() as i32).collect();
     let cells: Vec<Option<i32>> = positions.iter().map(|p| Some(*p)).collect();
     let mut inputs: HashMap<TensorId, Vec<u8>> = HashMap::new();

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
+use crate::reference;
 use ggraph_core::backend::Device;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
@@ -19,8 +20,6 @@ use ggraph_core::ir::{
 };
 use ggraph_core::quant;
 use ggraph_core::util::Rng;
-use crate::reference;
-
 
 /// How a case fills one of its leafs.
 #[derive(Clone, Debug)]
@@ -475,12 +474,17 @@ fn binary_cases(c: &mut Cases) {
         }
         // a non-contiguous a: a transposed view
         let name = format!("{op:?}[F32,F32,transposed_a]").to_lowercase();
-        c.add(ggraph_core::ir::Op::Binary(op).kind(), name, 1e-6, move |cb| {
-            let a0 = cb.input(DType::F32, &[6, 11, 3])?;
-            let a = cb.b.transpose(a0)?;
-            let b = cb.filled(DType::F32, &[11, 1, 3], Fill::AwayFromZero(0.5, 2.0))?;
-            cb.b.binary(op, a, b)
-        });
+        c.add(
+            ggraph_core::ir::Op::Binary(op).kind(),
+            name,
+            1e-6,
+            move |cb| {
+                let a0 = cb.input(DType::F32, &[6, 11, 3])?;
+                let a = cb.b.transpose(a0)?;
+                let b = cb.filled(DType::F32, &[11, 1, 3], Fill::AwayFromZero(0.5, 2.0))?;
+                cb.b.binary(op, a, b)
+            },
+        );
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use ggraph_conformance::testing::random_graph::{RandomGraph, RandomGraphRecipe};
 use ggraph_core::alloc::{GraphAllocator, Slot, Strategy, VirtualBufferType, plan_graph};
 use ggraph_core::backend::BufferType;
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_conformance::testing::random_graph::{RandomGraph, RandomGraphRecipe};
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 

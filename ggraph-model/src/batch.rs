@@ -2,8 +2,8 @@
 //! (positions that continue each sequence, default sequence and outputs),
 //! and split into ubatches the graph can take.
 
-use ggraph_core::error::{Error, Result};
 use crate::kv::{Cells, SeqId, TokenPlace};
+use ggraph_core::error::{Error, Result};
 
 /// Tokens to decode, with optional positions, sequences and output flags.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -161,7 +161,7 @@ pub fn sanitize(batch: &Batch, cells: &Cells, n_vocab: usize) -> Result<SaneBatc
 
 /// How a batch is cut into ubatches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SplitMode {
+pub enum UbatchSplit {
     /// Consecutive runs of at most n_ubatch tokens.
     Simple,
     /// Each ubatch takes the same number of tokens from every sequence
@@ -172,18 +172,18 @@ pub enum SplitMode {
 }
 
 /// Indices into the batch of each ubatch's tokens, in order.
-pub fn split(batch: &SaneBatch, n_ubatch: usize, mode: SplitMode) -> Result<Vec<Vec<usize>>> {
+pub fn split(batch: &SaneBatch, n_ubatch: usize, mode: UbatchSplit) -> Result<Vec<Vec<usize>>> {
     if n_ubatch == 0 {
         return Err(bad("n_ubatch must be positive".into()));
     }
     let n = batch.len();
     Ok(match mode {
-        SplitMode::Simple => (0..n)
+        UbatchSplit::Simple => (0..n)
             .collect::<Vec<_>>()
             .chunks(n_ubatch)
             .map(|c| c.to_vec())
             .collect(),
-        SplitMode::Seq | SplitMode::Equal => {
+        UbatchSplit::Seq | UbatchSplit::Equal => {
             // tokens grouped by their sequence set, in order of first use
             let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
             for (i, p) in batch.places.iter().enumerate() {
@@ -192,7 +192,7 @@ pub fn split(batch: &SaneBatch, n_ubatch: usize, mode: SplitMode) -> Result<Vec<
                     None => groups.push((p.seqs, vec![i])),
                 }
             }
-            if mode == SplitMode::Seq {
+            if mode == UbatchSplit::Seq {
                 groups
                     .iter()
                     .flat_map(|(_, v)| v.chunks(n_ubatch).map(|c| c.to_vec()))
@@ -329,14 +329,14 @@ mod tests {
         };
         let b = sanitize(&batch, &cells(), 10).unwrap();
         assert_eq!(
-            split(&b, 3, SplitMode::Simple).unwrap(),
+            split(&b, 3, UbatchSplit::Simple).unwrap(),
             vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]
         );
         assert_eq!(
-            split(&b, 3, SplitMode::Seq).unwrap(),
+            split(&b, 3, UbatchSplit::Seq).unwrap(),
             vec![vec![0, 2, 4], vec![5], vec![1, 3, 6]]
         );
-        let eq = split(&b, 4, SplitMode::Equal).unwrap();
+        let eq = split(&b, 4, UbatchSplit::Equal).unwrap();
         assert_eq!(eq, vec![vec![0, 2, 1, 3], vec![4, 6], vec![5]]);
         let all: usize = eq.iter().map(|u| u.len()).sum();
         assert_eq!(all, 7);

@@ -8,19 +8,17 @@
 
 use std::sync::Arc;
 
+use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
+use crate::kv::{KvCache, KvLayout, Slot, TokenPlace};
+use crate::llama::{
+    Attention, BuildShape, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors, rope_params,
+};
+use crate::loaded::{LoadMode, Model};
 use ggraph_core::backend::Device;
-use crate::batch::{Batch, SaneBatch, SplitMode, sanitize, split};
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::Graph;
-use crate::kv::{KvCache, Slot, TokenPlace};
-use crate::llama::{
-    Attention, BuildShape, KvLayout, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors,
-    rope_params,
-};
-use crate::loaded::{LoadMode, Model};
-use crate::row_split::rewrite_row_split;
-use ggraph_core::sched::{BackendId, BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
+use ggraph_core::sched::{BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
 
 /// Context settings.
 #[derive(Clone, Debug)]
@@ -35,7 +33,7 @@ pub struct ContextParams {
     pub attention: Attention,
     pub k_type: DType,
     pub v_type: DType,
-    pub split_mode: SplitMode,
+    pub ubatch_split: UbatchSplit,
     /// Attention looks at the used cells rounded up to this.
     pub n_kv_pad: usize,
     /// Pipeline depth of the scheduler.
@@ -57,7 +55,7 @@ impl Default for ContextParams {
             attention: Attention::Flash,
             k_type: DType::F16,
             v_type: DType::F16,
-            split_mode: SplitMode::Simple,
+            ubatch_split: UbatchSplit::Simple,
             n_kv_pad: 256,
             n_copies: 1,
             offload_policy: OffloadPolicy::Device,
@@ -124,6 +122,9 @@ pub struct Context {
     pub params: ContextParams,
     pub cache: KvCache,
     sched: Scheduler,
+    /// Runs the cache's own graphs (shifts, defragmentation) over the same
+    /// devices, so that they do not disturb the decode graph's plan.
+    side: Scheduler,
     built: Option<Built>,
     /// Logits of the last decode, one row of n_vocab per output token.
     logits: Vec<f32>,
@@ -159,17 +160,26 @@ impl Context {
             params.n_seq_max,
             &|il| model.kv_buffer_type(il),
         )?;
-        let mut specs: Vec<BackendSpec> = model
-            .devices
-            .iter()
-            .map(|d| BackendSpec::new(d.clone()).op_offload(model.plan.op_offload))
-            .collect();
-        specs.push(BackendSpec::new(model.cpu.clone()));
+        let backends = |op_offload: bool| -> Vec<BackendSpec> {
+            model
+                .devices
+                .iter()
+                .chain([&model.cpu])
+                .map(|d| BackendSpec::new(d.clone()).op_offload(op_offload))
+                .collect()
+        };
         let sched = Scheduler::new(
-            specs,
+            backends(model.plan.op_offload),
             SchedConfig {
                 n_copies: params.n_copies,
                 offload_policy: params.offload_policy.clone(),
+                dry_run: model.mode == LoadMode::DryRun,
+                ..SchedConfig::default()
+            },
+        )?;
+        let side = Scheduler::new(
+            backends(true),
+            SchedConfig {
                 dry_run: model.mode == LoadMode::DryRun,
                 ..SchedConfig::default()
             },
@@ -179,6 +189,7 @@ impl Context {
             params,
             cache,
             sched,
+            side,
             built: None,
             logits: Vec::new(),
             embeddings: Vec::new(),
@@ -191,7 +202,7 @@ impl Context {
             n_kv: ctx.params.n_ctx,
             embeddings: ctx.params.embeddings,
         })?;
-        ctx.sched.reserve(worst.builder.build())?;
+        ctx.sched.reserve(worst.graph)?;
         Ok(ctx)
     }
 
@@ -231,25 +242,9 @@ impl Context {
         let shape = self.shape(key);
         let model = self.model.clone();
         let mut lg = build_llama(&model.config, &shape, &mut &*model, &mut self.cache)?;
-        // row-split weights become per-device partial mul_mats
-        let mut graph = std::mem::take(&mut lg.builder).build();
-        let rewrite = rewrite_row_split(&mut graph)?;
-        // the gathers run on the main device (where the layer's other
-        // tensors are), not beside whichever part they read last. Manual
-        // placements name this graph's ids: the context owns them.
-        self.sched.reset();
-        let main = model.plan.main_device;
-        if let Some(device) = model.devices.get(main) {
-            for &g in &rewrite.gathers {
-                if device.supports_op(&graph, g) {
-                    self.sched.set_tensor_backend(g, BackendId(main as u16))?;
-                }
-            }
-        }
-        lg.builder = graph_into_builder(graph);
         if key.embeddings {
             // kept, not overwritten by later nodes, to be read back
-            lg.builder.set_output(lg.embeddings)?;
+            lg.graph.set_output(lg.embeddings)?;
         }
         Ok(lg)
     }
@@ -266,7 +261,7 @@ impl Context {
         };
         let lg = self.build(key)?;
         self.built = None;
-        let splits = self.sched.split_graph(lg.builder.build())?;
+        let splits = self.sched.split_graph(lg.graph)?;
         let report = SplitReport {
             splits: splits.len(),
             copies: splits.iter().map(|s| s.inputs.len()).sum(),
@@ -316,7 +311,7 @@ impl Context {
         }
         let sane = sanitize(batch, &self.cache.cells, self.model.config.n_vocab)
             .map_err(DecodeError::InvalidBatch)?;
-        let ubatches = split(&sane, self.params.n_ubatch, self.params.split_mode)
+        let ubatches = split(&sane, self.params.n_ubatch, self.params.ubatch_split)
             .map_err(DecodeError::InvalidBatch)?;
         self.logits.clear();
         self.embeddings.clear();
@@ -381,12 +376,10 @@ impl Context {
             let inputs = lg.inputs.clone();
             let logits = lg.logits;
             let embeddings = lg.embeddings;
-            self.sched
-                .alloc_graph(lg.builder.build())
-                .map_err(|e| match e {
-                    Error::OutOfMemory { .. } => DecodeError::Alloc(e),
-                    e => DecodeError::Compute(e),
-                })?;
+            self.sched.alloc_graph(lg.graph).map_err(|e| match e {
+                Error::OutOfMemory { .. } => DecodeError::Alloc(e),
+                e => DecodeError::Compute(e),
+            })?;
             self.built = Some(Built {
                 key,
                 inputs,
@@ -478,13 +471,12 @@ impl Context {
                 .shift_graph(c.head_dim, c.n_head_kv, rope_params(c), &mut |b| {
                     rope_freq_factors(b, c, &mut &*model)
                 })?;
-        let mut sched = self.side_scheduler()?;
-        sched.alloc_graph(graph)?;
-        sched
+        self.side.alloc_graph(graph)?;
+        self.side
             .graph()
             .expect("allocated")
             .write_i32(shifts, &self.cache.cells.shifts())?;
-        sched.compute()?;
+        self.side.compute()?;
         self.cache.cells.clear_shifts();
         Ok(())
     }
@@ -498,27 +490,14 @@ impl Context {
             return Ok(0);
         }
         let (graph, inputs) = self.cache.defrag_graph(&moves)?;
-        let mut sched = self.side_scheduler()?;
-        sched.alloc_graph(graph)?;
+        self.side.alloc_graph(graph)?;
         self.cache
-            .fill_defrag_inputs(sched.graph().expect("allocated"), &inputs, &moves)?;
-        sched.compute()?;
+            .fill_defrag_inputs(self.side.graph().expect("allocated"), &inputs, &moves)?;
+        self.side.compute()?;
         self.cache.cells.apply_moves(&moves);
         // the next graph sees new cells: shapes may change
         self.built = None;
         Ok(moves.len())
-    }
-
-    /// A scheduler over the same devices for the cache's own graphs.
-    fn side_scheduler(&self) -> Result<Scheduler> {
-        let mut specs: Vec<BackendSpec> = self
-            .model
-            .devices
-            .iter()
-            .map(|d| BackendSpec::new(d.clone()))
-            .collect();
-        specs.push(BackendSpec::new(self.model.cpu.clone()));
-        Scheduler::new(specs, SchedConfig::default())
     }
 
     /// The devices the context runs on, GPU-class first, then the CPU.
@@ -527,10 +506,4 @@ impl Context {
         d.push(self.model.cpu.clone());
         d
     }
-}
-
-/// Wraps a built graph back into a builder (the llama graph struct holds a
-/// builder; the rewrite works on graphs).
-fn graph_into_builder(graph: Graph) -> ggraph_core::ir::GraphBuilder {
-    ggraph_core::ir::GraphBuilder::from_graph(graph)
 }

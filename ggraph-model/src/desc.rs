@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use super::gguf::{GgufHeader, ModelFile, llama_config};
+use super::gguf::{GgufHeader, ModelFile};
 use super::llama::LlamaConfig;
+use super::llama::llama_config;
 use super::tokenizer::VocabInfo;
-use ggraph_core::util::Rng;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::quant;
+use ggraph_core::util::Rng;
 
 /// One tensor of a model.
 #[derive(Clone, Debug, PartialEq)]

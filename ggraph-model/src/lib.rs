@@ -19,7 +19,6 @@ pub mod loaded;
 pub mod make;
 pub mod ollama;
 pub mod placement;
-pub mod row_split;
 pub mod tokenizer;
 
 /// The JSON library of header JSON and estimate documents, re-exported so

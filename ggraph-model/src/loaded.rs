@@ -7,8 +7,7 @@ use std::sync::Arc;
 use super::desc::{ModelDesc, WeightData};
 use super::llama::{LlamaConfig, WeightSource};
 use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
-use super::row_split::RowSplitBufferType;
-use ggraph_core::alloc::{VirtualBufferType, pack_weights};
+use ggraph_core::alloc::{RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
@@ -117,8 +116,12 @@ impl Model {
             buffers.extend(packed.buffers);
         }
         if !rows.is_empty() {
-            let split =
-                RowSplitBufferType::new(device_bufts.clone(), plan.row_split.clone(), ROW_ALIGN)?;
+            let split = RowSplitBufferType::new(
+                device_bufts.clone(),
+                plan.row_split.clone(),
+                ROW_ALIGN,
+                plan.main_device,
+            )?;
             let matrices: Vec<(String, usize, u64)> = rows
                 .iter()
                 .map(|&i| {

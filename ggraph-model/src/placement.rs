@@ -9,6 +9,7 @@
 use regex::Regex;
 
 use super::desc::ModelDesc;
+use ggraph_core::alloc::{normalise_shares, split_rows};
 use ggraph_core::error::{Error, Result};
 use ggraph_core::util::format_bytes;
 
@@ -162,37 +163,6 @@ impl PlacementPlan {
     }
 }
 
-/// Rows of an `m`-row matrix on each device for fractions `f`: multiples
-/// of `align` rows except the last device's share, which takes the rest.
-pub fn split_rows(m: usize, f: &[f64], align: usize) -> Vec<usize> {
-    let align = align.max(1);
-    let mut out = Vec::with_capacity(f.len());
-    let mut given = 0;
-    let mut acc = 0.0;
-    for (i, share) in f.iter().enumerate() {
-        acc += share;
-        let end = if i + 1 == f.len() {
-            m
-        } else {
-            (((acc * m as f64) / align as f64).round() as usize * align).min(m)
-        };
-        let end = end.max(given);
-        out.push(end - given);
-        given = end;
-    }
-    out
-}
-
-pub(crate) fn normalise(f: &[f64]) -> Result<Vec<f64>> {
-    let sum: f64 = f.iter().sum();
-    if f.iter().any(|x| !x.is_finite() || *x < 0.0) || sum <= 0.0 {
-        return Err(Error::InvalidArgument(format!(
-            "tensor split {f:?} needs non-negative shares with a positive sum"
-        )));
-    }
-    Ok(f.iter().map(|x| x / sum).collect())
-}
-
 /// Places `desc` on `n_devices` devices with `free` bytes each (used for
 /// the default split and the fit check; empty skips the check).
 pub fn plan_placement(
@@ -287,12 +257,12 @@ pub fn plan_placement_named(
                     *d = Some(opts.main_device);
                 }
                 row_split = match &opts.tensor_split {
-                    Some(TensorSplit::Fractions(f)) => normalise(f)?,
+                    Some(TensorSplit::Fractions(f)) => normalise_shares(f)?,
                     Some(TensorSplit::Bytes(b)) => {
-                        normalise(&b.iter().map(|x| *x as f64).collect::<Vec<_>>())?
+                        normalise_shares(&b.iter().map(|x| *x as f64).collect::<Vec<_>>())?
                     }
                     None if free.len() == n_devices => {
-                        normalise(&free.iter().map(|x| *x as f64).collect::<Vec<_>>())?
+                        normalise_shares(&free.iter().map(|x| *x as f64).collect::<Vec<_>>())?
                     }
                     None => vec![1.0 / n_devices as f64; n_devices],
                 };
@@ -305,8 +275,8 @@ pub fn plan_placement_named(
                     }
                     split => {
                         let f = match split {
-                            Some(TensorSplit::Fractions(f)) => normalise(f)?,
-                            _ if free.len() == n_devices => normalise(
+                            Some(TensorSplit::Fractions(f)) => normalise_shares(f)?,
+                            _ if free.len() == n_devices => normalise_shares(
                                 &free.iter().map(|x| (*x).max(1) as f64).collect::<Vec<_>>(),
                             )?,
                             _ => vec![1.0 / n_devices as f64; n_devices],
@@ -473,8 +443,8 @@ fn by_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ggraph_core::dtype::DType;
     use crate::llama::LlamaConfig;
+    use ggraph_core::dtype::DType;
 
     fn model() -> ModelDesc {
         ModelDesc::random(LlamaConfig::dense(1000, 64, 8, 4, 2, 128), DType::F32, 1).unwrap()

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use ggraph_model::estimate::EstimateRequest;
 use ggraph_model::gguf::{
     ArrayValues, GgufHeader, GgufWriter, JsonOptions, ModelFile, Value, header_from_json,
-    llama_config, parse_header,
+    parse_header,
 };
+use ggraph_model::llama::llama_config;
 use ggraph_model::ollama;
 use serde_json::Value as Json;
 

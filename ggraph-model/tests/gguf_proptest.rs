@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 
 use ggraph_model::estimate::{EstimateRequest, estimate};
-use ggraph_model::gguf::{
-    GgufHeader, GgufWriter, JsonOptions, header_from_json, parse_header,
-};
+use ggraph_model::gguf::{GgufHeader, GgufWriter, JsonOptions, header_from_json, parse_header};
 use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<u8> {

@@ -218,7 +218,6 @@ impl Drop for GpuStream {
 }
 
 impl Backend for GpuStream {
-
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         for &n in nodes {
             graph.get(n)?;

@@ -10,9 +10,9 @@ use ggraph_benches::{bind_cache_virtual, llama8b_graph, median_us, row};
 use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy, liveness};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_model::llama::Attention;
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::CpuDevice;
+use ggraph_model::llama::Attention;
 
 /// ggml's figures for this graph (1028 nodes, Q4_0 weights, f16 KV cache),
 /// measured on this machine with ggml's own graph allocator, as given in
@@ -41,7 +41,7 @@ fn main() -> ggraph_core::Result<()> {
         (Strategy::GreedyBySize, DType::F16),
     ] {
         let (_, _, lg) = llama8b_graph(DType::Q4_0, Attention::Standard, mask)?;
-        let mut graph = lg.builder.graph().clone();
+        let mut graph = lg.graph.clone();
         bind_cache_virtual(&mut graph, &lg, bt.as_ref())?;
         let lower_bound = liveness(&graph, std::slice::from_ref(&bt), &assign)?
             .peak_live_bytes(0, bt.alignment());

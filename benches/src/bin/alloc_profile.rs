@@ -7,14 +7,14 @@ use ggraph_benches::{bind_cache_virtual, llama8b_graph};
 use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy};
 use ggraph_core::backend::{BufferType, Device};
-use ggraph_model::llama::Attention;
 use ggraph_cpu::CpuDevice;
+use ggraph_model::llama::Attention;
 
 fn main() -> ggraph_core::Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let bt: Arc<dyn BufferType> = cpu.buffer_type();
     let (_, _, lg) = llama8b_graph(DType::Q4_0, Attention::Standard, DType::F32)?;
-    let mut graph = lg.builder.graph().clone();
+    let mut graph = lg.graph.clone();
     bind_cache_virtual(&mut graph, &lg, bt.as_ref())?;
     let strategy = if std::env::args().any(|a| a == "--best-fit") {
         Strategy::BestFit

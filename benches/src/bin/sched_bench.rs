@@ -14,10 +14,10 @@ use ggraph_core::DType;
 use ggraph_core::alloc::{VirtualBufferType, bind_graph_weights_by};
 use ggraph_core::backend::{BufferType, BufferUsage, Device, DevicePerf};
 use ggraph_core::ir::{Graph, TensorData};
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_core::sched::{BackendSpec, HostPerf, OffloadPolicy, SchedConfig, Scheduler};
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::llama::{Attention, LlamaConfig};
 
 /// ggml's scheduler on this graph on this machine, with a Vulkan device
 /// (lavapipe) holding layers 16-31 and their KV cache (from the scheduler
@@ -111,7 +111,7 @@ fn main() -> ggraph_core::Result<()> {
         let on_gpu = |layer: Option<usize>| {
             !case.cpu_only && layer.unwrap_or(n_layer) >= case.gpu_layers_from
         };
-        let mut graph: Graph = lg.builder.graph().clone();
+        let mut graph: Graph = lg.graph.clone();
         bind_graph_weights_by(&mut graph, |_, name| {
             let layer = LlamaConfig::layer_of(name).or(if name.starts_with("token_embd") {
                 Some(0)

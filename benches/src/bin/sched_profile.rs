@@ -9,9 +9,9 @@ use ggraph_core::DType;
 use ggraph_core::alloc::{VirtualBufferType, bind_graph_weights_by};
 use ggraph_core::backend::{BufferType, BufferUsage, Device};
 use ggraph_core::ir::TensorData;
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::llama::{Attention, LlamaConfig};
 
 fn main() -> ggraph_core::Result<()> {
     let (_, _, lg) = llama8b_graph(DType::Q4_0, Attention::Standard, DType::F32)?;
@@ -21,7 +21,7 @@ fn main() -> ggraph_core::Result<()> {
     let sim_v: Arc<dyn BufferType> = VirtualBufferType::like(sim.buffer_type().as_ref());
     let cpu_only = std::env::args().any(|a| a == "--cpu-only");
     let gpu_from = if cpu_only { usize::MAX } else { 16 };
-    let mut graph = lg.builder.graph().clone();
+    let mut graph = lg.graph.clone();
     bind_graph_weights_by(&mut graph, |_, name| {
         if LlamaConfig::layer_of(name).unwrap_or(32) >= gpu_from {
             sim_v.clone()

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ggraph_core::backend::{Buffer, Device};
-use ggraph_core::util::Rng;
 use ggraph_core::ir::GraphBuilder;
+use ggraph_core::util::Rng;
 use ggraph_core::{DType, Graph, exec, quant};
 use ggraph_wgpu::{MatmulKernel, WgpuDevice, WgpuOptions};
 

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph::backend::{BackendRegistration, BufferUsage, Device};
-use ggraph::util::Rng;
-use ggraph_conformance as conformance;
 use ggraph::ir::{GraphBuilder, TensorData};
+use ggraph::util::Rng;
 use ggraph::util::format_bytes;
 use ggraph::{DType, Result, quant};
+use ggraph_conformance as conformance;
 
 struct Options {
     bench: bool,

@@ -5,17 +5,16 @@
 
 use std::sync::Arc;
 
+use crate::conformance::nmse;
+use crate::reference;
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::{Buffer, Device};
-use crate::conformance::nmse;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::Graph;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshCache, FreshWeights, LlamaConfig, build_llama,
-};
-use crate::reference;
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
+use ggraph_model::kv::FreshCache;
+use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 /// What the mixed check found.
 #[derive(Clone, Debug)]
@@ -58,7 +57,7 @@ pub fn mixed_llama(
         &mut FreshWeights { dtype: weights },
         &mut FreshCache,
     )?;
-    let data = super::llama_leaf_data(&lg, lg.builder.graph(), &config, &shape, 23)?;
+    let data = super::llama_leaf_data(&lg, &lg.graph, &config, &shape, 23)?;
     let n_layer = config.n_layer;
     let home = |name: &str| -> Arc<dyn Device> {
         let layer = LlamaConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
@@ -76,7 +75,7 @@ pub fn mixed_llama(
     let run = |specs: Vec<BackendSpec>,
                home: &dyn Fn(&str) -> Arc<dyn Device>|
      -> Result<(Scheduler, Vec<Arc<dyn Buffer>>)> {
-        let mut graph: Graph = lg.builder.graph().clone();
+        let mut graph: Graph = lg.graph.clone();
         let buffers = bind_graph_weights_by(&mut graph, |_, name| home(name).buffer_type())?;
         let weights: Vec<_> = data
             .keys()

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
-use ggraph_core::util::Rng;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_model::llama::{BuildShape, LlamaConfig, LlamaGraph, causal_mask};
 use ggraph_core::quant;
+use ggraph_core::util::Rng;
+use ggraph_model::llama::{BuildShape, LlamaConfig, LlamaGraph, causal_mask};
 
 pub mod mixed;
 pub mod random_graph;

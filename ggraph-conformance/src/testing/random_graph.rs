@@ -3,10 +3,10 @@
 //! inputs and outputs. The same recipe built with a smaller `n` gives a
 //! graph of the same structure with smaller tensors.
 
-use ggraph_core::util::Rng;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
+use ggraph_core::util::Rng;
 
 /// A recipe: the random choices, independent of the size.
 #[derive(Clone, Debug)]

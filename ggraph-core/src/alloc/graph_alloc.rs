@@ -6,13 +6,13 @@
 //! consumer, views keep their base alive, in-place ops take over a
 //! source's block; inputs and outputs are never reused while needed,
 //! weights and already-placed tensors are left alone), then a
-//! [placement strategy](super::placement) gives the blocks offsets.
+//! [placement strategy](super::strategy) gives the blocks offsets.
 
 use std::sync::Arc;
 
 use super::dyn_alloc::Addr;
 use super::liveness::{Block, NO_BLOCK, liveness, same_layout, structure};
-use super::placement::{Strategy, place};
+use super::strategy::{Strategy, place};
 use crate::backend::{Buffer, BufferType, BufferUsage};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorData, TensorId};

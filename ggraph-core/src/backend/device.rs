@@ -139,7 +139,6 @@ impl fmt::Debug for dyn Device {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::batch_offload_rule;
@@ -188,4 +187,3 @@ mod tests {
         assert!(batch_offload_rule(&g, y, 8) && !batch_offload_rule(&g, y, 9));
     }
 }
-

@@ -6,9 +6,9 @@ use smallvec::SmallVec;
 
 use super::op::Op;
 use super::tensor::{Tensor, TensorData, TensorId};
-use crate::memory::Buffer;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::memory::Buffer;
 use crate::quant;
 
 /// A tensor graph. Nodes are the tensors an op computes, in an order where
@@ -78,6 +78,20 @@ impl Graph {
     /// Replaces the node list (graph passes that rewrite the graph).
     pub fn set_nodes(&mut self, nodes: Vec<TensorId>) {
         self.nodes = nodes;
+    }
+
+    /// Marks node `id` as an output: read by the user after a compute, so
+    /// never overwritten while the graph runs.
+    pub fn set_output(&mut self, id: TensorId) -> Result<()> {
+        self.get(id)?;
+        if !self.nodes.contains(&id) {
+            return Err(Error::InvalidArgument(format!(
+                "'{}' is not a node of this graph: only computed tensors can be outputs",
+                self.display_name(id)
+            )));
+        }
+        self.tensor_mut(id).flags.output = true;
+        Ok(())
     }
 
     pub fn set_leafs(&mut self, leafs: Vec<TensorId>) {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::op::Op;
-use crate::memory::Buffer;
 use crate::dtype::DType;
+use crate::memory::Buffer;
 
 /// Index of a tensor in its graph's arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -34,6 +34,7 @@ impl BackendId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pass {
     Manual,
+    RowSplit,
     WeightsLocation,
     Expansion,
     Upgrade,
@@ -43,7 +44,7 @@ pub enum Pass {
 impl Pass {
     pub fn number(self) -> u8 {
         match self {
-            Pass::Manual => 0,
+            Pass::Manual | Pass::RowSplit => 0,
             Pass::WeightsLocation => 1,
             Pass::Expansion => 2,
             Pass::Upgrade => 3,
@@ -64,6 +65,12 @@ pub enum Direction {
 pub enum Cause {
     /// Placed by the user (`set_tensor_backend`).
     Manual,
+    /// Gathers the row parts of a row-split weight on the device whose
+    /// memory is `buffer_type` (the main device).
+    RowSplitGather {
+        weight: TensorId,
+        buffer_type: &'static str,
+    },
     /// Its memory already lives in a buffer of a type this backend owns.
     Allocated { buffer_type: &'static str },
     /// A view of a tensor whose memory lives there.
@@ -113,6 +120,7 @@ impl Cause {
     pub fn pass(&self) -> Pass {
         match self {
             Cause::Manual => Pass::Manual,
+            Cause::RowSplitGather { .. } => Pass::RowSplit,
             Cause::Allocated { .. }
             | Cause::ViewOfAllocated { .. }
             | Cause::GraphInput
@@ -134,6 +142,13 @@ impl fmt::Display for Cause {
         write!(f, "pass {}: ", self.pass().number())?;
         match self {
             Cause::Manual => write!(f, "placed by the user"),
+            Cause::RowSplitGather {
+                weight,
+                buffer_type,
+            } => write!(
+                f,
+                "row split: gathers the row parts of weight {weight} where {buffer_type} is"
+            ),
             Cause::Allocated { buffer_type } => write!(f, "its memory is in {buffer_type}"),
             Cause::ViewOfAllocated { base, buffer_type } => {
                 write!(f, "view of {base}, whose memory is in {buffer_type}")

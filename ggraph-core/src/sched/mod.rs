@@ -3,9 +3,12 @@
 //! per backend with the graph allocator, and runs the splits.
 //!
 //! ```text
-//! Graph ─► 1 weights location ─► 2 expansion ─► 3 upgrade ─► 4 copy insertion ─► splits
-//!            (passes/weights_location.rs, expansion.rs, upgrade.rs, copy_insertion.rs)
+//! Graph ─► 0 row split ─► 1 weights location ─► 2 expansion ─► 3 upgrade ─► 4 copy insertion ─► splits
+//!  (passes/row_split.rs, weights_location.rs, expansion.rs, upgrade.rs, copy_insertion.rs)
 //! ```
+//!
+//! Pass 0 rewrites mul_mats on row-split weights into per-device parts
+//! and places their gathers; a graph without such weights skips it.
 //!
 //! With one backend there is nothing to choose after pass 1: every other
 //! node goes to it and the graph is one split (passes/single.rs).
@@ -296,9 +299,13 @@ impl Scheduler {
     /// Runs the four passes on `graph`; the result becomes the scheduler's
     /// graph (the same tensor ids, plus transfers). The scheduler takes the
     /// graph: read and write its tensors through [`Scheduler::graph`].
-    pub fn split_graph(&mut self, graph: Graph) -> Result<&[Split]> {
+    pub fn split_graph(&mut self, mut graph: Graph) -> Result<&[Split]> {
         let _span = tracing::debug_span!("split_graph", nodes = graph.nodes().len()).entered();
         graph.validate()?;
+        let rewrite = {
+            let _s = tracing::trace_span!("pass 0: row split").entered();
+            passes::row_split::rewrite_row_split(&mut graph)?
+        };
         let ctx = PassContext::new(
             &graph,
             &self.infos,
@@ -309,6 +316,7 @@ impl Scheduler {
         let mut asg = std::mem::take(&mut self.assignments);
         asg.reset(graph.n_tensors());
         let t0 = Instant::now();
+        passes::row_split::place_gathers(&ctx, &mut asg, &rewrite);
         {
             let _s = tracing::trace_span!("pass 1: weights location").entered();
             passes::weights_location::weights_location(&ctx, &mut asg, &self.manual)?;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
-use ggraph_core::backend::Device;
 use crate::context::{Context, ContextParams};
-use ggraph_core::error::{Error, Result};
 use crate::desc::ModelDesc;
 use crate::loaded::{LoadMode, Model};
 use crate::placement::{GpuLayers, PlacementOptions};
+use ggraph_core::backend::Device;
+use ggraph_core::error::{Error, Result};
 use ggraph_core::util::format_bytes;
 
 /// What one device (or the host) will hold.

@@ -317,8 +317,8 @@ impl Checksum {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ggraph_core::dtype::DType;
     use crate::gguf::{ArrayValues, GgufWriter};
+    use ggraph_core::dtype::DType;
 
     fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
         let p = std::env::temp_dir().join(format!("ggraph-{}-{name}", std::process::id()));

@@ -1,6 +1,5 @@
 //! Typed access to GGUF metadata: the architecture, hyperparameters with
-//! their `{arch}.` prefix, per-layer arrays, and a [`LlamaConfig`] built
-//! from a header the way llama.cpp reads one.
+//! their `{arch}.` prefix and per-layer arrays.
 //!
 //! Getters are lenient about integer widths (a `uint64` block count reads
 //! as a `u32` when it fits) and strict about kinds (an integer is not a
@@ -10,9 +9,8 @@
 use super::header::GgufHeader;
 use super::value::{Array, ArrayValues, Value, ValueType};
 use ggraph_core::error::{Error, Result};
-use crate::llama::LlamaConfig;
 
-fn meta_error(msg: impl Into<String>) -> Error {
+pub(crate) fn meta_error(msg: impl Into<String>) -> Error {
     Error::Format {
         file: "GGUF metadata".into(),
         msg: msg.into(),
@@ -215,91 +213,6 @@ impl GgufHeader {
     }
 }
 
-fn uniform(key: &str, v: &[u32]) -> Result<usize> {
-    match v.first() {
-        Some(&x) if v.iter().all(|&y| y == x) => Ok(x as usize),
-        Some(_) => Err(meta_error(format!(
-            "'{key}' differs between layers ({v:?}); the llama graph needs one value for all layers"
-        ))),
-        None => Err(meta_error(format!("'{key}': the model has no layers"))),
-    }
-}
-
-/// The most layers a llama header may declare (Ollama's bound as well).
-pub const MAX_LAYERS: usize = 65536;
-
-/// The llama hyperparameters of a `llama` header, read as llama.cpp reads
-/// them (defaults: `head_count_kv` = `head_count`, `key_length` =
-/// `embedding_length / head_count`, `rope.dimension_count` = head size,
-/// `rope.freq_base` = 10000, rope scale = 1 / `rope.scaling.factor`).
-pub fn llama_config(h: &GgufHeader) -> Result<LlamaConfig> {
-    let arch = h.architecture()?;
-    if arch != "llama" {
-        return Err(meta_error(format!(
-            "architecture '{arch}' is not one the llama graph builds (expected 'llama')"
-        )));
-    }
-    let n_layer = h.hparam_u32("block_count")? as usize;
-    // per-layer tables are sized by the layer count: bound it before any
-    // is made
-    if n_layer > MAX_LAYERS {
-        return Err(meta_error(format!(
-            "llama.block_count {n_layer} is more than the {MAX_LAYERS} layers ggraph accepts"
-        )));
-    }
-    let n_embd = h.hparam_u32("embedding_length")? as usize;
-    let heads = h.layer_u32s("attention.head_count", n_layer)?;
-    let n_head = uniform("llama.attention.head_count", &heads)?;
-    let n_head_kv = match h.opt_layer_u32s("attention.head_count_kv", n_layer)? {
-        Some(v) => uniform("llama.attention.head_count_kv", &v)?,
-        None => n_head,
-    };
-    let n_ff = uniform(
-        "llama.feed_forward_length",
-        &h.layer_u32s("feed_forward_length", n_layer)?,
-    )?;
-    let head_dim = match h.opt_hparam_u32("attention.key_length")? {
-        Some(k) => k as usize,
-        None if n_head > 0 => n_embd / n_head,
-        None => 0,
-    };
-    if let Some(v) = h.opt_hparam_u32("attention.value_length")?
-        && v as usize != head_dim
-    {
-        return Err(meta_error(format!(
-            "llama.attention.value_length {v} differs from the key length {head_dim}; the llama graph needs them equal"
-        )));
-    }
-    let scale = match h.opt_hparam_f32("rope.scaling.factor")? {
-        Some(f) if f != 0.0 => Some(f),
-        _ => h.opt_hparam_f32("rope.scale_linear")?.filter(|&f| f != 0.0),
-    };
-    let n_ff_expert = match h.opt_hparam_u32("expert_feed_forward_length")? {
-        Some(n) => n as usize,
-        None => n_ff,
-    };
-    let c = LlamaConfig {
-        n_vocab: h.vocab_size()? as usize,
-        n_embd,
-        n_layer,
-        n_head,
-        n_head_kv,
-        n_ff,
-        head_dim,
-        rope_freq_base: h.opt_hparam_f32("rope.freq_base")?.unwrap_or(10000.0),
-        rope_freq_scale: scale.map_or(1.0, |f| 1.0 / f),
-        n_rot: h
-            .opt_hparam_u32("rope.dimension_count")?
-            .map_or(head_dim, |n| n as usize),
-        rms_eps: h.hparam_f32("attention.layer_norm_rms_epsilon")?,
-        n_expert: h.opt_hparam_u32("expert_count")?.unwrap_or(0) as usize,
-        n_expert_used: h.opt_hparam_u32("expert_used_count")?.unwrap_or(0) as usize,
-        n_ff_expert,
-    };
-    c.validate()?;
-    Ok(c)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,18 +224,6 @@ mod tests {
             vec![],
         )
         .unwrap()
-    }
-
-    #[test]
-    fn an_absurd_layer_count_is_refused_before_tables_are_sized() {
-        let mut kv = llama_kv();
-        for (k, v) in kv.iter_mut() {
-            if *k == "llama.block_count" {
-                *v = Value::U32(4_000_000_000);
-            }
-        }
-        let e = llama_config(&header(kv)).unwrap_err().to_string();
-        assert!(e.contains("4000000000"), "{e}");
     }
 
     fn llama_kv() -> Vec<(&'static str, Value)> {
@@ -374,28 +275,5 @@ mod tests {
             e.contains("llama.embedding_length") && e.contains("missing"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn a_llama_config_comes_from_a_llama_header() {
-        let c = llama_config(&header(llama_kv())).unwrap();
-        assert_eq!(
-            (
-                c.n_vocab,
-                c.n_embd,
-                c.n_layer,
-                c.n_head,
-                c.n_head_kv,
-                c.n_ff
-            ),
-            (100, 64, 2, 4, 2, 128)
-        );
-        assert_eq!((c.head_dim, c.n_rot), (16, 16));
-        assert_eq!(c.rope_freq_base, 500000.0);
-        assert_eq!(c.rms_eps, 1e-6);
-        assert!(!c.is_moe());
-        let mut kv = llama_kv();
-        kv[0].1 = "gemma".into();
-        assert!(llama_config(&header(kv)).is_err());
     }
 }

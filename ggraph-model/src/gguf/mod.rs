@@ -8,8 +8,9 @@
 //!   tensor data, for estimating models one has not downloaded;
 //!   [`GgufHeader::data_present`] says whether the data is there.
 //! - [`GgufHeader`] holds the checked metadata and tensor infos, with typed
-//!   getters ([`GgufHeader::hparam_u32`], [`GgufHeader::layer_u32s`], ...)
-//!   and [`metadata::llama_config`].
+//!   getters ([`GgufHeader::hparam_u32`], [`GgufHeader::layer_u32s`], ...);
+//!   architectures read their hyperparameters through them
+//!   ([`crate::llama::llama_config`]).
 //! - [`json`] converts a header to and from JSON; [`GgufWriter`] writes
 //!   files and header prefixes.
 //!
@@ -37,7 +38,7 @@ pub mod writer;
 pub use file::{ModelFile, Progress, read_header};
 pub use header::{DEFAULT_ALIGNMENT, FileLayout, GgufHeader, TensorInfo};
 pub use json::{JsonOptions, header_from_json, header_from_json_str};
-pub use metadata::llama_config;
+pub(crate) use metadata::meta_error;
 pub use types::{GgmlType, UnknownType};
 pub use value::{Array, ArrayValues, Value, ValueType};
 pub use writer::{GgufWriter, encode_header};

@@ -265,9 +265,9 @@ pub fn encode_header(h: &GgufHeader) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ggraph_core::dtype::DType;
     use crate::gguf::reader::parse;
     use crate::gguf::value::Array;
+    use ggraph_core::dtype::DType;
 
     #[test]
     fn written_files_read_back_the_same() {

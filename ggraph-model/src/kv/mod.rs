@@ -3,17 +3,18 @@
 //! shifts applied to K, defragmentation moves).
 
 mod cells;
+mod layout;
 
 use std::sync::Arc;
 
 pub use cells::{Cell, CellMove, Cells, MAX_SEQS, SeqId, Slot, TokenPlace};
+pub use layout::{CacheSource, FreshCache, KvLayout};
 
 use ggraph_core::alloc::pack_weights;
 use ggraph_core::backend::{Buffer, BufferType};
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{Graph, GraphBuilder, RopeParams, TensorData, TensorId};
-use crate::llama::{CacheSource, KvLayout};
 
 /// One layer's K and V memory.
 #[derive(Clone, Debug)]

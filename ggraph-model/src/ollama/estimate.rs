@@ -36,10 +36,10 @@ use serde_json::{Value as Json, json};
 
 use super::graph::{FlashAttention, KvCacheType, graph_size};
 use super::kv::{OllamaKv, group_layers, layer_size, ollama_error};
-use super::layout::{GpuLayers, build_layout};
-use ggraph_core::error::Result;
-use crate::estimate::EstimateRequest;
+use super::layout::{LayerAssignment, build_layout};
+use super::request::EstimateRequest;
 use crate::gguf::GgufHeader;
+use ggraph_core::error::Result;
 
 /// Full or partial graph: which one the GPUs hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,7 +256,7 @@ pub fn estimate(h: &GgufHeader, req: &EstimateRequest) -> Result<OllamaEstimate>
         .collect();
     let requested = req.num_gpu.map_or(-1, i64::from);
     let mut graph = vec![0u64; free.len()];
-    let mut assigned: Vec<GpuLayers> = Vec::new();
+    let mut assigned: Vec<LayerAssignment> = Vec::new();
     loop {
         let prev = assigned.len();
         assigned = build_layout(&layer_bytes, &free, &graph, req.gpu_overhead, requested);

@@ -39,8 +39,8 @@ use std::cmp::max;
 use std::num::Wrapping;
 
 use super::kv::{OllamaKv, group_layers, ollama_elements, ollama_error, ollama_tensor_size};
-use ggraph_core::error::Result;
 use crate::gguf::GgufHeader;
+use ggraph_core::error::Result;
 
 type W = Wrapping<u64>;
 

@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use ggraph_core::error::{Error, Result};
 use crate::gguf::{ArrayValues, GgufHeader, TensorInfo, Value, ValueType};
+use ggraph_core::error::{Error, Result};
 
 pub(crate) fn ollama_error(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(format!("Ollama estimate: {}", msg.into()))

@@ -32,13 +32,13 @@ pub const GPU_MINIMUM_MEMORY: u64 = 457 * 1024 * 1024;
 
 /// Layers assigned to one GPU (an index into the list of GPUs given).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuLayers {
+pub struct LayerAssignment {
     pub gpu: usize,
     /// Layer indices, ascending.
     pub layers: Vec<usize>,
 }
 
-fn sum(list: &[GpuLayers]) -> usize {
+fn sum(list: &[LayerAssignment]) -> usize {
     list.iter().map(|g| g.layers.len()).sum()
 }
 
@@ -56,11 +56,16 @@ fn scaled(free: u64, capacity: f32) -> u64 {
 
 /// `greedyFit`: layers from the last to the first onto the GPUs from the
 /// last to the first.
-fn greedy_fit(layers: &[u64], gpus: &[Room], capacity: f32, requested: i64) -> Vec<GpuLayers> {
+fn greedy_fit(
+    layers: &[u64],
+    gpus: &[Room],
+    capacity: f32,
+    requested: i64,
+) -> Vec<LayerAssignment> {
     let Some(mut device) = gpus.len().checked_sub(1) else {
         return Vec::new();
     };
-    let mut out = vec![GpuLayers {
+    let mut out = vec![LayerAssignment {
         gpu: gpus[device].gpu,
         layers: Vec::new(),
     }];
@@ -82,7 +87,7 @@ fn greedy_fit(layers: &[u64], gpus: &[Room], capacity: f32, requested: i64) -> V
             device -= 1;
             out.insert(
                 0,
-                GpuLayers {
+                LayerAssignment {
                     gpu: gpus[device].gpu,
                     layers: Vec::new(),
                 },
@@ -93,7 +98,7 @@ fn greedy_fit(layers: &[u64], gpus: &[Room], capacity: f32, requested: i64) -> V
     in_order(out)
 }
 
-fn in_order(mut out: Vec<GpuLayers>) -> Vec<GpuLayers> {
+fn in_order(mut out: Vec<LayerAssignment>) -> Vec<LayerAssignment> {
     for g in &mut out {
         g.layers.reverse();
     }
@@ -106,7 +111,7 @@ fn find_best_fit(
     gpus: &[Room],
     requested: i64,
     force_request: bool,
-) -> Vec<GpuLayers> {
+) -> Vec<LayerAssignment> {
     let mut high: f32 = 1.0;
     let mut low: f32 = 0.0;
     if requested >= 0 && force_request {
@@ -138,7 +143,7 @@ fn assign_layers(
     require_full: bool,
     requested: i64,
     last_used: usize,
-) -> Vec<GpuLayers> {
+) -> Vec<LayerAssignment> {
     let mut layers = layers;
     let mut requested = requested;
     let mut out = Vec::new();
@@ -172,7 +177,7 @@ pub fn build_layout(
     graph: &[u64],
     gpu_overhead: u64,
     requested: i64,
-) -> Vec<GpuLayers> {
+) -> Vec<LayerAssignment> {
     if free.is_empty() {
         return Vec::new();
     }
@@ -206,7 +211,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
 
-    fn layers_of(list: &[GpuLayers], gpu: usize) -> Vec<usize> {
+    fn layers_of(list: &[LayerAssignment], gpu: usize) -> Vec<usize> {
         list.iter()
             .filter(|g| g.gpu == gpu)
             .flat_map(|g| g.layers.clone())
@@ -270,7 +275,7 @@ mod tests {
     }
 
     /// Non-empty assignments as (gpu, layers), in list order.
-    fn placed(list: &[GpuLayers]) -> Vec<(usize, Vec<usize>)> {
+    fn placed(list: &[LayerAssignment]) -> Vec<(usize, Vec<usize>)> {
         list.iter()
             .filter(|g| !g.layers.is_empty())
             .map(|g| (g.gpu, g.layers.clone()))

@@ -23,7 +23,9 @@ pub mod estimate;
 pub mod graph;
 pub mod kv;
 pub mod layout;
+pub mod request;
 
 pub use estimate::{GpuEstimate, GraphKind, OllamaEstimate, estimate};
 pub use graph::{FlashAttention, GraphSize, KvCacheType, graph_size};
 pub use layout::GPU_MINIMUM_MEMORY;
+pub use request::EstimateRequest;

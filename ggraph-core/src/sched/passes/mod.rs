@@ -1,10 +1,12 @@
-//! The four assignment passes, each its own function with one job:
+//! The scheduler's passes, each its own function with one job: the graph
+//! rewrite of [row split](row_split), then the four assignment passes,
 //! [weights location](weights_location), [expansion](expansion),
 //! [upgrade](upgrade) and [copy insertion](copy_insertion); with one
 //! backend, [single] stands in for the last three.
 
 pub mod copy_insertion;
 pub mod expansion;
+pub mod row_split;
 pub mod single;
 pub mod upgrade;
 pub mod weights_location;

@@ -2,7 +2,8 @@
 //! or whose weight's) already lives in a buffer runs on a backend that owns
 //! that buffer type; graph inputs start on the host; with op offload, an op
 //! whose weight is in host memory may be lifted to a higher-priority
-//! backend when that device's policy says so.
+//! backend when that device's policy says so. What the user placed by hand
+//! goes where it was placed; what pass 0 placed (row-split gathers) stays.
 
 use std::collections::HashMap;
 
@@ -57,6 +58,9 @@ pub fn weights_location(
         if let Some(&b) = (!manual.is_empty()).then(|| manual.get(&id)).flatten() {
             check_manual(ctx, id, b)?;
             asg.set(id, b, Cause::Manual);
+            continue;
+        }
+        if asg.get(id).is_some() {
             continue;
         }
         let t = g.tensor(id);

@@ -8,137 +8,13 @@
 
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::{GraphBuilder, RopeMode, RopeParams, TensorId};
+use ggraph_core::ir::{Graph, GraphBuilder, RopeMode, RopeParams, TensorId};
 
-/// Hyperparameters of a llama-family model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LlamaConfig {
-    pub n_vocab: usize,
-    pub n_embd: usize,
-    pub n_layer: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub n_ff: usize,
-    /// Per-head dimension (n_embd / n_head unless the model says otherwise).
-    pub head_dim: usize,
-    pub rope_freq_base: f32,
-    pub rope_freq_scale: f32,
-    /// Rotated dimensions per head.
-    pub n_rot: usize,
-    pub rms_eps: f32,
-    /// Experts per MoE layer (0 for a dense model).
-    pub n_expert: usize,
-    pub n_expert_used: usize,
-    /// Expert FFN width (defaults to n_ff).
-    pub n_ff_expert: usize,
-}
+use crate::kv::{CacheSource, KvLayout};
 
-impl LlamaConfig {
-    /// A dense llama with head_dim = n_embd / n_head and base 10000.
-    pub fn dense(
-        n_vocab: usize,
-        n_embd: usize,
-        n_layer: usize,
-        n_head: usize,
-        n_head_kv: usize,
-        n_ff: usize,
-    ) -> LlamaConfig {
-        let head_dim = n_embd / n_head.max(1);
-        LlamaConfig {
-            n_vocab,
-            n_embd,
-            n_layer,
-            n_head,
-            n_head_kv,
-            n_ff,
-            head_dim,
-            rope_freq_base: 10000.0,
-            rope_freq_scale: 1.0,
-            n_rot: head_dim,
-            rms_eps: 1e-5,
-            n_expert: 0,
-            n_expert_used: 0,
-            n_ff_expert: n_ff,
-        }
-    }
+mod config;
 
-    /// The llama-3-8B shape with `n_layer` layers.
-    pub fn llama3_8b(n_layer: usize) -> LlamaConfig {
-        let mut c = LlamaConfig::dense(128256, 4096, n_layer, 32, 8, 14336);
-        c.rope_freq_base = 500000.0;
-        c
-    }
-
-    /// K (and V) row width of one layer: head_dim * n_head_kv.
-    pub fn n_embd_kv(&self) -> usize {
-        self.head_dim * self.n_head_kv
-    }
-
-    pub fn is_moe(&self) -> bool {
-        self.n_expert > 0
-    }
-
-    /// Checks that the numbers fit together.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidArgument(format!("llama config: {m}")));
-        if self.n_head == 0 || self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
-            return bad(format!(
-                "n_head {} must be a positive multiple of n_head_kv {}",
-                self.n_head, self.n_head_kv
-            ));
-        }
-        if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
-            return bad(format!(
-                "n_rot {} must be even and at most head_dim {}",
-                self.n_rot, self.head_dim
-            ));
-        }
-        if self.n_embd == 0 || self.n_vocab == 0 || self.head_dim == 0 {
-            return bad("n_embd, n_vocab and head_dim must be positive".into());
-        }
-        if self.is_moe() && (self.n_expert_used == 0 || self.n_expert_used > self.n_expert) {
-            return bad(format!(
-                "n_expert_used {} must be in 1..={}",
-                self.n_expert_used, self.n_expert
-            ));
-        }
-        Ok(())
-    }
-
-    /// Every weight of the model: GGUF name and ggml shape.
-    pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (e, q, kv) = (self.n_embd, self.n_head * self.head_dim, self.n_embd_kv());
-        let mut w = vec![("token_embd.weight".to_string(), vec![e, self.n_vocab])];
-        for i in 0..self.n_layer {
-            let p = |s: &str| format!("blk.{i}.{s}.weight");
-            w.push((p("attn_norm"), vec![e]));
-            w.push((p("attn_q"), vec![e, q]));
-            w.push((p("attn_k"), vec![e, kv]));
-            w.push((p("attn_v"), vec![e, kv]));
-            w.push((p("attn_output"), vec![q, e]));
-            w.push((p("ffn_norm"), vec![e]));
-            if self.is_moe() {
-                let (f, x) = (self.n_ff_expert, self.n_expert);
-                w.push((p("ffn_gate_inp"), vec![e, x]));
-                w.push((p("ffn_gate_exps"), vec![e, f, x]));
-                w.push((p("ffn_up_exps"), vec![e, f, x]));
-                w.push((p("ffn_down_exps"), vec![f, e, x]));
-            } else {
-                w.push((p("ffn_gate"), vec![e, self.n_ff]));
-                w.push((p("ffn_up"), vec![e, self.n_ff]));
-                w.push((p("ffn_down"), vec![self.n_ff, e]));
-            }
-        }
-        w.push(("output_norm.weight".into(), vec![e]));
-        w.push(("output.weight".into(), vec![e, self.n_vocab]));
-        w
-    }
-
-    /// The layer a weight belongs to (None for embedding and output).
-    pub fn layer_of(name: &str) -> Option<usize> {
-        name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
-    }
-}
+pub use config::{LlamaConfig, MAX_LAYERS, llama_config};
 
 /// Provides the model's weights to the graph.
 pub trait WeightSource {
@@ -187,15 +63,6 @@ pub enum Attention {
     Standard,
     /// One fused flash_attn_ext per layer; V is stored row-major.
     Flash,
-}
-
-/// The KV cache a graph reads and writes: its size and types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvLayout {
-    /// Cells per layer.
-    pub kv_size: usize,
-    pub k_type: DType,
-    pub v_type: DType,
 }
 
 /// The shape of one graph build: a ubatch over some visible cache.
@@ -248,42 +115,6 @@ impl BuildShape {
     }
 }
 
-/// Provides each layer's cache tensors ([n_embd_kv, kv_size] each).
-pub trait CacheSource {
-    fn layer_cache(
-        &mut self,
-        b: &mut GraphBuilder,
-        layer: usize,
-        kv: &KvLayout,
-        n_embd_kv: usize,
-    ) -> Result<(TensorId, TensorId)>;
-}
-
-/// Unbound cache leafs (for planning and tests).
-pub struct FreshCache;
-
-impl CacheSource for FreshCache {
-    fn layer_cache(
-        &mut self,
-        b: &mut GraphBuilder,
-        layer: usize,
-        kv: &KvLayout,
-        n_embd_kv: usize,
-    ) -> Result<(TensorId, TensorId)> {
-        let k = b.tensor_leaf(
-            &format!("cache_k_l{layer}"),
-            kv.k_type,
-            &[n_embd_kv, kv.kv_size],
-        )?;
-        let v = b.tensor_leaf(
-            &format!("cache_v_l{layer}"),
-            kv.v_type,
-            &[n_embd_kv, kv.kv_size],
-        )?;
-        Ok((k, v))
-    }
-}
-
 /// Input leafs of a llama graph.
 #[derive(Clone, Debug)]
 pub struct LlamaInputs {
@@ -305,7 +136,7 @@ pub struct LlamaInputs {
 
 /// A built llama graph and where its pieces are.
 pub struct LlamaGraph {
-    pub builder: GraphBuilder,
+    pub graph: Graph,
     pub inputs: LlamaInputs,
     /// F32 [n_vocab, n_outputs].
     pub logits: TensorId,
@@ -542,7 +373,7 @@ pub fn build_llama(
     b.set_name(logits, "result_output")?;
     b.set_output(logits)?;
     Ok(LlamaGraph {
-        builder: b,
+        graph: b.build(),
         inputs: LlamaInputs {
             tokens,
             positions,

@@ -1,4 +1,4 @@
-//! Placement strategies: offsets for the blocks of a liveness pass.
+//! Offset strategies: offsets for the blocks of a liveness pass.
 //!
 //! - [`Strategy::BestFit`] replays the blocks in time order through the
 //!   dynamic offset allocator (best fit over free blocks), as ggml does.

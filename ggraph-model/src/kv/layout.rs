@@ -1,0 +1,51 @@
+//! What a graph needs to know of a KV cache: its size and types, and a
+//! source of each layer's cache tensors.
+
+use ggraph_core::dtype::DType;
+use ggraph_core::error::Result;
+use ggraph_core::ir::{GraphBuilder, TensorId};
+
+/// The KV cache a graph reads and writes: its size and types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// Cells per layer.
+    pub kv_size: usize,
+    pub k_type: DType,
+    pub v_type: DType,
+}
+
+/// Provides each layer's cache tensors ([n_embd_kv, kv_size] each).
+pub trait CacheSource {
+    fn layer_cache(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        kv: &KvLayout,
+        n_embd_kv: usize,
+    ) -> Result<(TensorId, TensorId)>;
+}
+
+/// Unbound cache leafs (for planning and tests).
+pub struct FreshCache;
+
+impl CacheSource for FreshCache {
+    fn layer_cache(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        kv: &KvLayout,
+        n_embd_kv: usize,
+    ) -> Result<(TensorId, TensorId)> {
+        let k = b.tensor_leaf(
+            &format!("cache_k_l{layer}"),
+            kv.k_type,
+            &[n_embd_kv, kv.kv_size],
+        )?;
+        let v = b.tensor_leaf(
+            &format!("cache_v_l{layer}"),
+            kv.v_type,
+            &[n_embd_kv, kv.kv_size],
+        )?;
+        Ok((k, v))
+    }
+}
