@@ -120,9 +120,8 @@ pub fn print_memory_bandwidth(when: &str) {
 /// The memory read bandwidth now, in GB/s: every core sums its share of a
 /// 256 MiB buffer, best of three passes. Printed beside the figures
 /// because a virtual machine's bandwidth can change from one minute to
-/// the next (the 2-vCPU Zen 5 machine the peers were measured on read at
-/// 35-40 GB/s for minutes, then at 55-67): figures for memory-bound
-/// cases compare only between runs whose probes agree.
+/// the next (docs/performance.md, "Memory phases"): figures for
+/// memory-bound cases compare only between runs whose probes agree.
 pub fn memory_read_gbps() -> f64 {
     const BYTES: usize = 256 << 20;
     let words: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();

@@ -1,23 +1,19 @@
 //! The peers' figures the bench programs print next to ours: ggml-cpu's
-//! mul_mat GFLOP/s and llama.cpp's tokens/s, as the CPU speed issue gives
-//! them and as measured on this VM.
+//! mul_mat and mul_mat_id GFLOP/s, llama.cpp's tokens/s, ggml's graph
+//! allocator and scheduler on our bench graphs.
 //!
-//! The VM has not always been the same machine: on 2026-11-21 it was an
-//! AMD EPYC Zen 4 with AVX-512 (VNNI, BF16), on 2026-11-24 a Zen 3 EPYC
-//! (family 25, model 1) with AVX2 only, on 2026-11-25 a Zen 5 EPYC
-//! (family 26, model 2) with AVX-512 on full-width 512-bit pipes. Each
-//! kind has its own peer figures, and a bench prints those of the kind it
-//! runs on ([`measured_here`]).
-//!
-//! Both were measured with llama.cpp 0.3.36's vendored tree (the
-//! llama-cpp-python sdist from PyPI), built with `cmake -DGGML_NATIVE=ON`,
-//! 2 threads: `test-backend-ops perf -o MUL_MAT -b CPU` with its thread
-//! count set to the two cores (it uses half of them), and `llama-bench -t 2
-//! -p 512 -n 128 -fa 1` on the random-weight GGUFs that `ggraph make-model
-//! --shape small|8b-4l --weights T` writes; the better of the runs that
-//! day.
+//! They live in `docs/performance.md` ("Peer figures the bench programs
+//! print"), one table per kind, read from that file when the benches are
+//! built. The CPU figures come in sets, one per kind of machine they were
+//! measured on; a bench prints the set of the machine it runs on
+//! ([`measured_here`]) beside the CPU speed issue's ([`issue`]).
+
+use std::sync::OnceLock;
 
 use ggraph_core::DType;
+
+/// The document the peers' tables live in.
+const PERFORMANCE_MD: &str = include_str!("../../docs/performance.md");
 
 /// Column counts of the mul_mat tables.
 pub const MUL_MAT_COLUMNS: [usize; 3] = [1, 8, 512];
@@ -25,166 +21,155 @@ pub const MUL_MAT_COLUMNS: [usize; 3] = [1, 8, 512];
 /// Token counts of the mul_mat_id table.
 pub const MUL_MAT_ID_TOKENS: [usize; 8] = [1, 4, 8, 32, 64, 128, 256, 512];
 
-/// ggml-cpu's mul_mat_id GFLOP/s for 128 experts of 768 x 2048, 8 used
-/// per token, for the token counts of [`MUL_MAT_ID_TOKENS`].
-pub type MulMatIdTable = [(DType, [f64; 8])];
-
-/// ggml-cpu's mul_mat GFLOP/s for weights 4096 x 14336 and f32
-/// activations of n = 1, 8, 512 columns.
-pub type MulMatTable = [(DType, [f64; 3])];
-
-/// The peers of one kind of machine.
+/// The CPU peers of one kind of machine.
+#[derive(Debug, Default)]
 pub struct PeerSet {
+    /// The set's key in the tables (`zen5-avx512`, ...).
+    pub key: String,
     /// When and on what they were measured.
-    pub label: &'static str,
-    pub mul_mat: &'static MulMatTable,
-    /// Empty where it was not measured.
-    pub mul_mat_id: &'static MulMatIdTable,
-    pub runner: &'static [RunnerPeer],
+    pub label: String,
+    /// ggml-cpu's GFLOP/s for weights 4096 x 14336 and f32 activations of
+    /// [`MUL_MAT_COLUMNS`] columns.
+    pub mul_mat: Vec<(DType, [f64; 3])>,
+    /// ggml-cpu's GFLOP/s for 128 experts of 768 x 2048, 8 used per
+    /// token, for [`MUL_MAT_ID_TOKENS`] tokens; empty where not measured.
+    pub mul_mat_id: Vec<(DType, [f64; 8])>,
+    pub runner: Vec<RunnerPeer>,
 }
 
 /// llama.cpp's tokens/s on one model: prompt 512 and generation 128.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunnerPeer {
-    pub shape: &'static str,
+    pub shape: String,
     pub weights: DType,
     pub prompt: f64,
     pub generation: f64,
 }
 
-/// The CPU speed issue's figures (its machine had an f32 FMA loop of 285
-/// GFLOP/s per core).
-pub const ISSUE: PeerSet = PeerSet {
-    label: "the CPU speed issue",
-    mul_mat: &[
-        (DType::F32, [26.0, 150.0, 242.0]),
-        (DType::F16, [46.0, 239.0, 388.0]),
-        (DType::Q8_0, [99.0, 246.0, 320.0]),
-        (DType::Q4_0, [104.0, 248.0, 262.0]),
-    ],
-    mul_mat_id: &[],
-    runner: &[
-        runner("small", DType::F32, 4518.0, 279.0),
-        runner("small", DType::F16, 5476.0, 514.0),
-        runner("small", DType::Q8_0, 4559.0, 741.0),
-        runner("small", DType::Q4_0, 7151.0, 1188.0),
-        runner("8b-4l", DType::F16, 274.0, 15.8),
-        runner("8b-4l", DType::Q4_0, 397.0, 45.3),
-    ],
-};
+/// ggml's graph allocator on the graph of `alloc_bench`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AllocPeer {
+    pub nodes: usize,
+    pub compute_bytes: u64,
+    pub reserve_warm_us: f64,
+    pub alloc_graph_us: f64,
+    pub reserve_fresh_us: f64,
+}
 
-/// 2026-11-21, AMD EPYC Zen 4 with AVX-512 (f32 FMA loop: 117 GFLOP/s per
-/// core that day).
-pub const ZEN4_AVX512: PeerSet = PeerSet {
-    label: "2026-11-21, Zen 4 with AVX-512",
-    mul_mat: &[
-        (DType::F32, [16.7, 93.8, 153.8]),
-        (DType::F16, [29.2, 153.8, 204.2]),
-        (DType::BF16, [31.6, 206.3, 378.1]),
-        (DType::Q8_0, [49.9, 191.9, 230.8]),
-        (DType::Q4_0, [62.2, 192.6, 191.4]),
-        (DType::Q4_K, [106.7, 177.4, 546.3]),
-        (DType::Q6_K, [67.6, 87.9, 410.1]),
-    ],
-    mul_mat_id: &[],
-    runner: &[
-        runner("small", DType::F32, 2638.9, 248.3),
-        runner("small", DType::F16, 2483.7, 418.9),
-        runner("small", DType::Q8_0, 3245.2, 675.2),
-        runner("small", DType::Q4_0, 4023.1, 1170.3),
-        runner("8b-4l", DType::F16, 126.7, 12.6),
-        runner("8b-4l", DType::Q4_0, 185.5, 38.9),
-    ],
-};
+/// ggml's scheduler on the graph of `sched_bench`, one case; `None`
+/// where the issue gave no figure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SchedPeer {
+    pub splits: usize,
+    pub split_inputs: Option<usize>,
+    pub gpu_compute_mib: Option<f64>,
+    pub cpu_compute_mib: Option<f64>,
+    pub reserve_us: Option<f64>,
+    pub alloc_graph_us: Option<f64>,
+}
 
-/// 2026-11-24, AMD EPYC Zen 3 with AVX2 only (f32 FMA loop: about 90
-/// GFLOP/s per core, read bandwidth about 16 GB/s from one core and 31 GB/s
-/// from both); the better of two mul_mat runs; llama-bench's mean of two
-/// repetitions, for the small models the best of five such runs over the
-/// day (the machine's speed moved by a third between them).
-pub const ZEN3_AVX2: PeerSet = PeerSet {
-    label: "2026-11-24, Zen 3 with AVX2",
-    mul_mat: &[
-        (DType::F32, [16.5, 78.9, 124.9]),
-        (DType::F16, [25.9, 134.2, 164.1]),
-        (DType::BF16, [24.1, 97.8, 106.9]),
-        (DType::Q8_0, [48.9, 112.9, 131.4]),
-        (DType::Q4_0, [66.7, 103.5, 93.2]),
-        (DType::Q4_K, [92.7, 66.3, 149.4]),
-        (DType::Q6_K, [63.4, 44.7, 160.6]),
-    ],
-    mul_mat_id: &[],
-    runner: &[
-        runner("small", DType::F32, 2020.7, 170.1),
-        runner("small", DType::F16, 2677.0, 288.8),
-        runner("small", DType::Q8_0, 2133.4, 425.9),
-        runner("small", DType::Q4_0, 2434.7, 795.5),
-        runner("8b-4l", DType::F16, 110.3, 9.7),
-        runner("8b-4l", DType::Q4_0, 92.2, 22.2),
-    ],
-};
-
-/// 2026-11-25, AMD EPYC Zen 5 (family 26, model 2) with AVX-512 (f32 FMA
-/// loop: 239 GFLOP/s on one core, 220 + 220 on both; a read loop about 40
-/// GB/s from both cores); mul_mat: the better of two runs where there
-/// were two; llama-bench: the mean of two repetitions, the best of three
-/// rounds over the day (the 8b-4l models: two rounds of one run, prompt
-/// 512 and generation 32); mul_mat_id: `test-backend-ops perf -o
-/// MUL_MAT_ID` (its Qwen3-30B-A3B cases, `b=0`), the best of three runs
-/// (its F32 cells moved by up to 60% between runs).
-pub const ZEN5_AVX512: PeerSet = PeerSet {
-    label: "2026-11-25, Zen 5 with AVX-512",
-    mul_mat: &[
-        (DType::F32, [30.5, 139.8, 206.9]),
-        (DType::F16, [43.9, 216.3, 328.7]),
-        (DType::BF16, [49.1, 292.4, 413.8]),
-        (DType::Q8_0, [85.2, 196.3, 269.1]),
-        (DType::Q4_0, [83.2, 211.8, 216.5]),
-        (DType::Q4_K, [145.5, 201.0, 869.8]),
-        (DType::Q6_K, [101.9, 150.5, 700.2]),
-    ],
-    mul_mat_id: &[
-        (
-            DType::F32,
-            [49.5, 41.1, 45.2, 49.8, 80.8, 116.1, 129.5, 139.3],
-        ),
-        (
-            DType::F16,
-            [91.2, 59.7, 56.0, 75.1, 98.7, 120.6, 125.4, 131.8],
-        ),
-        (
-            DType::Q8_0,
-            [135.2, 94.0, 89.6, 95.8, 113.4, 120.8, 129.8, 137.8],
-        ),
-        (
-            DType::Q4_0,
-            [115.7, 100.4, 98.1, 97.2, 100.2, 107.9, 113.4, 118.1],
-        ),
-        (
-            DType::Q4_K,
-            [160.9, 139.3, 115.5, 115.2, 138.7, 193.4, 307.4, 409.3],
-        ),
-        (
-            DType::Q6_K,
-            [154.5, 116.3, 106.9, 107.0, 128.7, 158.0, 217.9, 305.3],
-        ),
-    ],
-    runner: &[
-        runner("small", DType::F32, 4485.5, 271.8),
-        runner("small", DType::F16, 4786.9, 520.6),
-        runner("small", DType::Q8_0, 3924.2, 713.7),
-        runner("small", DType::Q4_0, 6671.9, 1294.2),
-        runner("8b-4l", DType::F16, 241.6, 15.8),
-        runner("8b-4l", DType::Q4_0, 348.4, 53.7),
-    ],
-};
-
-const fn runner(shape: &'static str, weights: DType, prompt: f64, generation: f64) -> RunnerPeer {
-    RunnerPeer {
-        shape,
-        weights,
-        prompt,
-        generation,
+/// The cells of the table under the heading `### {heading}` of
+/// `docs/performance.md`, without its header row.
+fn table(heading: &str) -> Vec<Vec<&'static str>> {
+    let mut lines = PERFORMANCE_MD.lines();
+    let title = format!("### {heading}");
+    if !lines.any(|l| l.trim() == title) {
+        panic!("docs/performance.md has no section '{title}'");
     }
+    lines
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect()
+        })
+        .collect()
+}
+
+fn number(cell: &str, heading: &str) -> f64 {
+    cell.parse()
+        .unwrap_or_else(|_| panic!("'{cell}' in '{heading}' of docs/performance.md"))
+}
+
+fn optional(cell: &str, heading: &str) -> Option<f64> {
+    (cell != "-").then(|| number(cell, heading))
+}
+
+fn dtype(cell: &str, heading: &str) -> DType {
+    DType::from_name(cell)
+        .unwrap_or_else(|| panic!("'{cell}' in '{heading}' of docs/performance.md"))
+}
+
+fn figures<const N: usize>(cells: &[&str], heading: &str) -> [f64; N] {
+    std::array::from_fn(|i| number(cells[i], heading))
+}
+
+fn sets() -> &'static [PeerSet] {
+    static SETS: OnceLock<Vec<PeerSet>> = OnceLock::new();
+    SETS.get_or_init(|| {
+        let mut sets: Vec<PeerSet> = table("Peer sets")
+            .iter()
+            .map(|r| PeerSet {
+                key: r[0].to_string(),
+                label: r[1].to_string(),
+                ..PeerSet::default()
+            })
+            .collect();
+        let set_of = |key: &str, heading: &str| -> usize {
+            sets.iter()
+                .position(|s| s.key == key)
+                .unwrap_or_else(|| panic!("set '{key}' of '{heading}' is not in 'Peer sets'"))
+        };
+        let h = "ggml-cpu mul_mat, GFLOP/s";
+        let mul_mat: Vec<_> = table(h)
+            .iter()
+            .map(|r| (set_of(r[0], h), dtype(r[1], h), figures(&r[2..], h)))
+            .collect();
+        let h = "ggml-cpu mul_mat_id, GFLOP/s";
+        let mul_mat_id: Vec<_> = table(h)
+            .iter()
+            .map(|r| (set_of(r[0], h), dtype(r[1], h), figures(&r[2..], h)))
+            .collect();
+        let h = "llama.cpp runner, tokens/s";
+        let runner: Vec<_> = table(h)
+            .iter()
+            .map(|r| {
+                let peer = RunnerPeer {
+                    shape: r[1].to_string(),
+                    weights: dtype(r[2], h),
+                    prompt: number(r[3], h),
+                    generation: number(r[4], h),
+                };
+                (set_of(r[0], h), peer)
+            })
+            .collect();
+        for (s, t, f) in mul_mat {
+            sets[s].mul_mat.push((t, f));
+        }
+        for (s, t, f) in mul_mat_id {
+            sets[s].mul_mat_id.push((t, f));
+        }
+        for (s, p) in runner {
+            sets[s].runner.push(p);
+        }
+        sets
+    })
+}
+
+fn set(key: &str) -> &'static PeerSet {
+    sets()
+        .iter()
+        .find(|s| s.key == key)
+        .unwrap_or_else(|| panic!("docs/performance.md has no peer set '{key}'"))
+}
+
+/// The CPU speed issue's figures.
+pub fn issue() -> &'static PeerSet {
+    set("issue")
 }
 
 /// The peers measured on the kind of machine this one is: with AVX-512,
@@ -193,13 +178,13 @@ const fn runner(shape: &'static str, weights: DType, prompt: f64, generation: f6
 pub fn measured_here() -> &'static PeerSet {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
-        return if cpu_family() == 26 {
-            &ZEN5_AVX512
+        return set(if cpu_family() == 26 {
+            "zen5-avx512"
         } else {
-            &ZEN4_AVX512
-        };
+            "zen4-avx512"
+        });
     }
-    &ZEN3_AVX2
+    set("zen3-avx2")
 }
 
 /// The processor's family, as CPUID leaf 1 gives it (the base family,
@@ -243,13 +228,54 @@ impl PeerSet {
     }
 }
 
+/// ggml's graph allocator on the graph of `alloc_bench`.
+pub fn alloc() -> AllocPeer {
+    let h = "ggml graph allocator";
+    let rows = table(h);
+    let value = |name: &str| -> f64 {
+        let row = rows
+            .iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("'{h}' has no row '{name}'"));
+        number(row[1], h)
+    };
+    AllocPeer {
+        nodes: value("nodes") as usize,
+        compute_bytes: value("compute bytes") as u64,
+        reserve_warm_us: value("reserve, warm (µs)"),
+        alloc_graph_us: value("alloc_graph (µs)"),
+        reserve_fresh_us: value("reserve, fresh (µs)"),
+    }
+}
+
+/// ggml's scheduler on the graph of `sched_bench`, for the case named
+/// `case` (`op offload off`, `op offload on`, `no layers, op offload on`,
+/// `CPU only`).
+pub fn sched(case: &str) -> SchedPeer {
+    let h = "ggml scheduler";
+    let rows = table(h);
+    let r = rows
+        .iter()
+        .find(|r| r[0] == case)
+        .unwrap_or_else(|| panic!("'{h}' has no case '{case}'"));
+    SchedPeer {
+        splits: number(r[1], h) as usize,
+        split_inputs: optional(r[2], h).map(|v| v as usize),
+        gpu_compute_mib: optional(r[3], h),
+        cpu_compute_mib: optional(r[4], h),
+        reserve_us: optional(r[5], h),
+        alloc_graph_us: optional(r[6], h),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_set_has_the_issue_cells_and_models() {
-        for set in [&ISSUE, &ZEN4_AVX512, &ZEN3_AVX2, &ZEN5_AVX512] {
+        for key in ["issue", "zen4-avx512", "zen3-avx2", "zen5-avx512"] {
+            let set = set(key);
             for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
                 for n in MUL_MAT_COLUMNS {
                     assert!(
@@ -259,8 +285,8 @@ mod tests {
                     );
                 }
             }
-            for p in ISSUE.runner {
-                let here = set.runner(p.shape, p.weights);
+            for p in &issue().runner {
+                let here = set.runner(&p.shape, p.weights);
                 assert!(
                     here.is_some_and(|h| h.prompt > 0.0 && h.generation > 0.0),
                     "{} {}",
@@ -269,7 +295,23 @@ mod tests {
                 );
             }
         }
-        assert_eq!(ISSUE.mul_mat(DType::BF16, 1), None);
-        assert_eq!(ZEN3_AVX2.mul_mat(DType::Q4_K, 3), None);
+        assert_eq!(issue().mul_mat(DType::BF16, 1), None);
+        assert_eq!(set("zen3-avx2").mul_mat(DType::Q4_K, 3), None);
+        assert_eq!(set("zen5-avx512").mul_mat(DType::Q4_K, 512), Some(869.8));
+        assert_eq!(set("zen5-avx512").mul_mat_id(DType::Q6_K, 512), Some(305.3));
+        assert!(measured_here().runner.len() >= 6);
+    }
+
+    #[test]
+    fn the_allocator_and_scheduler_peers_are_read() {
+        let a = alloc();
+        assert_eq!((a.nodes, a.compute_bytes), (1028, 280 << 20));
+        let on = sched("op offload on");
+        assert_eq!(on.splits, 244);
+        assert_eq!(on.gpu_compute_mib, Some(121.75));
+        let cpu = sched("CPU only");
+        assert_eq!((cpu.splits, cpu.split_inputs), (1, None));
+        assert_eq!(cpu.alloc_graph_us, Some(67.0));
+        assert_eq!(sched("no layers, op offload on").splits, 420);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use ggraph_benches::{bind_cache_virtual, llama8b_graph, median_us, row};
+use ggraph_benches::{bind_cache_virtual, llama8b_graph, median_us, peers, row};
 use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy, liveness};
 use ggraph_core::backend::{BufferType, Device};
@@ -14,25 +14,17 @@ use ggraph_core::util::format_bytes;
 use ggraph_cpu::CpuDevice;
 use ggraph_model::llama::Attention;
 
-/// ggml's figures for this graph (1028 nodes, Q4_0 weights, f16 KV cache),
-/// measured on this machine with ggml's own graph allocator, as given in
-/// the allocator issue.
-const GGML_NODES: usize = 1028;
-const GGML_COMPUTE_BYTES: u64 = 280 << 20;
-const GGML_RESERVE_WARM_US: f64 = 54.0;
-const GGML_ALLOC_GRAPH_US: f64 = 29.0;
-const GGML_FRESH_RESERVE_US: f64 = 64.0;
-
 fn main() -> ggraph_core::Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let bt: Arc<dyn BufferType> = cpu.buffer_type();
     let assign = |_| 0;
+    let ggml = peers::alloc();
     println!(
         "graph allocator, llama-3-8B shape: 32 layers, 512 tokens, 4096 KV cells (f16), standard attention, f32 activations"
     );
     println!("machine: {}", cpu.description());
     println!(
-        "ggml: its own graph allocator on this graph (f32 mask), figures from the allocator issue\n"
+        "ggml: its own graph allocator on this graph (f32 mask), figures from the allocator issue (docs/performance.md)\n"
     );
     println!("{:<34} {:>16} {:>16}", "", "ggraph", "ggml");
     for (strategy, mask) in [
@@ -70,12 +62,12 @@ fn main() -> ggraph_core::Result<()> {
         row(
             "nodes",
             graph.nodes().len().to_string(),
-            GGML_NODES.to_string(),
+            ggml.nodes.to_string(),
         );
         row(
             "compute buffer",
             format_bytes(bytes),
-            format_bytes(GGML_COMPUTE_BYTES),
+            format_bytes(ggml.compute_bytes),
         );
         row(
             "  live bytes at the busiest node",
@@ -85,17 +77,17 @@ fn main() -> ggraph_core::Result<()> {
         row(
             "reserve, warm allocator (median)",
             format!("{warm_reserve:.1} µs"),
-            format!("{GGML_RESERVE_WARM_US:.0} µs"),
+            format!("{:.0} µs", ggml.reserve_warm_us),
         );
         row(
             "alloc_graph (median)",
             format!("{alloc_graph:.1} µs"),
-            format!("{GGML_ALLOC_GRAPH_US:.0} µs"),
+            format!("{:.0} µs", ggml.alloc_graph_us),
         );
         row(
             "fresh allocator + reserve (median)",
             format!("{fresh:.1} µs"),
-            format!("{GGML_FRESH_RESERVE_US:.0} µs"),
+            format!("{:.0} µs", ggml.reserve_fresh_us),
         );
         println!(
             "   reallocations {}, plan reuses {}, replans {}, device allocations {}",

@@ -130,7 +130,7 @@ fn main() -> Result<()> {
             let (s, cpu) = time_case(backend.as_mut(), &cases, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
-            let peer = peers::ISSUE.mul_mat(dtype, n).filter(|_| issue_shape);
+            let peer = peers::issue().mul_mat(dtype, n).filter(|_| issue_shape);
             let today = here.mul_mat(dtype, n).filter(|_| issue_shape);
             let ours = match cpu {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),

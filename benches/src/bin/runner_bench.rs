@@ -124,12 +124,12 @@ fn main() -> ggraph::Result<()> {
         "{:<14} {:>10} {:>17} {:>10} {:>17}",
         "model", "ggraph pp", "llama.cpp pp", "ggraph tg", "llama.cpp tg"
     );
-    let rows = peers::ISSUE.runner.iter().filter(|p| {
+    let rows = peers::issue().runner.iter().filter(|p| {
         (big || p.shape == "small") && types.as_ref().is_none_or(|ts| ts.contains(&p.weights))
     });
     for peer in rows {
-        let (pp, tg) = run(peer.shape, peer.weights, n_prompt, n_gen)?;
-        let today = here.runner(peer.shape, peer.weights);
+        let (pp, tg) = run(&peer.shape, peer.weights, n_prompt, n_gen)?;
+        let today = here.runner(&peer.shape, peer.weights);
         let pair = |issue: f64, today: Option<f64>| {
             format!(
                 "{issue:.1}/{}",

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ggraph_benches::{llama8b_graph, row};
+use ggraph_benches::{llama8b_graph, peers, row};
 use ggraph_core::DType;
 use ggraph_core::alloc::{VirtualBufferType, bind_graph_weights_by};
 use ggraph_core::backend::{BufferType, BufferUsage, Device, DevicePerf};
@@ -18,15 +18,6 @@ use ggraph_core::sched::{BackendSpec, HostPerf, OffloadPolicy, SchedConfig, Sche
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::llama::{Attention, LlamaConfig};
-
-/// ggml's scheduler on this graph on this machine, with a Vulkan device
-/// (lavapipe) holding layers 16-31 and their KV cache (from the scheduler
-/// issue): (splits, split inputs, GPU compute MiB, CPU compute MiB,
-/// reserve µs, alloc_graph µs).
-const GGML_OFFLOAD_OFF: (usize, usize, f64, f64, f64, f64) = (35, 68, 72.0, 288.0, 205.0, 166.0);
-const GGML_OFFLOAD_ON: (usize, usize, f64, f64, f64, f64) = (244, 276, 121.75, 288.0, 275.0, 239.0);
-const GGML_NO_LAYERS_OFFLOAD_ON_SPLITS: usize = 420;
-const GGML_CPU_ONLY: (usize, f64, f64) = (1, 102.0, 67.0);
 
 struct Case {
     label: &'static str,
@@ -171,35 +162,30 @@ fn main() -> ggraph_core::Result<()> {
         let bytes = sched.compute_buffer_bytes();
         println!("-- {}", case.label);
         println!("{:<34} {:>16} {:>16}", "", "ggraph", "ggml");
+        // ggml's figures for this case (docs/performance.md); with no
+        // layers offloaded the issue gave only the split count
+        let no_layers = case.gpu_layers_from > n_layer && !case.cpu_only;
         let peer = if case.cpu_only {
-            Some((
-                GGML_CPU_ONLY.0,
-                None,
-                None,
-                None,
-                GGML_CPU_ONLY.1,
-                GGML_CPU_ONLY.2,
-            ))
-        } else if case.gpu_layers_from > n_layer {
+            Some(peers::sched("CPU only"))
+        } else if no_layers {
             None
         } else if case.op_offload && matches!(case.policy, OffloadPolicy::Device) {
-            let p = GGML_OFFLOAD_ON;
-            Some((p.0, Some(p.1), Some(p.2), Some(p.3), p.4, p.5))
+            Some(peers::sched("op offload on"))
         } else {
-            let p = GGML_OFFLOAD_OFF;
-            Some((p.0, Some(p.1), Some(p.2), Some(p.3), p.4, p.5))
+            Some(peers::sched("op offload off"))
         };
         let dash = || "-".to_string();
-        let ggml_splits = match (&peer, case.gpu_layers_from > n_layer && !case.cpu_only) {
-            (_, true) => GGML_NO_LAYERS_OFFLOAD_ON_SPLITS.to_string(),
-            (Some(p), _) => p.0.to_string(),
-            _ => dash(),
+        let ggml_splits = if no_layers {
+            peers::sched("no layers, op offload on").splits.to_string()
+        } else {
+            peer.map_or_else(dash, |p| p.splits.to_string())
         };
         row("splits", stats.splits.to_string(), ggml_splits);
         row(
             "split inputs (copies per run)",
             stats.copies.to_string(),
-            peer.and_then(|p| p.1).map_or_else(dash, |v| v.to_string()),
+            peer.and_then(|p| p.split_inputs)
+                .map_or_else(dash, |v| v.to_string()),
         );
         let bytes_per_run: u64 = sched.splits().iter().map(|s| s.bytes_copied()).sum();
         row("bytes copied per run", format_bytes(bytes_per_run), dash());
@@ -209,8 +195,8 @@ fn main() -> ggraph_core::Result<()> {
                 .name()
                 .to_string();
             let peer_mib = match (name.as_str(), &peer) {
-                ("CPU", Some(p)) => p.3,
-                (_, Some(p)) => p.2,
+                ("CPU", Some(p)) => p.cpu_compute_mib,
+                (_, Some(p)) => p.gpu_compute_mib,
                 _ => None,
             };
             row(
@@ -237,7 +223,8 @@ fn main() -> ggraph_core::Result<()> {
         row(
             "alloc_graph = split + alloc (median)",
             format!("{:.1} µs", median(alloc_t)),
-            peer.map_or_else(dash, |p| format!("{:.0} µs", p.5)),
+            peer.and_then(|p| p.alloc_graph_us)
+                .map_or_else(dash, |v| format!("{v:.0} µs")),
         );
         row(
             "  of which after the split (median)",
@@ -247,7 +234,8 @@ fn main() -> ggraph_core::Result<()> {
         row(
             "reserve = split + plan (median)",
             format!("{:.1} µs", median(reserve_t)),
-            peer.map_or_else(dash, |p| format!("{:.0} µs", p.4)),
+            peer.and_then(|p| p.reserve_us)
+                .map_or_else(dash, |v| format!("{v:.0} µs")),
         );
         println!();
     }

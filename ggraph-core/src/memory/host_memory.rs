@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use memmap2::MmapMut;
 
-use super::{BufferUsage, check_range};
+use super::buffer::{BufferUsage, check_range};
 use crate::error::{Error, Result};
 
 /// Alignment of host allocations: a cache line, enough for any SIMD load.
@@ -22,21 +22,16 @@ pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// alignment, aligned by hand. Large ones (from [`HUGE_PAGE_BYTES`]) are
 /// anonymous mappings, page aligned, which on Linux are advised to use
 /// transparent huge pages: weights streamed once per token then cost a TLB
-/// miss per 2 MiB instead of per 4 KiB. (8b-4l Q4_0 generation on Zen 5,
-/// 2 threads, alternated runs: 66.5-69.7 tokens/s with huge pages against
-/// 61.7-66.9 without.)
+/// miss per 2 MiB instead of per 4 KiB (measured faster for generation;
+/// docs/performance.md).
 ///
 /// A compute buffer is allocated committed ([`HostMemory::committed`]):
 /// every page faulted in at once (on Linux `MADV_POPULATE_WRITE` for a
-/// mapping), so that no kernel runs into a first touch later. Lazily, a
-/// compute page first written during generation stalled a token by 3-5 ms
-/// in 5 of 16 runs (small F16 model, Zen 5 VM), and committed in none.
-/// Small F16 tg128, alternated in rounds whose memory probe held at 33-40
-/// GB/s: lazy 430-553 tokens/s, committed 496-571, ahead in 7 of 7; level
-/// where the probe read 60 GB/s and more. Weights are not committed: they
-/// are written as soon as they are allocated (by a loader that may fault
-/// them in on several threads); nor is a cache, most of which a short
-/// conversation never touches.
+/// mapping), so that no kernel runs into a first touch later: lazily, a
+/// first write during generation stalled whole tokens. Weights are not
+/// committed: they are written as soon as they are allocated (by a loader
+/// that may fault them in on several threads); nor is a cache, most of
+/// which a short conversation never touches.
 pub struct HostMemory {
     storage: Storage,
     size: usize,
