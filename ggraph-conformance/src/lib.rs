@@ -8,8 +8,12 @@
 //! (llama blocks, a mixed CPU+GPU llama, random graphs). Product code does
 //! not depend on this crate; backends take it as a dev-dependency.
 
-mod conformance;
+mod case;
+mod cases;
 pub mod reference;
+mod suite;
 pub mod testing;
 
-pub use conformance::*;
+pub use case::{Case, CaseBuilder, CaseResult, Outcome};
+pub use cases::cases;
+pub use suite::{Report, nmse, run, run_filtered};

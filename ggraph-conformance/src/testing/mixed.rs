@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::conformance::nmse;
 use crate::reference;
+use crate::suite::nmse;
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::{Buffer, Device};
 use ggraph_core::dtype::DType;
