@@ -20,8 +20,8 @@ use cudarc::driver::sys as cu;
 use cudarc::nvrtc::sys as nv;
 use ggraph_core::{DType, Error, Result};
 
-use crate::engine::source::{self, COMPAT_CUDA};
-use crate::engine::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
+use ggraph_gpu::source::{self, COMPAT_CUDA};
+use ggraph_gpu::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
 
 /// Whether the CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {

@@ -1,19 +1,10 @@
-//! ggraph CUDA backend, and the GPU engine it shares with the HIP backend.
-//!
-//! - [`engine`]: devices, buffers, streams and the op dispatch over a thin
-//!   [`engine::Runtime`] trait, and the kernel source (`kernels/ggraph.cu`,
-//!   one CUDA C file for CUDA and HIP).
-//! - CUDA through cudarc with the driver, NVRTC and cuBLAS loaded at run
-//!   time: the crate builds without CUDA installed, and where there is no
-//!   driver it lists no devices and never panics.
-//! - `emu` (feature `emulator`): the same kernels compiled as C++ and run
-//!   on the CPU, so the tests check the kernels and the dispatch without a
-//!   GPU.
+//! ggraph CUDA backend: the GPU engine of `ggraph-gpu` (devices, buffers,
+//! streams, dispatch and the one kernel source) over CUDA, through cudarc
+//! with the driver, NVRTC and cuBLAS loaded at run time: the crate builds
+//! without CUDA installed, and where there is no driver it lists no
+//! devices and never panics.
 
 pub mod cuda;
-#[cfg(feature = "emulator")]
-pub mod emu;
-pub mod engine;
 
 use std::sync::Arc;
 

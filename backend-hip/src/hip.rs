@@ -15,8 +15,8 @@ use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ggraph_core::{Error, Result};
-use ggraph_cuda::engine::source::{self, COMPAT_HIP};
-use ggraph_cuda::engine::{DevPtr, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
+use ggraph_gpu::source::{self, COMPAT_HIP};
+use ggraph_gpu::{DevPtr, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
 
 // Keep hip-sys (and its link to libamdhip64) in the build.
 use hip_sys::hiprt::hipDeviceProp_t;

@@ -1,4 +1,4 @@
-//! ggraph HIP backend: the GPU engine of `ggraph-cuda` (devices, buffers,
+//! ggraph HIP backend: the GPU engine of `ggraph-gpu` (devices, buffers,
 //! streams, dispatch and the one kernel source) over the HIP runtime, with
 //! the kernels compiled at run time by hiprtc for the device's `gfx`
 //! architecture. hipBLAS is not used: matrix products run on the shared

@@ -64,7 +64,7 @@ fn gpu_devices(o: &Options) -> Vec<Arc<dyn Device>> {
     devs.extend(ggraph_hip::Registration.devices());
     if o.emulator {
         #[cfg(feature = "emulator")]
-        devs.push(ggraph_cuda::emu::EmuRuntime::device(0, 4 << 30, true));
+        devs.push(ggraph_gpu::emulator::EmuRuntime::device(0, 4 << 30, true));
         #[cfg(not(feature = "emulator"))]
         eprintln!("--emulator: this build has no emulator (build with --features emulator)");
     }

@@ -1,10 +1,13 @@
 //! The GPU engine shared by the CUDA and HIP backends (and the host
 //! emulator the tests run): devices, buffers, streams, the op dispatch and
-//! the kernel source. Each family supplies a [`Runtime`]; everything else
+//! the kernel source (`kernels/ggraph.cu`, one CUDA C file for CUDA, HIP
+//! and the emulator). Each family supplies a [`Runtime`]; everything else
 //! is one code path.
 
 mod device;
 mod dispatch;
+#[cfg(feature = "emulator")]
+pub mod emulator;
 pub mod runtime;
 pub mod source;
 mod stream;

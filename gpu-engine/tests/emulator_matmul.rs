@@ -9,7 +9,7 @@ use ggraph_core::backend::Device;
 use ggraph_core::conformance::{Rng, nmse};
 use ggraph_core::ir::GraphBuilder;
 use ggraph_core::{DType, exec, quant, reference};
-use ggraph_cuda::emu::EmuRuntime;
+use ggraph_gpu::emulator::EmuRuntime;
 
 fn check(dev: &Arc<dyn Device>, w: DType, k: usize, m: usize, n: usize, batch: [usize; 2]) {
     let mut b = GraphBuilder::new();

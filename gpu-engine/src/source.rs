@@ -9,11 +9,11 @@
 use std::path::PathBuf;
 
 /// The kernels, shared by every family.
-pub const KERNELS: &str = include_str!("../../kernels/ggraph.cu");
+pub const KERNELS: &str = include_str!("../kernels/ggraph.cu");
 /// The CUDA prelude.
-pub const COMPAT_CUDA: &str = include_str!("../../kernels/compat_cuda.h");
+pub const COMPAT_CUDA: &str = include_str!("../kernels/compat_cuda.h");
 /// The HIP prelude.
-pub const COMPAT_HIP: &str = include_str!("../../kernels/compat_hip.h");
+pub const COMPAT_HIP: &str = include_str!("../kernels/compat_hip.h");
 
 /// The full source for a family: its prelude, then the kernels.
 pub fn full_source(prelude: &str) -> String {

@@ -10,7 +10,7 @@ use ggraph_core::model::llama::{
     Attention, BuildShape, FreshCache, FreshWeights, KvLayout, LlamaConfig, build_llama,
 };
 use ggraph_core::{DType, exec, reference, testing};
-use ggraph_cuda::emu::EmuRuntime;
+use ggraph_gpu::emulator::EmuRuntime;
 
 fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights: DType) -> f64 {
     let lg = build_llama(

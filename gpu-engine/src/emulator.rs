@@ -7,7 +7,7 @@
 //! semantics, so the argument mapping of the cuBLAS path is checked too.
 //!
 //! It is a test device: slow (every GPU thread is a fiber) and never
-//! registered by [`crate::Registration`].
+//! registered by any backend registration.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any;
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
 use ggraph_core::{DType, Error, Result};
 
-use crate::engine::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
+use crate::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
 
 unsafe extern "C" {
     fn ggraph_emu_launch(
