@@ -84,9 +84,9 @@ fn main() -> ExitCode {
     };
     println!(
         "libraries: CUDA driver {}, NVRTC {}, cuBLAS {}; HIP runtime {}",
-        found(ggraph_cuda::cuda::driver_present()),
-        found(ggraph_cuda::cuda::nvrtc_present()),
-        found(ggraph_cuda::cuda::cublas_present()),
+        found(ggraph_cuda::driver_present()),
+        found(ggraph_cuda::nvrtc_present()),
+        found(ggraph_cuda::cublas_present()),
         if ggraph_hip::compiled_in() {
             "compiled in"
         } else {
