@@ -26,9 +26,11 @@
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result};
 
+use super::args::{Params, TArg, WG, bind, bind_rows};
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
-use super::{Params, Recorder, TArg, WG, bind, bind_rows, pipeline};
-use crate::device::MatmulKernel as Kernel;
+use crate::options::MatmulKernel as Kernel;
 
 /// Windows of weight rows, each within one binding.
 fn row_windows(rec: &Recorder, graph: &Graph, a: TensorId) -> Vec<(usize, usize)> {
