@@ -1,23 +1,39 @@
-//! ggraph CUDA backend, and the GPU engine it shares with the HIP backend.
+//! ggraph CUDA backend: the GPU engine of `ggraph-gpu` (devices, buffers,
+//! streams, dispatch and the one kernel source) over CUDA, through cudarc
+//! with the driver, NVRTC and cuBLAS loaded at run time: the crate builds
+//! without CUDA installed, and where there is no driver it lists no
+//! devices and never panics.
 //!
-//! - [`engine`]: devices, buffers, streams and the op dispatch over a thin
-//!   [`engine::Runtime`] trait, and the kernel source (`kernels/ggraph.cu`,
-//!   one CUDA C file for CUDA and HIP).
-//! - CUDA through cudarc with the driver, NVRTC and cuBLAS loaded at run
-//!   time: the crate builds without CUDA installed, and where there is no
-//!   driver it lists no devices and never panics.
-//! - `emu` (feature `emulator`): the same kernels compiled as C++ and run
-//!   on the CPU, so the tests check the kernels and the dispatch without a
-//!   GPU.
+//! cudarc's bindings panic when a library or symbol is missing, so every
+//! entry is guarded: the presence checks of `libraries` before the first
+//! call into a library, only long-standing driver symbols, and device
+//! discovery inside `catch_unwind` (in the engine) as a last resort.
+//!
+//! Layers, each module importing only from the ones above it:
+//! `libraries` (which libraries exist) and `status` (result codes);
+//! `nvrtc` (kernel compilation) and `cublas` (matrix products);
+//! `runtime` (one device: the engine's `Runtime`); `driver` (discovery).
 
-pub mod cuda;
-#[cfg(feature = "emulator")]
-pub mod emu;
-pub mod engine;
+mod cublas;
+mod driver;
+mod libraries;
+mod nvrtc;
+mod runtime;
+mod status;
 
 use std::sync::Arc;
 
 use ggraph_core::backend::{BackendRegistration, Device};
+use ggraph_gpu::GpuDevice;
+
+pub use libraries::{cublas_present, driver_present, nvrtc_present};
+pub use runtime::CudaRuntime;
+
+/// The CUDA devices of this machine, found once per process; empty
+/// without a driver or a GPU.
+pub fn devices() -> Vec<Arc<GpuDevice>> {
+    ggraph_gpu::discovery::devices::<driver::CudaDriver>()
+}
 
 /// The CUDA backend family: one device per GPU the driver reports.
 #[derive(Default)]
@@ -29,7 +45,7 @@ impl BackendRegistration for Registration {
     }
 
     fn devices(&self) -> Vec<Arc<dyn Device>> {
-        cuda::devices()
+        devices()
             .into_iter()
             .map(|d| d as Arc<dyn Device>)
             .collect()

@@ -1,4 +1,4 @@
-//! ggraph HIP backend: the GPU engine of `ggraph-cuda` (devices, buffers,
+//! ggraph HIP backend: the GPU engine of `ggraph-gpu` (devices, buffers,
 //! streams, dispatch and the one kernel source) over the HIP runtime, with
 //! the kernels compiled at run time by hiprtc for the device's `gfx`
 //! architecture. hipBLAS is not used: matrix products run on the shared
@@ -7,9 +7,20 @@
 //! The runtime is behind the `hip` feature (it needs ROCm at build time).
 //! Without the feature, or without an AMD GPU, the backend lists no
 //! devices.
+//!
+//! Layers, each module importing only from the ones above it:
+//! `hip_api` (entry points and result codes) and `hiprtc` (kernel
+//! compilation); `runtime` (one device: the engine's `Runtime`);
+//! `driver` (discovery).
 
 #[cfg(feature = "hip")]
-pub mod hip;
+mod driver;
+#[cfg(feature = "hip")]
+mod hip_api;
+#[cfg(feature = "hip")]
+mod hiprtc;
+#[cfg(feature = "hip")]
+mod runtime;
 
 use std::sync::Arc;
 
@@ -27,7 +38,7 @@ impl BackendRegistration for Registration {
     fn devices(&self) -> Vec<Arc<dyn Device>> {
         #[cfg(feature = "hip")]
         {
-            hip::devices()
+            devices()
                 .into_iter()
                 .map(|d| d as Arc<dyn Device>)
                 .collect()
@@ -37,6 +48,16 @@ impl BackendRegistration for Registration {
             Vec::new()
         }
     }
+}
+
+#[cfg(feature = "hip")]
+pub use runtime::HipRuntime;
+
+/// The HIP devices of this machine, found once per process; empty without
+/// an AMD GPU.
+#[cfg(feature = "hip")]
+pub fn devices() -> Vec<Arc<ggraph_gpu::GpuDevice>> {
+    ggraph_gpu::discovery::devices::<driver::HipDriver>()
 }
 
 /// Whether the HIP runtime is compiled into this build.

@@ -13,8 +13,7 @@ use ggraph_core::backend::{Buffer, BufferType, BufferUsage, check_range};
 use ggraph_core::ir::Tensor;
 use ggraph_core::{Error, Result};
 
-use crate::device::Gpu;
-use crate::memory;
+use crate::gpu::Gpu;
 
 /// Largest piece one write or read stages at a time.
 const STAGING_CHUNK: u64 = 32 << 20;
@@ -89,7 +88,7 @@ impl WgpuBuffer {
         if raw_size > max {
             return Err(oom(max));
         }
-        if let Some(limit) = memory::enforced_limit(&gpu) {
+        if let Some(limit) = gpu.budget.enforced_limit() {
             let used = gpu.allocated.load(Ordering::Relaxed);
             if used.saturating_add(raw_size) > limit {
                 return Err(oom(limit.saturating_sub(used)));

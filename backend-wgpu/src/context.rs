@@ -1,9 +1,7 @@
-//! The wgpu instance, the adapters it finds, and device names.
+//! The wgpu instance, the adapters it finds, and device ordinals.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-
-use crate::device::WgpuDevice;
 
 /// The backends searched: Vulkan, Metal and DX12, plus GL with the `gl`
 /// feature, narrowed by `WGPU_BACKEND` when it is set.
@@ -76,23 +74,4 @@ pub fn adapters() -> Vec<AdapterSummary> {
 pub(crate) fn next_ordinal() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// One device per adapter, opened on first use. An adapter whose device
-/// cannot be opened is skipped with a warning.
-pub(crate) fn registry_devices() -> &'static [Arc<WgpuDevice>] {
-    static DEVICES: OnceLock<Vec<Arc<WgpuDevice>>> = OnceLock::new();
-    DEVICES.get_or_init(|| {
-        enumerate()
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, adapter)| match WgpuDevice::open_registry(adapter) {
-                Ok(d) => Some(d),
-                Err(e) => {
-                    tracing::warn!("wgpu adapter {i} skipped: {e}");
-                    None
-                }
-            })
-            .collect()
-    })
 }

@@ -47,12 +47,23 @@
 //! flash attention with value rows longer than 512; layouts whose offsets
 //! or strides split an element's word (f32 at an offset that is not a
 //! multiple of 4, ...); tensors of 2^31 elements or more.
+//!
+//! # Layout
+//!
+//! Each module imports only from those before it in this list:
+//! `options`, `memory`, `pipeline_cache`, `context` (none from the crate);
+//! `gpu` (the handle every buffer, stream and kernel of a device shares);
+//! `buffer`; `kernels`; `supports`; `stream`; `device`; `registry`.
 
 mod buffer;
 mod context;
 mod device;
+mod gpu;
 mod kernels;
 mod memory;
+mod options;
+mod pipeline_cache;
+mod registry;
 mod stream;
 mod supports;
 
@@ -62,9 +73,10 @@ use ggraph_core::backend::{BackendRegistration, Device};
 
 pub use buffer::{WgpuBuffer, WgpuBufferType};
 pub use context::{AdapterSummary, adapters};
-pub use device::{MatmulKernel, WgpuDevice, WgpuOptions};
+pub use device::WgpuDevice;
 pub use ggraph_core::backend::MemorySource;
 pub use memory::MemoryReport;
+pub use options::{MatmulKernel, WgpuOptions};
 pub use stream::{WgpuEvent, WgpuStream};
 
 /// The wgpu backend family: one device per adapter, opened the first time
@@ -78,7 +90,7 @@ impl BackendRegistration for Registration {
     }
 
     fn devices(&self) -> Vec<Arc<dyn Device>> {
-        context::registry_devices()
+        registry::registry_devices()
             .iter()
             .map(|d| d.clone() as Arc<dyn Device>)
             .collect()
@@ -87,5 +99,5 @@ impl BackendRegistration for Registration {
 
 /// The devices of the registry (one per adapter), as their own type.
 pub fn devices() -> Vec<Arc<WgpuDevice>> {
-    context::registry_devices().to_vec()
+    registry::registry_devices().to_vec()
 }

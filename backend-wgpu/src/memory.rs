@@ -3,11 +3,7 @@
 //! wgpu has no portable free-memory call, so each device reports what its
 //! platform gives; see the crate documentation for the order of choices.
 
-use std::sync::atomic::Ordering;
-
 use ggraph_core::backend::{MemoryInfo, MemorySource};
-
-use crate::device::Gpu;
 
 /// How a device knows its memory, fixed when it is opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,52 +46,55 @@ pub(crate) fn budget_for(adapter: &wgpu::Adapter, limits: &wgpu::Limits) -> Budg
     Budget::MaxBuffer(limits.max_buffer_size)
 }
 
-/// The budget allocations are checked against, if ggraph enforces one.
-pub(crate) fn enforced_limit(gpu: &Gpu) -> Option<u64> {
-    match gpu.budget {
-        Budget::Declared(b) | Budget::VulkanHeap(b) | Budget::MaxBuffer(b) => Some(b),
-        Budget::VulkanExt => None,
+impl Budget {
+    /// The budget allocations are checked against, if ggraph enforces one.
+    pub(crate) fn enforced_limit(&self) -> Option<u64> {
+        match *self {
+            Budget::Declared(b) | Budget::VulkanHeap(b) | Budget::MaxBuffer(b) => Some(b),
+            Budget::VulkanExt => None,
+        }
     }
-}
 
-pub(crate) fn report(gpu: &Gpu) -> MemoryReport {
-    let allocated = gpu.allocated.load(Ordering::Relaxed);
-    let declared = |total: u64, how: String| MemoryReport {
-        info: MemoryInfo {
-            free_bytes: total.saturating_sub(allocated),
-            total_bytes: total,
-            source: MemorySource::DeclaredBudget,
-        },
-        allocated_bytes: allocated,
-        how,
-    };
-    match gpu.budget {
-        Budget::Declared(b) => declared(
-            b,
-            "declared budget (GGRAPH_WGPU_MEMORY) minus ggraph's allocations".into(),
-        ),
-        Budget::VulkanHeap(b) => declared(
-            b,
-            "largest device-local Vulkan heap minus ggraph's allocations (no VK_EXT_memory_budget)"
-                .into(),
-        ),
-        Budget::MaxBuffer(b) => declared(
-            b,
-            "the adapter's largest buffer size minus ggraph's allocations (no platform memory query)"
-                .into(),
-        ),
-        Budget::VulkanExt => match vulkan::query(&gpu.adapter).and_then(|v| v.budget) {
-            Some((budget, usage)) => MemoryReport {
-                info: MemoryInfo {
-                    free_bytes: budget.saturating_sub(usage),
-                    total_bytes: budget,
-                    source: MemorySource::Driver,
-                },
-                allocated_bytes: allocated,
-                how: "Vulkan memory budget (VK_EXT_memory_budget) of the device-local heaps".into(),
+    /// The memory figures of a device on `adapter` that holds `allocated`
+    /// bytes of buffers.
+    pub(crate) fn report(&self, adapter: &wgpu::Adapter, allocated: u64) -> MemoryReport {
+        let declared = |total: u64, how: String| MemoryReport {
+            info: MemoryInfo {
+                free_bytes: total.saturating_sub(allocated),
+                total_bytes: total,
+                source: MemorySource::DeclaredBudget,
             },
-            None => declared(0, "Vulkan memory budget query failed".into()),
-        },
+            allocated_bytes: allocated,
+            how,
+        };
+        match *self {
+            Budget::Declared(b) => declared(
+                b,
+                "declared budget (GGRAPH_WGPU_MEMORY) minus ggraph's allocations".into(),
+            ),
+            Budget::VulkanHeap(b) => declared(
+                b,
+                "largest device-local Vulkan heap minus ggraph's allocations (no VK_EXT_memory_budget)"
+                    .into(),
+            ),
+            Budget::MaxBuffer(b) => declared(
+                b,
+                "the adapter's largest buffer size minus ggraph's allocations (no platform memory query)"
+                    .into(),
+            ),
+            Budget::VulkanExt => match vulkan::query(adapter).and_then(|v| v.budget) {
+                Some((budget, usage)) => MemoryReport {
+                    info: MemoryInfo {
+                        free_bytes: budget.saturating_sub(usage),
+                        total_bytes: budget,
+                        source: MemorySource::Driver,
+                    },
+                    allocated_bytes: allocated,
+                    how: "Vulkan memory budget (VK_EXT_memory_budget) of the device-local heaps".into(),
+                },
+                None => declared(0, "Vulkan memory budget query failed".into()),
+            },
+        }
     }
 }
 

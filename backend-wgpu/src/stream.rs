@@ -15,24 +15,24 @@ use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
 use crate::buffer::WgpuBuffer;
-use crate::device::{Gpu, WgpuDevice};
+use crate::gpu::Gpu;
 use crate::kernels::{self, Recorder};
 use crate::supports;
 
 /// A stream on a wgpu device.
 pub struct WgpuStream {
-    device: Arc<WgpuDevice>,
+    gpu: Arc<Gpu>,
     /// The last submission of this stream.
     last: Option<wgpu::SubmissionIndex>,
 }
 
 impl WgpuStream {
-    pub(crate) fn new(device: Arc<WgpuDevice>) -> WgpuStream {
-        WgpuStream { device, last: None }
+    pub(crate) fn new(gpu: Arc<Gpu>) -> WgpuStream {
+        WgpuStream { gpu, last: None }
     }
 
     fn gpu(&self) -> &Arc<Gpu> {
-        &self.device.gpu
+        &self.gpu
     }
 
     /// Marks everything queued on the device so far as this stream's work.

@@ -5,7 +5,7 @@
 use ggraph_core::DType;
 use ggraph_core::ir::{Graph, Op, Tensor, TensorId};
 
-use crate::device::Gpu;
+use crate::gpu::Gpu;
 use crate::kernels::{attention_max_dv, max_sort_row};
 
 /// Element counts the kernels index with 32-bit integers.

@@ -6,9 +6,11 @@
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, TensorId};
 
+use super::args::{Params, bind};
 use super::norm::REDUCE;
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
-use super::{Params, Recorder, bind, pipeline};
 
 /// Largest value dimension: each of the 64 threads keeps 8 accumulators.
 pub(crate) const MAX_DV: usize = 512;

@@ -4,9 +4,11 @@
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result};
 
+use super::args::{Params, TArg, WG, bind, bind_rows};
+use super::pipeline::pipeline;
 use super::quantize::quant_block;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry, unravel};
-use super::{Params, Recorder, TArg, WG, bind, bind_rows, pipeline};
 
 /// `get_rows`: one thread per result element. A source larger than one
 /// binding is read window by window of rows; each window's dispatch writes

@@ -4,8 +4,10 @@
 use ggraph_core::Result;
 use ggraph_core::ir::{BinaryOp, GluOp, Graph, TensorId, UnaryOp};
 
+use super::args::{Params, WG, bind};
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry, unravel};
-use super::{Params, Recorder, WG, bind, pipeline};
 
 /// Runs `body` for every element of the result, with its coordinates in
 /// `i0..i3`; `srcs` are the source tensors in slots 1.. as A, B, ...

@@ -4,8 +4,10 @@
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, TensorId};
 
+use super::args::{Params, bind};
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
-use super::{Params, Recorder, bind, pipeline};
 
 /// Threads per row.
 const RW: u32 = 64;

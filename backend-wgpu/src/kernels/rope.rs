@@ -4,8 +4,10 @@
 use ggraph_core::ir::{Graph, RopeMode, RopeParams, TensorId};
 use ggraph_core::{DType, Result};
 
+use super::args::{Params, WG, bind};
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
-use super::{Params, Recorder, WG, bind, pipeline};
 
 pub fn rope(rec: &mut Recorder, graph: &Graph, node: TensorId, p: &RopeParams) -> Result<()> {
     let gpu = rec.gpu;

@@ -6,8 +6,10 @@
 use ggraph_core::ir::{Graph, SortOrder, TensorId};
 use ggraph_core::{DType, Result};
 
+use super::args::{Params, WG, bind};
+use super::pipeline::pipeline;
+use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
-use super::{Params, Recorder, WG, bind, pipeline};
 
 /// Longest row argsort and top_k take.
 pub(crate) const MAX_SORT_ROW: usize = 16384;

@@ -65,7 +65,7 @@ fn gpu_devices(o: &Options) -> Vec<Arc<dyn Device>> {
     devs.extend(ggraph_hip::Registration.devices());
     if o.emulator {
         #[cfg(feature = "emulator")]
-        devs.push(ggraph_cuda::emu::EmuRuntime::device(0, 4 << 30, true));
+        devs.push(ggraph_gpu::emulator::EmuRuntime::device(0, 4 << 30, true));
         #[cfg(not(feature = "emulator"))]
         eprintln!("--emulator: this build has no emulator (build with --features emulator)");
     }
@@ -85,9 +85,9 @@ fn main() -> ExitCode {
     };
     println!(
         "libraries: CUDA driver {}, NVRTC {}, cuBLAS {}; HIP runtime {}",
-        found(ggraph_cuda::cuda::driver_present()),
-        found(ggraph_cuda::cuda::nvrtc_present()),
-        found(ggraph_cuda::cuda::cublas_present()),
+        found(ggraph_cuda::driver_present()),
+        found(ggraph_cuda::nvrtc_present()),
+        found(ggraph_cuda::cublas_present()),
         if ggraph_hip::compiled_in() {
             "compiled in"
         } else {

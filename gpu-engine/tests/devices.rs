@@ -1,33 +1,14 @@
 //! Device, buffer and stream behaviour of the GPU engine, on the host
-//! emulator (a runtime whose device memory is host memory), and the
-//! no-driver path of the CUDA registration.
+//! emulator (a runtime whose device memory is host memory).
 
 use std::sync::Arc;
 
-use ggraph_core::backend::{
-    BackendRegistration, BufferType, BufferUsage, Device, DeviceKind, MemorySource, copy_between,
-};
+use ggraph_core::backend::{BufferType, BufferUsage, Device, MemorySource, copy_between};
 use ggraph_core::ir::{GraphBuilder, TensorData};
 use ggraph_core::{DType, Error, exec};
 use ggraph_cpu::CpuDevice;
-use ggraph_cuda::emu::EmuRuntime;
-use ggraph_cuda::engine::{GpuDevice, PinnedBuffer};
-
-#[test]
-fn without_a_driver_the_cuda_backend_lists_no_devices_and_does_not_panic() {
-    let reg = ggraph_cuda::Registration;
-    assert_eq!(reg.name(), "CUDA");
-    let first = reg.devices();
-    let again = reg.devices();
-    assert_eq!(first.len(), again.len(), "discovery is stable");
-    if !ggraph_cuda::cuda::driver_present() {
-        assert!(first.is_empty());
-    }
-    for d in &first {
-        assert!(d.name().starts_with("cuda:"));
-        assert_eq!(d.kind(), DeviceKind::Gpu);
-    }
-}
+use ggraph_gpu::emulator::EmuRuntime;
+use ggraph_gpu::{GpuDevice, PinnedBuffer};
 
 #[test]
 fn device_memory_is_one_driver_allocation_per_buffer() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ggraph_conformance as conformance;
 use ggraph_core::backend::Device;
-use ggraph_cuda::emu::EmuRuntime;
+use ggraph_gpu::emulator::EmuRuntime;
 
 fn check(dev: Arc<dyn Device>) {
     let report = conformance::run(&dev);

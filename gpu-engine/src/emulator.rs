@@ -7,7 +7,7 @@
 //! semantics, so the argument mapping of the cuBLAS path is checked too.
 //!
 //! It is a test device: slow (every GPU thread is a fiber) and never
-//! registered by [`crate::Registration`].
+//! registered by any backend registration.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any;
@@ -17,10 +17,14 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ggraph_core::DType;
 use ggraph_core::quant::{bf16_to_f32, f16_to_f32};
-use ggraph_core::{DType, Error, Result};
 
-use crate::engine::{DevPtr, Gemm, GpuDevice, LaunchSpec, RawEvent, RawStream, Runtime};
+use crate::device::GpuDevice;
+use crate::runtime::{
+    Call, CallError, DevPtr, DeviceInfo, Gemm, LaunchSpec, MemCopy, RawEvent, RawFunction,
+    RawModule, RawStream, Runtime,
+};
 
 unsafe extern "C" {
     fn ggraph_emu_launch(
@@ -42,8 +46,7 @@ const ALIGN: usize = 256;
 
 /// An emulated GPU with a declared memory size.
 pub struct EmuRuntime {
-    ordinal: usize,
-    name: String,
+    info: DeviceInfo,
     budget_bytes: u64,
     allocated: AtomicU64,
     blas: bool,
@@ -56,11 +59,16 @@ impl EmuRuntime {
     /// says whether it offers the (emulated) BLAS path.
     pub fn new(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<EmuRuntime> {
         Arc::new(EmuRuntime {
-            ordinal,
-            name: format!(
-                "host emulator of the GPU kernels ({})",
-                if blas { "with BLAS" } else { "kernels only" }
-            ),
+            info: DeviceInfo {
+                family: "emu",
+                ordinal,
+                name: format!(
+                    "host emulator of the GPU kernels ({})",
+                    if blas { "with BLAS" } else { "kernels only" }
+                ),
+                arch: "host".into(),
+                compute_capability: None,
+            },
             budget_bytes,
             allocated: AtomicU64::new(0),
             blas,
@@ -85,18 +93,13 @@ impl EmuRuntime {
         self.sizes.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn host_alloc(&self, bytes: u64, what: &str) -> Result<*mut u8> {
-        let oom = || Error::OutOfMemory {
-            buffer_type: format!("emu:{} {what}", self.ordinal),
-            requested_bytes: bytes,
-            available_bytes: 0,
-        };
-        let size = usize::try_from(bytes).map_err(|_| oom())?.max(1);
-        let layout = Layout::from_size_align(size, ALIGN).map_err(|_| oom())?;
+    fn host_alloc(&self, bytes: usize) -> Call<*mut u8> {
+        let size = bytes.max(1);
+        let layout = Layout::from_size_align(size, ALIGN).map_err(|_| CallError::OutOfMemory)?;
         // SAFETY: non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         if p.is_null() {
-            return Err(oom());
+            return Err(CallError::OutOfMemory);
         }
         self.sizes
             .lock()
@@ -144,106 +147,59 @@ unsafe fn read_elem(t: DType, p: *const u8) -> f32 {
 }
 
 impl Runtime for EmuRuntime {
-    fn family(&self) -> &'static str {
-        "emu"
+    fn info(&self) -> &DeviceInfo {
+        &self.info
     }
 
-    fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-
-    fn device_name(&self) -> &str {
-        &self.name
-    }
-
-    fn arch(&self) -> &str {
-        "host"
-    }
-
-    fn memory(&self) -> Result<(u64, u64)> {
+    fn memory(&self) -> Call<(u64, u64)> {
         Ok((
             self.budget_bytes.saturating_sub(self.allocated_bytes()),
             self.budget_bytes,
         ))
     }
 
-    fn alloc(&self, bytes: u64) -> Result<DevPtr> {
+    /// Host memory, within the declared budget.
+    fn alloc(&self, bytes: usize) -> Call<DevPtr> {
         // as the host allocation: at least one byte
         let bytes = bytes.max(1);
-        let prev = self.allocated.fetch_add(bytes, Ordering::SeqCst);
-        if prev.saturating_add(bytes) > self.budget_bytes {
-            self.allocated.fetch_sub(bytes, Ordering::SeqCst);
-            return Err(Error::OutOfMemory {
-                buffer_type: format!("emu:{}", self.ordinal),
-                requested_bytes: bytes,
-                available_bytes: self.budget_bytes.saturating_sub(prev),
-            });
+        let counted = bytes as u64;
+        let prev = self.allocated.fetch_add(counted, Ordering::SeqCst);
+        if prev.saturating_add(counted) > self.budget_bytes {
+            self.allocated.fetch_sub(counted, Ordering::SeqCst);
+            return Err(CallError::OutOfMemory);
         }
-        match self.host_alloc(bytes, "device memory") {
+        match self.host_alloc(bytes) {
             Ok(p) => Ok(p as u64),
             Err(e) => {
-                self.allocated.fetch_sub(bytes, Ordering::SeqCst);
+                self.allocated.fetch_sub(counted, Ordering::SeqCst);
                 Err(e)
             }
         }
     }
 
-    unsafe fn free(&self, ptr: DevPtr) {
+    unsafe fn free(&self, ptr: DevPtr) -> Call {
         let size = self.host_free(ptr) as u64;
         self.allocated.fetch_sub(size, Ordering::SeqCst);
+        Ok(())
     }
 
-    fn alloc_pinned(&self, bytes: u64) -> Result<*mut u8> {
-        self.host_alloc(bytes, "pinned memory")
+    fn alloc_pinned(&self, bytes: usize) -> Call<*mut u8> {
+        self.host_alloc(bytes)
     }
 
-    unsafe fn free_pinned(&self, ptr: *mut u8) {
+    unsafe fn free_pinned(&self, ptr: *mut u8) -> Call {
         self.host_free(ptr as u64);
-    }
-
-    unsafe fn htod(
-        &self,
-        dst: DevPtr,
-        src: *const u8,
-        len: usize,
-        _: Option<RawStream>,
-    ) -> Result<()> {
-        // SAFETY: caller's contract.
-        unsafe { std::ptr::copy(src, dst as *mut u8, len) };
         Ok(())
     }
 
-    unsafe fn dtoh(
-        &self,
-        dst: *mut u8,
-        src: DevPtr,
-        len: usize,
-        _: Option<RawStream>,
-    ) -> Result<()> {
+    /// Every copy is a host copy.
+    unsafe fn memcpy(&self, copy: &MemCopy) -> Call {
         // SAFETY: caller's contract.
-        unsafe { std::ptr::copy(src as *const u8, dst, len) };
+        unsafe { std::ptr::copy(copy.src as *const u8, copy.dst as *mut u8, copy.len) };
         Ok(())
     }
 
-    unsafe fn dtod(
-        &self,
-        dst: DevPtr,
-        src: DevPtr,
-        len: usize,
-        _: Option<RawStream>,
-    ) -> Result<()> {
-        // SAFETY: caller's contract.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
-        Ok(())
-    }
-
-    unsafe fn memset(
-        &self,
-        dst: DevPtr,
-        value: u8,
-        len: usize,
-        _: Option<RawStream>,
-    ) -> Result<()> {
+    unsafe fn memset(&self, dst: DevPtr, value: u8, len: usize, _: Option<RawStream>) -> Call {
         // SAFETY: caller's contract.
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
         Ok(())
@@ -251,53 +207,60 @@ impl Runtime for EmuRuntime {
 
     /// Emulated devices reach each other directly, like GPUs with peer
     /// access.
-    unsafe fn peer_copy(
-        &self,
-        dst: DevPtr,
-        src_rt: &dyn Runtime,
-        src: DevPtr,
-        len: usize,
-        _: Option<RawStream>,
-    ) -> Result<bool> {
-        if src_rt.as_any().downcast_ref::<EmuRuntime>().is_none() {
-            return Ok(false);
-        }
+    fn can_access_peer(&self, other: &dyn Runtime) -> bool {
+        other.as_any().downcast_ref::<EmuRuntime>().is_some()
+    }
+
+    unsafe fn memcpy_peer(&self, copy: &MemCopy, _: &dyn Runtime) -> Call {
         // SAFETY: caller's contract.
-        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
-        Ok(true)
+        unsafe { self.memcpy(copy) }
     }
 
-    fn stream_create(&self) -> Result<RawStream> {
+    fn stream_create(&self) -> Call<RawStream> {
         Ok(self.handle())
     }
 
-    unsafe fn stream_destroy(&self, _: RawStream) {}
-
-    fn stream_sync(&self, _: RawStream) -> Result<()> {
+    unsafe fn stream_destroy(&self, _: RawStream) -> Call {
         Ok(())
     }
 
-    fn event_create(&self) -> Result<RawEvent> {
+    fn stream_sync(&self, _: RawStream) -> Call {
+        Ok(())
+    }
+
+    fn event_create(&self) -> Call<RawEvent> {
         Ok(self.handle())
     }
 
-    unsafe fn event_destroy(&self, _: RawEvent) {}
-
-    fn event_record(&self, _: RawEvent, _: RawStream) -> Result<()> {
+    unsafe fn event_destroy(&self, _: RawEvent) -> Call {
         Ok(())
     }
 
-    fn event_sync(&self, _: RawEvent) -> Result<()> {
+    fn event_record(&self, _: RawEvent, _: RawStream) -> Call {
         Ok(())
     }
 
-    fn stream_wait_event(&self, _: RawStream, _: RawEvent) -> Result<()> {
+    fn event_sync(&self, _: RawEvent) -> Call {
         Ok(())
     }
 
-    unsafe fn launch(&self, _: RawStream, spec: &mut LaunchSpec<'_>) -> Result<()> {
+    fn stream_wait_event(&self, _: RawStream, _: RawEvent) -> Call {
+        Ok(())
+    }
+
+    /// The kernels are linked in (build.rs): nothing to load.
+    fn load_module(&self) -> Result<RawModule, String> {
+        Ok(0)
+    }
+
+    /// Kernels are launched by name (`spec.kernel`).
+    fn module_function(&self, _: RawModule, _: &CStr) -> Call<RawFunction> {
+        Ok(0)
+    }
+
+    unsafe fn launch(&self, spec: &mut LaunchSpec<'_>) -> Call {
         let name =
-            CString::new(spec.kernel).map_err(|_| Error::backend("emu", "bad kernel name"))?;
+            CString::new(spec.kernel).map_err(|_| CallError::Other("bad kernel name".into()))?;
         let mut err = vec![0 as c_char; 512];
         let [gx, gy, gz] = spec.grid;
         let [bx, by, bz] = spec.block;
@@ -323,10 +286,7 @@ impl Runtime for EmuRuntime {
             let msg = unsafe { CStr::from_ptr(err.as_ptr()) }
                 .to_string_lossy()
                 .into_owned();
-            return Err(Error::backend(
-                format!("emu:{}", self.ordinal),
-                format!("kernel {}: {msg}", spec.kernel),
-            ));
+            return Err(CallError::Other(format!("kernel {}: {msg}", spec.kernel)));
         }
         Ok(())
     }
@@ -337,9 +297,11 @@ impl Runtime for EmuRuntime {
 
     /// `C = Aᵀ · B` per batch, column-major, f32 accumulation: what
     /// `cublasGemmStridedBatchedEx(T, N, ...)` computes.
-    unsafe fn gemm(&self, _: RawStream, g: &Gemm) -> Result<()> {
+    unsafe fn gemm(&self, _: RawStream, g: &Gemm) -> Call {
         if !self.blas {
-            return Err(Error::backend("emu", "BLAS is off on this emulated device"));
+            return Err(CallError::Other(
+                "BLAS is off on this emulated device".into(),
+            ));
         }
         let (ea, eb) = (g.a_type.type_size(), g.b_type.type_size());
         for bt in 0..g.batch as i64 {

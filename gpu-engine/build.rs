@@ -53,6 +53,6 @@ mod emulator {
             .flag_if_supported("-Wno-unused-function")
             .opt_level(2)
             .warnings(true)
-            .compile("ggraph_cuda_emu");
+            .compile("ggraph_gpu_emu");
     }
 }

@@ -1,18 +1,15 @@
-//! From a node of the graph to kernel launches: resolves every tensor to a
-//! [`KTensor`] (device address, shape, byte strides, type) and picks the
-//! kernel and launch shape. Op semantics live in the kernels, which follow
-//! the CPU backend op by op.
+//! From a node of the graph to kernel launches on a [`KernelQueue`]:
+//! resolves every tensor to a [`KTensor`] (device address, shape, byte
+//! strides, type) and picks the kernel and launch shape. Op semantics live
+//! in the kernels, which follow the CPU backend op by op.
 
 use ggraph_core::DType;
 use ggraph_core::ir::{Graph, Op, RopeMode, Tensor, TensorId, contiguous_strides};
 use ggraph_core::{Error, Result};
 
-use super::runtime::Gemm;
-use super::stream::{Arg, GpuStream, KTensor};
-
-pub const ERR_GET_ROWS: i32 = 1;
-pub const ERR_SET_ROWS: i32 = 2;
-pub const ERR_MUL_MAT_ID: i32 = 4;
+use crate::kernel_args::{Arg, KTensor};
+use crate::queue::KernelQueue;
+use crate::runtime::Gemm;
 
 /// Threads per block of the elementwise kernels.
 const ELEMWISE_BLOCK: u32 = 256;
@@ -75,12 +72,12 @@ fn alibi_consts(max_bias: f32, n_head: usize) -> (f32, f32, i32) {
     (m0, m1, n_head_log2 as i32)
 }
 
-pub(crate) fn run_node(s: &mut GpuStream, graph: &Graph, id: TensorId) -> Result<()> {
+pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Result<()> {
     let t = graph.tensor(id);
     if t.is_empty() {
         return Ok(());
     }
-    let kt = |s: &GpuStream, i: TensorId| -> Result<KTensor> {
+    let kt = |s: &KernelQueue, i: TensorId| -> Result<KTensor> {
         Ok(ktensor(graph.tensor(i), s.address(graph, i)?))
     };
     let src = |i: usize| t.src[i];
@@ -370,7 +367,7 @@ pub(crate) fn run_node(s: &mut GpuStream, graph: &Graph, id: TensorId) -> Result
 }
 
 /// cpy / cont: values of `a` in logical order into `dst` (converting).
-fn copy_values(s: &mut GpuStream, dst: KTensor, a: KTensor, dtype: DType) -> Result<()> {
+fn copy_values(s: &mut KernelQueue, dst: KTensor, a: KTensor, dtype: DType) -> Result<()> {
     let n: i64 = dst.ne.iter().product();
     if n == 0 {
         return Ok(());
@@ -397,7 +394,7 @@ fn copy_values(s: &mut GpuStream, dst: KTensor, a: KTensor, dtype: DType) -> Res
 
 /// mul_mat: the mat-vec kernel for a few columns, the BLAS library for
 /// float weights where the layouts allow, the tiled kernel otherwise.
-fn mul_mat(s: &mut GpuStream, graph: &Graph, id: TensorId, dst: KTensor) -> Result<()> {
+fn mul_mat(s: &mut KernelQueue, graph: &Graph, id: TensorId, dst: KTensor) -> Result<()> {
     let t = graph.tensor(id);
     let (ta, tb) = (graph.tensor(t.src[0]), graph.tensor(t.src[1]));
     let a = ktensor(ta, s.address(graph, t.src[0])?);
@@ -412,7 +409,7 @@ fn mul_mat(s: &mut GpuStream, graph: &Graph, id: TensorId, dst: KTensor) -> Resu
         // an empty sum: zeros
         let bytes = t.nbytes() as u64;
         // SAFETY: dst is a tensor of this device (resolved above).
-        return unsafe { s.runtime().memset(dst.data, 0, bytes as usize, None) };
+        return unsafe { s.gpu().memset(dst.data, 0, bytes as usize, None) };
     }
     if n <= MMV_MAX_COLS {
         let grid = [m.div_ceil(MMV_WARPS as usize) as u32, 1, z];
@@ -424,7 +421,7 @@ fn mul_mat(s: &mut GpuStream, graph: &Graph, id: TensorId, dst: KTensor) -> Resu
             &[Arg::T(dst), Arg::T(a), Arg::T(b)],
         );
     }
-    if s.runtime().has_blas() && blas_mul_mat(s, ta, tb, t, a, b, dst)? {
+    if s.gpu().has_blas() && blas_mul_mat(s, ta, tb, t, a, b, dst)? {
         return Ok(());
     }
     let grid = [
@@ -451,7 +448,7 @@ fn elems(v: usize, size: usize) -> Option<i64> {
 /// converted into scratch memory. `Ok(false)` when the layouts do not fit
 /// (the caller uses the tiled kernel).
 fn blas_mul_mat(
-    s: &mut GpuStream,
+    s: &mut KernelQueue,
     ta: &Tensor,
     tb: &Tensor,
     t: &Tensor,

@@ -9,7 +9,7 @@ use ggraph_conformance::reference;
 use ggraph_core::backend::Device;
 use ggraph_core::ir::GraphBuilder;
 use ggraph_core::{DType, exec, quant};
-use ggraph_cuda::emu::EmuRuntime;
+use ggraph_gpu::emulator::EmuRuntime;
 use {ggraph_conformance::nmse, ggraph_core::util::Rng};
 
 fn check(dev: &Arc<dyn Device>, w: DType, k: usize, m: usize, n: usize, batch: [usize; 2]) {

@@ -1,35 +1,8 @@
-//! The kernel source and the on-disk cache of compiled kernels.
-//!
-//! One CUDA C file (`kernels/ggraph.cu`) serves CUDA and HIP; a small
-//! prelude per family maps the names that differ. Compiled code is cached
-//! in memory by each runtime and on disk under a key made of the source
-//! hash, the architecture and the compiler's version, so a second run of a
-//! program skips NVRTC / hiprtc.
+//! The on-disk cache of compiled kernels, under a key made of the source
+//! hash, the architecture, the options and the compiler's version, so a
+//! second run of a program skips NVRTC / hiprtc.
 
 use std::path::PathBuf;
-
-/// The kernels, shared by every family.
-pub const KERNELS: &str = include_str!("../../kernels/ggraph.cu");
-/// The CUDA prelude.
-pub const COMPAT_CUDA: &str = include_str!("../../kernels/compat_cuda.h");
-/// The HIP prelude.
-pub const COMPAT_HIP: &str = include_str!("../../kernels/compat_hip.h");
-
-/// The full source for a family: its prelude, then the kernels.
-pub fn full_source(prelude: &str) -> String {
-    format!("{prelude}\n#line 1 \"ggraph.cu\"\n{KERNELS}")
-}
-
-/// Names of the kernels of the source (the `extern "C" __global__` ones).
-pub fn kernel_names() -> Vec<&'static str> {
-    const MARK: &str = "extern \"C\" __global__ void ";
-    KERNELS
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix(MARK))
-        .filter_map(|rest| rest.split('(').next())
-        .map(str::trim)
-        .collect()
-}
 
 /// FNV-1a, 64 bits: a stable hash for cache keys.
 pub fn fnv64(parts: &[&[u8]]) -> u64 {
@@ -117,36 +90,31 @@ pub fn cache_write(path: &std::path::Path, bytes: &[u8]) {
     }
 }
 
+/// The compiled kernels for `target` from the disk cache, else from
+/// `compile` (then stored for the next run).
+pub fn load_or_compile(
+    family: &str,
+    target: &str,
+    source: &str,
+    options: &[String],
+    compiler_version: &str,
+    compile: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> Result<Vec<u8>, String> {
+    let file =
+        cache_dir().map(|d| cache_file(&d, family, target, source, options, compiler_version));
+    if let Some(bytes) = file.as_deref().and_then(cache_read) {
+        return Ok(bytes);
+    }
+    let bytes = compile()?;
+    if let Some(f) = &file {
+        cache_write(f, &bytes);
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_kernel_source_is_plain_enough_for_every_compiler() {
-        // NVRTC and hiprtc run without include paths or a C++ library
-        assert!(!KERNELS.contains("#include"), "no includes in ggraph.cu");
-        assert!(
-            !KERNELS.contains("std::"),
-            "no standard library in ggraph.cu"
-        );
-        assert!(!KERNELS.contains("INFINITY"), "NVRTC has no INFINITY macro");
-        for prelude in [COMPAT_CUDA, COMPAT_HIP] {
-            for name in ["SHFL_XOR", "ATOMIC_OR", "DYN_SHARED"] {
-                assert!(prelude.contains(name), "{name} missing from a prelude");
-            }
-        }
-    }
-
-    #[test]
-    fn every_kernel_has_a_unique_name() {
-        let mut names = kernel_names();
-        assert!(names.len() >= 20, "{names:?}");
-        assert!(names.contains(&"k_mul_mat_vec") && names.contains(&"k_flash_attn"));
-        let n = names.len();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), n);
-    }
 
     #[test]
     fn cache_keys_change_with_source_arch_and_compiler() {

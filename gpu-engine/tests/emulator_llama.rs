@@ -8,7 +8,7 @@ use ggraph_conformance::nmse;
 use ggraph_conformance::{reference, testing};
 use ggraph_core::backend::Device;
 use ggraph_core::{DType, exec};
-use ggraph_cuda::emu::EmuRuntime;
+use ggraph_gpu::emulator::EmuRuntime;
 use ggraph_model::kv::{FreshCache, KvLayout};
 use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 

@@ -1,6 +1,14 @@
 // ggraph GPU kernels: one source for CUDA (NVRTC), HIP (hiprtc) and the
 // host emulator used by the tests (g++ with kernels/emu.h).
 //
+// Why one file of about 1,200 lines: NVRTC and hiprtc compile a single
+// string without include paths, the disk cache of compiled kernels keys on
+// that string, the emulator includes the file whole and build.rs reads the
+// kernel names from it. Splitting it would mean stitching the pieces back
+// together in each of those places. The "// ----" sections below (scalars,
+// quantised blocks, tensor access, reductions, elementwise, row kernels,
+// rope, sorting, matrix products, attention) are its table of contents.
+//
 // The file includes nothing: a small compatibility prelude chosen by the
 // host (kernels/compat_cuda.h, kernels/compat_hip.h or kernels/emu.h) is
 // put in front of it and defines SHFL_XOR, ATOMIC_OR and DYN_SHARED.

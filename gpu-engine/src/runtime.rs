@@ -1,0 +1,250 @@
+//! The thin runtime interface under the GPU engine: what differs between
+//! CUDA, HIP and the host emulator, one driver call per method. Everything
+//! above it (binding the device first, error messages, the module cache,
+//! peer access, devices, buffers, streams, the op dispatch and the
+//! kernels) is written once in the engine.
+
+use std::any::Any;
+use std::ffi::{CStr, c_void};
+use std::fmt;
+
+use ggraph_core::DType;
+
+/// A device address (CUdeviceptr, hipDeviceptr_t, or a host address in
+/// the emulator).
+pub type DevPtr = u64;
+
+/// An opaque stream handle of the runtime (0 is never a valid stream).
+pub type RawStream = u64;
+
+/// An opaque event handle of the runtime.
+pub type RawEvent = u64;
+
+/// An opaque handle of the loaded kernel module.
+pub type RawModule = u64;
+
+/// An opaque handle of one kernel of the module.
+pub type RawFunction = u64;
+
+/// A runtime call that failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// `call` (the runtime's entry point, e.g. `cuMemAlloc`) returned the
+    /// result code the runtime names `code`.
+    Failed { call: &'static str, code: String },
+    /// The device has no memory left for an allocation.
+    OutOfMemory,
+    /// Anything else, in words.
+    Other(String),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Failed { call, code } => write!(f, "{call} failed: {code}"),
+            CallError::OutOfMemory => f.write_str("out of memory"),
+            CallError::Other(msg) => f.write_str(msg),
+        }
+    }
+}
+
+impl CallError {
+    /// As a ggraph error of `device` (`cuda:0`, or the family during
+    /// discovery).
+    pub fn on(&self, device: &str) -> ggraph_core::Error {
+        ggraph_core::Error::backend(device, self.to_string())
+    }
+}
+
+/// The result of one runtime call.
+pub type Call<T = ()> = std::result::Result<T, CallError>;
+
+/// The direction of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+}
+
+/// One copy of `len` bytes. Host addresses are passed as integers; a
+/// `stream` of `None` means a synchronous copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemCopy {
+    pub dst: u64,
+    pub src: u64,
+    pub len: usize,
+    pub kind: CopyKind,
+    pub stream: Option<RawStream>,
+}
+
+/// One kernel launch: the kernel (its name in `kernels/ggraph.cu` and its
+/// handle in the loaded module), the stream, grid and block sizes, dynamic
+/// shared memory, and a pointer to the value of each kernel parameter, in
+/// order (as `cuLaunchKernel` takes them).
+pub struct LaunchSpec<'a> {
+    pub kernel: &'static str,
+    pub function: RawFunction,
+    pub stream: RawStream,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub args: &'a mut [*mut c_void],
+}
+
+/// A batch of matrix products in BLAS terms (column-major):
+/// `C[b] = A[b]ᵀ · B[b]` with A `k × m` (lda), B `k × n` (ldb) and C
+/// `m × n` (ldc, f32), batch b at `stride_*` elements from the previous.
+/// In ggml terms: A holds m weight rows of k values, B holds n activation
+/// columns of k values, C holds n result rows of m values.
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    pub m: i32,
+    pub n: i32,
+    pub k: i32,
+    pub a: DevPtr,
+    pub a_type: DType,
+    pub lda: i32,
+    pub stride_a: i64,
+    pub b: DevPtr,
+    pub b_type: DType,
+    pub ldb: i32,
+    pub stride_b: i64,
+    pub c: DevPtr,
+    pub ldc: i32,
+    pub stride_c: i64,
+    pub batch: i32,
+}
+
+/// What a runtime says about one of its devices, fixed when it is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// `CUDA`, `HIP` or `emu`.
+    pub family: &'static str,
+    /// Index of the device within its runtime.
+    pub ordinal: usize,
+    /// The driver's name of the device.
+    pub name: String,
+    /// The architecture kernels are compiled for (`sm_90`, `gfx90a`, `host`).
+    pub arch: String,
+    /// CUDA compute capability (major, minor), where it applies.
+    pub compute_capability: Option<(u32, u32)>,
+}
+
+/// One device of a GPU runtime: each method is one driver call (or a short
+/// fixed sequence of them). The engine makes the device current
+/// ([`Runtime::bind`]) before every other call, turns [`CallError`]s into
+/// ggraph errors naming the device, and caches what it loads.
+///
+/// Methods that take raw pointers are `unsafe`: the caller guarantees the
+/// ranges are valid allocations of this device (or host memory of the
+/// given length). A `stream` of `None` means a synchronous operation,
+/// ordered after all work queued on this device's streams.
+pub trait Runtime: Send + Sync {
+    /// Which device this is.
+    fn info(&self) -> &DeviceInfo;
+
+    /// Makes this device current on the calling thread.
+    fn bind(&self) -> Call {
+        Ok(())
+    }
+
+    /// Free and total device memory from the driver.
+    fn memory(&self) -> Call<(u64, u64)>;
+
+    /// One driver allocation of `bytes`; [`CallError::OutOfMemory`] when
+    /// the device is full.
+    fn alloc(&self, bytes: usize) -> Call<DevPtr>;
+
+    /// # Safety
+    /// `ptr` came from `alloc` of this runtime and is not used afterwards.
+    unsafe fn free(&self, ptr: DevPtr) -> Call;
+
+    /// Page-locked host memory, where the runtime has it.
+    fn alloc_pinned(&self, bytes: usize) -> Call<*mut u8>;
+
+    /// # Safety
+    /// `ptr` came from `alloc_pinned` of this runtime.
+    unsafe fn free_pinned(&self, ptr: *mut u8) -> Call;
+
+    /// # Safety
+    /// Device ranges are memory of this runtime, host ranges hold `len`
+    /// bytes and, for an async copy from pinned memory, stay alive until
+    /// the stream passes the copy.
+    unsafe fn memcpy(&self, copy: &MemCopy) -> Call;
+
+    /// # Safety
+    /// The range is device memory of this runtime.
+    unsafe fn memset(&self, dst: DevPtr, value: u8, len: usize, stream: Option<RawStream>) -> Call;
+
+    /// Whether this device can reach `other`'s memory directly (another
+    /// device of the same runtime). Asked once per pair; the engine then
+    /// calls [`Runtime::enable_peer_access`].
+    fn can_access_peer(&self, _other: &dyn Runtime) -> bool {
+        false
+    }
+
+    /// Turns on direct access to `other`'s memory (already on is success).
+    fn enable_peer_access(&self, _other: &dyn Runtime) -> Call {
+        Ok(())
+    }
+
+    /// Copies from `from`'s memory directly, once peer access is on.
+    ///
+    /// # Safety
+    /// `copy.dst` is device memory of this runtime, `copy.src` of `from`.
+    unsafe fn memcpy_peer(&self, _copy: &MemCopy, _from: &dyn Runtime) -> Call {
+        Err(CallError::Other("no peer copies on this runtime".into()))
+    }
+
+    fn stream_create(&self) -> Call<RawStream>;
+
+    /// # Safety
+    /// The stream came from `stream_create` and is not used afterwards.
+    unsafe fn stream_destroy(&self, stream: RawStream) -> Call;
+
+    fn stream_sync(&self, stream: RawStream) -> Call;
+
+    fn event_create(&self) -> Call<RawEvent>;
+
+    /// # Safety
+    /// The event came from `event_create` and is not used afterwards.
+    unsafe fn event_destroy(&self, event: RawEvent) -> Call;
+
+    fn event_record(&self, event: RawEvent, stream: RawStream) -> Call;
+
+    fn event_sync(&self, event: RawEvent) -> Call;
+
+    fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Call;
+
+    /// Compiles the kernels of `kernels/ggraph.cu` (or finds them in the
+    /// disk cache, see [`crate::kernel_cache`]) and loads them. Called
+    /// once per device, on the first launch; the error is the whole story
+    /// of what was tried.
+    fn load_module(&self) -> std::result::Result<RawModule, String>;
+
+    /// The kernel `name` of the loaded module.
+    fn module_function(&self, module: RawModule, name: &CStr) -> Call<RawFunction>;
+
+    /// Queues a kernel of the loaded module.
+    ///
+    /// # Safety
+    /// The arguments match the kernel's parameters and every pointer in
+    /// them addresses memory the kernel may touch.
+    unsafe fn launch(&self, spec: &mut LaunchSpec<'_>) -> Call;
+
+    /// Whether [`Runtime::gemm`] is available (cuBLAS, hipBLAS, ...).
+    fn has_blas(&self) -> bool {
+        false
+    }
+
+    /// Queues a batched matrix product.
+    ///
+    /// # Safety
+    /// The matrices lie in device memory of this runtime.
+    unsafe fn gemm(&self, _stream: RawStream, _g: &Gemm) -> Call {
+        Err(CallError::Other("no BLAS library on this device".into()))
+    }
+
+    fn as_any(&self) -> &dyn Any;
+}

@@ -1,0 +1,58 @@
+//! The kernel source: one CUDA C file (`kernels/ggraph.cu`) serves CUDA,
+//! HIP and the host emulator; a small prelude per family maps the names
+//! that differ.
+
+/// The kernels, shared by every family.
+pub const KERNELS: &str = include_str!("../kernels/ggraph.cu");
+/// The CUDA prelude.
+pub const COMPAT_CUDA: &str = include_str!("../kernels/compat_cuda.h");
+/// The HIP prelude.
+pub const COMPAT_HIP: &str = include_str!("../kernels/compat_hip.h");
+
+/// The full source for a family: its prelude, then the kernels.
+pub fn full_source(prelude: &str) -> String {
+    format!("{prelude}\n#line 1 \"ggraph.cu\"\n{KERNELS}")
+}
+
+/// Names of the kernels of the source (the `extern "C" __global__` ones).
+pub fn kernel_names() -> Vec<&'static str> {
+    const MARK: &str = "extern \"C\" __global__ void ";
+    KERNELS
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(MARK))
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::trim)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_source_is_plain_enough_for_every_compiler() {
+        // NVRTC and hiprtc run without include paths or a C++ library
+        assert!(!KERNELS.contains("#include"), "no includes in ggraph.cu");
+        assert!(
+            !KERNELS.contains("std::"),
+            "no standard library in ggraph.cu"
+        );
+        assert!(!KERNELS.contains("INFINITY"), "NVRTC has no INFINITY macro");
+        for prelude in [COMPAT_CUDA, COMPAT_HIP] {
+            for name in ["SHFL_XOR", "ATOMIC_OR", "DYN_SHARED"] {
+                assert!(prelude.contains(name), "{name} missing from a prelude");
+            }
+        }
+    }
+
+    #[test]
+    fn every_kernel_has_a_unique_name() {
+        let mut names = kernel_names();
+        assert!(names.len() >= 20, "{names:?}");
+        assert!(names.contains(&"k_mul_mat_vec") && names.contains(&"k_flash_attn"));
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n);
+    }
+}
