@@ -4,7 +4,7 @@
 //! in the kernels, which follow the CPU backend op by op.
 
 use ggraph_core::DType;
-use ggraph_core::ir::{Graph, Op, RopeMode, Tensor, TensorId, contiguous_strides};
+use ggraph_core::ir::{AlibiBases, Graph, Op, RopeMode, Tensor, TensorId, contiguous_strides};
 use ggraph_core::{Error, Result};
 
 use crate::kernel_args::{Arg, KTensor};
@@ -58,18 +58,6 @@ fn grid_dim(what: &str, v: usize, max: usize) -> Result<u32> {
         )));
     }
     Ok(v as u32)
-}
-
-/// ALiBi constants as ggml computes them: (m0, m1, n_head_log2).
-fn alibi_consts(max_bias: f32, n_head: usize) -> (f32, f32, i32) {
-    let n_head_log2 = if n_head == 0 {
-        1
-    } else {
-        1usize << (usize::BITS - 1 - n_head.leading_zeros())
-    };
-    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-    let m1 = 2f32.powf(-max_bias / 2.0 / n_head_log2 as f32);
-    (m0, m1, n_head_log2 as i32)
 }
 
 pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Result<()> {
@@ -233,7 +221,7 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                 Some(&m) => (kt(s, m)?, 1),
                 None => (absent(), 0),
             };
-            let (m0, m1, nhl2) = alibi_consts(*max_bias, t.ne[2]);
+            let alibi = AlibiBases::new(*max_bias, t.ne[2]);
             s.launch(
                 "k_soft_max",
                 [t.nrows() as u32, 1, 1],
@@ -246,9 +234,9 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                     Arg::I(has_mask),
                     Arg::F(*scale),
                     Arg::F(*max_bias),
-                    Arg::F(m0),
-                    Arg::F(m1),
-                    Arg::I(nhl2),
+                    Arg::F(alibi.m0),
+                    Arg::F(alibi.m1),
+                    Arg::I(alibi.n_head_log2 as i32),
                 ],
             )
         }
@@ -336,7 +324,7 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                 None => (absent(), 0),
             };
             let tq = graph.tensor(src(0));
-            let (m0, m1, nhl2) = alibi_consts(*max_bias, tq.ne[2]);
+            let alibi = AlibiBases::new(*max_bias, tq.ne[2]);
             let grid = [
                 tq.ne[1] as u32,
                 grid_dim("flash_attn_ext heads", tq.ne[2], 65535)?,
@@ -357,9 +345,9 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                     Arg::F(*scale),
                     Arg::F(*max_bias),
                     Arg::F(*softcap),
-                    Arg::F(m0),
-                    Arg::F(m1),
-                    Arg::I(nhl2),
+                    Arg::F(alibi.m0),
+                    Arg::F(alibi.m1),
+                    Arg::I(alibi.n_head_log2 as i32),
                 ],
             )
         }

@@ -4,7 +4,7 @@
 //! K and V may be f32, f16, bf16, Q8_0 or Q4_0 (dequantised in the kernel).
 
 use ggraph_core::Result;
-use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::ir::{AlibiBases, Graph, TensorId};
 
 use super::args::{Params, bind};
 use super::norm::REDUCE;
@@ -127,17 +127,14 @@ pub fn flash_attn_ext(
             .code(&entry(64, &code))
             .finish()
     })?;
-    let n_head = q.ne[2].max(1);
-    let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
-    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-    let m1 = 2f32.powf(-max_bias / 2.0 / n_head_log2 as f32);
+    let alibi = AlibiBases::new(max_bias, q.ne[2] as usize);
     let mut params = Params::new();
     params
         .setf(0, scale)
         .setf(1, max_bias)
-        .setf(2, m0)
-        .setf(3, m1)
-        .set(4, n_head_log2)
+        .setf(2, alibi.m0)
+        .setf(3, alibi.m1)
+        .set(4, alibi.n_head_log2)
         .setf(5, softcap)
         .set(31, rows as u32);
     let mut tensors = vec![&d, &q, &k, &v];

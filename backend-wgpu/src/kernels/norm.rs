@@ -2,7 +2,7 @@
 //! soft_max (with mask broadcasting and ALiBi slopes).
 
 use ggraph_core::Result;
-use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::ir::{AlibiBases, Graph, TensorId};
 
 use super::args::{Params, bind};
 use super::pipeline::pipeline;
@@ -170,18 +170,14 @@ pub fn soft_max(
             .code(&entry(RW, &format!("{ROW}{body}")))
             .finish()
     })?;
-    // ALiBi slopes as ggml computes them
-    let n_head = a.ne[2].max(1);
-    let n_head_log2 = 1u32 << (31 - n_head.leading_zeros());
-    let m0 = 2f32.powf(-max_bias / n_head_log2 as f32);
-    let m1 = 2f32.powf(-max_bias / 2.0 / n_head_log2 as f32);
+    let alibi = AlibiBases::new(max_bias, a.ne[2] as usize);
     let mut params = Params::new();
     params
         .setf(0, scale)
         .setf(1, max_bias)
-        .setf(2, m0)
-        .setf(3, m1)
-        .set(4, n_head_log2)
+        .setf(2, alibi.m0)
+        .setf(3, alibi.m1)
+        .set(4, alibi.n_head_log2)
         .set(31, rows as u32);
     let mut tensors = vec![&d, &a];
     if let Some(m) = &mask {
