@@ -96,7 +96,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let acts = &acts;
         let blocks = m.div_ceil(MC);
         let tiles = n.div_ceil(C);
-        let (groups, per_group) = super::column_split(blocks, tiles);
+        let (groups, per_group) = super::parallel::column_split(blocks, tiles);
         let nblk = k / qb;
         team::for_each(blocks * groups, |task| {
             let (blk_row, g) = (task % blocks, task / blocks);

@@ -3,7 +3,8 @@
 
 use ggraph_core::Result;
 
-use super::{check_indices, par_ranges};
+use super::indices::check_indices;
+use super::parallel::par_ranges;
 use crate::tensor_ref::TRef;
 
 /// Copies one element between tensors of the same non-quantised type.

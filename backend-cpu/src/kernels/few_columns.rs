@@ -86,7 +86,7 @@ pub(crate) unsafe fn run<Col: Copy>(
             kernel(1, c)(call, whole..rows.end);
         }
     };
-    super::par_ranges(m, 16, |range| {
+    super::parallel::par_ranges(m, 16, |range| {
         if groups == 1 {
             let call = Call {
                 a,

@@ -207,7 +207,7 @@ fn packed_columns<const MR: usize, const NR: usize>(
     }
     let m_blocks = m.div_ceil(mc);
     let n_tiles = n.div_ceil(NR);
-    let (n_groups, tiles_per_group) = super::column_split(m_blocks, n_tiles);
+    let (n_groups, tiles_per_group) = super::parallel::column_split(m_blocks, n_tiles);
     let tile_floats = kc_max.min(k) * NR;
 
     with_scratch(&PACK_B, n_tiles * tile_floats, |bpack| {
@@ -633,7 +633,7 @@ fn dot_row_fn(isa: Isa, dtype: DType, c: usize) -> Option<DotTile> {
 fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let row_bytes = a.k * a.dtype.type_size();
     if let (1, Some(stream)) = (b.0.len(), row_stream_fn(isa, a.dtype, row_bytes)) {
-        super::par_ranges(m, 16, |range| {
+        super::parallel::par_ranges(m, 16, |range| {
             // SAFETY: the rows of range hold k values each, the column k;
             // the outputs of range are this task's alone.
             unsafe {
@@ -649,7 +649,7 @@ fn dot_path(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         });
         return;
     }
-    super::par_ranges(m, 16, |range| {
+    super::parallel::par_ranges(m, 16, |range| {
         with_scratch(&DOT_ACC, DOT_RB * 8 * 16, |acc| {
             dot_range(isa, &a, b, out, range, acc)
         });

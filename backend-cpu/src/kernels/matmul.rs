@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use crate::team;
 use ggraph_core::{DType, Result};
 
-use super::check_indices;
+use super::indices::check_indices;
 use super::isa::{self, Isa};
 use crate::tensor_ref::TRef;
 
@@ -124,7 +124,7 @@ pub(crate) fn matvec_rows<const R: usize>(
     out: &Cols<f32>,
     kernel: impl Fn(&[*const u8; R], usize, &mut [f32; R]) + Sync,
 ) {
-    super::par_ranges(m, 16, |range| {
+    super::parallel::par_ranges(m, 16, |range| {
         let mut i = range.start;
         while i < range.end {
             let r = if range.end - i >= R { R } else { 1 };

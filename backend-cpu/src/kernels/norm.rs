@@ -1,6 +1,6 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
-use super::par_ranges;
+use super::parallel::par_ranges;
 use super::scratch::with_rows;
 use crate::tensor_ref::TRef;
 

@@ -665,7 +665,7 @@ fn direct_path(isa: Isa, f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out:
         let acts = quantize_acts(b, k, f, 1, lanes, buf);
         let acts = &acts;
         let nblk = acts.nblk();
-        super::par_ranges(m, 16, |range| {
+        super::parallel::par_ranges(m, 16, |range| {
             // a single column: whole rows (long streams, which the
             // prefetchers follow); more: chunks that stay in L1
             let kc = if n == 1 { k } else { DIRECT_KC.min(k) };
@@ -831,7 +831,7 @@ fn fused_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
         let acts = quantize_acts(b, k, f, 1, lanes, buf);
         let acts = &acts;
         let nblk = acts.nblk();
-        super::par_ranges(m, 16, |range| {
+        super::parallel::par_ranges(m, 16, |range| {
             if n == 1 {
                 // one column: the kernel runs the task's whole rows (each
                 // one long stream) in one call
@@ -967,7 +967,7 @@ fn panel_path(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>
         let acts = &acts;
         let panels = m.div_ceil(PANEL_R);
         let tiles = n.div_ceil(PANEL_C);
-        let (groups, per_group) = super::column_split(panels, tiles);
+        let (groups, per_group) = super::parallel::column_split(panels, tiles);
         let nblk = k / f.qb;
         let kc = PANEL_KC.min(k);
         let sb = kc / f.qb;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use ggraph_core::ir::{RopeMode, RopeParams};
 
-use super::par_ranges;
+use super::parallel::par_ranges;
 use super::scratch::with_rows;
 use crate::team;
 use crate::tensor_ref::TRef;

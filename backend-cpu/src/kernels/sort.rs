@@ -2,7 +2,7 @@
 
 use ggraph_core::ir::SortOrder;
 
-use super::par_ranges;
+use super::parallel::par_ranges;
 use crate::tensor_ref::TRef;
 
 pub fn sum_rows(dst: TRef, a: TRef) {

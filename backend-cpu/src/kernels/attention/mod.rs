@@ -28,7 +28,7 @@ mod decode;
 use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
 use super::norm::alibi_slope;
-use super::par_ranges;
+use super::parallel::par_ranges;
 use crate::tensor_ref::TRef;
 
 /// Query rows per tile (the lanes of the wide loop).
