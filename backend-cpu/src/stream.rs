@@ -8,10 +8,10 @@ use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
 use crate::kernels;
+use crate::kernels::tensor_ref::TRef;
 use crate::profile;
 use crate::sim::SimBuffer;
 use crate::team::Team;
-use crate::tensor_ref::TRef;
 
 /// Which memory a stream's kernels may touch.
 #[derive(Clone, Debug)]

@@ -10,7 +10,7 @@ use super::isa::{Isa, active};
 use super::math;
 use super::parallel::par_ranges;
 use super::scratch::with_rows;
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
 

@@ -25,7 +25,7 @@ use ggraph_core::DType;
 
 use super::isa::Isa;
 use super::matmul::{Cols, SHORT_ROW_BYTES, WeightRows};
-use crate::tensor_ref::read_scalar;
+use crate::kernels::tensor_ref::read_scalar;
 
 /// Column counts up to this use the dot path.
 pub(crate) const DOT_MAX_N: usize = 8;

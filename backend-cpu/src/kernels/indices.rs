@@ -2,7 +2,7 @@
 
 use ggraph_core::{Error, Result};
 
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 /// Checks that every I32 index in `idx` lies in 0..limit, before a kernel
 /// uses them, so that a bad index is an error and never a wild access.

@@ -16,7 +16,7 @@ use ggraph_core::{DType, Result};
 
 use super::indices::check_indices;
 use super::isa::{self, Isa};
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 /// Rows of a weight matrix: `m` rows of `k` values, `stride` bytes apart.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@ mod block_dot_avx2;
 mod block_gemm_avx2;
 #[cfg(target_arch = "x86_64")]
 mod block_matvec;
-pub(crate) mod convert;
+mod convert;
 mod copy;
 #[cfg(target_arch = "x86_64")]
 mod dot_asm_avx2;
@@ -29,13 +29,14 @@ mod quant_dot;
 mod rope;
 mod scratch;
 mod sort;
+pub(crate) mod tensor_ref;
 mod transposed_matvec;
 
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, Op, TensorId};
 use smallvec::SmallVec;
 
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 /// Computes one node. `resolve` gives the memory of any tensor of the graph.
 pub(crate) fn run_node(

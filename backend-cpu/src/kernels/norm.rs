@@ -2,7 +2,7 @@
 
 use super::parallel::par_ranges;
 use super::scratch::with_rows;
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync + Send) {
     let n0 = dst.ne[0];

@@ -15,8 +15,8 @@ use std::cell::RefCell;
 use super::super::isa::{Isa, active};
 use super::super::math::exp_nonpositive as exp;
 use super::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use crate::kernels::tensor_ref::TRef;
 use crate::team;
-use crate::tensor_ref::TRef;
 
 /// Keys per chunk: the unit the keys are split into among the tasks, and
 /// the keys scored together.

@@ -29,7 +29,7 @@ use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
 use super::norm::alibi_slope;
 use super::parallel::par_ranges;
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 /// Query rows per tile (the lanes of the wide loop).
 const TILE_Q: usize = 32;
