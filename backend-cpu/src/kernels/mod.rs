@@ -1,6 +1,7 @@
 //! CPU kernels, one file per family of ops, and the dispatch from a node to
 //! its kernel.
 
+mod alibi;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod block_dot_avx2;

@@ -1,5 +1,6 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
+use super::alibi::alibi_slope;
 use super::parallel::par_ranges;
 use super::scratch::with_rows;
 use crate::kernels::tensor_ref::TRef;
@@ -58,11 +59,6 @@ pub fn norm(dst: TRef, a: TRef, eps: f32) {
         x.iter_mut()
             .for_each(|v| *v = ((*v as f64 - mean) * s) as f32);
     });
-}
-
-/// ALiBi slope of head `h` (1 when max_bias is 0), as ggml computes it.
-pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f32 {
-    ggraph_core::reference::alibi_slope(max_bias, n_head, h) as f32
 }
 
 /// In-place softmax of a row; a row with no finite value becomes zeros.

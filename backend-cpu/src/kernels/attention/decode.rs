@@ -230,7 +230,7 @@ impl Work<'_> {
         grow(&mut sc.row, CHUNK);
         sc.slopes.clear();
         sc.slopes
-            .extend((0..n_head).map(|h| super::super::norm::alibi_slope(p.max_bias, n_head, h)));
+            .extend((0..n_head).map(|h| super::super::alibi::alibi_slope(p.max_bias, n_head, h)));
         for h in 0..n_head {
             for i in 0..n_q {
                 let row = &mut sc.q[(h * n_q + i) * d..(h * n_q + i + 1) * d];

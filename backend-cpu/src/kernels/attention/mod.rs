@@ -25,9 +25,9 @@
 
 mod decode;
 
+use super::alibi::alibi_slope;
 use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
-use super::norm::alibi_slope;
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
 
