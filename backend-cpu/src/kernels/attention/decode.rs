@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use super::super::isa::{Isa, active};
 use super::super::math::exp_nonpositive as exp;
-use super::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use super::primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
 use crate::kernels::tensor_ref::TRef;
 use crate::team;
 
