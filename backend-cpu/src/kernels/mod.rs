@@ -3,35 +3,20 @@
 
 mod alibi;
 mod attention;
-#[cfg(target_arch = "x86_64")]
-mod block_dot_avx2;
-#[cfg(target_arch = "x86_64")]
-mod block_gemm_avx2;
-#[cfg(target_arch = "x86_64")]
-mod block_matvec;
 mod convert;
 mod copy;
-#[cfg(target_arch = "x86_64")]
-mod dot_asm_avx2;
 mod elementwise;
-#[cfg(target_arch = "x86_64")]
-mod few_columns;
-mod gemm;
 mod indices;
 mod isa;
 #[cfg(target_arch = "x86_64")]
-mod kquant_dot;
-#[cfg(target_arch = "x86_64")]
 mod math;
-pub(crate) mod matmul;
+mod matmul;
 mod norm;
 mod parallel;
-mod quant_dot;
 mod rope;
 mod scratch;
 mod sort;
 pub(crate) mod tensor_ref;
-mod transposed_matvec;
 
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, Op, TensorId};

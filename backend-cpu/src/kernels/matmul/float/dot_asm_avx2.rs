@@ -17,7 +17,7 @@
 use std::arch::asm;
 use std::arch::x86_64::__m256;
 
-use super::gemm::{DT_F16, DT_F32};
+use super::weight_values::{DT_F16, DT_F32};
 
 /// The instructions that load weight row `$row`'s 8 values at byte offset
 /// `$d` of the step into `$dst`, widened to f32, for the weight dtype

@@ -26,8 +26,10 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::matmul::{Cols, WeightRows, matvec_rows, short_rows_ahead};
-use super::scratch::with_scratch;
+use super::one_column::matvec_rows;
+use super::operands::{Cols, WeightRows};
+use super::row_streaming::short_rows_ahead;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
@@ -85,7 +87,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let x = unsafe { std::slice::from_raw_parts(b.0[0] as *const f32, k) };
         for (blk, xb) in x.chunks_exact(QB).enumerate() {
             let (d, sum) =
-                super::quant_dot::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
+                super::activation_quant::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
             dx[blk] = d;
             bias[blk] = -8 * sum;
         }

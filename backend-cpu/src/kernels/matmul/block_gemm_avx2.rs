@@ -30,9 +30,10 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::matmul::{Cols, WeightRows};
-use super::quant_dot::{Format, decode, format, qacts_len, quantize_acts};
-use super::scratch::with_scratch;
+use super::activation_quant::{qacts_len, quantize_acts};
+use super::operands::{Cols, WeightRows};
+use super::quant_format::{Format, decode, format};
+use crate::kernels::scratch::with_scratch;
 use crate::team;
 
 /// Rows per panel (one 256-bit register of four-byte groups).
@@ -96,7 +97,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let acts = &acts;
         let blocks = m.div_ceil(MC);
         let tiles = n.div_ceil(C);
-        let (groups, per_group) = super::parallel::column_split(blocks, tiles);
+        let (groups, per_group) = crate::kernels::parallel::column_split(blocks, tiles);
         let nblk = k / qb;
         team::for_each(blocks * groups, |task| {
             let (blk_row, g) = (task % blocks, task / blocks);
@@ -391,7 +392,7 @@ mod x86 {
                 let mut r: [__m256; R] = std::array::from_fn(|i| {
                     _mm256_loadu_ps(rows.add(i * len + seg * 32) as *const f32)
                 });
-                crate::kernels::gemm::x86::transpose8(&mut r);
+                crate::kernels::matmul::register_transpose::transpose8(&mut r);
                 for (j, v) in r.iter().enumerate() {
                     let mut v = _mm256_castps_si256(*v);
                     if flip {

@@ -25,8 +25,10 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::matmul::{Cols, WeightRows, matvec_one_row, matvec_prefetch, matvec_rows};
-use super::scratch::with_scratch;
+use super::one_column::matvec_rows;
+use super::operands::{Cols, WeightRows};
+use super::row_streaming::{matvec_one_row, matvec_prefetch};
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
@@ -114,7 +116,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 fn quantize_column(x: &[f32], codes: &mut [i8], bias: &mut [i32], dx: &mut [f32]) {
     let mut q = [0i8; QB];
     for (b, xb) in x.chunks_exact(QB).enumerate() {
-        let (d, sum) = super::quant_dot::quantize_block(xb, &mut q);
+        let (d, sum) = super::activation_quant::quantize_block(xb, &mut q);
         dx[b] = d;
         bias[b * LANES..(b + 1) * LANES].fill(-8 * sum / LANES as i32);
         let pair = b / 2 * 2 * QB;
@@ -150,8 +152,8 @@ unsafe fn block_dot(row: *const u8, b: usize, col: &Column) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::math::hsum256;
     use super::{Column, GROUP, QB, block_dot};
+    use crate::kernels::math::hsum256;
 
     /// The f16 scales of blocks `g * 4 .. g * 4 + 4` of a row with blocks
     /// of `ts` bytes, as f32.

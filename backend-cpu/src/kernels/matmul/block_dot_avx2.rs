@@ -23,10 +23,12 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
+use super::activation_quant::{qacts_len, quantize_acts};
 use super::few_columns::{self, Plan, column_groups};
-use super::matmul::{Cols, SHORT_ROW_BYTES, WeightRows};
-use super::quant_dot::{format, qacts_len, quantize_acts};
-use super::scratch::with_scratch;
+use super::operands::{Cols, WeightRows};
+use super::quant_format::format;
+use super::row_streaming::SHORT_ROW_BYTES;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
@@ -77,7 +79,11 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             nb,
             chunk: CHUNK_BLOCKS,
             rows_per_call,
-            ahead: super::matmul::rows_ahead(nb * ts, rows_per_call * a.stride, GROUP * ts * 4),
+            ahead: super::row_streaming::rows_ahead(
+                nb * ts,
+                rows_per_call * a.stride,
+                GROUP * ts * 4,
+            ),
         };
         let column = |j: usize, b0: usize| Column {
             codes: acts.codes[j * k + b0 * QB..].as_ptr(),
@@ -127,7 +133,7 @@ fn kernel(q4: bool, r: usize, c: usize) -> KernelFn {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::math::hsum256;
+    use crate::kernels::math::hsum256;
     use std::ops::Range;
 
     use super::{Call, GROUP, QB};

@@ -30,9 +30,9 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::few_columns::{self, MAX_C, Plan, column_groups};
-use super::isa::Isa;
-use super::matmul::{Cols, WeightRows};
-use super::scratch::with_scratch;
+use super::operands::{Cols, WeightRows};
+use crate::kernels::isa::Isa;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per super-block.
 const QK: usize = 256;
@@ -134,7 +134,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule)
         let ts = a.dtype.type_size();
         let matvec = n == 1 && wide;
-        let rows_per_call = if matvec && super::matmul::matvec_one_row(nsb * ts) {
+        let rows_per_call = if matvec && super::row_streaming::matvec_one_row(nsb * ts) {
             1
         } else {
             MAX_C / per_group.min(MAX_C)
@@ -144,9 +144,9 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             chunk: CHUNK_SUPER_BLOCKS,
             rows_per_call,
             ahead: if matvec {
-                super::matmul::matvec_prefetch(a.stride)
+                super::row_streaming::matvec_prefetch(a.stride)
             } else {
-                super::matmul::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
+                super::row_streaming::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
             },
         };
         // SAFETY: a holds m rows of nsb super-blocks, the quantised columns
@@ -248,8 +248,8 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::super::math::{f16_at, hsum256};
     use super::{Call, QK};
+    use crate::kernels::math::{f16_at, hsum256};
 
     /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
     /// one scale each (`amax / 127`, codes rounded to nearest), and the
@@ -387,8 +387,9 @@ mod x86 {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
-                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
-                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] = super::super::quant_format::q4k_scales_mins(
+                        &*(blk.add(4) as *const [u8; 12]),
+                    );
                     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(
                         0,
                         0,
@@ -537,9 +538,9 @@ mod vnni {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::super::math::f16_at;
     use super::x86::prefetch_super_block;
     use super::{Call, QK};
+    use crate::kernels::math::f16_at;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn super_blocks<const R: usize, const C: usize, const Q4: bool>(
@@ -594,8 +595,9 @@ mod vnni {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
-                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
-                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] = super::super::quant_format::q4k_scales_mins(
+                        &*(blk.add(4) as *const [u8; 12]),
+                    );
                     let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(
                         0,
                         0,
