@@ -32,8 +32,6 @@ use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
-/// Most columns this path takes.
-pub(crate) const MAX_N: usize = 8;
 /// Blocks per chunk of a row when there are several column groups (the
 /// chunk stays in L1 while each group reads it).
 const CHUNK_BLOCKS: usize = 32;
@@ -44,15 +42,8 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether `gemm` takes weights laid out as `a` with `n` columns.
-pub(crate) fn takes(a: &WeightRows, n: usize) -> bool {
-    matches!(a.dtype, DType::Q8_0 | DType::Q4_0)
-        && a.elem_stride == a.dtype.type_size()
-        && (1..=MAX_N).contains(&n)
-}
-
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
-/// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
+/// columns of `b`, packed Q8_0 or Q4_0 rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();

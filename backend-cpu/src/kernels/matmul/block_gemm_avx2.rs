@@ -53,14 +53,6 @@ thread_local! {
     static PANELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether `gemm` takes weights laid out as `a`.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    matches!(
-        a.dtype,
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q6_K
-    ) && a.elem_stride == a.dtype.type_size()
-}
-
 /// How one weight type runs through the tile kernel.
 #[derive(Clone, Copy)]
 struct Kind {
@@ -83,9 +75,9 @@ fn kind(dtype: DType) -> Option<Kind> {
     })
 }
 
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`.
-/// The caller has checked [`takes`] and that the processor has AVX2, FMA
-/// and F16C.
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`,
+/// packed rows of Q8_0, Q4_0, Q4_K or Q6_K. The caller has checked that
+/// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;

@@ -23,8 +23,6 @@
 
 use std::cell::RefCell;
 
-use ggraph_core::DType;
-
 use super::one_column::matvec_rows;
 use super::operands::{Cols, WeightRows};
 use super::row_streaming::{matvec_one_row, matvec_prefetch};
@@ -41,11 +39,6 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether `matvec` takes weights laid out as `a`.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    a.dtype == DType::Q4_0 && a.elem_stride == a.dtype.type_size()
-}
-
 /// The activation column, quantised in the weights' order.
 struct Column<'a> {
     codes: &'a [i8],
@@ -59,9 +52,8 @@ struct Column<'a> {
 /// Lanes of a 256-bit accumulator one block's products land in.
 const LANES: usize = 4;
 
-/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q4_0 rows
-/// (see [`takes`]). The caller has checked that the processor has
-/// AVX-512 VNNI.
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, packed Q4_0
+/// rows. The caller has checked that the processor has AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let k = a.k;
     let nb = k / QB;

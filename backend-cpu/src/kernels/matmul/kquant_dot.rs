@@ -36,22 +36,12 @@ use crate::kernels::scratch::with_scratch;
 
 /// Values per super-block.
 const QK: usize = 256;
-/// Most columns this path takes.
-pub(crate) const MAX_N: usize = 8;
 /// Super-blocks per chunk of a row when the columns come in several
 /// groups.
 const CHUNK_SUPER_BLOCKS: usize = 4;
 
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Whether `gemm` takes weights laid out as `a` with `n` columns.
-pub(crate) fn takes(a: &WeightRows, n: usize) -> bool {
-    matches!(a.dtype, DType::Q4_K | DType::Q6_K)
-        && a.elem_stride == a.dtype.type_size()
-        && a.k % QK == 0
-        && (1..=MAX_N).contains(&n)
 }
 
 /// Activation columns in Q8_K form, one after the other.
@@ -89,8 +79,8 @@ fn q8k_layout(n: usize, nsb: usize) -> [usize; 4] {
     [d_at, bs16_at, bs32_at, bs32_at + n * nsb * 32]
 }
 
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
-/// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
+/// columns of `b`, packed Q4_K or Q6_K rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C, and AVX-512 VNNI where `isa`
 /// says so (which picks the 512-bit kernels).
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {

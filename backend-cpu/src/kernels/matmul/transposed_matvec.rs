@@ -24,8 +24,6 @@
 
 use std::cell::RefCell;
 
-use ggraph_core::DType;
-
 use super::one_column::matvec_rows;
 use super::operands::{Cols, WeightRows};
 use super::row_streaming::short_rows_ahead;
@@ -42,14 +40,6 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Rows of at most this many bytes come here.
-pub(crate) const SHORT_ROW_BYTES: usize = 576;
-
-/// Whether `matvec` takes weights laid out as `a`: short packed Q4_0 rows.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    a.dtype == DType::Q4_0 && a.elem_stride == TS && (a.k / QB) * TS <= SHORT_ROW_BYTES
-}
-
 /// The activation column quantised to Q8 blocks.
 struct Column<'a> {
     codes: &'a [i8],
@@ -60,9 +50,9 @@ struct Column<'a> {
     dx: &'a [f32],
 }
 
-/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q4_0 rows
-/// (see [`takes`]). The caller has checked that the processor has
-/// AVX-512 VNNI.
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, short packed
+/// Q4_0 rows (see `dispatch`). The caller has checked that the processor
+/// has AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let k = a.k;
     let nb = k / QB;
