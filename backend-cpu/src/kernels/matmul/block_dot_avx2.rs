@@ -2,7 +2,7 @@
 //! (processors without AVX-512 VNNI): token generation and small batches.
 //!
 //! The columns are quantised to 8 bits once per call (one scale per block
-//! of 32, as `quant_dot` does), and every weight block is read straight
+//! of 32, `activation_quant`), and every weight block is read straight
 //! from memory, so that a mat-vec streams the weights once with no decode
 //! pass. Per block and (row, column) pair the integer dot is `vpmaddubsw`
 //! (unsigned times signed bytes, adjacent pairs summed to 16 bits) and

@@ -3,7 +3,7 @@
 //! as an integer GEMM.
 //!
 //! The columns are quantised to 8 bits once per call, four to a tile, their
-//! codes interleaved four bytes at a time (`quant_dot::QActs`). The weights
+//! codes interleaved four bytes at a time (`activation_quant::QActs`). The weights
 //! are decoded a chunk of [`KC`] values at a time into panels of eight rows
 //! whose codes are interleaved the same way, so that one 256-bit register
 //! holds four consecutive codes of each of the eight rows. One step of four
@@ -256,7 +256,7 @@ fn prefetch_rows(a: &WeightRows, i0: usize, rows: usize, v0: usize, len: usize) 
 }
 
 /// A tile of quantised activations from the chunk's first block on (see
-/// `quant_dot::QActs`).
+/// `activation_quant::QActs`).
 struct Acts {
     codes: *const i8,
     d: *const f32,

@@ -1,7 +1,7 @@
 //! Token generation with Q4_0 weights on AVX-512 VNNI, in 256-bit
-//! registers, for rows longer than `transposed_matvec::SHORT_ROW_BYTES`
-//! (shorter ones go to `transposed_matvec`, which handles eight rows at a
-//! time; streaming long rows from memory, this kernel measured faster).
+//! registers, for long rows (`dispatch` sends shorter ones to
+//! `transposed_matvec`, which handles eight rows at a time; streaming long
+//! rows from memory, this kernel measured faster).
 //!
 //! On processors that run 512-bit operations as two 256-bit halves (AMD
 //! Zen 4) the count of 256-bit operations per weight byte is what limits a
@@ -18,7 +18,7 @@
 //! pair accumulate into the same four lanes per block.
 //!
 //! (A Q8_0 kernel built the same way measured slower than the 512-bit
-//! fused kernel of `quant_dot` on four of five shapes, so Q8_0 stays there:
+//! fused kernel of `quant_dot::fused` on four of five shapes, so Q8_0 stays there:
 //! its blocks need no unpacking.)
 
 use std::cell::RefCell;
@@ -30,7 +30,7 @@ use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
-/// Rows per kernel call for short rows (see `matmul::matvec_one_row`).
+/// Rows per kernel call for short rows (see `row_streaming::matvec_one_row`).
 const ROWS: usize = 4;
 /// Blocks per step of the kernel.
 const GROUP: usize = 4;

@@ -6,7 +6,7 @@ use super::operands::WeightRows;
 
 /// Weights whose blocks are not packed in a row (never made by the graph
 /// builder, but representable): dequantise rows to f32 and use the float
-/// kernels (`gemm`).
+/// kernels, through `gemm`.
 pub(crate) fn with_f32_rows(a: WeightRows, m: usize, gemm: impl FnOnce(WeightRows)) {
     let k = a.k;
     let mut rows = vec![0f32; m * k];

@@ -137,7 +137,7 @@ pub(super) unsafe fn dot_tile_avx2<const R: usize, const C: usize, const DT: u8>
             }
         }
         // one cache line of each row per outer step, fetched `ahead`
-        // bytes further (see `dot_range`); the steps of a line
+        // bytes further (see `dot::dot_range`); the steps of a line
         // unrolled, so that the accumulators stay in registers
         let bytes = if DT == DT_F32 { 4 } else { 2 };
         let line = 64 / bytes;

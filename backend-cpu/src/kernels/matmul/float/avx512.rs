@@ -49,7 +49,7 @@ pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u
         let end = k0 + kc / 16 * 16;
         let mut kk = k0;
         // the weights are read once: fetch `ahead` bytes further (see
-        // `dot_range`) into L2 while this part is computed, once per
+        // `dot::dot_range`) into L2 while this part is computed, once per
         // cache line
         let bytes = if DT == DT_F32 { 4 } else { 2 };
         while kk < end {
@@ -94,7 +94,7 @@ pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u
 /// side are long streams already.
 const FOUR_ROWS_ABOVE: usize = 12 << 10;
 
-/// The AVX-512 row stream (see `super::RowStream`): rows of up to
+/// The AVX-512 row stream (see `row_stream::RowStream`): rows of up to
 /// [`FOUR_ROWS_ABOVE`] bytes one at a time, longer ones four at a time
 /// (single rows at the end); two accumulators per row, 32 values per
 /// step; each dot summed in registers and stored. Rows are prefetched

@@ -1,4 +1,4 @@
-//! The float dot tiles of `gemm`'s few-column path whose loops need all
+//! The float dot tiles of the few-column path (`dot`) whose loops need all
 //! sixteen ymm registers, written in `asm!` so that the registers are
 //! assigned by hand.
 //!

@@ -1,24 +1,12 @@
-//! Float weights (F32, F16, BF16) times f32 activation columns.
-//!
-//! Three paths, which `dispatch` chooses from:
-//!
-//! - **row stream** (`row_stream`, one column): a task's rows streamed
-//!   one after another, each dot summed in registers.
-//! - **dot** (`dot`, few columns): each weight row is read once, straight from
-//!   the buffer (F16/BF16 widened in registers), and dotted with every
-//!   column of a small tile of activations. This is the mat-vec of token
-//!   generation: it streams the weights at memory bandwidth.
-//! - **packed** (`packed`, many columns): a tiled GEMM in the BLIS manner. The
-//!   activations are packed `KC` values at a time into `NR`-wide panels
-//!   shared by all threads; each thread packs (and widens to f32) an
-//!   `MC x KC` block of weights into `MR`-wide panels that stay in its L2
-//!   cache, and a register-blocked micro-kernel computes `MR x NR` output
-//!   tiles from them. Threads split the rows of the weights (and the
-//!   columns too when there are few rows).
+//! Float weights (F32, F16, BF16) times f32 activation columns, on three
+//! paths that `dispatch` chooses from: `row_stream` (one column), `dot`
+//! (a few columns: each weight row read once, the mat-vec of token
+//! generation) and `packed` (many columns: a tiled GEMM in the BLIS manner,
+//! which also takes quantised weights, dequantised as they are packed).
 //!
 //! The kernels are compiled for AVX-512 (`avx512`), AVX2 (`avx2`,
-//! `dot_asm_avx2`) and plain Rust, and `Isa` picks one at run time; the
-//! packed micro-kernels are 32 x 12, 16 x 6 and 8 x 4.
+//! `dot_asm_avx2`) and plain Rust (`dot_portable`, and the portable
+//! micro-kernel of `packed`), and `Isa` picks one at run time.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
