@@ -25,9 +25,8 @@ fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync
 }
 
 /// The f64 sum of `f(v)` over `x`, in eight lanes: one running sum is a
-/// chain of dependent additions, eight are vectorised (`op_overhead --op
-/// rms_norm`, Zen 5: 4096 values 3.1 -> 1.3 us, 512 values 0.55 -> 0.3
-/// us a row).
+/// chain of dependent additions, eight are vectorised (measured faster
+/// per row; docs/performance.md).
 #[inline]
 fn lane_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
     const LANES: usize = 8;

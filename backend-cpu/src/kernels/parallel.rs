@@ -18,8 +18,8 @@ pub(crate) fn par_ranges(n: usize, min_chunk: usize, f: impl Fn(Range<usize>) + 
 /// claims few tasks, and the last ones are small, so a thread that runs
 /// out of work waits at most one small chunk for the others. Equal
 /// chunks of an eighth of the loop left the leader waiting for its helper
-/// for 4-8% of a small F16 model's token (most of it on the 32000-row
-/// output projection, 4 MiB a chunk).
+/// for a measurable share of a small model's token, most of it on the
+/// 32000-row output projection (4 MiB a chunk; docs/performance.md).
 pub(crate) struct GuidedChunks {
     ends: [usize; GuidedChunks::MAX],
     len: usize,

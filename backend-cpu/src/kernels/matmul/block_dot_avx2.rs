@@ -58,8 +58,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let short_q8 = !q4 && nb * ts <= SHORT_ROW_BYTES;
         // one or two columns: four rows per call, except short Q8_0 rows
         // times one column, which stream from memory faster two at a time
-        // (small Q8_0 model generation: 305-430 tokens/s against 248-321;
-        // 262144 x 512 mat-vec: 41-50 GFLOP/s against 37-40). Q4_0 does
+        // (docs/performance.md). Q4_0 does
         // more work per byte and K-quants more still: no gain for them.
         let rows_per_call = match per_group {
             1 if short_q8 => 2,

@@ -294,8 +294,8 @@ mod x86 {
     /// the blocks' mins.
     ///
     /// The group count is an argument, not a constant: as a constant, LLVM
-    /// unrolled whole blocks and spilled (245 against 290 GFLOP/s for
-    /// Q4_0, 160 against 192 for Q8_0, 4096 x 14336 times 512 columns).
+    /// unrolled whole blocks and spilled, and the kernel measured slower
+    /// for Q4_0 and Q8_0 (docs/performance.md).
     ///
     /// # Safety
     /// AVX2 and FMA; see [`super::TileFn`].

@@ -18,8 +18,8 @@
 //! pair accumulate into the same four lanes per block.
 //!
 //! (A Q8_0 kernel built the same way measured slower than the 512-bit
-//! fused kernel of `quant_dot::fused` on four of five shapes, so Q8_0 stays there:
-//! its blocks need no unpacking.)
+//! fused kernel of `quant_dot::fused` on most shapes, so Q8_0 stays
+//! there: its blocks need no unpacking.)
 
 use std::cell::RefCell;
 

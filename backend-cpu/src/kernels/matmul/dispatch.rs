@@ -155,8 +155,8 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
     rule(AVX512_UP,    Only(FLOATS),   Packed, ONE,                  ANY_BYTES,        FloatRowStream),
     // AVX2 streams short rows; long ones go four side by side with
-    // prefetch (4096 x 14336 F16 one column, 26-30 GFLOP/s against 21-26
-    // streamed)
+    // prefetch (the dot tiles), which measured faster than streamed
+    // (docs/performance.md)
     rule(AVX2,         Only(FLOATS),   Packed, ONE,                  SHORT,            FloatRowStream),
     rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),

@@ -18,12 +18,9 @@
 //! below 64, against activation codes of at most 127.
 //!
 //! Two sets of kernels: 256-bit AVX2 (`x86`) and 512-bit AVX-512 VNNI
-//! (`vnni`). On 4096 x 14336 (Zen 5, 2 threads) the VNNI kernels measured
-//! Q4_K 167-221 / 303-309 / 391 GFLOP/s at n = 1 / 2-4 / 8, against
-//! 107-150 / 89-120 / 260 for the VNNI paths they replaced, and Q6_K
-//! 152 / 189 / 317 at n = 2 / 4 / 8 against 45 / 66 / 129. Q6_K at n = 1
-//! is level with the one-column VNNI kernel it replaced (111-120 against
-//! 108-119, alternated).
+//! (`vnni`). The VNNI kernels measured faster than the VNNI paths they
+//! replaced for Q4_K at one to eight columns and Q6_K at two to eight,
+//! and level for Q6_K at one column (docs/performance.md).
 
 use std::cell::RefCell;
 

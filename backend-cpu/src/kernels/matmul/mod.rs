@@ -216,10 +216,9 @@ pub fn mul_mat_id(dst: TRef, experts: TRef, b: TRef, ids: TRef) -> Result<()> {
     };
     // With experts enough to go round the team twice, each runs whole on
     // one thread, the threads taking them in turn with no wait between
-    // experts; with fewer, the team splits each expert's rows. (Qwen3-
-    // 30B-A3B experts, `cpu_mul_mat_id`, Zen 5, 2 threads, alternated
-    // runs, rows split against whole experts: 512 tokens Q4_0 430 / 475-482
-    // GFLOP/s, F16 129-175 / 242-245; 32 tokens Q4_K 249-257 / 334.)
+    // experts; with fewer, the team splits each expert's rows. (Whole
+    // experts measured faster than split rows on MoE expert shapes;
+    // docs/performance.md.)
     if order.len() >= 2 * team::current_threads() {
         team::for_each(order.len(), |i| {
             EXPERT_BUFS.with(|cell| match cell.try_borrow_mut() {

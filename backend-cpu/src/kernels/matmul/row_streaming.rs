@@ -4,9 +4,9 @@
 /// Weight bytes the one-column mat-vec kernels keep in flight ahead of
 /// the ones they read. A mat-vec streams each weight once, mostly from
 /// memory, so the prefetch must cover the memory latency at the rate one
-/// core consumes: measured on `runner_bench --types Q8_0 --gen 128`
-/// (weights twice the L3), one group of four 544-byte rows ahead (2 KiB)
-/// gave 370-410 tokens/s, 4-8 KiB 505-590, 16-32 KiB less again.
+/// core consumes: with weights larger than the L3, 4-8 KiB ahead measured
+/// faster than 2 KiB (one group of four 544-byte rows) and than 16-32 KiB
+/// (docs/performance.md).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
 /// How far ahead of a group of short rows (`group_bytes` apart, the
@@ -35,13 +35,11 @@ pub(crate) fn rows_ahead(row_bytes: usize, group_bytes: usize, along: usize) -> 
 
 /// The prefetch distance of a one-column kernel call that reads groups
 /// of rows of `group_bytes`: whole groups ahead, however long the rows.
-/// Fetching the same place in the next group of rows beat fetching
-/// further along each row for long rows too: Zen 5, 2 threads,
-/// `cpu_mul_mat --n 1` (4096 x 14336), the two builds alternated, median
-/// of 7: Q4_0 171 -> 221 GFLOP/s, Q8_0 105 -> 123, Q4_K 181 -> 249, Q6_K
-/// 119 -> 183. With 8 columns the same rule cost Q6_K a quarter, so
-/// kernels for several columns keep [`rows_ahead`], as do the AVX2
-/// kernels (no AVX2 machine was there to measure them with this rule).
+/// Fetching the same place in the next group of rows measured faster
+/// than fetching further along each row, for long rows too, on AVX-512
+/// (docs/performance.md). With 8 columns the same rule was slower for
+/// Q6_K, so kernels for several columns keep [`rows_ahead`], as do the
+/// AVX2 kernels (not measured with this rule).
 pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
     short_rows_ahead(group_bytes)
 }
@@ -49,14 +47,10 @@ pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
 /// Whether a quantised one-column kernel reads rows of `row_bytes` one
 /// per call (else four): rows of 2 KiB or more, so that each task streams
 /// its rows in order. Four rows side by side (four streams a row apart)
-/// share the column's loads but stream slower. Zen 5, 2 threads, eight
-/// copies of the weights, median GFLOP/s of alternated rounds: Q4_0
-/// (eight rounds) 14336 x 4096 143 -> 164, 4096 x 14336 139 -> 151; five
-/// rounds, 14336 x 4096 / 4096 x 14336: Q8_0 70.0 -> 88.9 / 101.5 ->
-/// 115.8, Q4_K 139.4 -> 173.7 / 206.0 -> 210.7, Q6_K 88.0 -> 109.1 /
-/// 137.2 -> 165.8. Shorter rows keep four per call: the small model's
-/// Q8_0 rows (544 and 1496 bytes) generated 1037 against 956 tokens/s one
-/// per call (median of six).
+/// share the column's loads but measured slower on long rows, for every
+/// quantised type. Shorter rows keep four per call, which measured faster
+/// on the small model's Q8_0 rows (544 and 1496 bytes); see
+/// docs/performance.md.
 pub(crate) fn matvec_one_row(row_bytes: usize) -> bool {
     row_bytes >= 2048
 }

@@ -16,11 +16,10 @@
 //! the low nibbles of bytes `4j..4j + 4` meet activation dword `j`, the
 //! high ones dword `4 + j`.
 //!
-//! Measured with 2 threads against `block_matvec` (`cpu_mul_mat --types
-//! Q4_0 --n 1 --m M --k K`): rows of 512 values (the output matrix of a
-//! small model, 32000 x 512) 147 -> 160 GFLOP/s; long rows streamed from
-//! memory came out slower (4096 x 4096: 177 -> 145), so only short rows
-//! come here.
+//! Against `block_matvec`, rows of 512 values (the output matrix of a
+//! small model, 32000 x 512) measured faster here, and long rows streamed
+//! from memory slower (4096 x 4096), so only short rows come here
+//! (docs/performance.md).
 
 use std::cell::RefCell;
 

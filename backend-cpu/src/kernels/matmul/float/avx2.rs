@@ -28,8 +28,7 @@ unsafe fn load_w256<const DT: u8>(p: *const u8, k: usize) -> __m256 {
 /// step into four accumulators, the dot summed in registers and
 /// stored, then the next row. No software prefetch: the hardware
 /// prefetchers follow the one sequential stream, and a fetch 8 KiB
-/// ahead made F32 token generation slower (`runner_bench --types F32`,
-/// small model, Zen 3: 104-127 tokens/s with it, 127-134 without).
+/// ahead made F32 token generation slower (docs/performance.md).
 ///
 /// # Safety
 /// AVX2, FMA and F16C are available; `count` rows of `k` values from

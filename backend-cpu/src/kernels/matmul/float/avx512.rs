@@ -82,16 +82,11 @@ pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u
 
 /// Rows longer than this (bytes) go four side by side through the
 /// AVX-512 row stream; shorter ones one at a time, so that a task
-/// streams its rows in order. Zen 5, 2 threads: with 8 KiB rows (F16,
-/// k = 4096) one at a time streamed faster (14336 x 4096, four copies,
-/// three rounds: 40-41 -> 47-49 GFLOP/s; 8b-4l F16 generation, five
-/// alternated runs: 14.0 -> 16.5 tokens/s), and so did the small
-/// model's 1-3 KiB rows (tg128, alternated rounds: F16 386-412 ->
-/// 433-509 tokens/s with the memory probe at 36-38 GB/s, 491-529 ->
-/// 501-580 at 57-65 GB/s, ahead in 7 of 8; F32 ahead in 6 of 6); with
-/// 16 KiB rows (F32) no faster, and with 28 KiB rows (F16, k = 14336)
-/// slower (4096 x 14336: 45-61 -> 42-43 GFLOP/s): long rows side by
-/// side are long streams already.
+/// streams its rows in order. One at a time measured faster with 8 KiB
+/// rows (F16, k = 4096) and with the small model's 1-3 KiB rows, no
+/// faster with 16 KiB rows (F32), and slower with 28 KiB rows (F16,
+/// k = 14336): long rows side by side are long streams already
+/// (docs/performance.md).
 const FOUR_ROWS_ABOVE: usize = 12 << 10;
 
 /// The AVX-512 row stream (see `row_stream::RowStream`): rows of up to

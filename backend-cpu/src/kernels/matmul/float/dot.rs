@@ -174,13 +174,11 @@ fn dot_range(
     // AVX2 (and AVX-512 up to four columns): whole rows, each one long
     // stream that the hardware prefetchers follow, and with several
     // groups, a strip of rows as tall as the tiles that every group reads
-    // in turn while it is in L1/L2. (4096 x 14336 F16, Zen 3, 2 threads,
-    // 3 x 4 tiles: n=4 110 GFLOP/s against 87 in 1024-value chunks, n=8
-    // 137 against 120.) AVX-512 with five to eight columns: chunks whose
-    // columns stay in L1. (Zen 5, 2 threads, three alternated rounds,
-    // whole rows against chunks: n=4 F32 74-77 / 65-71, F16 162-169 /
-    // 137-158, BF16 161-166 / 142-159; n=3 F32 62-66 / 56-72, F16 and BF16
-    // level; n=5 F16 178-186 / 197-210, BF16 175-181 / 201-204.)
+    // in turn while it is in L1/L2; on AVX2 measured faster than chunks
+    // of 1024 values, on AVX-512 up to four columns faster or level.
+    // AVX-512 with five to eight columns: chunks whose columns stay in
+    // L1, which measured faster there than whole rows
+    // (docs/performance.md).
     let (chunk, strip) = if isa >= Isa::Avx512 && n > 4 {
         (DOT_KC, DOT_RB)
     } else if groups == 1 {
@@ -258,13 +256,11 @@ fn dot_tiles(
         let slot = slots[(i - rows.start) * c * 16..].as_mut_ptr();
         // short whole rows: fetch rows PREFETCH_BYTES on; long ones on
         // AVX2: none (0), the hardware prefetchers follow the streams
-        // (4096 x 14336, 2 threads, n=1: F16 39 -> 45 GFLOP/s, F32 20.5
-        // -> 24.7 without); chunks: the same chunk of the rows of the
-        // tiles that come next, whole tiles covering PREFETCH_BYTES of
-        // chunk (rather than this row's next chunk, which is read only
-        // after the whole strip: Zen 5, 4096 x 14336, n=8, ten alternated
-        // rounds, median: F32 135 -> 143 GFLOP/s, F16 240 -> 255, BF16
-        // 256 -> 275; n=5 level)
+        // (measured faster without); chunks: the same chunk of the rows
+        // of the tiles that come next, whole tiles covering
+        // PREFETCH_BYTES of chunk (rather than this row's next chunk,
+        // which is read only after the whole strip; measured faster with
+        // eight columns on AVX-512, level with five; docs/performance.md)
         let along = kc.min(1024) * a.dtype.type_size();
         let chunk_bytes = kc * a.dtype.type_size();
         let ahead = if kc < a.k {

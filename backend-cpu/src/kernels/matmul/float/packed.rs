@@ -34,9 +34,8 @@ struct Blocking {
     mc: usize,
 }
 
-/// The AVX2 kernel's blocking: 4096 x 14336 x 512 on Zen 3, 2 threads,
-/// GFLOP/s (F16, F32, BF16 alike): KC 256 / MC 256 142, 512 / 256 162,
-/// 1024 / 64 173, 2048 / 64 182, 4096 / 32 186.
+/// The AVX2 kernel's blocking, chosen from KC 256 to 4096 measured on an
+/// AVX2 machine (docs/performance.md).
 const BLOCKING_AVX2: Blocking = Blocking { kc: 2048, mc: 64 };
 /// The other kernels' blocking (measured on the first AVX-512 machine).
 const BLOCKING_OTHER: Blocking = Blocking { kc: 256, mc: 256 };
