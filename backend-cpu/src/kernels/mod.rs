@@ -1,5 +1,10 @@
-//! CPU kernels, one file per family of ops, and the dispatch from a node to
-//! its kernel.
+//! CPU kernels, one module per family of ops, and the dispatch from a node
+//! to its kernel.
+//!
+//! Layers, each importing only from those below it: this module
+//! (`run_node`); the families of ops (`attention`, `matmul`, `copy`,
+//! `elementwise`, `norm`, `rope`, `sort`); what they share (`tensor_ref`,
+//! `parallel`, `scratch`, `indices`, `isa`, `convert`, `math`, `alibi`).
 
 mod alibi;
 mod attention;
