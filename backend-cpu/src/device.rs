@@ -102,8 +102,18 @@ impl Device for CpuDevice {
         Ok(Box::new(CpuStream::new(
             me,
             self.team.clone(),
-            MemoryAccess::Host,
+            Box::new(HostAccess),
         )))
+    }
+}
+
+/// The CPU's kernels reach any host-addressable buffer (CPU buffers,
+/// pinned host buffers of GPU backends).
+struct HostAccess;
+
+impl MemoryAccess for HostAccess {
+    fn address(&self, buffer: &dyn Buffer) -> Option<*mut u8> {
+        buffer.host_ptr()
     }
 }
 

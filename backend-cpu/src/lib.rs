@@ -10,7 +10,6 @@ mod sim;
 mod stream;
 mod supports;
 mod team;
-mod tensor_ref;
 
 use std::sync::Arc;
 

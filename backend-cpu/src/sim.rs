@@ -165,8 +165,26 @@ impl Device for SimDevice {
         Ok(Box::new(CpuStream::new(
             me,
             Team::shared(),
-            MemoryAccess::Sim(self.name.clone()),
+            Box::new(SimAccess {
+                device: self.name.clone(),
+            }),
         )))
+    }
+}
+
+/// A simulated device's kernels reach its own buffers only, as a discrete
+/// GPU's would.
+struct SimAccess {
+    device: String,
+}
+
+impl MemoryAccess for SimAccess {
+    fn address(&self, buffer: &dyn Buffer) -> Option<*mut u8> {
+        buffer
+            .as_any()
+            .downcast_ref::<SimBuffer>()
+            .filter(|b| b.device == self.device)
+            .map(|b| b.device_ptr())
     }
 }
 
@@ -234,12 +252,8 @@ pub struct SimBuffer {
 }
 
 impl SimBuffer {
-    pub(crate) fn device_name(&self) -> &str {
-        &self.device
-    }
-
     /// The backing memory, for the device's own kernels only.
-    pub(crate) fn device_ptr(&self) -> *mut u8 {
+    fn device_ptr(&self) -> *mut u8 {
         self.memory.as_ptr()
     }
 }

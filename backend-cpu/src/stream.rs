@@ -1,5 +1,6 @@
-//! The compute stream of the CPU and of the simulated devices: resolves the
-//! memory of every tensor of a split and runs the kernels in order.
+//! The compute stream of a device that computes with the CPU kernels:
+//! resolves the memory of every tensor of a split, through the device's
+//! [`MemoryAccess`], and runs the kernels in order.
 
 use std::sync::Arc;
 
@@ -8,47 +9,33 @@ use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
 use crate::kernels;
+use crate::kernels::tensor_ref::TRef;
 use crate::profile;
-use crate::sim::SimBuffer;
 use crate::team::Team;
-use crate::tensor_ref::TRef;
 
-/// Which memory a stream's kernels may touch.
-#[derive(Clone, Debug)]
-pub enum MemoryAccess {
-    /// Any host-addressable buffer.
-    Host,
-    /// Only the buffers of the simulated device with this name.
-    Sim(String),
+/// How a device's kernels reach the memory of a buffer.
+pub trait MemoryAccess: Send + Sync {
+    /// The address of the buffer's first byte, or None for memory the
+    /// device's kernels may not touch.
+    fn address(&self, buffer: &dyn Buffer) -> Option<*mut u8>;
 }
 
 pub struct CpuStream {
     device: Arc<dyn Device>,
     team: Option<Arc<Team>>,
-    access: MemoryAccess,
+    access: Box<dyn MemoryAccess>,
 }
 
 impl CpuStream {
     pub fn new(
         device: Arc<dyn Device>,
         team: Option<Arc<Team>>,
-        access: MemoryAccess,
+        access: Box<dyn MemoryAccess>,
     ) -> CpuStream {
         CpuStream {
             device,
             team,
             access,
-        }
-    }
-
-    fn pointer(&self, buffer: &dyn Buffer) -> Option<*mut u8> {
-        match &self.access {
-            MemoryAccess::Host => buffer.host_ptr(),
-            MemoryAccess::Sim(name) => buffer
-                .as_any()
-                .downcast_ref::<SimBuffer>()
-                .filter(|b| b.device_name() == name)
-                .map(|b| b.device_ptr()),
         }
     }
 
@@ -65,7 +52,7 @@ impl CpuStream {
                 size: buffer.size(),
             });
         }
-        let base = self.pointer(buffer.as_ref()).ok_or_else(|| {
+        let base = self.access.address(buffer.as_ref()).ok_or_else(|| {
             Error::backend(
                 self.device.name(),
                 format!(

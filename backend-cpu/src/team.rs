@@ -21,11 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long helpers wait, spinning, for the next computation. Entering
-/// the pool for every computation and sleeping between them cost about
-/// 50 us per token (25 us to wake a helper, 25 more to wake the caller
-/// afterwards; small F16 model, 2 threads, Zen 5), 2-7% of a token's
-/// time on small models; a token's work outside the graph takes a few
-/// hundred microseconds at most.
+/// the pool for every computation and sleeping between them cost two
+/// wake-ups per token (a helper's, then the caller's), a measurable share
+/// of a token's time on small models; a token's work outside the graph
+/// is much shorter than this wait (docs/performance.md).
 const LINGER: Duration = Duration::from_millis(2);
 
 /// One parallel loop: tasks 0..n of `body`.

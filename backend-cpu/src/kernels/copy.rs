@@ -3,8 +3,9 @@
 
 use ggraph_core::Result;
 
-use super::{check_indices, par_ranges};
-use crate::tensor_ref::TRef;
+use super::indices::check_indices;
+use super::parallel::par_ranges;
+use crate::kernels::tensor_ref::TRef;
 
 /// Copies one element between tensors of the same non-quantised type.
 ///
@@ -107,7 +108,13 @@ pub fn copy_values(dst: TRef, src: TRef) {
         }
         for (k, v) in flat.into_iter().enumerate() {
             // SAFETY: element in bounds; single-threaded.
-            unsafe { crate::tensor_ref::write_scalar(dst.dtype, dst.elem_ptr(coords(&dst, k)), v) };
+            unsafe {
+                crate::kernels::tensor_ref::write_scalar(
+                    dst.dtype,
+                    dst.elem_ptr(coords(&dst, k)),
+                    v,
+                )
+            };
         }
         return;
     }
@@ -119,8 +126,8 @@ pub fn copy_values(dst: TRef, src: TRef) {
             if src.dtype == dst.dtype {
                 copy_elem(d, s, dst.dtype.type_size());
             } else {
-                let v = crate::tensor_ref::read_scalar(src.dtype, s);
-                crate::tensor_ref::write_scalar(dst.dtype, d, v);
+                let v = crate::kernels::tensor_ref::read_scalar(src.dtype, s);
+                crate::kernels::tensor_ref::write_scalar(dst.dtype, d, v);
             }
         }
     }
@@ -182,7 +189,7 @@ pub fn concat(dst: TRef, a: TRef, b: TRef, dim: usize) {
                         copy_elem(dst.elem_ptr(i), t.elem_ptr(j), size);
                     } else {
                         let v = t.get_f32(j);
-                        crate::tensor_ref::write_scalar(dst.dtype, dst.elem_ptr(i), v);
+                        crate::kernels::tensor_ref::write_scalar(dst.dtype, dst.elem_ptr(i), v);
                     }
                 }
             }

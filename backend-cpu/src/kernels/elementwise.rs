@@ -7,9 +7,10 @@
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
 use super::isa::{Isa, active};
+use super::math;
+use super::parallel::par_ranges;
 use super::scratch::with_rows;
-use super::{math, par_ranges};
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
 

@@ -1,8 +1,9 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
-use super::par_ranges;
+use super::alibi::alibi_slope;
+use super::parallel::par_ranges;
 use super::scratch::with_rows;
-use crate::tensor_ref::TRef;
+use crate::kernels::tensor_ref::TRef;
 
 fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync + Send) {
     let n0 = dst.ne[0];
@@ -24,9 +25,8 @@ fn rows(dst: TRef, a: TRef, f: impl Fn(&mut [f32], (usize, usize, usize)) + Sync
 }
 
 /// The f64 sum of `f(v)` over `x`, in eight lanes: one running sum is a
-/// chain of dependent additions, eight are vectorised (`op_overhead --op
-/// rms_norm`, Zen 5: 4096 values 3.1 -> 1.3 us, 512 values 0.55 -> 0.3
-/// us a row).
+/// chain of dependent additions, eight are vectorised (measured faster
+/// per row; docs/performance.md).
 #[inline]
 fn lane_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
     const LANES: usize = 8;
@@ -58,11 +58,6 @@ pub fn norm(dst: TRef, a: TRef, eps: f32) {
         x.iter_mut()
             .for_each(|v| *v = ((*v as f64 - mean) * s) as f32);
     });
-}
-
-/// ALiBi slope of head `h` (1 when max_bias is 0), as ggml computes it.
-pub fn alibi_slope(max_bias: f32, n_head: usize, h: usize) -> f32 {
-    ggraph_core::ir::alibi_slope(max_bias, n_head, h) as f32
 }
 
 /// In-place softmax of a row; a row with no finite value becomes zeros.

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use ggraph_core::ir::{RopeMode, RopeParams};
 
-use super::par_ranges;
+use super::parallel::par_ranges;
 use super::scratch::with_rows;
+use crate::kernels::tensor_ref::TRef;
 use crate::team;
-use crate::tensor_ref::TRef;
 
 /// What a cos/sin table was computed from.
 struct TableKey {

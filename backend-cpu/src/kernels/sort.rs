@@ -2,8 +2,8 @@
 
 use ggraph_core::ir::SortOrder;
 
-use super::par_ranges;
-use crate::tensor_ref::TRef;
+use super::parallel::par_ranges;
+use crate::kernels::tensor_ref::TRef;
 
 pub fn sum_rows(dst: TRef, a: TRef) {
     par_ranges(dst.nrows(), 8, |range| {

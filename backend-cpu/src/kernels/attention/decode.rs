@@ -14,9 +14,9 @@ use std::cell::RefCell;
 
 use super::super::isa::{Isa, active};
 use super::super::math::exp_nonpositive as exp;
-use super::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use super::primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use crate::kernels::tensor_ref::TRef;
 use crate::team;
-use crate::tensor_ref::TRef;
 
 /// Keys per chunk: the unit the keys are split into among the tasks, and
 /// the keys scored together.
@@ -230,7 +230,7 @@ impl Work<'_> {
         grow(&mut sc.row, CHUNK);
         sc.slopes.clear();
         sc.slopes
-            .extend((0..n_head).map(|h| super::super::norm::alibi_slope(p.max_bias, n_head, h)));
+            .extend((0..n_head).map(|h| super::super::alibi::alibi_slope(p.max_bias, n_head, h)));
         for h in 0..n_head {
             for i in 0..n_q {
                 let row = &mut sc.q[(h * n_q + i) * d..(h * n_q + i + 1) * d];

@@ -24,12 +24,14 @@
 //! which the compiler otherwise keeps on the stack.
 
 mod decode;
+mod primitives;
 
+use super::alibi::alibi_slope;
 use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
-use super::norm::alibi_slope;
-use super::par_ranges;
-use crate::tensor_ref::TRef;
+use super::parallel::par_ranges;
+use crate::kernels::tensor_ref::TRef;
+use primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
 
 /// Query rows per tile (the lanes of the wide loop).
 const TILE_Q: usize = 32;
@@ -37,16 +39,6 @@ const TILE_Q: usize = 32;
 const BLOCK_K: usize = 64;
 /// Tiles of at least this many queries take the wide loop.
 const WIDE_MIN: usize = 8;
-/// Value columns accumulated in registers at once.
-const ACC_W: usize = 64;
-
-/// The scalar parameters of one call.
-#[derive(Clone, Copy)]
-struct Params {
-    scale: f32,
-    max_bias: f32,
-    softcap: f32,
-}
 
 pub fn flash_attn_ext(
     dst: TRef,
@@ -263,23 +255,6 @@ fn run_tile(
     }
 }
 
-/// Starts loading row (i1, i2, i3) of `t` into the cache.
-#[inline]
-fn prefetch_row(t: TRef, i1: usize, i2: usize, i3: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let bytes = t.dtype.row_size(t.ne[0]).unwrap_or(0);
-        let p = t.row_ptr(i1, i2, i3);
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: a prefetch never faults; the address is in the row.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (t, i1, i2, i3);
-}
-
 /// One (tile, key block) step.
 struct Step {
     d: usize,
@@ -291,29 +266,6 @@ struct Step {
     j0: usize,
     /// Length of a mask row (0 without a mask).
     mask_len: usize,
-}
-
-/// Multiply-add: fused where the instruction set has it, else a multiply
-/// and an add (a fused call there would go through libm).
-trait MulAdd {
-    fn mul_add(a: f32, b: f32, c: f32) -> f32;
-}
-
-struct Fused;
-struct Separate;
-
-impl MulAdd for Fused {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a.mul_add(b, c)
-    }
-}
-
-impl MulAdd for Separate {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a * b + c
-    }
 }
 
 impl Step {
@@ -595,24 +547,4 @@ impl Step {
             i += 1;
         }
     }
-}
-
-/// Dot product with 16 independent partial sums, so that it vectorises
-/// without reassociating a single running sum.
-#[inline(always)]
-fn dot<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let n = a.len().min(b.len());
-    let mut part = [0f32; L];
-    let split = n - n % L;
-    for (ca, cb) in a[..split].chunks_exact(L).zip(b[..split].chunks_exact(L)) {
-        for l in 0..L {
-            part[l] = M::mul_add(ca[l], cb[l], part[l]);
-        }
-    }
-    let mut total = 0f32;
-    for (x, y) in a[split..n].iter().zip(&b[split..n]) {
-        total += x * y;
-    }
-    total + part.iter().sum::<f32>()
 }

@@ -1,4 +1,4 @@
-//! The float dot tiles of `gemm`'s few-column path whose loops need all
+//! The float dot tiles of the few-column path (`dot`) whose loops need all
 //! sixteen ymm registers, written in `asm!` so that the registers are
 //! assigned by hand.
 //!
@@ -6,18 +6,18 @@
 //! three columns and one row (4 x 3) take all sixteen. LLVM's schedule of
 //! the same loops hoists the next step's loads and spills an accumulator,
 //! which puts a store and a reload on that accumulator's dependency chain.
-//! (4096 x 14336 F16, one thread, four columns: 58 GFLOP/s here against 47
-//! for the 2 x 4 tile LLVM keeps in registers.)
+//! (These tiles measured faster than the 2 x 4 tile LLVM keeps in
+//! registers; docs/performance.md.)
 //!
 //! Each loop runs over whole cache lines of the weights, a line per
 //! iteration, with no software prefetch: the rows are long sequential
 //! streams that the hardware prefetchers follow. (A fetch into L2 2 KiB
-//! ahead made F32 n=8 slower: 74 against 87 GFLOP/s.)
+//! ahead made F32 with eight columns slower.)
 
 use std::arch::asm;
 use std::arch::x86_64::__m256;
 
-use super::gemm::{DT_F16, DT_F32};
+use super::weight_values::{DT_F16, DT_F32};
 
 /// The instructions that load weight row `$row`'s 8 values at byte offset
 /// `$d` of the step into `$dst`, widened to f32, for the weight dtype

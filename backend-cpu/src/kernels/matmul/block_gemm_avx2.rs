@@ -3,7 +3,7 @@
 //! as an integer GEMM.
 //!
 //! The columns are quantised to 8 bits once per call, four to a tile, their
-//! codes interleaved four bytes at a time (`quant_dot::QActs`). The weights
+//! codes interleaved four bytes at a time (`activation_quant::QActs`). The weights
 //! are decoded a chunk of [`KC`] values at a time into panels of eight rows
 //! whose codes are interleaved the same way, so that one 256-bit register
 //! holds four consecutive codes of each of the eight rows. One step of four
@@ -30,9 +30,10 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::matmul::{Cols, WeightRows};
-use super::quant_dot::{Format, decode, format, qacts_len, quantize_acts};
-use super::scratch::with_scratch;
+use super::activation_quant::{qacts_len, quantize_acts};
+use super::operands::{Cols, WeightRows};
+use super::quant_format::{Format, decode, format};
+use crate::kernels::scratch::with_scratch;
 use crate::team;
 
 /// Rows per panel (one 256-bit register of four-byte groups).
@@ -50,14 +51,6 @@ const MAX_NB: usize = KC / 16;
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static PANELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Whether `gemm` takes weights laid out as `a`.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    matches!(
-        a.dtype,
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q6_K
-    ) && a.elem_stride == a.dtype.type_size()
 }
 
 /// How one weight type runs through the tile kernel.
@@ -82,9 +75,9 @@ fn kind(dtype: DType) -> Option<Kind> {
     })
 }
 
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`.
-/// The caller has checked [`takes`] and that the processor has AVX2, FMA
-/// and F16C.
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`,
+/// packed rows of Q8_0, Q4_0, Q4_K or Q6_K. The caller has checked that
+/// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
@@ -96,7 +89,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let acts = &acts;
         let blocks = m.div_ceil(MC);
         let tiles = n.div_ceil(C);
-        let (groups, per_group) = super::column_split(blocks, tiles);
+        let (groups, per_group) = crate::kernels::parallel::column_split(blocks, tiles);
         let nblk = k / qb;
         team::for_each(blocks * groups, |task| {
             let (blk_row, g) = (task % blocks, task / blocks);
@@ -263,7 +256,7 @@ fn prefetch_rows(a: &WeightRows, i0: usize, rows: usize, v0: usize, len: usize) 
 }
 
 /// A tile of quantised activations from the chunk's first block on (see
-/// `quant_dot::QActs`).
+/// `activation_quant::QActs`).
 struct Acts {
     codes: *const i8,
     d: *const f32,
@@ -301,8 +294,8 @@ mod x86 {
     /// the blocks' mins.
     ///
     /// The group count is an argument, not a constant: as a constant, LLVM
-    /// unrolled whole blocks and spilled (245 against 290 GFLOP/s for
-    /// Q4_0, 160 against 192 for Q8_0, 4096 x 14336 times 512 columns).
+    /// unrolled whole blocks and spilled, and the kernel measured slower
+    /// for Q4_0 and Q8_0 (docs/performance.md).
     ///
     /// # Safety
     /// AVX2 and FMA; see [`super::TileFn`].
@@ -391,7 +384,7 @@ mod x86 {
                 let mut r: [__m256; R] = std::array::from_fn(|i| {
                     _mm256_loadu_ps(rows.add(i * len + seg * 32) as *const f32)
                 });
-                crate::kernels::gemm::x86::transpose8(&mut r);
+                crate::kernels::matmul::register_transpose::transpose8(&mut r);
                 for (j, v) in r.iter().enumerate() {
                     let mut v = _mm256_castps_si256(*v);
                     if flip {

@@ -2,7 +2,7 @@
 //! (processors without AVX-512 VNNI): token generation and small batches.
 //!
 //! The columns are quantised to 8 bits once per call (one scale per block
-//! of 32, as `quant_dot` does), and every weight block is read straight
+//! of 32, `activation_quant`), and every weight block is read straight
 //! from memory, so that a mat-vec streams the weights once with no decode
 //! pass. Per block and (row, column) pair the integer dot is `vpmaddubsw`
 //! (unsigned times signed bytes, adjacent pairs summed to 16 bits) and
@@ -23,15 +23,15 @@ use std::cell::RefCell;
 
 use ggraph_core::DType;
 
+use super::activation_quant::{qacts_len, quantize_acts};
 use super::few_columns::{self, Plan, column_groups};
-use super::matmul::{Cols, SHORT_ROW_BYTES, WeightRows};
-use super::quant_dot::{format, qacts_len, quantize_acts};
-use super::scratch::with_scratch;
+use super::operands::{Cols, WeightRows};
+use super::quant_format::format;
+use super::row_streaming::SHORT_ROW_BYTES;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
-/// Most columns this path takes.
-pub(crate) const MAX_N: usize = 8;
 /// Blocks per chunk of a row when there are several column groups (the
 /// chunk stays in L1 while each group reads it).
 const CHUNK_BLOCKS: usize = 32;
@@ -42,15 +42,8 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether `gemm` takes weights laid out as `a` with `n` columns.
-pub(crate) fn takes(a: &WeightRows, n: usize) -> bool {
-    matches!(a.dtype, DType::Q8_0 | DType::Q4_0)
-        && a.elem_stride == a.dtype.type_size()
-        && (1..=MAX_N).contains(&n)
-}
-
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
-/// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
+/// columns of `b`, packed Q8_0 or Q4_0 rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
@@ -65,8 +58,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let short_q8 = !q4 && nb * ts <= SHORT_ROW_BYTES;
         // one or two columns: four rows per call, except short Q8_0 rows
         // times one column, which stream from memory faster two at a time
-        // (small Q8_0 model generation: 305-430 tokens/s against 248-321;
-        // 262144 x 512 mat-vec: 41-50 GFLOP/s against 37-40). Q4_0 does
+        // (docs/performance.md). Q4_0 does
         // more work per byte and K-quants more still: no gain for them.
         let rows_per_call = match per_group {
             1 if short_q8 => 2,
@@ -77,7 +69,11 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             nb,
             chunk: CHUNK_BLOCKS,
             rows_per_call,
-            ahead: super::matmul::rows_ahead(nb * ts, rows_per_call * a.stride, GROUP * ts * 4),
+            ahead: super::row_streaming::rows_ahead(
+                nb * ts,
+                rows_per_call * a.stride,
+                GROUP * ts * 4,
+            ),
         };
         let column = |j: usize, b0: usize| Column {
             codes: acts.codes[j * k + b0 * QB..].as_ptr(),
@@ -127,7 +123,7 @@ fn kernel(q4: bool, r: usize, c: usize) -> KernelFn {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::math::hsum256;
+    use crate::kernels::math::hsum256;
     use std::ops::Range;
 
     use super::{Call, GROUP, QB};

@@ -11,7 +11,7 @@ use ggraph_core::ir::Tensor;
 use ggraph_core::quant;
 use half::slice::HalfFloatSliceExt;
 
-use crate::kernels::convert;
+use super::convert;
 
 #[derive(Clone, Copy, Debug)]
 pub struct TRef {

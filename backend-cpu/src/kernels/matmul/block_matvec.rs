@@ -1,7 +1,7 @@
 //! Token generation with Q4_0 weights on AVX-512 VNNI, in 256-bit
-//! registers, for rows longer than `transposed_matvec::SHORT_ROW_BYTES`
-//! (shorter ones go to `transposed_matvec`, which handles eight rows at a
-//! time; streaming long rows from memory, this kernel measured faster).
+//! registers, for long rows (`dispatch` sends shorter ones to
+//! `transposed_matvec`, which handles eight rows at a time; streaming long
+//! rows from memory, this kernel measured faster).
 //!
 //! On processors that run 512-bit operations as two 256-bit halves (AMD
 //! Zen 4) the count of 256-bit operations per weight byte is what limits a
@@ -18,30 +18,25 @@
 //! pair accumulate into the same four lanes per block.
 //!
 //! (A Q8_0 kernel built the same way measured slower than the 512-bit
-//! fused kernel of `quant_dot` on four of five shapes, so Q8_0 stays there:
-//! its blocks need no unpacking.)
+//! fused kernel of `quant_dot::fused` on most shapes, so Q8_0 stays
+//! there: its blocks need no unpacking.)
 
 use std::cell::RefCell;
 
-use ggraph_core::DType;
-
-use super::matmul::{Cols, WeightRows, matvec_one_row, matvec_prefetch, matvec_rows};
-use super::scratch::with_scratch;
+use super::one_column::matvec_rows;
+use super::operands::{Cols, WeightRows};
+use super::row_streaming::{matvec_one_row, matvec_prefetch};
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
-/// Rows per kernel call for short rows (see `matmul::matvec_one_row`).
+/// Rows per kernel call for short rows (see `row_streaming::matvec_one_row`).
 const ROWS: usize = 4;
 /// Blocks per step of the kernel.
 const GROUP: usize = 4;
 
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Whether `matvec` takes weights laid out as `a`.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    a.dtype == DType::Q4_0 && a.elem_stride == a.dtype.type_size()
 }
 
 /// The activation column, quantised in the weights' order.
@@ -57,9 +52,8 @@ struct Column<'a> {
 /// Lanes of a 256-bit accumulator one block's products land in.
 const LANES: usize = 4;
 
-/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q4_0 rows
-/// (see [`takes`]). The caller has checked that the processor has
-/// AVX-512 VNNI.
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, packed Q4_0
+/// rows. The caller has checked that the processor has AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let k = a.k;
     let nb = k / QB;
@@ -114,7 +108,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 fn quantize_column(x: &[f32], codes: &mut [i8], bias: &mut [i32], dx: &mut [f32]) {
     let mut q = [0i8; QB];
     for (b, xb) in x.chunks_exact(QB).enumerate() {
-        let (d, sum) = super::quant_dot::quantize_block(xb, &mut q);
+        let (d, sum) = super::activation_quant::quantize_block(xb, &mut q);
         dx[b] = d;
         bias[b * LANES..(b + 1) * LANES].fill(-8 * sum / LANES as i32);
         let pair = b / 2 * 2 * QB;
@@ -150,8 +144,8 @@ unsafe fn block_dot(row: *const u8, b: usize, col: &Column) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::math::hsum256;
     use super::{Column, GROUP, QB, block_dot};
+    use crate::kernels::math::hsum256;
 
     /// The f16 scales of blocks `g * 4 .. g * 4 + 4` of a row with blocks
     /// of `ts` bytes, as f32.

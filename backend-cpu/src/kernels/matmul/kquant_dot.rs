@@ -18,40 +18,27 @@
 //! below 64, against activation codes of at most 127.
 //!
 //! Two sets of kernels: 256-bit AVX2 (`x86`) and 512-bit AVX-512 VNNI
-//! (`vnni`). On 4096 x 14336 (Zen 5, 2 threads) the VNNI kernels measured
-//! Q4_K 167-221 / 303-309 / 391 GFLOP/s at n = 1 / 2-4 / 8, against
-//! 107-150 / 89-120 / 260 for the VNNI paths they replaced, and Q6_K
-//! 152 / 189 / 317 at n = 2 / 4 / 8 against 45 / 66 / 129. Q6_K at n = 1
-//! is level with the one-column VNNI kernel it replaced (111-120 against
-//! 108-119, alternated).
+//! (`vnni`). The VNNI kernels measured faster than the VNNI paths they
+//! replaced for Q4_K at one to eight columns and Q6_K at two to eight,
+//! and level for Q6_K at one column (docs/performance.md).
 
 use std::cell::RefCell;
 
 use ggraph_core::DType;
 
 use super::few_columns::{self, MAX_C, Plan, column_groups};
-use super::isa::Isa;
-use super::matmul::{Cols, WeightRows};
-use super::scratch::with_scratch;
+use super::operands::{Cols, WeightRows};
+use crate::kernels::isa::Isa;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per super-block.
 const QK: usize = 256;
-/// Most columns this path takes.
-pub(crate) const MAX_N: usize = 8;
 /// Super-blocks per chunk of a row when the columns come in several
 /// groups.
 const CHUNK_SUPER_BLOCKS: usize = 4;
 
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Whether `gemm` takes weights laid out as `a` with `n` columns.
-pub(crate) fn takes(a: &WeightRows, n: usize) -> bool {
-    matches!(a.dtype, DType::Q4_K | DType::Q6_K)
-        && a.elem_stride == a.dtype.type_size()
-        && a.k % QK == 0
-        && (1..=MAX_N).contains(&n)
 }
 
 /// Activation columns in Q8_K form, one after the other.
@@ -89,8 +76,8 @@ fn q8k_layout(n: usize, nsb: usize) -> [usize; 4] {
     [d_at, bs16_at, bs32_at, bs32_at + n * nsb * 32]
 }
 
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most
-/// [`MAX_N`]) columns of `b`. The caller has checked [`takes`] and that
+/// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
+/// columns of `b`, packed Q4_K or Q6_K rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C, and AVX-512 VNNI where `isa`
 /// says so (which picks the 512-bit kernels).
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
@@ -134,7 +121,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule)
         let ts = a.dtype.type_size();
         let matvec = n == 1 && wide;
-        let rows_per_call = if matvec && super::matmul::matvec_one_row(nsb * ts) {
+        let rows_per_call = if matvec && super::row_streaming::matvec_one_row(nsb * ts) {
             1
         } else {
             MAX_C / per_group.min(MAX_C)
@@ -144,9 +131,9 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             chunk: CHUNK_SUPER_BLOCKS,
             rows_per_call,
             ahead: if matvec {
-                super::matmul::matvec_prefetch(a.stride)
+                super::row_streaming::matvec_prefetch(a.stride)
             } else {
-                super::matmul::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
+                super::row_streaming::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
             },
         };
         // SAFETY: a holds m rows of nsb super-blocks, the quantised columns
@@ -248,8 +235,8 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::super::math::{f16_at, hsum256};
     use super::{Call, QK};
+    use crate::kernels::math::{f16_at, hsum256};
 
     /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
     /// one scale each (`amax / 127`, codes rounded to nearest), and the
@@ -387,8 +374,9 @@ mod x86 {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
-                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
-                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] = super::super::quant_format::q4k_scales_mins(
+                        &*(blk.add(4) as *const [u8; 12]),
+                    );
                     let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_set_epi32(
                         0,
                         0,
@@ -537,9 +525,9 @@ mod vnni {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::super::math::f16_at;
     use super::x86::prefetch_super_block;
     use super::{Call, QK};
+    use crate::kernels::math::f16_at;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn super_blocks<const R: usize, const C: usize, const Q4: bool>(
@@ -594,8 +582,9 @@ mod vnni {
                 for r in 0..R {
                     let blk = rows[r].add(sb * TS);
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
-                    let [sc_lo, sc_hi, mn_lo, mn_hi] =
-                        super::super::quant_dot::q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+                    let [sc_lo, sc_hi, mn_lo, mn_hi] = super::super::quant_format::q4k_scales_mins(
+                        &*(blk.add(4) as *const [u8; 12]),
+                    );
                     let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(
                         0,
                         0,

@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::matmul::{Cols, WeightRows};
+use super::operands::{Cols, WeightRows};
 
 /// Most columns per kernel call.
 pub(crate) const MAX_C: usize = 4;
@@ -86,7 +86,7 @@ pub(crate) unsafe fn run<Col: Copy>(
             kernel(1, c)(call, whole..rows.end);
         }
     };
-    super::par_ranges(m, 16, |range| {
+    crate::kernels::parallel::par_ranges(m, 16, |range| {
         if groups == 1 {
             let call = Call {
                 a,

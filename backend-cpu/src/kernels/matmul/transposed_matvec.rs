@@ -16,18 +16,17 @@
 //! the low nibbles of bytes `4j..4j + 4` meet activation dword `j`, the
 //! high ones dword `4 + j`.
 //!
-//! Measured with 2 threads against `block_matvec` (`cpu_mul_mat --types
-//! Q4_0 --n 1 --m M --k K`): rows of 512 values (the output matrix of a
-//! small model, 32000 x 512) 147 -> 160 GFLOP/s; long rows streamed from
-//! memory came out slower (4096 x 4096: 177 -> 145), so only short rows
-//! come here.
+//! Against `block_matvec`, rows of 512 values (the output matrix of a
+//! small model, 32000 x 512) measured faster here, and long rows streamed
+//! from memory slower (4096 x 4096), so only short rows come here
+//! (docs/performance.md).
 
 use std::cell::RefCell;
 
-use ggraph_core::DType;
-
-use super::matmul::{Cols, WeightRows, matvec_rows, short_rows_ahead};
-use super::scratch::with_scratch;
+use super::one_column::matvec_rows;
+use super::operands::{Cols, WeightRows};
+use super::row_streaming::short_rows_ahead;
+use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
 const QB: usize = 32;
@@ -40,14 +39,6 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Rows of at most this many bytes come here.
-pub(crate) const SHORT_ROW_BYTES: usize = 576;
-
-/// Whether `matvec` takes weights laid out as `a`: short packed Q4_0 rows.
-pub(crate) fn takes(a: &WeightRows) -> bool {
-    a.dtype == DType::Q4_0 && a.elem_stride == TS && (a.k / QB) * TS <= SHORT_ROW_BYTES
-}
-
 /// The activation column quantised to Q8 blocks.
 struct Column<'a> {
     codes: &'a [i8],
@@ -58,9 +49,9 @@ struct Column<'a> {
     dx: &'a [f32],
 }
 
-/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, Q4_0 rows
-/// (see [`takes`]). The caller has checked that the processor has
-/// AVX-512 VNNI.
+/// `out[0][i] = dot(a row i, b[0])` for `i < m`, one column, short packed
+/// Q4_0 rows (see `dispatch`). The caller has checked that the processor
+/// has AVX-512 VNNI.
 pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let k = a.k;
     let nb = k / QB;
@@ -85,7 +76,7 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let x = unsafe { std::slice::from_raw_parts(b.0[0] as *const f32, k) };
         for (blk, xb) in x.chunks_exact(QB).enumerate() {
             let (d, sum) =
-                super::quant_dot::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
+                super::activation_quant::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
             dx[blk] = d;
             bias[blk] = -8 * sum;
         }

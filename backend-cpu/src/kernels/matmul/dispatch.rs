@@ -1,0 +1,264 @@
+//! Which path computes a product: the first rule of [`RULES`] that fits
+//! its instruction set, weight type and row layout, column count and
+//! bytes per weight row.
+
+use std::ops::RangeInclusive;
+
+use ggraph_core::DType;
+
+use super::operands::{Cols, WeightRows};
+use super::quant_format::format;
+use super::row_streaming::SHORT_ROW_BYTES;
+#[cfg(target_arch = "x86_64")]
+use super::{block_dot_avx2, block_gemm_avx2, block_matvec, kquant_dot, transposed_matvec};
+use super::{dequantized, float, quant_dot};
+use crate::kernels::isa::Isa;
+use Path::*;
+use Rows::{Any, Packed};
+use Weights::{Float, Only, Quantized};
+
+/// A way to compute a product: a driver and its kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Path {
+    /// Rows of no values: every output is zero.
+    Zeros,
+    /// Float rows times one column, each task's rows streamed one after
+    /// another (`float::row_stream`).
+    FloatRowStream,
+    /// Float rows times a few columns in dot tiles (`float::dot`).
+    FloatDot,
+    /// The packed, tiled float GEMM (`float::packed`); quantised weights
+    /// are dequantised as they are packed.
+    FloatPacked,
+    /// Quantised rows no integer kernel reads, dequantised to f32 first
+    /// and then chosen for again (`dequantized`).
+    Dequantized,
+    /// Q4_K/Q6_K blocks read in place, activations in ggml's Q8_K form
+    /// (`kquant_dot`).
+    KQuantDot,
+    /// Q4_0 times one column, eight short rows transposed in registers
+    /// (`transposed_matvec`).
+    TransposedMatvec,
+    /// Q4_0 times one column, long rows streamed (`block_matvec`).
+    BlockMatvec,
+    /// Q8_0/Q4_0 blocks read in place on AVX2 (`block_dot_avx2`).
+    BlockDotAvx2,
+    /// An integer GEMM over interleaved panels of eight rows on AVX2
+    /// (`block_gemm_avx2`).
+    BlockGemmAvx2,
+    /// An integer GEMM over interleaved panels of 32 rows with VNNI
+    /// (`quant_dot::panel`).
+    QuantPanel,
+    /// Q8_0/Q4_0 codes and scales read straight from the blocks with VNNI
+    /// (`quant_dot::fused`).
+    QuantFused,
+    /// Rows decoded a chunk at a time into codes, then dotted
+    /// (`quant_dot::direct`).
+    QuantDirect,
+}
+
+/// Which weight types a rule takes.
+#[derive(Clone, Copy)]
+enum Weights {
+    /// Any type that is not quantised.
+    Float,
+    /// Any quantised type.
+    Quantized,
+    /// These types.
+    Only(&'static [DType]),
+}
+
+/// Which weight rows a rule takes.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// Values (whole blocks, when quantised) side by side.
+    Packed,
+    /// Any stride between values.
+    Any,
+}
+
+/// One row of the table: the products it fits, and their path.
+struct Rule {
+    isa: RangeInclusive<Isa>,
+    weights: Weights,
+    rows: Rows,
+    cols: RangeInclusive<usize>,
+    row_bytes: RangeInclusive<usize>,
+    path: Path,
+}
+
+const fn rule(
+    isa: RangeInclusive<Isa>,
+    weights: Weights,
+    rows: Rows,
+    cols: RangeInclusive<usize>,
+    row_bytes: RangeInclusive<usize>,
+    path: Path,
+) -> Rule {
+    Rule {
+        isa,
+        weights,
+        rows,
+        cols,
+        row_bytes,
+        path,
+    }
+}
+
+/// Most columns of the float dot path, and of the quantised paths for few
+/// columns without VNNI: more go to a GEMM.
+const DOT_MAX_N: usize = 8;
+/// Most columns of the K-quant dot.
+const KQUANT_MAX_N: usize = 8;
+/// Most columns of the AVX2 block dot.
+const BLOCK_DOT_MAX_N: usize = 8;
+/// Most columns of the VNNI paths for few columns: more go to the panel
+/// path.
+const DIRECT_MAX_N: usize = 4;
+/// Longest Q4_0 rows (bytes) of the transposed mat-vec: longer ones
+/// stream through the block mat-vec, which is faster on them.
+const TRANSPOSED_MAX_ROW_BYTES: usize = 576;
+
+const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
+const PORTABLE: RangeInclusive<Isa> = Isa::Portable..=Isa::Portable;
+const AVX2: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx2;
+const AVX2_UP: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512Vnni;
+/// AVX2 or AVX-512 without VNNI.
+const AVX2_NO_VNNI: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512;
+const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
+const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
+
+const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+const Q8_Q4: &[DType] = &[DType::Q8_0, DType::Q4_0];
+const Q4_0: &[DType] = &[DType::Q4_0];
+const K_QUANTS: &[DType] = &[DType::Q4_K, DType::Q6_K];
+/// The quantised types the integer kernels read (see `quant_format`).
+const INTEGER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K];
+
+const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
+const ONE: RangeInclusive<usize> = 1..=1;
+const DOT_COLS: RangeInclusive<usize> = 1..=DOT_MAX_N;
+const MORE_THAN_DOT: RangeInclusive<usize> = DOT_MAX_N + 1..=usize::MAX;
+const MORE_THAN_DIRECT: RangeInclusive<usize> = DIRECT_MAX_N + 1..=usize::MAX;
+
+const ANY_BYTES: RangeInclusive<usize> = 0..=usize::MAX;
+/// Rows of no values.
+const EMPTY: RangeInclusive<usize> = 0..=0;
+const SHORT: RangeInclusive<usize> = 0..=SHORT_ROW_BYTES;
+const TRANSPOSED_SHORT: RangeInclusive<usize> = 0..=TRANSPOSED_MAX_ROW_BYTES;
+
+/// The paths, first fit first.
+#[rustfmt::skip]
+const RULES: &[Rule] = &[
+    //   ISAs          weights         rows    columns               row bytes         path
+    // float weights
+    rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
+    rule(AVX512_UP,    Only(FLOATS),   Packed, ONE,                  ANY_BYTES,        FloatRowStream),
+    // AVX2 streams short rows; long ones go four side by side with
+    // prefetch (the dot tiles), which measured faster than streamed
+    // (docs/performance.md)
+    rule(AVX2,         Only(FLOATS),   Packed, ONE,                  SHORT,            FloatRowStream),
+    rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
+    rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
+    // quantised weights; rows not packed fall through to the last rule
+    rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
+    rule(VNNI,         Only(Q4_0),     Packed, ONE,                  TRANSPOSED_SHORT, TransposedMatvec),
+    rule(VNNI,         Only(Q4_0),     Packed, ONE,                  ANY_BYTES,        BlockMatvec),
+    rule(AVX2_NO_VNNI, Only(Q8_Q4),    Packed, 1..=BLOCK_DOT_MAX_N,  ANY_BYTES,        BlockDotAvx2),
+    rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
+    rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
+    // below AVX2, many columns go faster through the float GEMM, its
+    // weight panels dequantised as they are packed (and, as for float
+    // weights, rows of no values give zeros)
+    rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        EMPTY,            Zeros),
+    rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
+    rule(VNNI,         Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        QuantFused),
+    rule(ANY_ISA,      Only(INTEGER),  Packed, ANY_COLS,             ANY_BYTES,        QuantDirect),
+    rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
+];
+
+/// What the table looks at.
+struct Product {
+    isa: Isa,
+    dtype: DType,
+    packed: bool,
+    cols: usize,
+    row_bytes: usize,
+}
+
+impl Rule {
+    fn fits(&self, p: &Product) -> bool {
+        let weights = match self.weights {
+            Float => !p.dtype.is_quantized(),
+            Quantized => p.dtype.is_quantized(),
+            Only(types) => types.contains(&p.dtype),
+        };
+        let rows = match self.rows {
+            Packed => p.packed,
+            Any => true,
+        };
+        weights
+            && rows
+            && self.isa.contains(&p.isa)
+            && self.cols.contains(&p.cols)
+            && self.row_bytes.contains(&p.row_bytes)
+    }
+}
+
+/// The path for the weights `a` times `n` columns with the kernels of
+/// `isa`.
+pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
+    let product = Product {
+        isa,
+        dtype: a.dtype,
+        packed: a.elem_stride == a.dtype.type_size(),
+        cols: n,
+        row_bytes: a.k / a.dtype.block_size() * a.dtype.type_size(),
+    };
+    RULES
+        .iter()
+        .find(|r| r.fits(&product))
+        .map(|r| r.path)
+        .expect("the last rules take any float and any quantised weights")
+}
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m`, `j < b.len()`, with the
+/// kernels of `isa`.
+pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let n = b.0.len();
+    if m == 0 || n == 0 {
+        return;
+    }
+    let format = || format(a.dtype).expect("integer paths take Q8_0, Q4_0, Q4_K and Q6_K only");
+    match path(isa, &a, n) {
+        Zeros => {
+            for &o in &out.0 {
+                // SAFETY: every output column holds m values.
+                unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
+            }
+        }
+        FloatRowStream => float::row_stream::matvec(isa, a, m, b, out),
+        FloatDot => float::dot::gemm(isa, a, m, b, out),
+        FloatPacked => float::packed::gemm(isa, a, m, b, out),
+        Dequantized => dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out)),
+        #[cfg(target_arch = "x86_64")]
+        KQuantDot => kquant_dot::gemm(isa, a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        TransposedMatvec => transposed_matvec::matvec(a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        BlockMatvec => block_matvec::matvec(a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        BlockDotAvx2 => block_dot_avx2::gemm(a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        BlockGemmAvx2 => block_gemm_avx2::gemm(a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        QuantPanel => quant_dot::panel::gemm(format(), a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        QuantFused => quant_dot::fused::gemm(format(), a, m, b, out),
+        QuantDirect => quant_dot::direct::gemm(isa, format(), a, m, b, out),
+        // elsewhere the instruction set is always `Portable`, which the
+        // rules of the x86-64 paths never take
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => quant_dot::direct::gemm(Isa::Portable, format(), a, m, b, out),
+    }
+}

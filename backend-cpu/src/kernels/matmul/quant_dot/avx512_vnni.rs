@@ -1,0 +1,504 @@
+//! The kernels of the direct, fused and panel paths for AVX-512 VNNI
+//! (`vpdpbusd`), and the packing of the panel path.
+
+use std::arch::x86_64::*;
+
+use super::operands::{ColsQ, DIRECT_R, Decoded, FusedRows, PANEL_C, PANEL_R};
+use crate::kernels::math::{f16_at, hsum256};
+use crate::kernels::matmul::quant_format::Format;
+use crate::kernels::matmul::register_transpose::transpose16;
+use crate::kernels::matmul::row_streaming::matvec_one_row;
+
+/// Direct kernel for 32-value blocks: one 256-bit `vpdpbusd` per
+/// block, row and column.
+///
+/// # Safety
+/// As for `direct::DirectFn`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(super) unsafe fn direct_vnni32<const R: usize, const C: usize>(
+    f: &Format,
+    nb: usize,
+    w: &Decoded,
+    x: &ColsQ,
+    out: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut macc = [[0f32; C]; R];
+        for blk in 0..nb {
+            let mut xs = [_mm256_setzero_si256(); C];
+            let mut init = [_mm256_setzero_si256(); C];
+            let mut dx = [0f32; C];
+            for c in 0..C {
+                xs[c] = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
+                init[c] = _mm256_set1_epi32(*x.bias[c].add(blk));
+                dx[c] = *x.d[c].add(blk);
+            }
+            for r in 0..R {
+                let u = _mm256_loadu_si256(w.codes.add(r * w.stride + blk * 32) as *const __m256i);
+                let dw = *w.dw.add(r * w.sstride + blk);
+                for c in 0..C {
+                    let p = _mm256_dpbusd_epi32(init[c], u, xs[c]);
+                    let s = _mm256_set1_ps(dw * dx[c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[r][c]);
+                }
+                if f.has_min {
+                    let mw = *w.mw.add(r * w.sstride + blk);
+                    for c in 0..C {
+                        macc[r][c] += mw * *x.sx[c].add(blk);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                *out.add(r * C + c) += hsum256(acc[r][c]) - macc[r][c];
+            }
+        }
+    }
+}
+
+/// Direct kernel for 16-value blocks (Q6_K), with 128-bit dots.
+///
+/// # Safety
+/// As for `direct::DirectFn`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(super) unsafe fn direct_vnni16<const R: usize, const C: usize>(
+    f: &Format,
+    nb: usize,
+    w: &Decoded,
+    x: &ColsQ,
+    out: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        let mut acc = [[_mm_setzero_ps(); C]; R];
+        let mut macc = [[0f32; C]; R];
+        for blk in 0..nb {
+            let mut xs = [_mm_setzero_si128(); C];
+            let mut init = [_mm_setzero_si128(); C];
+            let mut dx = [0f32; C];
+            for c in 0..C {
+                xs[c] = _mm_loadu_si128(x.codes[c].add(blk * 16) as *const __m128i);
+                init[c] = _mm_set1_epi32(*x.bias[c].add(blk));
+                dx[c] = *x.d[c].add(blk);
+            }
+            for r in 0..R {
+                let u = _mm_loadu_si128(w.codes.add(r * w.stride + blk * 16) as *const __m128i);
+                let dw = *w.dw.add(r * w.sstride + blk);
+                for c in 0..C {
+                    let p = _mm_dpbusd_epi32(init[c], u, xs[c]);
+                    let s = _mm_set1_ps(dw * dx[c]);
+                    acc[r][c] = _mm_fmadd_ps(_mm_cvtepi32_ps(p), s, acc[r][c]);
+                }
+                if f.has_min {
+                    let mw = *w.mw.add(r * w.sstride + blk);
+                    for c in 0..C {
+                        macc[r][c] += mw * *x.sx[c].add(blk);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                let v = acc[r][c];
+                let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+                let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+                *out.add(r * C + c) += _mm_cvtss_f32(s) - macc[r][c];
+            }
+        }
+    }
+}
+
+/// The panel kernel: 32 interleaved rows times PANEL_C columns over
+/// `nb` blocks, into `tile[c][r]`.
+///
+/// # Safety
+/// The panel holds `nb` blocks of 32 rows; the activation tile `nb`
+/// blocks of PANEL_C columns.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(super) unsafe fn panel_vnni(
+    f: &Format,
+    nb: usize,
+    codes: *const u8,
+    dw: *const f32,
+    mw: *const f32,
+    xcodes: *const i8,
+    xd: *const f32,
+    xbias: *const i32,
+    xsx: *const f32,
+    tile: &mut [[f32; PANEL_R]; PANEL_C],
+) {
+    const C: usize = PANEL_C;
+    let steps = f.qb / 4;
+    // SAFETY: caller's contract.
+    unsafe {
+        let mut fa0 = [_mm512_setzero_ps(); C];
+        let mut fa1 = [_mm512_setzero_ps(); C];
+        let mut wp = codes;
+        let mut xp = xcodes as *const i32;
+        for blk in 0..nb {
+            let mut ia0 = [_mm512_setzero_si512(); C];
+            let mut ia1 = [_mm512_setzero_si512(); C];
+            for c in 0..C {
+                let b = _mm512_set1_epi32(*xbias.add(blk * C + c));
+                ia0[c] = b;
+                ia1[c] = b;
+            }
+            for _ in 0..steps {
+                let w0 = _mm512_loadu_si512(wp as *const __m512i);
+                let w1 = _mm512_loadu_si512(wp.add(64) as *const __m512i);
+                for c in 0..C {
+                    let xb = _mm512_set1_epi32(*xp.add(c));
+                    ia0[c] = _mm512_dpbusd_epi32(ia0[c], w0, xb);
+                    ia1[c] = _mm512_dpbusd_epi32(ia1[c], w1, xb);
+                }
+                wp = wp.add(128);
+                xp = xp.add(C);
+            }
+            let d0 = _mm512_loadu_ps(dw.add(blk * PANEL_R));
+            let d1 = _mm512_loadu_ps(dw.add(blk * PANEL_R + 16));
+            for c in 0..C {
+                let dx = _mm512_set1_ps(*xd.add(blk * C + c));
+                fa0[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia0[c]), d0), dx, fa0[c]);
+                fa1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia1[c]), d1), dx, fa1[c]);
+            }
+            if f.has_min {
+                let m0 = _mm512_loadu_ps(mw.add(blk * PANEL_R));
+                let m1 = _mm512_loadu_ps(mw.add(blk * PANEL_R + 16));
+                for c in 0..C {
+                    let sx = _mm512_set1_ps(*xsx.add(blk * C + c));
+                    fa0[c] = _mm512_fnmadd_ps(m0, sx, fa0[c]);
+                    fa1[c] = _mm512_fnmadd_ps(m1, sx, fa1[c]);
+                }
+            }
+        }
+        for c in 0..C {
+            _mm512_storeu_ps(tile[c].as_mut_ptr(), fa0[c]);
+            _mm512_storeu_ps(tile[c].as_mut_ptr().add(16), fa1[c]);
+        }
+    }
+}
+
+/// Widens the f16 scales (first two bytes) of `nb` blocks of `ts`
+/// bytes into `out`, 16 at a time with a gather (narrow stores and a
+/// wide reload would stall on store forwarding).
+///
+/// # Safety
+/// `row` must hold that many blocks (of at least 4 bytes).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn block_scales(row: *const u8, ts: usize, nb: usize, out: &mut [f32]) {
+    let mut b = 0;
+    // SAFETY: caller's contract; each gathered dword lies in its block.
+    unsafe {
+        let idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(ts as i32),
+        );
+        while b + 16 <= nb {
+            let g = _mm512_i32gather_epi32::<1>(idx, row.add(b * ts) as *const i32);
+            let wide = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+            _mm512_storeu_ps(out.as_mut_ptr().add(b), wide);
+            b += 16;
+        }
+        while b < nb {
+            out[b] =
+                ggraph_core::quant::f16_to_f32((row.add(b * ts) as *const u16).read_unaligned());
+            b += 1;
+        }
+    }
+}
+
+/// `count` rows of Q8_0/Q4_0 blocks (`nb` each, `stride` bytes apart
+/// from `first`) times one quantised column, into `out[0..count]`.
+///
+/// # Safety
+/// The rows and the column hold `nb` blocks; `out` holds `count`
+/// values.
+pub(super) unsafe fn fused_matvec(
+    dtype: ggraph_core::DType,
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    nb: usize,
+    x: &ColsQ,
+    ahead: usize,
+    out: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        if dtype == ggraph_core::DType::Q4_0 {
+            fused_matvec_rows::<true>(first, stride, count, nb, x, ahead, out)
+        } else {
+            fused_matvec_rows::<false>(first, stride, count, nb, x, ahead, out)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn fused_matvec_rows<const Q4: bool>(
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    nb: usize,
+    x: &ColsQ,
+    ahead: usize,
+    out: *mut f32,
+) {
+    const R: usize = DIRECT_R;
+    let ts = if Q4 { 18 } else { 34 };
+    let grouped = !matvec_one_row(nb * ts);
+    // SAFETY: caller's contract: every row i < count exists.
+    unsafe {
+        let mut i = 0;
+        while grouped && i + R <= count {
+            let mut rows = [std::ptr::null::<u8>(); R];
+            for (q, row) in rows.iter_mut().enumerate() {
+                *row = first.add((i + q) * stride);
+            }
+            let mut res = [0f32; R];
+            fused_vnni::<R, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
+            std::ptr::copy_nonoverlapping(res.as_ptr(), out.add(i), R);
+            i += R;
+        }
+        while i < count {
+            let mut rows = [std::ptr::null::<u8>(); R];
+            rows[0] = first.add(i * stride);
+            let mut res = [0f32; R];
+            fused_vnni::<1, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
+            *out.add(i) = res[0];
+            i += 1;
+        }
+    }
+}
+
+/// Codes of blocks `blk` and `blk + 1` of a Q8_0 (`Q4 = false`) or Q4_0
+/// row as one zmm of unsigned bytes, block `blk` in the low half.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn pair_codes<const Q4: bool>(row: *const u8, blk: usize) -> __m512i {
+    // SAFETY: caller's contract (both blocks exist).
+    unsafe {
+        if Q4 {
+            let p = row.add(blk * 18 + 2);
+            let lo = _mm_loadu_si128(p as *const __m128i);
+            let hi = _mm_loadu_si128(p.add(18) as *const __m128i);
+            let t = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(t), _mm256_srli_epi16::<4>(t));
+            let z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+            // [n0, n1, n0 >> 4, n1 >> 4] -> [n0, n0 >> 4, n1, n1 >> 4]
+            _mm512_shuffle_i64x2::<0xd8>(z, z)
+        } else {
+            let p = row.add(blk * 34 + 2);
+            let lo = _mm256_loadu_si256(p as *const __m256i);
+            let hi = _mm256_loadu_si256(p.add(34) as *const __m256i);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+            _mm512_xor_si512(z, _mm512_set1_epi8(-128))
+        }
+    }
+}
+
+/// Codes of one block as a ymm of unsigned bytes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn one_codes<const Q4: bool>(row: *const u8, blk: usize) -> __m256i {
+    // SAFETY: caller's contract (the block exists).
+    unsafe {
+        if Q4 {
+            let t = _mm_loadu_si128(row.add(blk * 18 + 2) as *const __m128i);
+            let z = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(t), _mm_srli_epi16::<4>(t));
+            _mm256_and_si256(z, _mm256_set1_epi8(0x0f))
+        } else {
+            let z = _mm256_loadu_si256(row.add(blk * 34 + 2) as *const __m256i);
+            _mm256_xor_si256(z, _mm256_set1_epi8(-128))
+        }
+    }
+}
+
+/// The f16 scales of blocks `blk` and `blk + 1`, widened and spread
+/// over the halves of a zmm.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+unsafe fn pair_scales<const Q4: bool>(row: *const u8, blk: usize) -> __m512 {
+    let ts = if Q4 { 18 } else { 34 };
+    // SAFETY: caller's contract (both blocks exist).
+    unsafe {
+        let p = row.add(blk * ts);
+        let d0 = (p as *const u16).read_unaligned() as i32;
+        let d1 = (p.add(ts) as *const u16).read_unaligned() as i32;
+        let two = _mm_cvtph_ps(_mm_cvtsi32_si128(d0 | (d1 << 16)));
+        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
+    }
+}
+
+/// Two consecutive f32 (or i32) values spread over the halves of a zmm.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn pair_ps(p: *const f32) -> __m512 {
+    // SAFETY: caller's contract (two values at p).
+    unsafe {
+        let two = _mm512_castpd_ps(_mm512_set1_pd((p as *const f64).read_unaligned()));
+        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm512_permutexvar_ps(idx, two)
+    }
+}
+
+/// The fused direct kernel: R rows of Q8_0/Q4_0 blocks times C
+/// quantised columns over `nb` blocks, two blocks per `vpdpbusd`.
+///
+/// # Safety
+/// The rows hold `nb` blocks, the columns `nb` blocks of codes and
+/// scales; out holds R * C values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+pub(super) unsafe fn fused_vnni<const R: usize, const C: usize, const Q4: bool>(
+    nb: usize,
+    w: &FusedRows,
+    x: &ColsQ,
+    out: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        let mut blk = 0;
+        while blk + 2 <= nb {
+            let mut xs = [_mm512_setzero_si512(); C];
+            let mut init = [_mm512_setzero_si512(); C];
+            let mut dx = [_mm512_setzero_ps(); C];
+            for c in 0..C {
+                xs[c] = _mm512_loadu_si512(x.codes[c].add(blk * 32) as *const __m512i);
+                init[c] = _mm512_castps_si512(pair_ps(x.bias[c].add(blk) as *const f32));
+                dx[c] = pair_ps(x.d[c].add(blk));
+            }
+            for r in 0..R {
+                // the weights are read once, a chunk of nb blocks at a time:
+                // fetch the next chunk of the row while this one is computed
+                let ts = if Q4 { 18 } else { 34 };
+                // both ends of the pair: a 68-byte step alone would skip
+                // a cache line now and then
+                let ahead = w.rows[r].wrapping_add(blk * ts + w.ahead);
+                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(2 * ts - 1) as *const i8);
+                let u = pair_codes::<Q4>(w.rows[r], blk);
+                let dw = pair_scales::<Q4>(w.rows[r], blk);
+                for c in 0..C {
+                    let p = _mm512_dpbusd_epi32(init[c], u, xs[c]);
+                    let s = _mm512_mul_ps(dw, dx[c]);
+                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[r][c]);
+                }
+            }
+            blk += 2;
+        }
+        let mut tail = [[0f32; C]; R];
+        if blk < nb {
+            for r in 0..R {
+                let u = one_codes::<Q4>(w.rows[r], blk);
+                let dw = f16_at(w.rows[r].add(blk * if Q4 { 18 } else { 34 }));
+                for c in 0..C {
+                    let xs = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
+                    let init = _mm256_set1_epi32(*x.bias[c].add(blk));
+                    let p = _mm256_dpbusd_epi32(init, u, xs);
+                    tail[r][c] = hsum256(_mm256_cvtepi32_ps(p)) * dw * *x.d[c].add(blk);
+                }
+            }
+        }
+        for r in 0..R {
+            for c in 0..C {
+                *out.add(r * C + c) += _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+            }
+        }
+    }
+}
+
+/// Interleaves `nb` blocks (from block `blk0`) of 32 Q8_0 or Q4_0 rows
+/// into a panel: codes `[step][32 rows][4]`, scales `[block][32 rows]`.
+/// Null rows (past the end of the matrix) get zero codes and scales.
+///
+/// # Safety
+/// Non-null rows hold blocks `blk0..blk0 + nb`; `codes` has room for
+/// `nb * 32 * 32` bytes and `dw` for `nb * 32` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn repack_panel(
+    q4: bool,
+    rows: &[*const u8; PANEL_R],
+    blk0: usize,
+    nb: usize,
+    codes: *mut u8,
+    dw: *mut f32,
+) {
+    let ts = if q4 { 18 } else { 34 };
+    // SAFETY: caller's contract.
+    unsafe {
+        for half in 0..2 {
+            let mut b = 0;
+            while b < nb {
+                let two = b + 2 <= nb;
+                let mut r = [_mm512_setzero_ps(); 16];
+                for (i, v) in r.iter_mut().enumerate() {
+                    let p = rows[half * 16 + i];
+                    if p.is_null() {
+                        continue;
+                    }
+                    let z = match (q4, two) {
+                        (true, true) => pair_codes::<true>(p, blk0 + b),
+                        (false, true) => pair_codes::<false>(p, blk0 + b),
+                        (true, false) => _mm512_zextsi256_si512(one_codes::<true>(p, blk0 + b)),
+                        (false, false) => _mm512_zextsi256_si512(one_codes::<false>(p, blk0 + b)),
+                    };
+                    *v = _mm512_castsi512_ps(z);
+                }
+                // r[i] holds 16 dwords of row i; afterwards r[j] holds
+                // dword j of the 16 rows: one panel step
+                transpose16(&mut r);
+                let steps = if two { 16 } else { 8 };
+                for (j, v) in r.iter().enumerate().take(steps) {
+                    _mm512_storeu_ps(
+                        codes.add(((b * 8 + j) * PANEL_R + half * 16) * 4) as *mut f32,
+                        *v,
+                    );
+                }
+                b += if two { 2 } else { 1 };
+            }
+        }
+        let mut tmp = [0f32; 64];
+        for (r, p) in rows.iter().enumerate() {
+            let mut b = 0;
+            while b < nb {
+                let len = 64.min(nb - b);
+                if p.is_null() {
+                    tmp[..len].fill(0.0);
+                } else {
+                    block_scales(p.add((blk0 + b) * ts), ts, len, &mut tmp[..len]);
+                }
+                for t in 0..len {
+                    *dw.add((b + t) * PANEL_R + r) = tmp[t];
+                }
+                b += len;
+            }
+        }
+    }
+}
+
+/// Interleaves 16 decoded rows (`len` codes each, `len` a multiple of
+/// 64, rows `len` bytes apart) into rows `16 * half ..` of a panel.
+///
+/// # Safety
+/// `rows` holds 16 * len bytes; `panel` len / 4 steps of 32 rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+pub(super) unsafe fn interleave16(rows: *const u8, len: usize, panel: *mut u8, half: usize) {
+    // SAFETY: caller's contract.
+    unsafe {
+        for seg in 0..len / 64 {
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, v) in r.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(rows.add(i * len + seg * 64) as *const f32);
+            }
+            transpose16(&mut r);
+            for (j, v) in r.iter().enumerate() {
+                let step = seg * 16 + j;
+                _mm512_storeu_ps(panel.add((step * PANEL_R + half * 16) * 4) as *mut f32, *v);
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! How the kernels stream weight rows from memory: which rows are short,
+//! how far ahead to prefetch, and how many rows a one-column call takes.
+
+/// Weight bytes the one-column mat-vec kernels keep in flight ahead of
+/// the ones they read. A mat-vec streams each weight once, mostly from
+/// memory, so the prefetch must cover the memory latency at the rate one
+/// core consumes: with weights larger than the L3, 4-8 KiB ahead measured
+/// faster than 2 KiB (one group of four 544-byte rows) and than 16-32 KiB
+/// (docs/performance.md).
+pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
+
+/// How far ahead of a group of short rows (`group_bytes` apart, the
+/// rows of one kernel call) the kernel prefetches: whole groups, at least
+/// one, covering [`PREFETCH_BYTES`].
+pub(crate) fn short_rows_ahead(group_bytes: usize) -> usize {
+    let group = group_bytes.max(1);
+    PREFETCH_BYTES.div_ceil(group) * group
+}
+
+/// Rows of at most this many bytes are short: read whole, they are
+/// prefetched a group of rows at a time ([`short_rows_ahead`]), and on
+/// AVX2 a single float column streams them one at a time.
+pub(crate) const SHORT_ROW_BYTES: usize = 4096;
+
+/// The prefetch distance of a kernel call that reads whole rows of
+/// `row_bytes`, `group_bytes` per group of rows: whole groups for short
+/// rows, else `along` bytes further along each row.
+pub(crate) fn rows_ahead(row_bytes: usize, group_bytes: usize, along: usize) -> usize {
+    if row_bytes <= SHORT_ROW_BYTES {
+        short_rows_ahead(group_bytes)
+    } else {
+        along
+    }
+}
+
+/// The prefetch distance of a one-column kernel call that reads groups
+/// of rows of `group_bytes`: whole groups ahead, however long the rows.
+/// Fetching the same place in the next group of rows measured faster
+/// than fetching further along each row, for long rows too, on AVX-512
+/// (docs/performance.md). With 8 columns the same rule was slower for
+/// Q6_K, so kernels for several columns keep [`rows_ahead`], as do the
+/// AVX2 kernels (not measured with this rule).
+pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
+    short_rows_ahead(group_bytes)
+}
+
+/// Whether a quantised one-column kernel reads rows of `row_bytes` one
+/// per call (else four): rows of 2 KiB or more, so that each task streams
+/// its rows in order. Four rows side by side (four streams a row apart)
+/// share the column's loads but measured slower on long rows, for every
+/// quantised type. Shorter rows keep four per call, which measured faster
+/// on the small model's Q8_0 rows (544 and 1496 bytes); see
+/// docs/performance.md.
+pub(crate) fn matvec_one_row(row_bytes: usize) -> bool {
+    row_bytes >= 2048
+}
+
+/// The prefetch distance of the quantised one-column kernels over rows
+/// `stride` bytes apart: [`matvec_ahead`] of four rows, the distance
+/// measured when four rows went per call.
+pub(crate) fn matvec_prefetch(stride: usize) -> usize {
+    matvec_ahead(4 * stride)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_rows_prefetch_whole_groups_at_least_prefetch_bytes_ahead() {
+        // four 544-byte Q8_0 rows: four groups; eight 288-byte Q4_0 rows:
+        // four groups; a group longer than the distance: one group
+        assert_eq!(short_rows_ahead(4 * 544), 4 * 4 * 544);
+        assert_eq!(short_rows_ahead(8 * 288), 4 * 8 * 288);
+        assert_eq!(short_rows_ahead(16 << 10), 16 << 10);
+        for group in [1, 100, 2176, 4096, 8191, 8192, 8193] {
+            let ahead = short_rows_ahead(group);
+            assert_eq!(ahead % group, 0);
+            assert!(ahead >= PREFETCH_BYTES && ahead < PREFETCH_BYTES + group);
+        }
+        assert!(short_rows_ahead(0) >= PREFETCH_BYTES);
+    }
+}

@@ -1,0 +1,201 @@
+//! Every path against an f64 product of the dequantised weights.
+
+use ggraph_core::{DType, quant};
+
+use super::dispatch::gemm as gemm_with;
+use super::operands::{Cols, WeightRows};
+use crate::kernels::isa::{self, Isa};
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Runs `gemm_with(isa, ..)` on an m x k weight matrix of `dtype` and
+/// n columns, returning the squared error against an f64 product of
+/// the dequantised weights and the f32 activations, relative to the
+/// sum of the squared terms (so that a dot product that happens to
+/// cancel to near zero does not inflate the figure).
+fn gemm_error(isa: Isa, dtype: DType, m: usize, n: usize, k: usize) -> f64 {
+    gemm_error_rows_apart(isa, dtype, m, n, k, 0)
+}
+
+/// As `gemm_error`, with `pad` bytes between one weight row's end and
+/// the next row's start (a view of every row of a wider tensor).
+fn gemm_error_rows_apart(isa: Isa, dtype: DType, m: usize, n: usize, k: usize, pad: usize) -> f64 {
+    let w = values(m * k, (m * 31 + k) as u32);
+    let x = values(n * k, (n * 7 + k) as u32);
+    product_error(isa, dtype, &w, &x, m, n, pad)
+}
+
+/// The error of `gemm_with(isa, ..)` (as `gemm_error`) for m weight
+/// rows `w` quantised to `dtype`, `pad` bytes apart, times the n
+/// columns `x`.
+fn product_error(
+    isa: Isa,
+    dtype: DType,
+    w: &[f32],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    pad: usize,
+) -> f64 {
+    let k = w.len() / m;
+    let packed = quant::quantize(dtype, w).unwrap();
+    let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
+    let row_bytes = dtype.row_size(k).unwrap();
+    let stride = row_bytes + pad;
+    let mut bytes = vec![0xffu8; m * stride];
+    for (i, row) in packed.chunks(row_bytes).enumerate() {
+        bytes[i * stride..i * stride + row_bytes].copy_from_slice(row);
+    }
+    let mut y = vec![f32::NAN; n * m];
+    let a = WeightRows {
+        ptr: bytes.as_ptr(),
+        stride,
+        elem_stride: dtype.type_size(),
+        dtype,
+        k,
+    };
+    let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+    let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
+    gemm_with(isa, a, m, &b, &out);
+    let (mut num, mut den) = (0f64, 0f64);
+    for j in 0..n {
+        for i in 0..m {
+            let terms = (0..k).map(|t| wq[i * k + t] as f64 * x[j * k + t] as f64);
+            let want: f64 = terms.clone().sum();
+            num += (y[j * m + i] as f64 - want).powi(2);
+            den += terms.map(|v| v * v).sum::<f64>();
+        }
+    }
+    num / den.max(1e-30)
+}
+
+/// Every weight type the mul_mat kernels take.
+const WEIGHT_TYPES: [DType; 7] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_K,
+    DType::Q6_K,
+];
+
+/// The largest `gemm_error` a kernel may make with weights of `dtype`.
+fn nmse_bound(dtype: DType) -> f64 {
+    if dtype.is_quantized() { 1e-4 } else { 1e-9 }
+}
+
+#[test]
+fn every_kernel_matches_the_reference_product() {
+    for isa in isa::all_supported() {
+        for dtype in WEIGHT_TYPES {
+            let ks: &[usize] = match dtype.block_size() {
+                // 1100 and 4200: F16/F32 rows past the dot path's
+                // short-row size
+                1 => &[3, 67, 300, 1100, 4200],
+                32 => &[32, 96, 2112],
+                _ => &[256, 2304],
+            };
+            let bound = nmse_bound(dtype);
+            for &k in ks {
+                // column counts on both sides of the path thresholds
+                for (m, n) in [
+                    (1, 1),
+                    (37, 1),
+                    (33, 3),
+                    (31, 4),
+                    (29, 5),
+                    (41, 6),
+                    (19, 7),
+                    (70, 8),
+                    (45, 9),
+                    (67, 29),
+                    // row blocks of the integer GEMM, the last partial
+                    (300, 12),
+                ] {
+                    let e = gemm_error(isa, dtype, m, n, k);
+                    assert!(
+                        e <= bound,
+                        "{isa:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn codes_at_their_extremes_do_not_saturate() {
+    // every block of 16 values starts at -1 and goes on at +1, so that
+    // nearly every weight code is at its largest magnitude; times
+    // activations of all ones (codes of 127), the kernels' 16-bit pair
+    // sums reach the most each format allows them
+    let k = 2304;
+    let w: Vec<f32> = (0..45 * k)
+        .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    for isa in isa::all_supported() {
+        for dtype in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+            for n in [1, 3, 8, 9, 29] {
+                let x = vec![1.0f32; n * k];
+                let e = product_error(isa, dtype, &w, &x, 45, n, 0);
+                let bound = nmse_bound(dtype);
+                assert!(e <= bound, "{isa:?} {dtype} n={n}: nmse {e:e} > {bound:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn many_columns_go_in_blocks_that_match_the_reference_product() {
+    // 4100 columns of 300 values: past the packed GEMM's block of
+    // activations (4 MiB of packed values) for every kernel, so the
+    // product is made in two blocks of columns
+    for isa in isa::all_supported() {
+        for dtype in [DType::F32, DType::F16, DType::Q4_K] {
+            let k = if dtype.is_quantized() { 512 } else { 300 };
+            let e = gemm_error(isa, dtype, 5, 4100, k);
+            let bound = nmse_bound(dtype);
+            assert!(e <= bound, "{isa:?} {dtype} k={k}: nmse {e:e} > {bound:e}");
+        }
+    }
+}
+
+#[test]
+fn weight_rows_apart_in_memory_match_the_reference_product() {
+    // rows further apart than their length (a view of a wider
+    // tensor): the one-column row streams, the tiles and the GEMM
+    // must step by the stride, never read the gap (filled with 0xff,
+    // a NaN for the float types)
+    for isa in isa::all_supported() {
+        for dtype in WEIGHT_TYPES {
+            let ks: &[usize] = match dtype.block_size() {
+                1 => &[67, 300, 1100],
+                32 => &[96, 2112],
+                _ => &[256, 2304],
+            };
+            let bound = nmse_bound(dtype);
+            for &k in ks {
+                for pad in [4, 64, 100] {
+                    for (m, n) in [(37, 1), (21, 2), (19, 5), (45, 9)] {
+                        let e = gemm_error_rows_apart(isa, dtype, m, n, k, pad);
+                        assert!(
+                            e <= bound,
+                            "{isa:?} {dtype} m={m} n={n} k={k} pad={pad}: nmse {e:e} > {bound:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
