@@ -4,8 +4,8 @@ use std::any::Any;
 use std::sync::{Arc, Weak};
 
 use ggraph_core::backend::{
-    Backend, Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, HostMemory,
-    MemoryInfo, MemorySource,
+    Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, HostMemory, MemoryInfo,
+    MemorySource, Stream,
 };
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
@@ -94,7 +94,7 @@ impl Device for CpuDevice {
         false
     }
 
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         let me: Arc<dyn Device> = self
             .me
             .upgrade()

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use ggraph_core::backend::{
-    Backend, Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, DevicePerf,
-    HostMemory, MemoryInfo, MemorySource,
+    Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, DevicePerf, HostMemory,
+    MemoryInfo, MemorySource, Stream,
 };
 use ggraph_core::ir::{Graph, OpKind, TensorId};
 use ggraph_core::{Error, Result};
@@ -157,7 +157,7 @@ impl Device for SimDevice {
         ggraph_core::backend::batch_offload_rule(graph, node, self.config.offload_min_batch)
     }
 
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         let me: Arc<dyn Device> = self
             .me
             .upgrade()

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ggraph_core::backend::{Backend, Buffer, Device};
+use ggraph_core::backend::{Buffer, Device, Stream};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
@@ -96,7 +96,7 @@ impl CpuStream {
     }
 }
 
-impl Backend for CpuStream {
+impl Stream for CpuStream {
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         match &self.team {
             Some(team) => team.run(|| self.run(graph, nodes)),

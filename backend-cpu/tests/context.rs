@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ggraph_conformance::nmse;
 use ggraph_conformance::reference;
-use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
+use ggraph_core::backend::{BufferType, Device, DeviceKind, MemoryInfo, Stream};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result, quant};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
@@ -439,7 +439,7 @@ struct Flaky {
 }
 
 struct FlakyStream {
-    inner: Box<dyn Backend>,
+    inner: Box<dyn Stream>,
     fail: Arc<AtomicBool>,
 }
 
@@ -465,15 +465,15 @@ impl Device for Flaky {
     fn supports_op(&self, g: &Graph, n: TensorId) -> bool {
         self.cpu.supports_op(g, n)
     }
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         Ok(Box::new(FlakyStream {
-            inner: self.cpu.new_backend()?,
+            inner: self.cpu.new_stream()?,
             fail: self.fail.clone(),
         }))
     }
 }
 
-impl Backend for FlakyStream {
+impl Stream for FlakyStream {
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(ggraph_core::Error::backend("flaky-CPU", "injected failure"));

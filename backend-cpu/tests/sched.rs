@@ -610,8 +610,8 @@ impl Device for RefusingCpu {
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         graph.tensor(node).op.kind() != self.refuses && self.cpu.supports_op(graph, node)
     }
-    fn new_backend(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Backend>> {
-        self.cpu.new_backend()
+    fn new_stream(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Stream>> {
+        self.cpu.new_stream()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ggraph_conformance::{self as conformance, Outcome};
 use ggraph_core::Result;
-use ggraph_core::backend::{Backend, BufferType, Device, DeviceKind, MemoryInfo};
+use ggraph_core::backend::{BufferType, Device, DeviceKind, MemoryInfo, Stream};
 use ggraph_core::ir::{Graph, Op, OpKind, TensorId};
 use ggraph_cpu::CpuDevice;
 
@@ -16,7 +16,7 @@ struct Mutant {
 }
 
 struct MutantStream {
-    inner: Box<dyn Backend>,
+    inner: Box<dyn Stream>,
 }
 
 impl Device for Mutant {
@@ -38,14 +38,14 @@ impl Device for Mutant {
     fn supports_op(&self, g: &Graph, n: TensorId) -> bool {
         self.cpu.supports_op(g, n)
     }
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         Ok(Box::new(MutantStream {
-            inner: self.cpu.new_backend()?,
+            inner: self.cpu.new_stream()?,
         }))
     }
 }
 
-impl Backend for MutantStream {
+impl Stream for MutantStream {
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let mut g = graph.clone();
         for &n in nodes {

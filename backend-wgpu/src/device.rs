@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ggraph_core::backend::{Backend, BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo};
+use ggraph_core::backend::{BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo, Stream};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
@@ -144,7 +144,7 @@ impl Device for WgpuDevice {
         supports::supports(&self.gpu, graph, node)
     }
 
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         Ok(Box::new(WgpuStream::new(self.gpu.clone())))
     }
 }

@@ -10,7 +10,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use ggraph_core::backend::{Backend, Buffer, Event, copy_between};
+use ggraph_core::backend::{Buffer, Event, Stream, copy_between};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
@@ -66,7 +66,7 @@ impl Event for WgpuEvent {
     }
 }
 
-impl Backend for WgpuStream {
+impl Stream for WgpuStream {
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         let gpu = self.gpu().clone();
         let mut rec = Recorder::new(&gpu);

@@ -1,6 +1,6 @@
 //! Buffers and data movement: reads and writes at any offset, fills,
 //! copies within a device, between a wgpu device and the CPU, and between
-//! two wgpu devices, through `copy_between` and `Backend::copy_async`;
+//! two wgpu devices, through `copy_between` and `Stream::copy_async`;
 //! events across devices.
 
 mod common;
@@ -136,7 +136,7 @@ fn check_round_trip(dev: &Arc<dyn Device>, host: &Arc<dyn Device>, via_stream: b
     let h2 = host.buffer_type().alloc(100, BufferUsage::Compute)?;
     let data = pattern(100, 42);
     h.write(0, &data)?;
-    let mut stream = dev.new_backend()?;
+    let mut stream = dev.new_stream()?;
     // host -> device at an unaligned offset, device -> host back
     if via_stream {
         stream.copy_async(h.as_ref(), 0, g.as_ref(), 3, 90)?;
@@ -185,7 +185,7 @@ fn data_moves_between_two_wgpu_devices() {
     for (stream_dev, src, dst) in [(&d0, &a, &b), (&d1, &a, &b), (&d0, &b, &a), (&d1, &b, &a)] {
         let fresh = pattern(256, src.size() as u8 ^ 5);
         src.write(0, &fresh).unwrap();
-        let mut s = stream_dev.new_backend().unwrap();
+        let mut s = stream_dev.new_stream().unwrap();
         s.copy_async(src.as_ref(), 7, dst.as_ref(), 9, 200).unwrap();
         s.synchronize().unwrap();
         let mut got = vec![0u8; 200];
@@ -201,8 +201,8 @@ fn events_order_work_across_devices() {
     };
     let a = d0.buffer_type().alloc(64, BufferUsage::Compute).unwrap();
     let b = d1.buffer_type().alloc(64, BufferUsage::Compute).unwrap();
-    let mut s0 = d0.new_backend().unwrap();
-    let mut s1 = d1.new_backend().unwrap();
+    let mut s0 = d0.new_stream().unwrap();
+    let mut s1 = d1.new_stream().unwrap();
     s0.write_async(a.as_ref(), 0, &pattern(64, 1)).unwrap();
     let e = s0.record_event().unwrap();
     s1.wait_event(e.as_ref()).unwrap();

@@ -280,7 +280,7 @@ fn an_index_outside_its_tensor_is_an_error_at_synchronize() {
         let (g, idx, _buf) = build(kind);
         let kind = kind.split(' ').next().unwrap();
         g.write_i32(idx, &[0, bad, 1]).unwrap();
-        let mut s = dev.new_backend().unwrap();
+        let mut s = dev.new_stream().unwrap();
         s.compute(&g, g.nodes()).unwrap();
         match s.synchronize() {
             Err(ggraph_core::Error::InvalidArgument(msg)) => {

@@ -59,7 +59,7 @@ fn mul_mat(c: &mut Criterion) {
             exec::alloc_one_buffer(&mut graph, &dev.buffer_type()).unwrap();
             graph.write_bytes(w, &weights).unwrap();
             graph.write_f32(x, &values(K * n, 11)).unwrap();
-            let mut backend = dev.new_backend().unwrap();
+            let mut stream = dev.new_stream().unwrap();
             let nodes = [y];
             if let Some(p) = ggml(dtype, n) {
                 println!(
@@ -69,7 +69,7 @@ fn mul_mat(c: &mut Criterion) {
             }
             group.throughput(Throughput::Elements((2 * M * K * n) as u64));
             group.bench_function(BenchmarkId::new("n", n), |bench| {
-                bench.iter(|| backend.compute(&graph, &nodes).unwrap())
+                bench.iter(|| stream.compute(&graph, &nodes).unwrap())
             });
         }
         group.finish();

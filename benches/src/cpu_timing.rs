@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ggraph_core::backend::Backend;
+use ggraph_core::backend::Stream;
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result, quant};
 
@@ -61,14 +61,14 @@ fn cpu_seconds() -> Option<f64> {
 /// with the cores to itself; it tells kernel changes apart when other
 /// work shares the machine).
 pub fn time_case(
-    backend: &mut dyn Backend,
+    stream: &mut dyn Stream,
     copies: &[Case],
     budget: Duration,
     threads: usize,
 ) -> Result<(f64, Option<f64>)> {
     // warm-up: pages, scratch
     for case in copies {
-        backend.compute(&case.graph, &[case.out])?;
+        stream.compute(&case.graph, &[case.out])?;
     }
     let mut times = Vec::new();
     let cpu0 = cpu_seconds();
@@ -76,8 +76,8 @@ pub fn time_case(
     while times.len() < 3.max(copies.len()) || (start.elapsed() < budget && times.len() < 500) {
         let case = &copies[times.len() % copies.len()];
         let t = Instant::now();
-        backend.compute(&case.graph, &[case.out])?;
-        backend.synchronize()?;
+        stream.compute(&case.graph, &[case.out])?;
+        stream.synchronize()?;
         times.push(t.elapsed().as_secs_f64());
     }
     let cpu = match (cpu0, cpu_seconds()) {

@@ -57,12 +57,12 @@ pub fn run_sample(device: &Arc<dyn Device>, weights: DType) -> Result<SampleRun>
     for (id, bytes) in &data {
         graph.write_bytes(*id, bytes)?;
     }
-    let mut backend = device.new_backend()?;
-    backend.compute(&graph, graph.nodes())?;
-    backend.synchronize()?;
+    let mut stream = device.new_stream()?;
+    stream.compute(&graph, graph.nodes())?;
+    stream.synchronize()?;
     let start = Instant::now();
-    backend.compute(&graph, graph.nodes())?;
-    backend.synchronize()?;
+    stream.compute(&graph, graph.nodes())?;
+    stream.synchronize()?;
     let millis = start.elapsed().as_secs_f64() * 1e3;
     let got = graph.read_f32(lg.logits)?;
     let ev = reference::evaluate(&graph, |id| Ok(data[&id].clone()))?;

@@ -62,7 +62,7 @@ pub fn alloc_one_buffer(
 /// Computes every node of `graph` on `device` with a fresh stream and waits
 /// for it. All tensors must be bound to memory the device can use.
 pub fn compute_on(device: &dyn Device, graph: &Graph) -> Result<()> {
-    let mut backend = device.new_backend()?;
-    backend.compute(graph, graph.nodes())?;
-    backend.synchronize()
+    let mut stream = device.new_stream()?;
+    stream.compute(graph, graph.nodes())?;
+    stream.synchronize()
 }

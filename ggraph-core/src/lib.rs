@@ -22,7 +22,7 @@ pub mod quant;
 pub mod sched;
 pub mod util;
 
-pub use backend::{Backend, Buffer, BufferType, BufferUsage, Device, DeviceKind};
+pub use backend::{Buffer, BufferType, BufferUsage, Device, DeviceKind, Stream};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use ir::{Graph, GraphBuilder, TensorId};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use ggraph_core::backend::{
-    Backend, BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo, MemorySource,
+    BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo, MemorySource, Stream,
     batch_offload_rule,
 };
 use ggraph_core::ir::{Graph, TensorId};
@@ -120,7 +120,7 @@ impl Device for GpuDevice {
         batch_offload_rule(graph, node, self.offload_min_batch())
     }
 
-    fn new_backend(&self) -> Result<Box<dyn Backend>> {
+    fn new_stream(&self) -> Result<Box<dyn Stream>> {
         let me: Arc<dyn Device> = self
             .me
             .upgrade()

@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use ggraph_core::backend::{Backend, Buffer, Device, Event, copy_between};
+use ggraph_core::backend::{Buffer, Device, Event, Stream, copy_between};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
@@ -43,7 +43,7 @@ impl GpuStream {
     }
 }
 
-impl Backend for GpuStream {
+impl Stream for GpuStream {
     fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> Result<()> {
         for &n in nodes {
             graph.get(n)?;

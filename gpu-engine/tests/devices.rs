@@ -153,7 +153,7 @@ fn a_bad_index_is_reported_when_the_stream_synchronises() {
     g.write_f32(a, &(0..12).map(|v| v as f32).collect::<Vec<_>>())
         .unwrap();
     g.write_i32(idx, &[2, 3]).unwrap();
-    let mut s = dev.new_backend().unwrap();
+    let mut s = dev.new_stream().unwrap();
     s.compute(&g, g.nodes()).unwrap();
     let err = s.synchronize().unwrap_err();
     assert!(err.to_string().contains("get_rows"), "{err}");
@@ -238,8 +238,8 @@ fn streams_copy_asynchronously_and_order_work_with_events() {
         .unwrap()
         .alloc(32, BufferUsage::Compute)
         .unwrap();
-    let mut s0 = d0.new_backend().unwrap();
-    let mut s1 = d1.new_backend().unwrap();
+    let mut s0 = d0.new_stream().unwrap();
+    let mut s1 = d1.new_stream().unwrap();
     s0.write_async(a.as_ref(), 0, &[3; 32]).unwrap();
     s0.copy_async(a.as_ref(), 0, pinned.as_ref(), 0, 32)
         .unwrap();

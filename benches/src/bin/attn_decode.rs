@@ -1,4 +1,4 @@
-//! Generation attention on the CPU backend: a graph of `--layers` chained
+//! Generation attention on the CPU stream: a graph of `--layers` chained
 //! flash_attn_ext ops with one query each, over F16 K/V caches of `--kv`
 //! cells laid out as the llama runner's (heads side by side in a cache
 //! row), timed per op. `--cold` streams 64 MiB between runs, as the weights
@@ -51,23 +51,23 @@ fn main() -> Result<()> {
     }
     g.write_f32(x, &cache[..d * n_head])?;
     g.write_f32(mask, &vec![0.0; n_kv])?;
-    let mut backend = cpu.new_backend()?;
+    let mut stream = cpu.new_stream()?;
     let mut sweep = vec![0u8; if cold { 64 << 20 } else { 0 }];
-    let mut run = |backend: &mut Box<dyn ggraph_core::backend::Backend>| -> Result<f64> {
+    let mut run = |stream: &mut Box<dyn ggraph_core::backend::Stream>| -> Result<f64> {
         for (i, x) in sweep.iter_mut().enumerate().step_by(64) {
             *x = x.wrapping_add(i as u8);
         }
         let t = Instant::now();
-        backend.compute(&g, g.nodes())?;
+        stream.compute(&g, g.nodes())?;
         Ok(t.elapsed().as_secs_f64())
     };
     for _ in 0..20 {
-        run(&mut backend)?;
+        run(&mut stream)?;
     }
     let reps = if cold { 100 } else { 1000 };
     let mut total = 0.0;
     for _ in 0..reps {
-        total += run(&mut backend)?;
+        total += run(&mut stream)?;
     }
     let per_op = total * 1e6 / (reps * layers) as f64;
     println!(

@@ -86,7 +86,7 @@ fn main() -> Result<()> {
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();
     println!(
-        "mul_mat on the CPU backend: weights m x k = {} x {}, f32 activations of n columns",
+        "mul_mat on the CPU stream: weights m x k = {} x {}, f32 activations of n columns",
         opt("--m").map_or(M.to_string(), str::to_string),
         opt("--k").map_or(K.to_string(), str::to_string)
     );
@@ -118,7 +118,7 @@ fn main() -> Result<()> {
         println!("{copies} copies of the weights, run in turn");
     }
     let issue_shape = shape.m == M && shape.k == K && copies == 1;
-    let mut backend = dev.new_backend()?;
+    let mut stream = dev.new_stream()?;
     let mut verdicts = Vec::new();
     for &dtype in &types {
         let weights = weight_bytes(dtype, shape.m, shape.k)?;
@@ -127,7 +127,7 @@ fn main() -> Result<()> {
             let cases = (0..copies)
                 .map(|_| build_case(&dev, dtype, shape, n, &weights))
                 .collect::<Result<Vec<_>>>()?;
-            let (s, cpu) = time_case(backend.as_mut(), &cases, Duration::from_secs(2), threads)?;
+            let (s, cpu) = time_case(stream.as_mut(), &cases, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
             let peer = peers::issue().mul_mat(dtype, n).filter(|_| issue_shape);

@@ -91,7 +91,7 @@ fn main() -> Result<()> {
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();
     println!(
-        "mul_mat_id on the CPU backend: {EXPERTS} experts of m x k = {M} x {K}, \
+        "mul_mat_id on the CPU stream: {EXPERTS} experts of m x k = {M} x {K}, \
          {USED} used per token, f32 activations of n tokens"
     );
     println!("machine: {}", dev.description());
@@ -109,7 +109,7 @@ fn main() -> Result<()> {
         print!(" {:>9} {:>6}", format!("n={n}"), "ggml");
     }
     println!();
-    let mut backend = dev.new_backend()?;
+    let mut stream = dev.new_stream()?;
     let mut behind = Vec::new();
     let mut compared = 0;
     for &dtype in &types {
@@ -117,7 +117,7 @@ fn main() -> Result<()> {
         print!("{:<8}", dtype.name());
         for &n in &tokens_list {
             let case = build_case(&dev, dtype, n, &experts)?;
-            let (s, _) = time_case(backend.as_mut(), &[case], Duration::from_secs(1), threads)?;
+            let (s, _) = time_case(stream.as_mut(), &[case], Duration::from_secs(1), threads)?;
             let gflops = 2.0 * (M * K * USED * n) as f64 / s / 1e9;
             let peer = here.mul_mat_id(dtype, n);
             let peer_text = peer.map_or_else(|| "-".into(), |p| format!("{p:.0}"));

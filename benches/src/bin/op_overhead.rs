@@ -1,4 +1,4 @@
-//! Per-op cost of small mat-vecs on the CPU backend: a graph of 64
+//! Per-op cost of small mat-vecs on the CPU stream: a graph of 64
 //! chained 512 x 512 Q4_0 products (one column), timed per graph run.
 //! With `--m M` the products alternate between M x K and K x M weights
 //! (as a feed-forward block's up and down projections). With `--op
@@ -51,14 +51,14 @@ fn main() -> Result<()> {
         g.write_f32(w, &vals)?;
     }
     g.write_f32(x, &vals[..k])?;
-    let mut backend = cpu.new_backend()?;
+    let mut stream = cpu.new_stream()?;
     for _ in 0..20 {
-        backend.compute(&g, g.nodes())?;
+        stream.compute(&g, g.nodes())?;
     }
     let reps = opt("--reps", 200);
     let t = Instant::now();
     for _ in 0..reps {
-        backend.compute(&g, g.nodes())?;
+        stream.compute(&g, g.nodes())?;
     }
     let per_op = t.elapsed().as_secs_f64() * 1e6 / (reps * OPS) as f64;
     if norms {

@@ -44,7 +44,7 @@ fn setup(device: &dyn Device, w: DType, s: &Shape) -> (Graph, Option<Arc<dyn Buf
 /// Best seconds per product, and the seconds of the first (untimed-for-
 /// throughput) run.
 fn time(device: &dyn Device, g: &Graph, budget: Duration) -> (f64, f64) {
-    let mut stream = device.new_backend().unwrap();
+    let mut stream = device.new_stream().unwrap();
     let t0 = Instant::now();
     stream.compute(g, g.nodes()).unwrap();
     stream.synchronize().unwrap();

@@ -316,7 +316,7 @@ fn bench_one(
     }
     g.write_bytes(wt, w)?;
     g.write_f32(x, &Rng::new(n as u64).vec(k * n, -1.0, 1.0))?;
-    let mut s = d.new_backend()?;
+    let mut s = d.new_stream()?;
     s.compute(&g, g.nodes())?;
     s.synchronize()?;
     let start = Instant::now();

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::buffer_type::BufferType;
-use super::stream::Backend;
+use super::stream::Stream;
 use crate::error::Result;
 use crate::ir::{Graph, OpKind, TensorId};
 
@@ -116,7 +116,7 @@ pub trait Device: Send + Sync {
     }
 
     /// A new stream on this device.
-    fn new_backend(&self) -> Result<Box<dyn Backend>>;
+    fn new_stream(&self) -> Result<Box<dyn Stream>>;
 }
 
 /// ggml's batch size at which a matrix op is worth offloading.

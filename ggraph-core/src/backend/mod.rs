@@ -19,6 +19,6 @@ pub use device::{
     MemorySource, batch_offload_rule,
 };
 pub use registry::{BackendRegistration, Registry};
-pub use stream::{Backend, CompletedEvent, Event};
+pub use stream::{CompletedEvent, Event, Stream};
 
 pub use crate::memory::{Buffer, BufferUsage, HostMemory, check_range, copy_between};

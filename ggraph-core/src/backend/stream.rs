@@ -31,7 +31,7 @@ impl Event for CompletedEvent {
 }
 
 /// A stream on one device: computes splits and moves data, in order.
-pub trait Backend: Send {
+pub trait Stream: Send {
     /// Computes `nodes` of `graph` (a split: a contiguous run of the
     /// graph's nodes, all supported by this device), in order. All tensors
     /// involved are bound to memory this device can use.

@@ -33,7 +33,7 @@ pub use offload::{HostPerf, OffloadPolicy};
 pub use split::{Split, SplitInput};
 
 use crate::alloc::{GraphAllocator, Strategy, VirtualBufferType};
-use crate::backend::{Backend, BufferType, Device, DeviceKind, Event};
+use crate::backend::{BufferType, Device, DeviceKind, Event, Stream};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorId};
 use passes::copy_insertion::Scheduled;
@@ -139,7 +139,7 @@ pub type AbortCallback = Box<dyn FnMut() -> bool + Send>;
 pub struct Scheduler {
     config: SchedConfig,
     infos: Vec<BackendInfo>,
-    streams: Vec<Box<dyn Backend>>,
+    streams: Vec<Box<dyn Stream>>,
     host: BackendId,
     bufts: BufferTypes,
     allocator: GraphAllocator,
@@ -204,7 +204,7 @@ impl Scheduler {
         } else {
             backends
                 .iter()
-                .map(|b| b.device.new_backend())
+                .map(|b| b.device.new_stream())
                 .collect::<Result<Vec<_>>>()?
         };
         let infos: Vec<BackendInfo> = backends
