@@ -8,6 +8,7 @@ use ggraph_conformance::nmse;
 use ggraph_core::alloc::split_rows;
 use ggraph_core::backend::Device;
 use ggraph_core::ir::Op;
+use ggraph_core::sched::Cause;
 use ggraph_core::{DType, Error};
 use ggraph_cpu::{CPU_BUFFER_TYPE, CpuDevice, SimConfig, SimDevice};
 use ggraph_model::batch::Batch;
@@ -218,7 +219,14 @@ fn row_split_gathers_run_on_the_main_device() {
                 "gather '{}' ({n} devices)",
                 g.display_name(id)
             );
+            let cause = sched.cause_of(id).copied();
+            assert!(
+                matches!(cause, Some(Cause::RowSplitGather { buffer_type, .. }) if buffer_type == main_name),
+                "gather '{}': {cause:?}",
+                g.display_name(id)
+            );
         }
+        assert!(sched.explain().contains("row split: gathers the row parts"));
     }
 }
 

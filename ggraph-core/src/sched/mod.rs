@@ -306,6 +306,9 @@ impl Scheduler {
             let _s = tracing::trace_span!("pass 0: row split").entered();
             passes::row_split::rewrite_row_split(&mut graph)?
         };
+        if rewrite.rewritten > 0 {
+            graph.validate()?;
+        }
         let ctx = PassContext::new(
             &graph,
             &self.infos,
