@@ -14,7 +14,6 @@ pub use ggraph_model::{batch, context, kv};
 pub mod args;
 pub mod options;
 pub mod runner;
-pub mod sample;
 
 use ggraph_core::backend::Registry;
 

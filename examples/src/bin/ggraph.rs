@@ -68,7 +68,7 @@ fn devices(weights: DType) -> ExitCode {
         println!("backend {:<6} {} device(s)", b.name(), b.devices().len());
     }
     let devices: Vec<Arc<dyn Device>> = registry.devices();
-    let (config, shape) = ggraph::sample::sample_config();
+    let (config, shape) = cli::devices_sample::sample_config();
     println!(
         "\nsample graph: llama, {} layers, n_embd {}, {} tokens, {} weights\n",
         config.n_layer, config.n_embd, shape.n_tokens, weights
@@ -80,7 +80,7 @@ fn devices(weights: DType) -> ExitCode {
     let mut failed = false;
     for d in &devices {
         let m = d.memory();
-        let run = ggraph::sample::run_sample(d, weights);
+        let run = cli::devices_sample::run_sample(d, weights);
         let (nodes, ms, err) = match &run {
             Ok(r) => (
                 r.nodes.to_string(),
@@ -112,7 +112,7 @@ fn devices(weights: DType) -> ExitCode {
     }
     println!(
         "\nnmse: the logits against the f64 reference; a device passes under {:.0e} with {weights} weights",
-        ggraph::sample::sample_bound(weights)
+        cli::devices_sample::sample_bound(weights)
     );
     if failed {
         ExitCode::FAILURE

@@ -25,6 +25,10 @@ use ggraph::util::format_bytes;
 use ggraph::{DType, Result, quant};
 use ggraph_conformance as conformance;
 
+/// The sample llama graph of `ggraph devices`, run here on every GPU.
+#[path = "../cli/devices_sample.rs"]
+mod devices_sample;
+
 struct Options {
     bench: bool,
     conformance: bool,
@@ -159,7 +163,7 @@ fn found(b: bool) -> &'static str {
 fn llama_block(d: &Arc<dyn Device>) -> bool {
     let mut ok = true;
     for w in [DType::F16, DType::Q8_0, DType::Q4_K] {
-        match ggraph::sample::run_sample(d, w) {
+        match devices_sample::run_sample(d, w) {
             Ok(r) => {
                 let pass = r.passed();
                 ok &= pass;

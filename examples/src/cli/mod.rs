@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 pub use ggraph::args;
 pub mod check;
+pub mod devices_sample;
 pub mod estimate;
 pub mod header;
 pub mod make;
