@@ -214,10 +214,11 @@ impl GgufHeader {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn header(kv: Vec<(&str, Value)>) -> GgufHeader {
+    /// A header of these key-value pairs and no tensors.
+    pub(crate) fn header(kv: Vec<(&str, Value)>) -> GgufHeader {
         GgufHeader::new(
             3,
             kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
@@ -226,7 +227,8 @@ mod tests {
         .unwrap()
     }
 
-    fn llama_kv() -> Vec<(&'static str, Value)> {
+    /// The metadata of a small llama model.
+    pub(crate) fn llama_kv() -> Vec<(&'static str, Value)> {
         vec![
             ("general.architecture", "llama".into()),
             ("llama.block_count", Value::U32(2)),

@@ -223,16 +223,8 @@ pub fn llama_config(h: &GgufHeader) -> Result<LlamaConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::{ArrayValues, Value};
-
-    fn header(kv: Vec<(&str, Value)>) -> GgufHeader {
-        GgufHeader::new(
-            3,
-            kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            vec![],
-        )
-        .unwrap()
-    }
+    use crate::gguf::Value;
+    use crate::gguf::metadata::tests::{header, llama_kv};
 
     #[test]
     fn an_absurd_layer_count_is_refused_before_tables_are_sized() {
@@ -244,23 +236,6 @@ mod tests {
         }
         let e = llama_config(&header(kv)).unwrap_err().to_string();
         assert!(e.contains("4000000000"), "{e}");
-    }
-
-    fn llama_kv() -> Vec<(&'static str, Value)> {
-        vec![
-            ("general.architecture", "llama".into()),
-            ("llama.block_count", Value::U32(2)),
-            ("llama.embedding_length", Value::U64(64)),
-            (
-                "llama.attention.head_count",
-                ArrayValues::I32(vec![4, 4]).into(),
-            ),
-            ("llama.attention.head_count_kv", Value::U32(2)),
-            ("llama.feed_forward_length", Value::U32(128)),
-            ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-6)),
-            ("llama.rope.freq_base", Value::F32(500000.0)),
-            ("llama.vocab_size", Value::U32(100)),
-        ]
     }
 
     #[test]
