@@ -30,6 +30,18 @@ pub enum Error {
         available_bytes: u64,
     },
 
+    /// One tensor is larger than the largest buffer its buffer type
+    /// allocates: no amount of free memory makes it fit there.
+    #[error(
+        "{what} '{name}' takes {bytes} bytes, more than the largest buffer of this type ({max_bytes} bytes)"
+    )]
+    TooLarge {
+        what: &'static str,
+        name: String,
+        bytes: u64,
+        max_bytes: u64,
+    },
+
     /// A read, write or copy went past the end of a buffer.
     #[error("{what}: bytes {offset}..{end} are outside a buffer of {size} bytes")]
     OutOfBounds {
@@ -89,6 +101,12 @@ impl Error {
             found,
             expected: expected.into(),
         }
+    }
+
+    /// Memory ran out, or a tensor is larger than a buffer can be: the
+    /// request may succeed with less placed on that memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::OutOfMemory { .. } | Error::TooLarge { .. })
     }
 
     pub fn backend(device: impl Into<String>, msg: impl Into<String>) -> Error {

@@ -376,9 +376,12 @@ impl Context {
             let inputs = lg.inputs.clone();
             let logits = lg.logits;
             let embeddings = lg.embeddings;
-            self.sched.alloc_graph(lg.graph).map_err(|e| match e {
-                Error::OutOfMemory { .. } => DecodeError::Alloc(e),
-                e => DecodeError::Compute(e),
+            self.sched.alloc_graph(lg.graph).map_err(|e| {
+                if e.is_out_of_memory() {
+                    DecodeError::Alloc(e)
+                } else {
+                    DecodeError::Compute(e)
+                }
             })?;
             self.built = Some(Built {
                 key,
@@ -395,7 +398,7 @@ impl Context {
         match self.sched.compute() {
             Ok(()) => {}
             Err(Error::Aborted) => return Err(DecodeError::Aborted),
-            Err(e @ Error::OutOfMemory { .. }) => return Err(DecodeError::Alloc(e)),
+            Err(e) if e.is_out_of_memory() => return Err(DecodeError::Alloc(e)),
             Err(e) => return Err(DecodeError::Compute(e)),
         }
         let g = self.sched.graph().expect("allocated");

@@ -73,10 +73,12 @@ impl DynAllocator {
     pub fn alloc(&mut self, size: u64, name: &str) -> Result<Addr> {
         let size = self.aligned(size.max(1));
         if size > self.max_chunk_size {
-            return Err(Error::InvalidArgument(format!(
-                "tensor '{name}' needs {size} bytes, more than the largest buffer of this type ({} bytes)",
-                self.max_chunk_size
-            )));
+            return Err(Error::TooLarge {
+                what: "tensor",
+                name: name.to_string(),
+                bytes: size,
+                max_bytes: self.max_chunk_size,
+            });
         }
         // best fit: the smallest free block that holds `size`; a chunk's
         // last block (which grows the chunk's peak) only when nothing else
@@ -104,10 +106,14 @@ impl DynAllocator {
             Some((c, b, _)) => (c, b),
             None => {
                 if self.chunks.len() >= MAX_CHUNKS {
-                    return Err(Error::InvalidArgument(format!(
-                        "tensor '{name}' ({size} bytes) does not fit in {MAX_CHUNKS} chunks of {} bytes",
-                        self.max_chunk_size
-                    )));
+                    return Err(Error::OutOfMemory {
+                        buffer_type: format!(
+                            "{MAX_CHUNKS} chunks of {} bytes (tensor '{name}' fits in none)",
+                            self.max_chunk_size
+                        ),
+                        requested_bytes: size,
+                        available_bytes: 0,
+                    });
                 }
                 self.chunks.push(self.new_chunk());
                 (self.chunks.len() - 1, 0)

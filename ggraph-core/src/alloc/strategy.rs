@@ -80,13 +80,24 @@ fn too_big(
     name_of: &dyn Fn(usize) -> String,
 ) -> Error {
     let bt = &bufts[b.buft as usize];
-    Error::InvalidArgument(format!(
-        "tensor '{}' needs {} bytes of {}; its buffers hold at most {} bytes each, in at most {MAX_CHUNKS} chunks",
-        name_of(i),
-        b.size,
-        bt.name(),
-        bt.max_size()
-    ))
+    if b.size > bt.max_size() {
+        return Error::TooLarge {
+            what: "tensor",
+            name: name_of(i),
+            bytes: b.size,
+            max_bytes: bt.max_size(),
+        };
+    }
+    Error::OutOfMemory {
+        buffer_type: format!(
+            "{} (tensor '{}' fits in none of its {MAX_CHUNKS} buffers of at most {} bytes)",
+            bt.name(),
+            name_of(i),
+            bt.max_size()
+        ),
+        requested_bytes: b.size,
+        available_bytes: 0,
+    }
 }
 
 fn greedy_by_size(

@@ -29,9 +29,12 @@ pub fn plan_packing(alignment: u64, max_size: u64, sizes: &[(String, u64)]) -> R
     let mut placements = Vec::with_capacity(sizes.len());
     for (name, size) in sizes {
         if *size > max_size {
-            return Err(Error::InvalidArgument(format!(
-                "weight '{name}' takes {size} bytes, more than the largest buffer of this type ({max_size} bytes)"
-            )));
+            return Err(Error::TooLarge {
+                what: "weight",
+                name: name.clone(),
+                bytes: *size,
+                max_bytes: max_size,
+            });
         }
         let fits = |end: u64| end.div_ceil(align) * align + size <= max_size;
         let b = match ends.iter().position(|&e| fits(e)) {

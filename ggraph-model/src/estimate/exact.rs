@@ -49,11 +49,12 @@ pub struct ExactEstimate {
 
 impl ExactEstimate {
     /// Devices (not the host) whose total plus `margin` exceeds their free
-    /// memory, with the shortfall.
+    /// memory, with the shortfall. A device that holds nothing is never
+    /// over.
     pub fn over(&self, margin: u64) -> Vec<(String, u64)> {
         self.devices[1..]
             .iter()
-            .filter(|d| d.total().saturating_add(margin) > d.free)
+            .filter(|d| d.total() > 0 && d.total().saturating_add(margin) > d.free)
             .map(|d| (d.name.clone(), d.total().saturating_add(margin) - d.free))
             .collect()
     }
@@ -213,14 +214,20 @@ pub fn exact_estimate(
 #[derive(Clone, Debug)]
 pub struct Fit {
     pub estimate: ExactEstimate,
-    /// Why the search stopped where it did.
+    /// The placement to load with: the options given, with the layers
+    /// (and op offload) the fit chose.
+    pub options: PlacementOptions,
+    /// The context to create: the parameters given, with the context (and
+    /// ubatch) the fit chose.
+    pub params: ContextParams,
+    /// Why the search stopped where it did: what limited it.
     pub reason: String,
 }
 
 /// What fitting may change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FitRequest {
-    /// Bytes left free on every device.
+    /// Bytes left free on every device that holds anything.
     pub margin: u64,
     /// The user fixed n_gpu_layers: keep it.
     pub layers_fixed: bool,
@@ -230,9 +237,6 @@ pub struct FitRequest {
     pub min_ctx: usize,
 }
 
-/// Chooses the most offloaded layers (and, with `fit_ctx`, the largest
-/// context) whose exact estimate fits every device's free memory less the
-/// margin. Options the user fixed stay as they are.
 /// Checks, by a dry run, that `desc` placed as `opts` fits every device
 /// with its KV cache and compute memory, before anything is allocated: an
 /// error names each device that would run out and by how much. (Loading
@@ -271,6 +275,17 @@ pub fn check_fits(
     Ok(est)
 }
 
+/// Chooses the most offloaded layers (and, with `fit_ctx`, the largest
+/// context) whose exact estimate fits every device's free memory less the
+/// margin. Options the user fixed stay as they are.
+///
+/// Unless the user fixed the layers, a fit always gives a plan that the
+/// host can hold: fewer layers (the output layer leaves the GPUs first),
+/// down to none; and when even no layer leaves a GPU's share of the
+/// compute (op offload) too large, op offload off, so that the GPUs hold
+/// nothing. A placement that cannot be allocated at all on a device (a
+/// weight larger than its largest buffer) counts as not fitting. The
+/// reason names what limited the search.
 pub fn fit(
     desc: &ModelDesc,
     devices: &[Arc<dyn Device>],
@@ -280,13 +295,14 @@ pub fn fit(
     req: FitRequest,
 ) -> Result<Fit> {
     let n_layer = desc.config.n_layer;
-    let try_with = |layers: usize, n_ctx: usize| -> Result<ExactEstimate> {
+    let setting = |layers: usize, n_ctx: usize, op_offload: bool| {
         let o = PlacementOptions {
             n_gpu_layers: if req.layers_fixed {
                 opts.n_gpu_layers
             } else {
                 GpuLayers::Count(layers)
             },
+            op_offload,
             ..opts.clone()
         };
         let p = ContextParams {
@@ -294,15 +310,38 @@ pub fn fit(
             n_ubatch: params.n_ubatch.min(n_ctx),
             ..params.clone()
         };
-        exact_estimate(desc, devices, cpu.clone(), &o, &p)
+        (o, p)
     };
-    let fits = |e: &ExactEstimate| e.over(req.margin).is_empty();
-    let shortfall = |e: &ExactEstimate| {
-        e.over(req.margin)
-            .iter()
-            .map(|(n, b)| format!("{n} is {} short", format_bytes(*b)))
-            .collect::<Vec<_>>()
-            .join(", ")
+    // Ok(Ok(fit)), Ok(Err(what does not fit)); Err only for a model that
+    // cannot be placed anywhere (a malformed one)
+    let attempt = |layers: usize, n_ctx: usize, op_offload: bool| -> Result<Attempt> {
+        let (o, p) = setting(layers, n_ctx, op_offload);
+        match exact_estimate(desc, devices, cpu.clone(), &o, &p) {
+            Ok(e) => {
+                let over = e.over(req.margin);
+                if over.is_empty() {
+                    Ok(Ok(Fitted {
+                        estimate: e,
+                        options: o,
+                        params: p,
+                    }))
+                } else {
+                    Ok(Err(over
+                        .iter()
+                        .map(|(n, b)| format!("{n} is {} short", format_bytes(*b)))
+                        .collect::<Vec<_>>()
+                        .join(", ")))
+                }
+            }
+            Err(e) if e.is_out_of_memory() => Ok(Err(e.to_string())),
+            Err(e) => Err(e),
+        }
+    };
+    let done = |f: Fitted, reason: String| Fit {
+        estimate: f.estimate,
+        options: f.options,
+        params: f.params,
+        reason,
     };
     let max_layers = if req.layers_fixed {
         match opts.n_gpu_layers {
@@ -315,89 +354,148 @@ pub fn fit(
     let ctx_hi = params.n_ctx;
     let ctx_lo = req.min_ctx.clamp(1, ctx_hi);
     // 1. every layer we may offload, with the context shrunk if allowed
-    let full = try_with(max_layers, ctx_hi)?;
-    if fits(&full) {
-        return Ok(Fit {
-            reason: if max_layers == n_layer + 1 {
+    let limit = match attempt(max_layers, ctx_hi, opts.op_offload)? {
+        Ok(f) => {
+            let reason = if max_layers == n_layer + 1 {
                 "everything fits".into()
             } else {
                 format!("the {max_layers} layers asked for fit")
-            },
-            estimate: full,
-        });
-    }
+            };
+            return Ok(done(f, reason));
+        }
+        Err(limit) => limit,
+    };
     if req.fit_ctx {
-        let mut best: Option<ExactEstimate> = None;
+        let mut best: Option<Fitted> = None;
         let (mut lo, mut hi) = (ctx_lo / 256, ctx_hi / 256);
         while lo <= hi && hi > 0 {
             let mid = (lo + hi) / 2;
-            let e = try_with(max_layers, (mid * 256).max(ctx_lo))?;
-            if fits(&e) {
-                best = Some(e);
-                lo = mid + 1;
-            } else {
-                hi = mid.saturating_sub(1);
-                if mid == 0 {
-                    break;
+            match attempt(max_layers, (mid * 256).max(ctx_lo), opts.op_offload)? {
+                Ok(f) => {
+                    best = Some(f);
+                    lo = mid + 1;
                 }
+                Err(_) if mid == 0 => break,
+                Err(_) => hi = mid - 1,
             }
         }
-        if let Some(e) = best {
+        if let Some(f) = best {
             let reason = format!(
-                "context shrunk to {} so that all {max_layers} layers fit (at {}: {})",
-                e.n_ctx,
-                ctx_hi,
-                shortfall(&full)
+                "context shrunk to {} so that all {max_layers} layers fit (at {ctx_hi}: {limit})",
+                f.params.n_ctx
             );
-            return Ok(Fit {
-                estimate: e,
-                reason,
-            });
+            return Ok(done(f, reason));
         }
     }
     if req.layers_fixed {
         return Err(Error::OutOfMemory {
             buffer_type: format!(
-                "the devices, with {max_layers} layers fixed: {}",
-                shortfall(&full)
+                "the devices, with {max_layers} layers fixed: {limit}; let the fit choose the layers (no n_gpu_layers) or shrink the context"
             ),
-            requested_bytes: full.devices[1..].iter().map(|d| d.total()).sum(),
-            available_bytes: full.devices[1..].iter().map(|d| d.free).sum(),
+            requested_bytes: 0,
+            available_bytes: devices.iter().map(|d| d.memory().free_bytes).sum(),
         });
     }
-    // 2. fewer layers, at the smallest context allowed
+    // 2. fewer layers, at the smallest context allowed. Op offload takes
+    // GPU memory for the host layers' products; when it costs layers (or
+    // not even zero layers fit with it), the plan goes without it. Without
+    // it the GPUs need no more memory, so that search starts where the
+    // first stopped.
     let n_ctx = if req.fit_ctx { ctx_lo } else { ctx_hi };
-    let (mut lo, mut hi) = (0usize, max_layers - 1);
-    let mut best = try_with(0, n_ctx)?;
-    if !fits(&best) {
-        return Err(Error::OutOfMemory {
-            buffer_type: format!(
-                "the devices even with no layer offloaded: {}",
-                shortfall(&best)
-            ),
-            requested_bytes: best.devices[1..].iter().map(|d| d.total()).sum(),
-            available_bytes: best.devices[1..].iter().map(|d| d.free).sum(),
-        });
-    }
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        let e = try_with(mid, n_ctx)?;
-        if fits(&e) {
-            best = e;
-            lo = mid;
+    let settings: &[bool] = if opts.op_offload {
+        &[true, false]
+    } else {
+        &[false]
+    };
+    let mut plans: Vec<(Fitted, String)> = Vec::new();
+    let mut floor = 0;
+    let mut not_even_zero = String::new();
+    for &op_offload in settings {
+        let at_floor = match attempt(floor, n_ctx, op_offload)? {
+            Ok(f) => f,
+            Err(limit) => {
+                not_even_zero = limit;
+                continue;
+            }
+        };
+        // what one layer more than the best runs into: the full attempt's
+        // limit unless the search below fails somewhere
+        let mut next_limit = if op_offload == opts.op_offload {
+            limit.clone()
         } else {
-            hi = mid - 1;
+            match attempt(max_layers, n_ctx, op_offload)? {
+                Ok(f) => {
+                    plans.push((f, String::new()));
+                    continue;
+                }
+                Err(limit) => limit,
+            }
+        };
+        let (mut lo, mut hi) = (floor, max_layers - 1);
+        let mut best = at_floor;
+        // the last attempt that fails is one layer more than the best
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            match attempt(mid, n_ctx, op_offload)? {
+                Ok(f) => {
+                    best = f;
+                    lo = mid;
+                }
+                Err(limit) => {
+                    hi = mid - 1;
+                    next_limit = limit;
+                }
+            }
         }
+        floor = lo;
+        plans.push((best, next_limit));
     }
-    let first_over = try_with(lo + 1, n_ctx)?;
-    let reason = format!(
-        "{} of {} layers fit; one more would not: {}",
-        best.n_gpu_layers,
-        n_layer + 1,
-        shortfall(&first_over)
-    );
-    Ok(Fit {
-        estimate: best,
-        reason,
-    })
+    let layers_of = |p: &(Fitted, String)| p.0.estimate.n_gpu_layers;
+    let Some(most) = plans.iter().map(layers_of).max() else {
+        return Err(Error::OutOfMemory {
+            buffer_type: format!("the devices even with no layer offloaded: {not_even_zero}"),
+            requested_bytes: 0,
+            available_bytes: devices.iter().map(|d| d.memory().free_bytes).sum(),
+        });
+    };
+    let with_offload = plans.iter().find(|p| p.0.options.op_offload).map(layers_of);
+    let (best, next_limit) = plans
+        .into_iter()
+        .find(|p| layers_of(p) == most)
+        .expect("the most layers of some plan");
+    let note = match (opts.op_offload && !best.options.op_offload, with_offload) {
+        (false, _) => String::new(),
+        (true, Some(n)) => format!(" (op offload off: with it, {} fit)", layer_count(n)),
+        (true, None) => {
+            format!(" (op offload off: with it, not even zero layers fit: {not_even_zero})")
+        }
+    };
+    let reason = if most == max_layers {
+        format!("all {max_layers} layers fit{note}")
+    } else {
+        format!(
+            "{most} of {} layers fit; one more would not: {next_limit}{note}",
+            n_layer + 1
+        )
+    };
+    Ok(done(best, reason))
 }
+
+/// `1 layer`, `3 layers`.
+fn layer_count(n: usize) -> String {
+    if n == 1 {
+        "1 layer".into()
+    } else {
+        format!("{n} layers")
+    }
+}
+
+/// A placement and context that fit, with their estimate.
+struct Fitted {
+    estimate: ExactEstimate,
+    options: PlacementOptions,
+    params: ContextParams,
+}
+
+/// A fit, or what does not fit.
+type Attempt = std::result::Result<Fitted, String>;
