@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::op::Op;
 use super::tensor::{Tensor, TensorData, TensorId};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -312,32 +311,6 @@ impl Graph {
             }
         }
         out
-    }
-
-    /// Checks that every node's sources are computed before it or are leafs,
-    /// and that every source id is in the arena. Use on imported graphs.
-    pub fn validate(&self) -> Result<()> {
-        let mut ready = vec![false; self.tensors.len()];
-        for &l in &self.leafs {
-            self.get(l)?;
-            ready[l.index()] = true;
-        }
-        for (pos, &n) in self.nodes.iter().enumerate() {
-            let t = self.get(n)?;
-            for &s in &t.src {
-                self.get(s)?;
-                let src = self.tensor(s);
-                if !ready[s.index()] && !matches!(src.op, Op::Leaf) {
-                    return Err(Error::InvalidArgument(format!(
-                        "node {pos} ('{}') reads '{}' before it is computed",
-                        self.display_name(n),
-                        self.display_name(s)
-                    )));
-                }
-            }
-            ready[n.index()] = true;
-        }
-        Ok(())
     }
 }
 

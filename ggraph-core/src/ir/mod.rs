@@ -6,6 +6,7 @@ mod builder;
 mod dot;
 mod graph;
 mod op;
+mod order;
 mod tensor;
 
 pub use alibi::{AlibiBases, alibi_slope};
