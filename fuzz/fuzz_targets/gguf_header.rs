@@ -2,9 +2,9 @@
 //! it accepts must re-encode, survive JSON and be estimated without a
 //! panic.
 //!
-//!     cargo +nightly fuzz run gguf_header fuzz/corpus/gguf_header
+//!     scripts/fuzz 600 gguf_header
 //!
-//! Seed the corpus with ggraph-model/tests/fixtures/gguf/*.gguf.
+//! Seeds: fuzz/corpus/gguf_header/, the fixtures' headers.
 #![no_main]
 
 use ggraph_model::estimate::{EstimateRequest, estimate};

@@ -1,6 +1,6 @@
 //! Header JSON on arbitrary text: errors, never panics.
 //!
-//!     cargo +nightly fuzz run gguf_json
+//!     scripts/fuzz 600 gguf_json
 #![no_main]
 
 use ggraph_model::estimate::{EstimateRequest, estimate};
