@@ -111,12 +111,6 @@ fn main() -> ExitCode {
 }
 
 fn run(a: &Cli) -> Result<(), String> {
-    let (devices, cpu) = a.devices.devices()?;
-    let mut opts = a.placement.options();
-    let params = a
-        .context
-        .params()
-        .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ArgumentConflict, e).exit());
     let path = a.model.as_ref().or(a.model_flag.as_ref());
     let desc = match (path, &a.random) {
         (Some(path), None) => runner::open_model(path).map_err(|e| e.to_string())?,
@@ -129,6 +123,12 @@ fn run(a: &Cli) -> Result<(), String> {
         )
         .exit(),
     };
+    let params = a
+        .context
+        .params()
+        .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ArgumentConflict, e).exit());
+    let (devices, cpu) = a.devices.devices()?;
+    let mut opts = a.placement.options();
     if a.fit {
         let req = FitRequest {
             margin: 256 << 20,
