@@ -11,9 +11,12 @@ pub use ggraph_core::*;
 pub use ggraph_model as model;
 pub use ggraph_model::{batch, context, kv};
 
-pub mod args;
+pub mod logs;
 pub mod options;
+pub mod progress;
 pub mod runner;
+pub mod tool;
+pub mod values;
 
 use ggraph_core::backend::Registry;
 

@@ -1,250 +1,397 @@
 //! Command-line option groups the tools share: devices, placement and
-//! context settings, in llama.cpp's spelling where it has one.
+//! context settings, in llama.cpp's spelling where it has one (its
+//! single-dash names, `-ngl 99`, `-ts 3,1`, are accepted too: see
+//! [`crate::tool`]).
 
 use std::sync::Arc;
 
+use clap::ValueEnum;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
-use ggraph_core::util::parse_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::context::ContextParams;
 use ggraph_model::llama::Attention;
-use ggraph_model::placement::{
-    GpuLayers, Override, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
-};
+use ggraph_model::placement::{GpuLayers, Override, PlacementOptions, SplitMode, TensorSplit};
 
-use crate::args::{Args, Spec};
+use crate::values;
+
+/// For the help of a program that takes the placement or context options.
+pub const LLAMA_CPP_SPELLINGS: &str = "\
+llama.cpp's single-dash spellings work too: -ngl, -sm, -ts, -mg, -nkvo, -ot, -cmoe, -ncmoe,
+-ub, -np, -fa (as do -c, -b, -t).";
 
 /// Device selection.
-pub const DEVICE_SPEC: Spec = Spec {
-    values: &["--threads"],
-    repeated: &["--gpu-free"],
-    flags: &["--cpu-only"],
-};
-
-pub const DEVICE_HELP: &str = "\
-devices:
-  --gpu-free BYTES    a hypothetical GPU with this much free memory (a
-                      simulated device); repeat for GPUs 0, 1, ...
-                      (default: the GPUs found)
-  --cpu-only          no GPU, found or simulated
-  --threads N         CPU threads (default: one per core)";
-
-/// Placement.
-pub const PLACEMENT_SPEC: Spec = Spec {
-    values: &[
-        "--n-gpu-layers",
-        "--split-mode",
-        "--tensor-split",
-        "--main-device",
-        "--n-cpu-moe",
-    ],
-    repeated: &["--override"],
-    flags: &["--no-kv-offload", "--no-op-offload", "--cpu-moe"],
-};
-
-pub const PLACEMENT_HELP: &str = "\
-placement:
-  --n-gpu-layers N    layers on the GPUs, counting the output layer, or
-                      'all' (default all)
-  --split-mode M      none, layer or row (default layer)
-  --tensor-split S    shares per GPU as fractions (3,1) or byte budgets
-                      (12GiB,8GiB) (default: by free memory)
-  --main-device I     the GPU of row split's other tensors (default 0)
-  --no-kv-offload     keep the KV cache on the host
-  --no-op-offload     never lift host-weight ops onto a GPU
-  --override RE=DEV   tensors matching RE on DEV (cpu or a GPU index);
-                      first match wins; repeatable
-  --cpu-moe           every MoE expert tensor on the host
-  --n-cpu-moe N       the expert tensors of the first N layers on the host";
-
-/// Context.
-pub const CONTEXT_SPEC: Spec = Spec {
-    values: &[
-        "--ctx",
-        "--batch",
-        "--ubatch",
-        "--parallel",
-        "--kv-type",
-        "--flash-attn",
-    ],
-    repeated: &[],
-    flags: &[],
-};
-
-pub const CONTEXT_HELP: &str = "\
-context:
-  --ctx N             context length per sequence (default 4096)
-  --batch N           tokens per decode call (default 2048)
-  --ubatch N          tokens per graph (default: batch, at most 512)
-  --parallel N        sequences at once (default 1; the cache holds ctx x N)
-  --kv-type T         f16, q8_0, q4_0 or f32 (default f16)
-  --flash-attn MODE   auto, on or off (default auto: on)";
-
-fn int(a: &Args, name: &str, default: usize) -> Result<usize, String> {
-    a.parsed(
-        name,
-        default,
-        |s| s.replace('_', "").parse().ok(),
-        "a number",
-    )
+#[derive(clap::Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Devices")]
+pub struct DeviceArgs {
+    /// A hypothetical GPU with this much free memory (a simulated device);
+    /// repeat for GPUs 0, 1, ... [default: the GPUs found]
+    #[arg(long = "gpu-free", value_name = "BYTES", value_parser = values::size)]
+    pub gpu_free: Vec<u64>,
+    /// No GPU, found or simulated
+    #[arg(long)]
+    pub cpu_only: bool,
+    /// CPU threads [default: one per core]
+    #[arg(short = 't', long, value_name = "N", value_parser = values::count)]
+    pub threads: Option<usize>,
 }
 
 /// GPU-class devices in order, and the CPU.
 pub type Devices = (Vec<Arc<dyn Device>>, Arc<dyn Device>);
 
-/// The GPU-class devices to use and the CPU.
-pub fn devices(a: &Args) -> Result<Devices, String> {
-    let cpu: Arc<dyn Device> = match a.value("--threads") {
-        Some(t) => {
-            let n: usize = t
-                .parse()
-                .map_err(|_| format!("--threads {t}: expected a number"))?;
-            CpuDevice::with_threads(n).map_err(|e| e.to_string())?
+impl DeviceArgs {
+    /// The GPU-class devices to use and the CPU.
+    pub fn devices(&self) -> Result<Devices, String> {
+        let cpu: Arc<dyn Device> = match self.threads {
+            Some(n) => CpuDevice::with_threads(n).map_err(|e| e.to_string())?,
+            None => CpuDevice::new(),
+        };
+        if self.cpu_only {
+            return Ok((Vec::new(), cpu));
         }
-        None => CpuDevice::new(),
-    };
-    if a.flag("--cpu-only") {
-        return Ok((Vec::new(), cpu));
+        if !self.gpu_free.is_empty() {
+            let sims = self
+                .gpu_free
+                .iter()
+                .enumerate()
+                .map(|(i, &bytes)| SimDevice::new(i, SimConfig::gpu(bytes)) as Arc<dyn Device>)
+                .collect();
+            return Ok((sims, cpu));
+        }
+        Ok((found_gpus(), cpu))
     }
-    let free = a.all("--gpu-free");
-    if !free.is_empty() {
-        let sims = free
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let bytes = parse_bytes(s).map_err(|e| format!("--gpu-free: {e}"))?;
-                Ok(SimDevice::new(i, SimConfig::gpu(bytes)) as Arc<dyn Device>)
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        return Ok((sims, cpu));
-    }
-    let gpus = crate::registry()
+}
+
+/// The GPU-class devices of every compiled-in backend.
+pub fn found_gpus() -> Vec<Arc<dyn Device>> {
+    crate::registry()
         .devices()
         .into_iter()
         .filter(|d| d.kind().is_gpu_class())
-        .collect();
-    Ok((gpus, cpu))
+        .collect()
 }
 
-/// Placement options from the command line.
-pub fn placement(a: &Args) -> Result<PlacementOptions, String> {
-    let n_gpu_layers = match a.value("--n-gpu-layers") {
-        None | Some("all") => GpuLayers::All,
-        Some(s) => GpuLayers::Count(
-            s.parse()
-                .map_err(|_| format!("--n-gpu-layers {s}: expected a number or all"))?,
-        ),
-    };
-    let split_mode = match a.value("--split-mode").unwrap_or("layer") {
-        "none" => SplitMode::None,
-        "layer" => SplitMode::Layer,
-        "row" => SplitMode::Row,
-        s => return Err(format!("--split-mode {s}: expected none, layer or row")),
-    };
-    let tensor_split = match a.value("--tensor-split") {
-        None => None,
-        Some(s) => {
-            let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-            let has_unit = parts
-                .iter()
-                .any(|p| p.chars().any(|c| c.is_ascii_alphabetic()));
-            Some(if has_unit {
-                TensorSplit::Bytes(
-                    parts
-                        .iter()
-                        .map(|p| parse_bytes(p).map_err(|e| format!("--tensor-split: {e}")))
-                        .collect::<Result<_, _>>()?,
-                )
-            } else {
-                TensorSplit::Fractions(
-                    parts
-                        .iter()
-                        .map(|p| {
-                            p.parse::<f64>()
-                                .map_err(|_| format!("--tensor-split: '{p}' is not a number"))
-                        })
-                        .collect::<Result<_, _>>()?,
-                )
-            })
+/// How offloaded layers spread over the GPUs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitModeArg {
+    /// Everything offloaded on the main GPU
+    None,
+    /// Whole layers per GPU
+    Layer,
+    /// Every matrix's rows across the GPUs
+    Row,
+}
+
+impl From<SplitModeArg> for SplitMode {
+    fn from(m: SplitModeArg) -> SplitMode {
+        match m {
+            SplitModeArg::None => SplitMode::None,
+            SplitModeArg::Layer => SplitMode::Layer,
+            SplitModeArg::Row => SplitMode::Row,
         }
-    };
-    let mut overrides = Vec::new();
-    for o in a.all("--override") {
-        let (re, dev) = o
-            .rsplit_once('=')
-            .ok_or_else(|| format!("--override {o}: expected REGEX=DEVICE"))?;
-        let target = match dev {
-            "cpu" | "CPU" | "host" => OverrideTarget::Host,
-            d => OverrideTarget::Device(
-                d.trim_start_matches("gpu")
-                    .parse()
-                    .map_err(|_| format!("--override {o}: device '{d}' is cpu or a GPU index"))?,
-            ),
-        };
-        overrides.push(Override::new(re, target).map_err(|e| e.to_string())?);
     }
-    let mut opts = PlacementOptions {
-        n_gpu_layers,
-        split_mode,
-        tensor_split,
-        main_device: int(a, "--main-device", 0)?,
-        offload_kqv: !a.flag("--no-kv-offload"),
-        op_offload: !a.flag("--no-op-offload"),
-        overrides,
-    };
-    if a.flag("--cpu-moe") {
-        opts = opts.cpu_moe();
-    }
-    if let Some(n) = a.value("--n-cpu-moe") {
-        let n: usize = n
-            .parse()
-            .map_err(|_| format!("--n-cpu-moe {n}: expected a number"))?;
-        opts = opts.n_cpu_moe(n);
-    }
-    Ok(opts)
 }
 
-/// Context settings from the command line.
-pub fn context(a: &Args) -> Result<ContextParams, String> {
-    let d = ContextParams::default();
-    let parallel = int(a, "--parallel", 1)?.max(1);
-    let ctx = int(a, "--ctx", 4096)?.max(1);
-    let kv = match a
-        .value("--kv-type")
-        .unwrap_or("f16")
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        "f16" => DType::F16,
-        "f32" => DType::F32,
-        "q8_0" => DType::Q8_0,
-        "q4_0" => DType::Q4_0,
-        s => return Err(format!("--kv-type {s}: expected f16, q8_0, q4_0 or f32")),
-    };
-    let attention = match a.value("--flash-attn").unwrap_or("auto") {
-        "auto" | "on" => Attention::Flash,
-        "off" => Attention::Standard,
-        s => return Err(format!("--flash-attn {s}: expected auto, on or off")),
-    };
-    if attention == Attention::Standard && kv.is_quantized() {
-        return Err(format!(
-            "a {kv} V cache needs flash attention (--flash-attn on)"
-        ));
+/// Placement.
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Placement")]
+pub struct PlacementArgs {
+    /// Layers on the GPUs, counting the output layer, or 'all' [default: all]
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N",
+          value_parser = values::gpu_layers)]
+    pub n_gpu_layers: Option<GpuLayers>,
+    /// How offloaded layers spread over the GPUs
+    #[arg(long = "split-mode", visible_alias = "sm", value_name = "MODE",
+          value_enum, default_value_t = SplitModeArg::Layer)]
+    pub split_mode: SplitModeArg,
+    /// Shares per GPU as fractions (3,1) or byte budgets (12GiB,8GiB)
+    /// [default: by free memory]
+    #[arg(long = "tensor-split", visible_alias = "ts", value_name = "LIST",
+          value_parser = values::tensor_split)]
+    pub tensor_split: Option<TensorSplit>,
+    /// The GPU of row split's other tensors
+    #[arg(long = "main-device", visible_aliases = ["main-gpu", "mg"], value_name = "I",
+          default_value_t = 0, value_parser = values::count)]
+    pub main_device: usize,
+    /// Keep the KV cache on the host
+    #[arg(long = "no-kv-offload", visible_alias = "nkvo")]
+    pub no_kv_offload: bool,
+    /// Never lift host-weight ops onto a GPU
+    #[arg(long = "no-op-offload")]
+    pub no_op_offload: bool,
+    /// Tensors matching RE on DEV (cpu or a GPU index); first match wins;
+    /// repeatable
+    #[arg(long = "override", visible_aliases = ["override-tensor", "ot"],
+          value_name = "RE=DEV", value_parser = values::tensor_override)]
+    pub overrides: Vec<Override>,
+    /// Every MoE expert tensor on the host
+    #[arg(long = "cpu-moe", visible_alias = "cmoe")]
+    pub cpu_moe: bool,
+    /// The expert tensors of the first N layers on the host
+    #[arg(long = "n-cpu-moe", visible_alias = "ncmoe", value_name = "N",
+          value_parser = values::count)]
+    pub n_cpu_moe: Option<usize>,
+}
+
+impl PlacementArgs {
+    /// Placement options from the command line.
+    pub fn options(&self) -> PlacementOptions {
+        let mut opts = PlacementOptions {
+            n_gpu_layers: self.n_gpu_layers.unwrap_or(GpuLayers::All),
+            split_mode: self.split_mode.into(),
+            tensor_split: self.tensor_split.clone(),
+            main_device: self.main_device,
+            offload_kqv: !self.no_kv_offload,
+            op_offload: !self.no_op_offload,
+            overrides: self.overrides.clone(),
+        };
+        if self.cpu_moe {
+            opts = opts.cpu_moe();
+        }
+        if let Some(n) = self.n_cpu_moe {
+            opts = opts.n_cpu_moe(n);
+        }
+        opts
     }
-    let n_ctx = ctx
-        .checked_mul(parallel)
-        .ok_or_else(|| format!("--ctx {ctx} x --parallel {parallel} is too large a context"))?;
-    let n_batch = int(a, "--batch", d.n_batch)?.max(1);
-    let n_ubatch = int(a, "--ubatch", n_batch.min(d.n_ubatch))?.clamp(1, n_ctx);
-    Ok(ContextParams {
-        n_ctx,
-        n_batch,
-        n_ubatch,
-        n_seq_max: parallel,
-        attention,
-        k_type: kv,
-        v_type: kv,
-        ..d
-    })
+}
+
+/// A KV cache type.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[value(rename_all = "snake_case")]
+pub enum KvType {
+    F16,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    F32,
+}
+
+impl From<KvType> for DType {
+    fn from(t: KvType) -> DType {
+        match t {
+            KvType::F16 => DType::F16,
+            KvType::Q8_0 => DType::Q8_0,
+            KvType::Q4_0 => DType::Q4_0,
+            KvType::F32 => DType::F32,
+        }
+    }
+}
+
+/// Flash attention: auto, on or off.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlashAttn {
+    /// ggraph's choice (flash attention)
+    Auto,
+    On,
+    Off,
+}
+
+/// Context.
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Context")]
+pub struct ContextArgs {
+    /// Context length per sequence
+    #[arg(short = 'c', long = "ctx", visible_alias = "ctx-size", value_name = "N",
+          default_value_t = 4096, value_parser = values::count)]
+    pub ctx: usize,
+    /// Tokens per decode call
+    #[arg(short = 'b', long = "batch", visible_alias = "batch-size", value_name = "N",
+          default_value_t = ContextParams::default().n_batch, value_parser = values::count)]
+    pub batch: usize,
+    /// Tokens per graph [default: --batch, at most 512]
+    #[arg(long = "ubatch", visible_aliases = ["ubatch-size", "ub"], value_name = "N",
+          value_parser = values::count)]
+    pub ubatch: Option<usize>,
+    /// Sequences at once (the cache holds ctx x N)
+    #[arg(long = "parallel", visible_alias = "np", value_name = "N", default_value_t = 1,
+          value_parser = values::count)]
+    pub parallel: usize,
+    /// KV cache type
+    #[arg(long = "kv-type", value_name = "T", value_enum, ignore_case = true,
+          default_value_t = KvType::F16)]
+    pub kv_type: KvType,
+    /// Flash attention
+    #[arg(long = "flash-attn", visible_alias = "fa", value_name = "MODE", value_enum,
+          default_value_t = FlashAttn::Auto)]
+    pub flash_attn: FlashAttn,
+}
+
+impl ContextArgs {
+    /// Context settings from the command line.
+    pub fn params(&self) -> Result<ContextParams, String> {
+        let d = ContextParams::default();
+        let parallel = self.parallel.max(1);
+        let ctx = self.ctx.max(1);
+        let kv: DType = self.kv_type.into();
+        let attention = match self.flash_attn {
+            FlashAttn::Auto | FlashAttn::On => Attention::Flash,
+            FlashAttn::Off => Attention::Standard,
+        };
+        if attention == Attention::Standard && kv.is_quantized() {
+            return Err(format!(
+                "a {kv} V cache needs flash attention (--flash-attn on)"
+            ));
+        }
+        let n_ctx = ctx
+            .checked_mul(parallel)
+            .ok_or_else(|| format!("--ctx {ctx} x --parallel {parallel} is too large a context"))?;
+        let n_batch = self.batch.max(1);
+        let n_ubatch = self
+            .ubatch
+            .unwrap_or(n_batch.min(d.n_ubatch))
+            .clamp(1, n_ctx);
+        Ok(ContextParams {
+            n_ctx,
+            n_batch,
+            n_ubatch,
+            n_seq_max: parallel,
+            attention,
+            k_type: kv,
+            v_type: kv,
+            ..d
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+    use ggraph_model::placement::OverrideTarget;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct All {
+        #[command(flatten)]
+        devices: DeviceArgs,
+        #[command(flatten)]
+        placement: PlacementArgs,
+        #[command(flatten)]
+        context: ContextArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<All, clap::Error> {
+        crate::tool::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_are_llama_cpp_s() {
+        let a = parse(&[]).unwrap();
+        let o = a.placement.options();
+        assert_eq!(o.n_gpu_layers, GpuLayers::All);
+        assert_eq!(o.split_mode, SplitMode::Layer);
+        assert!(o.offload_kqv && o.op_offload && o.tensor_split.is_none());
+        let p = a.context.params().unwrap();
+        assert_eq!((p.n_ctx, p.n_batch, p.n_ubatch), (4096, 2048, 512));
+        assert_eq!((p.k_type, p.attention), (DType::F16, Attention::Flash));
+        assert!(a.devices.gpu_free.is_empty() && !a.devices.cpu_only);
+    }
+
+    #[test]
+    fn long_names_and_llama_cpp_s_short_ones_mean_the_same() {
+        let long = parse(&[
+            "--gpu-free=12GiB",
+            "--gpu-free",
+            "8GiB",
+            "--n-gpu-layers",
+            "20",
+            "--split-mode",
+            "row",
+            "--tensor-split",
+            "3,1",
+            "--override",
+            "exps=cpu",
+            "--ctx",
+            "8192",
+            "--batch",
+            "1024",
+            "--ubatch",
+            "256",
+            "--flash-attn",
+            "off",
+            "--kv-type",
+            "F32",
+            "--threads",
+            "3",
+        ])
+        .unwrap();
+        let short = parse(&[
+            "--gpu-free=12GiB",
+            "--gpu-free",
+            "8GiB",
+            "-ngl",
+            "20",
+            "-sm",
+            "row",
+            "-ts",
+            "3,1",
+            "-ot",
+            "exps=cpu",
+            "-c",
+            "8192",
+            "-b",
+            "1024",
+            "-ub",
+            "256",
+            "-fa",
+            "off",
+            "--kv-type",
+            "f32",
+            "-t",
+            "3",
+        ])
+        .unwrap();
+        for a in [&long, &short] {
+            assert_eq!(a.devices.gpu_free, vec![12 << 30, 8 << 30]);
+            assert_eq!(a.devices.threads, Some(3));
+            let o = a.placement.options();
+            assert_eq!(o.n_gpu_layers, GpuLayers::Count(20));
+            assert_eq!(o.split_mode, SplitMode::Row);
+            assert_eq!(o.tensor_split, Some(TensorSplit::Fractions(vec![3.0, 1.0])));
+            assert_eq!(o.overrides[0].target, OverrideTarget::Host);
+            let p = a.context.params().unwrap();
+            assert_eq!((p.n_ctx, p.n_batch, p.n_ubatch), (8192, 1024, 256));
+            assert_eq!((p.k_type, p.attention), (DType::F32, Attention::Standard));
+        }
+        let b = parse(&["--tensor-split", "12GiB,8GiB", "--override-tensor", "x=1"]).unwrap();
+        assert_eq!(
+            b.placement.tensor_split,
+            Some(TensorSplit::Bytes(vec![12 << 30, 8 << 30]))
+        );
+        assert_eq!(b.placement.overrides[0].target, OverrideTarget::Device(1));
+    }
+
+    #[test]
+    fn bad_values_and_unknown_flags_are_errors_that_name_the_flag() {
+        let e = parse(&["--gpu-free", "lots"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--gpu-free"), "{e}");
+        let e = parse(&["-ts", "3,x"]).unwrap_err();
+        assert!(e.to_string().contains("--tensor-split"), "{e}");
+        let e = parse(&["--split-mode", "diagonal"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        assert!(e.to_string().contains("--split-mode"), "{e}");
+        let e = parse(&["--kv-type", "q5"]).unwrap_err();
+        assert!(e.to_string().contains("--kv-type"), "{e}");
+        let e = parse(&["--nope"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--nope"), "{e}");
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn a_quantised_v_cache_needs_flash_attention_and_huge_contexts_do_not_overflow() {
+        let a = parse(&["--kv-type", "q8_0", "-fa", "off"]).unwrap();
+        assert!(a.context.params().unwrap_err().contains("flash attention"));
+        let huge = (usize::MAX / 2).to_string();
+        let a = parse(&["--ctx", &huge, "--parallel", "4"]).unwrap();
+        assert!(
+            a.context
+                .params()
+                .unwrap_err()
+                .contains("too large a context")
+        );
+    }
 }

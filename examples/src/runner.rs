@@ -13,6 +13,9 @@ use ggraph_model::desc::ModelDesc;
 use ggraph_model::llama::LlamaConfig;
 use ggraph_model::make::make_vocab;
 
+/// The shapes [`preset`] knows.
+pub const SHAPES: [&str; 3] = ["tiny", "small", "8b-4l"];
+
 /// A random-weight model shape by name: `tiny` (tests), `small` (n_embd
 /// 512, 8 layers, 8 heads, n_ff 1408, vocab 32000: the CPU issue's bench
 /// model), `8b-4l` (llama-3-8B layer shapes, 4 layers).
@@ -98,14 +101,45 @@ pub fn generate(
     prompt: &[i32],
     n_predict: usize,
 ) -> std::result::Result<Generation, DecodeError> {
+    let n_batch = ctx.params.n_batch;
+    generate_in(ctx, prompt, n_predict, n_batch, &mut |_, _| {})
+}
+
+/// [`generate`], decoding the prompt one ubatch (one graph) at a time and
+/// calling `on_prompt(done, total)` with the prompt tokens decoded after
+/// each: progress for long prompts. The context cuts a batch into the same
+/// ubatches, so the cache and the last logits are the same; each piece
+/// but the last computes one token's logits more.
+pub fn generate_with(
+    ctx: &mut Context,
+    prompt: &[i32],
+    n_predict: usize,
+    on_prompt: &mut dyn FnMut(u64, u64),
+) -> std::result::Result<Generation, DecodeError> {
+    let n_ubatch = ctx.params.n_ubatch;
+    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt)
+}
+
+fn generate_in(
+    ctx: &mut Context,
+    prompt: &[i32],
+    n_predict: usize,
+    piece: usize,
+    on_prompt: &mut dyn FnMut(u64, u64),
+) -> std::result::Result<Generation, DecodeError> {
     if prompt.is_empty() {
         return Err(DecodeError::InvalidBatch(Error::InvalidArgument(
             "the prompt is empty".into(),
         )));
     }
     let start = Instant::now();
-    for chunk in prompt.chunks(ctx.params.n_batch) {
+    let total = prompt.len() as u64;
+    let mut done = 0u64;
+    on_prompt(done, total);
+    for chunk in prompt.chunks(piece.max(1)) {
         ctx.decode(&Batch::tokens(chunk))?;
+        done += chunk.len() as u64;
+        on_prompt(done, total);
     }
     let prompt_seconds = start.elapsed().as_secs_f64();
     let mut generated = Vec::with_capacity(n_predict);
@@ -240,7 +274,7 @@ pub fn random_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<i32> {
     (0..n).map(|_| rng.below(n_vocab) as i32).collect()
 }
 
-/// Loads a model with progress on stderr for large files.
+/// Opens a GGUF (mapped; the weights are read when the model is loaded).
 pub fn open_model(path: &str) -> Result<ModelDesc> {
     let file = ggraph_model::gguf::ModelFile::open(path)?;
     ModelDesc::from_file(file)

@@ -63,3 +63,65 @@ fn devices_with_other_weights_and_a_bad_option() {
     assert!(!ok);
     assert!(stderr.contains("Q9_9"), "{stderr}");
 }
+
+/// The device names of the table, in order.
+fn device_rows(stdout: &str) -> Vec<Vec<&str>> {
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for l in stdout.lines() {
+        if l.starts_with("device ") {
+            in_table = true;
+        } else if in_table && l.trim().is_empty() {
+            break;
+        } else if in_table {
+            rows.push(l.split_whitespace().collect());
+        }
+    }
+    rows
+}
+
+#[test]
+fn the_main_job_s_graph_runs_on_every_device_found() {
+    // CPU, a simulated GPU, and wgpu (lavapipe) where there is an adapter
+    let out = Command::new(env!("CARGO_BIN_EXE_ggraph"))
+        .arg("devices")
+        .env("GGRAPH_SIM_DEVICES", "64MiB")
+        .output()
+        .expect("the ggraph binary starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let found: usize = stdout
+        .lines()
+        .filter(|l| l.starts_with("backend "))
+        .map(|l| {
+            let n = l.split_whitespace().nth(2).expect("a device count");
+            n.parse::<usize>().expect("a device count")
+        })
+        .sum();
+    let rows = device_rows(&stdout);
+    assert_eq!(rows.len(), found, "a row per device found:\n{stdout}");
+    let names: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert!(
+        names.contains(&"CPU") && names.contains(&"sim:0"),
+        "{stdout}"
+    );
+    if std::env::var("GGRAPH_REQUIRE_WGPU").as_deref() == Ok("1") {
+        assert!(
+            names.iter().any(|n| n.starts_with("wgpu:")),
+            "GGRAPH_REQUIRE_WGPU=1 but no wgpu device ran the sample:\n{stdout}\n{stderr}"
+        );
+    }
+    for r in &rows {
+        // device kind free(2) total(2) nodes ms nmse
+        let nodes: usize = r[6].parse().expect("a node count");
+        let nmse: f64 = r[8].parse().expect("an nmse");
+        assert!(
+            nodes > 10 && nmse < 5e-4,
+            "{}: {nodes} nodes, nmse {nmse}",
+            r[0]
+        );
+    }
+    // nothing on stderr: no logs unless asked, no progress off a terminal
+    assert!(stderr.is_empty(), "{stderr}");
+}

@@ -141,6 +141,26 @@ fn the_runner_matches_the_f64_reference_and_repeats_itself() {
 }
 
 #[test]
+fn a_prompt_decoded_one_ubatch_at_a_time_reports_progress_and_generates_the_same() {
+    let path = write_random_gguf("pieces");
+    let desc = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    // 40 tokens: one batch of 64, or three ubatches of 16
+    let prompt = runner::random_prompt(40, desc.config.n_vocab, 5);
+    let mut whole = context(&desc, &[]);
+    let g1 = runner::generate(&mut whole, &prompt, 6).unwrap();
+    let mut pieces = context(&desc, &[]);
+    let mut seen = Vec::new();
+    let g2 = runner::generate_with(&mut pieces, &prompt, 6, &mut |done, total| {
+        seen.push((done, total))
+    })
+    .unwrap();
+    assert_eq!(seen, [(0, 40), (16, 40), (32, 40), (40, 40)]);
+    assert_eq!(g1.generated, g2.generated);
+    assert_eq!(whole.logits(), pieces.logits(), "the same last logits");
+    std::fs::remove_file(path).ok();
+}
+
+#[test]
 fn a_gguf_written_by_the_gguf_package_loads_and_runs() {
     // written by gguf-py (fixtures/gguf/generate.py: valued_llama), its
     // matrices quantised by gguf.quants

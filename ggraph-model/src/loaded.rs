@@ -60,6 +60,21 @@ impl Model {
         let free: Vec<u64> = devices.iter().map(|d| d.memory().free_bytes).collect();
         let names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
         let plan = plan_placement_named(desc, &names, &free, opts, mode == LoadMode::Real)?;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let layers = |d: Option<usize>| plan.layer_device.iter().filter(|&&l| l == d).count();
+            let mut on: Vec<String> = vec![format!("host {}", layers(None))];
+            on.extend(
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| format!("{n} {}", layers(Some(i)))),
+            );
+            tracing::debug!(
+                "placement: layers (the output layer counted) on {}; weight bytes {:?} (host first)",
+                on.join(", "),
+                plan.weight_bytes
+            );
+        }
         if mode == LoadMode::Real && !desc.has_data() {
             return Err(Error::InvalidArgument(
                 "this model has no tensor data (opened from a header): load it in dry-run mode"

@@ -1,77 +1,114 @@
 //! `ggraph`: lists the devices of every compiled-in backend and runs a
-//! sample graph on each.
-//!
-//! Usage:
-//!   ggraph [devices] [--weights F32|F16|Q8_0|Q4_0|...]
-//!   ggraph estimate|header|check MODEL ...   (see cli/)
+//! sample graph on each (the default command), and the subcommands on
+//! model files (see cli/).
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
+use clap::{Parser, Subcommand};
+use clap_complete::Shell;
 use ggraph::DType;
 use ggraph::backend::Device;
+use ggraph::logs::Verbosity;
 use ggraph::util::format_bytes;
+use ggraph::{logs, tool, values};
 
 #[path = "../cli/mod.rs"]
 mod cli;
 
-fn usage() -> String {
-    format!(
-        "usage: ggraph [devices] [--weights TYPE]\n       ggraph COMMAND ...\n\n\
-         devices          list every device found and run a sample llama graph on each\n\
-         {}\n\n\
-         Simulated devices: GGRAPH_SIM_DEVICES=2GiB,4GiB ggraph devices",
-        cli::SUMMARY
-    )
+const AFTER_HELP: &str = "\
+Simulated devices: GGRAPH_SIM_DEVICES=2GiB,4GiB ggraph devices
+Logs: -v, -vv or RUST_LOG=ggraph=debug (every scheduler pass, split and allocation)";
+
+/// ggraph: tensor graphs across CPUs and GPUs
+///
+/// Without a command, lists every device found and runs a sample llama
+/// graph on each (`ggraph devices`).
+#[derive(Parser, Debug)]
+#[command(name = "ggraph", version, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(flatten)]
+    log: Verbosity,
+    /// Weights of the sample graph (without a command) [default: Q8_0]
+    #[arg(long, value_name = "TYPE", value_parser = values::dtype)]
+    weights: Option<DType>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Args, Clone, Debug)]
+struct DevicesArgs {
+    /// Weights of the sample graph: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
+    #[arg(long, value_name = "TYPE", default_value = "Q8_0", value_parser = values::dtype)]
+    weights: DType,
+}
+
+// parsed once per run: the size of a variant does not matter
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List every device found and run a sample llama graph on each (the
+    /// default)
+    ///
+    /// Every device of every compiled-in backend, with a small llama graph
+    /// run on each and its logits checked against the f64 reference.
+    /// GGRAPH_SIM_DEVICES=2GiB,4GiB adds simulated GPUs.
+    Devices(DevicesArgs),
+    #[command(flatten)]
+    Model(cli::ModelCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    ///
+    /// For bash: `ggraph completions bash > ~/.local/share/bash-completion/completions/ggraph`.
+    Completions {
+        #[arg(value_enum)]
+        shell: Shell,
+    },
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(code) = args.first().and_then(|cmd| cli::run(cmd, &args[1..])) {
-        return code;
+    let cli: Cli = tool::parse();
+    if cli.weights.is_some() && cli.command.is_some() {
+        tool::usage_error::<Cli>(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--weights before a command: write `ggraph devices --weights TYPE`",
+        )
+        .exit();
     }
-    let mut weights = DType::Q8_0;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "devices" => {}
-            "--weights" => {
-                i += 1;
-                match args.get(i).and_then(|s| DType::from_name(s)) {
-                    Some(t) => weights = t,
-                    None => {
-                        eprintln!(
-                            "--weights needs a type name (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K), not {}",
-                            args.get(i).map_or("nothing", |s| s.as_str())
-                        );
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            "-h" | "--help" => {
-                println!("{}", usage());
-                return ExitCode::SUCCESS;
-            }
-            other => {
-                eprintln!("unknown argument '{other}'\n{}", usage());
-                return ExitCode::from(2);
-            }
+    logs::init(cli.log.log_level);
+    match cli.command {
+        None => devices(cli.weights.unwrap_or(DType::Q8_0)),
+        Some(Command::Devices(d)) => devices(d.weights),
+        Some(Command::Model(m)) => m.run(),
+        Some(Command::Completions { shell }) => {
+            cli::out(&tool::completions::<Cli>(shell));
+            ExitCode::SUCCESS
         }
-        i += 1;
     }
-    devices(weights)
 }
 
 fn devices(weights: DType) -> ExitCode {
+    let start = Instant::now();
     let registry = ggraph::registry();
     for b in registry.backends() {
         println!("backend {:<6} {} device(s)", b.name(), b.devices().len());
     }
     let devices: Vec<Arc<dyn Device>> = registry.devices();
+    tracing::info!(
+        "{} device(s) found in {:.2?}",
+        devices.len(),
+        start.elapsed()
+    );
     let (config, shape) = cli::devices_sample::sample_config();
     println!(
         "\nsample graph: llama, {} layers, n_embd {}, {} tokens, {} weights\n",
         config.n_layer, config.n_embd, shape.n_tokens, weights
+    );
+    let t = Instant::now();
+    let sample = cli::devices_sample::Sample::new(weights);
+    tracing::info!(
+        "sample graph and its f64 reference made in {:.2?}",
+        t.elapsed()
     );
     println!(
         "{:<8} {:<5} {:>11} {:>11} {:>6} {:>9} {:>10}  description",
@@ -80,7 +117,16 @@ fn devices(weights: DType) -> ExitCode {
     let mut failed = false;
     for d in &devices {
         let m = d.memory();
-        let run = cli::devices_sample::run_sample(d, weights);
+        let t = Instant::now();
+        let run = sample
+            .as_ref()
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.run(d).map_err(|e| e.to_string()));
+        tracing::info!(
+            "{}: sample run (with its set-up and warm-up) in {:.2?}",
+            d.name(),
+            t.elapsed()
+        );
         let (nodes, ms, err) = match &run {
             Ok(r) => (
                 r.nodes.to_string(),
@@ -114,9 +160,96 @@ fn devices(weights: DType) -> ExitCode {
         "\nnmse: the logits against the f64 reference; a device passes under {:.0e} with {weights} weights",
         cli::devices_sample::sample_bound(weights)
     );
+    tracing::info!("ggraph devices took {:.2?}", start.elapsed());
     if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
+        tool::try_parse_from(std::iter::once("ggraph").chain(a.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn devices_is_the_default_and_takes_its_weights_either_way() {
+        let c = parse(&[]).unwrap();
+        assert!(c.command.is_none() && c.weights.is_none());
+        assert_eq!(
+            parse(&["--weights", "f32"]).unwrap().weights,
+            Some(DType::F32)
+        );
+        let Some(Command::Devices(d)) = parse(&["devices", "--weights", "Q4_0"]).unwrap().command
+        else {
+            panic!("not devices")
+        };
+        assert_eq!(d.weights, DType::Q4_0);
+        let e = parse(&["devices", "--weights", "Q9_9"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(
+            e.to_string().contains("--weights") && e.to_string().contains("Q9_9"),
+            "{e}"
+        );
+        assert_eq!(parse(&["-vv", "plan", "m.gguf"]).unwrap().log.log_level, 2);
+        assert_eq!(parse(&["-v", "devices"]).unwrap().log.log_level, 1);
+        assert_eq!(parse(&["plan", "m.gguf", "-v"]).unwrap().log.log_level, 1);
+    }
+
+    #[test]
+    fn help_exits_0_and_shows_the_defaults() {
+        let e = parse(&["--help"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DisplayHelp);
+        assert_eq!(e.exit_code(), 0);
+        let h = e.to_string();
+        for s in [
+            "devices",
+            "plan",
+            "estimate",
+            "make-model",
+            "completions",
+            "--weights <TYPE>",
+        ] {
+            assert!(h.contains(s), "{s} not in:\n{h}");
+        }
+        let h = parse(&["plan", "--help"]).unwrap_err().to_string();
+        for s in [
+            "--n-gpu-layers <N>",
+            "--ngl",
+            "[default: layer]",
+            "[default: 4096]",
+            "[default: 2048]",
+            "[default: f16]",
+            "[default: auto]",
+            "--gpu-free <BYTES>",
+        ] {
+            assert!(h.contains(s), "{s} not in:\n{h}");
+        }
+    }
+
+    #[test]
+    fn unknown_flags_are_named_and_completions_are_printed() {
+        let e = parse(&["plan", "m.gguf", "--gpu-fre", "1GiB"]).unwrap_err();
+        assert_eq!((e.kind(), e.exit_code()), (ErrorKind::UnknownArgument, 2));
+        assert!(e.to_string().contains("--gpu-fre"), "{e}");
+        let Some(Command::Completions { shell }) = parse(&["completions", "bash"]).unwrap().command
+        else {
+            panic!("not completions")
+        };
+        let s = tool::completions::<Cli>(shell);
+        assert!(s.contains("_ggraph") && s.contains("make-model") && s.contains("--gpu-free"));
+        assert!(parse(&["completions", "tcsh"]).is_err());
     }
 }

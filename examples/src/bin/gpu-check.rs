@@ -9,58 +9,59 @@
 //! 8, 32, 512, F32 F16 Q8_0 Q4_0 Q4_K Q6_K). Exits non-zero on any failure,
 //! and with 2 when there is no GPU at all.
 //!
-//! Usage: gpu-check [--no-bench] [--bench-only] [--reps N]
-//!        [--emulator] (builds with feature `emulator`: adds the host
-//!        emulator of the GPU kernels, with small bench shapes, to check
-//!        this program itself without a GPU)
+//! Usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--emulator]
+//! (`--help` says more; `--emulator` needs the feature `emulator`: it adds
+//! the host emulator of the GPU kernels, with small bench shapes, to check
+//! this program itself without a GPU)
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
+use clap_complete::Shell;
 use ggraph::backend::{BackendRegistration, BufferUsage, Device};
 use ggraph::ir::{GraphBuilder, TensorData};
+use ggraph::logs::Verbosity;
 use ggraph::util::Rng;
 use ggraph::util::format_bytes;
-use ggraph::{DType, Result, quant};
+use ggraph::{DType, Result, logs, quant, tool, values};
 use ggraph_conformance as conformance;
 
 /// The sample llama graph of `ggraph devices`, run here on every GPU.
 #[path = "../cli/devices_sample.rs"]
 mod devices_sample;
 
-struct Options {
-    bench: bool,
-    conformance: bool,
-    reps: usize,
-    emulator: bool,
-}
+use devices_sample::Sample;
 
-fn parse() -> std::result::Result<Options, String> {
-    let mut o = Options {
-        bench: true,
-        conformance: true,
-        reps: 10,
-        emulator: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--no-bench" => o.bench = false,
-            "--bench-only" => o.conformance = false,
-            "--reps" => {
-                o.reps = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|v| *v > 0)
-                    .ok_or("--reps needs a positive number")?
-            }
-            "--emulator" => o.emulator = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument '{other}'")),
-        }
-    }
-    Ok(o)
+/// gpu-check: the checks that need a GPU
+///
+/// For every CUDA and HIP device found: the device (name, memory, compute
+/// capability or architecture), the conformance suite (a summary per op),
+/// a small llama model against the f64 reference, a llama block split
+/// between the CPU and the GPU, and the mul_mat bench. Exits 1 on any
+/// failure, 2 when there is no GPU at all.
+#[derive(Parser, Debug)]
+#[command(name = "gpu-check", version)]
+struct Options {
+    /// Skip the mul_mat bench
+    #[arg(long = "no-bench")]
+    no_bench: bool,
+    /// Only the mul_mat bench
+    #[arg(long = "bench-only")]
+    bench_only: bool,
+    /// Repetitions of each bench cell
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = values::positive)]
+    reps: usize,
+    /// Add the host emulator of the GPU kernels (a build with the feature
+    /// `emulator`), with small bench shapes
+    #[arg(long)]
+    emulator: bool,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[arg(long, value_name = "SHELL", hide = true)]
+    completions: Option<Shell>,
+    #[command(flatten)]
+    log: Verbosity,
 }
 
 fn gpu_devices(o: &Options) -> Vec<Arc<dyn Device>> {
@@ -77,16 +78,12 @@ fn gpu_devices(o: &Options) -> Vec<Arc<dyn Device>> {
 }
 
 fn main() -> ExitCode {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("{e}");
-            }
-            eprintln!("usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--emulator]");
-            return ExitCode::from(if e.is_empty() { 0 } else { 2 });
-        }
-    };
+    let o: Options = tool::parse();
+    if let Some(shell) = o.completions {
+        print!("{}", tool::completions::<Options>(shell));
+        return ExitCode::SUCCESS;
+    }
+    logs::init(o.log.log_level);
     println!(
         "libraries: CUDA driver {}, NVRTC {}, cuBLAS {}; HIP runtime {}",
         found(ggraph_cuda::driver_present()),
@@ -117,10 +114,19 @@ fn main() -> ExitCode {
             d.description()
         );
     }
+    // the sample graphs and their f64 references, made once for every GPU
+    let samples: Vec<(DType, ggraph::Result<Sample>)> = if o.bench_only {
+        Vec::new()
+    } else {
+        [DType::F16, DType::Q8_0, DType::Q4_K]
+            .into_iter()
+            .map(|w| (w, Sample::new(w)))
+            .collect()
+    };
     let mut failed = false;
     for d in &devs {
         println!("\n==== {} ({})", d.name(), d.description());
-        if o.conformance {
+        if !o.bench_only {
             let start = Instant::now();
             let report = conformance::run(d);
             print!("{}", report.summary());
@@ -128,10 +134,10 @@ fn main() -> ExitCode {
             if report.check().is_err() {
                 failed = true;
             }
-            failed |= !llama_block(d);
+            failed |= !llama_block(d, &samples);
             failed |= !mixed_cpu_gpu_llama(d);
         }
-        if o.bench {
+        if !o.no_bench {
             let small = d.name().starts_with("emu");
             if let Err(e) = bench(d, o.reps, small) {
                 println!("mul_mat bench failed: {e}");
@@ -160,10 +166,14 @@ fn found(b: bool) -> &'static str {
 
 /// The sample llama graph entirely on the device, against the f64
 /// reference.
-fn llama_block(d: &Arc<dyn Device>) -> bool {
+fn llama_block(d: &Arc<dyn Device>, samples: &[(DType, Result<Sample>)]) -> bool {
     let mut ok = true;
-    for w in [DType::F16, DType::Q8_0, DType::Q4_K] {
-        match devices_sample::run_sample(d, w) {
+    for (w, sample) in samples {
+        match sample
+            .as_ref()
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.run(d).map_err(|e| e.to_string()))
+        {
             Ok(r) => {
                 let pass = r.passed();
                 ok &= pass;
@@ -330,4 +340,31 @@ fn bench_one(
     s.synchronize()?;
     let secs = start.elapsed().as_secs_f64() / reps as f64;
     Ok(2.0 * m as f64 * n as f64 * k as f64 / secs / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(a: &[&str]) -> std::result::Result<Options, clap::Error> {
+        tool::try_parse_from(std::iter::once("gpu-check").chain(a.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed_and_keeps_its_flags() {
+        Options::command().debug_assert();
+        let o = parse(&["--emulator", "--bench-only", "--reps", "1"]).unwrap();
+        assert!(o.emulator && o.bench_only && !o.no_bench && o.reps == 1);
+        assert_eq!(parse(&[]).unwrap().reps, 10);
+        let e = parse(&["--reps", "0"]).unwrap_err();
+        assert!(
+            e.exit_code() == 2 && e.to_string().contains("--reps"),
+            "{e}"
+        );
+        let h = parse(&["--help"]).unwrap_err();
+        assert_eq!(h.exit_code(), 0);
+        assert!(h.to_string().contains("[default: 10]"), "{h}");
+    }
 }

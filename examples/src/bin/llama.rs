@@ -5,59 +5,103 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ggraph::args::{Args, Spec};
+use clap::Parser;
+use clap::builder::PossibleValuesParser;
+use clap::error::ErrorKind;
+use clap_complete::Shell;
 use ggraph::context::Context;
+use ggraph::logs::Verbosity;
 use ggraph::model::estimate::exact::{FitRequest, check_fits, fit};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::GpuLayers;
 use ggraph::model::tokenizer::Tokenizer;
-use ggraph::{DType, options, runner};
+use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
+use ggraph::progress::Progress;
+use ggraph::{DType, logs, runner, tool, values};
 
-const USAGE: &str = "usage: llama (MODEL.gguf | --random SHAPE) [options]
+/// Prompt token ids, as `--prompt-ids` gives them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TokenIds(Vec<i32>);
 
-  --random SHAPE      a random-weight model: tiny, small (n_embd 512, 8
-                      layers, vocab 32000), 8b-4l (llama-3-8B layers, 4 of them)
-  --weights TYPE      weights of the random model (F32, F16, Q8_0, Q4_0, Q4_K, Q6_K)
-  --seed N            seed of the random model (default 1)
-  --prompt TEXT       the prompt, tokenised with the model's vocabulary
-  --prompt-ids IDS    the prompt as token ids, e.g. 1,300,301
-  --random-prompt N   N pseudo-random prompt tokens (for timing)
-  -n N                tokens to generate (default 32)
-  --print-ids         print the generated token ids
-  --fit               offload as many layers as fit the devices
-  --verbose           print the scheduler's explanation of every node";
+fn token_ids(s: &str) -> Result<TokenIds, String> {
+    values::token_ids(s).map(TokenIds)
+}
 
-const SPEC: Spec = Spec {
-    values: &[
-        "--random",
-        "--weights",
-        "--seed",
-        "--prompt",
-        "--prompt-ids",
-        "--random-prompt",
-        "-n",
-    ],
-    repeated: &[],
-    flags: &["--print-ids", "--fit", "--verbose"],
-};
+/// llama: a llama runner on ggraph
+///
+/// Loads a GGUF (or makes a random-weight model), places it across the
+/// devices, decodes the prompt and generates greedily; prints tokens/s,
+/// memory per device and the splits.
+#[derive(Parser, Debug)]
+#[command(name = "llama", version, after_help = LLAMA_CPP_SPELLINGS)]
+struct Cli {
+    /// The model, a .gguf (or give --random)
+    #[arg(value_name = "MODEL.gguf")]
+    model: Option<String>,
+    /// The model, as llama.cpp names it
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "MODEL.gguf",
+        conflicts_with = "model"
+    )]
+    model_flag: Option<String>,
+    /// A random-weight model: tiny, small (n_embd 512, 8 layers, vocab
+    /// 32000), 8b-4l (llama-3-8B layers, 4 of them)
+    #[arg(long, value_name = "SHAPE", conflicts_with_all = ["model", "model_flag"],
+          value_parser = PossibleValuesParser::new(runner::SHAPES))]
+    random: Option<String>,
+    /// Weights of the random model: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    weights: DType,
+    /// Seed of the random model
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]
+    seed: u64,
+    /// The prompt, tokenised with the model's vocabulary
+    #[arg(short = 'p', long, value_name = "TEXT", allow_hyphen_values = true)]
+    prompt: Option<String>,
+    /// The prompt as token ids, e.g. 1,300,301 (before --prompt)
+    #[arg(long = "prompt-ids", value_name = "IDS", value_parser = token_ids)]
+    prompt_ids: Option<TokenIds>,
+    /// N pseudo-random prompt tokens (for timing), without --prompt or
+    /// --prompt-ids
+    #[arg(long = "random-prompt", value_name = "N", default_value_t = 8,
+          value_parser = values::count)]
+    random_prompt: usize,
+    /// Tokens to generate
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 32,
+          value_parser = values::count)]
+    n_predict: usize,
+    /// Print the generated token ids
+    #[arg(long = "print-ids")]
+    print_ids: bool,
+    /// Offload as many layers as fit the devices
+    #[arg(long)]
+    fit: bool,
+    /// Print the scheduler's explanation of every node (logs: -v)
+    #[arg(long)]
+    verbose: bool,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[arg(long, value_name = "SHELL", hide = true)]
+    completions: Option<Shell>,
+    #[command(flatten)]
+    log: Verbosity,
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    placement: PlacementArgs,
+    #[command(flatten)]
+    context: ContextArgs,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!(
-            "{USAGE}\n\n{}\n\n{}\n\n{}",
-            options::DEVICE_HELP,
-            options::PLACEMENT_HELP,
-            options::CONTEXT_HELP
-        );
+    let cli: Cli = tool::parse();
+    if let Some(shell) = cli.completions {
+        print!("{}", tool::completions::<Cli>(shell));
         return ExitCode::SUCCESS;
     }
-    // `-n 16` is spelled like a long option for the parser
-    let args: Vec<String> = args
-        .into_iter()
-        .map(|a| if a == "-n" { "-n".into() } else { a })
-        .collect();
-    match run(&args) {
+    logs::init(cli.log.log_level);
+    match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("llama: {e}");
@@ -66,41 +110,29 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let specs = [
-        &SPEC,
-        &options::DEVICE_SPEC,
-        &options::PLACEMENT_SPEC,
-        &options::CONTEXT_SPEC,
-    ];
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| if a == "-n" { "--n".into() } else { a.clone() })
-        .collect();
-    let spec_n = Spec {
-        values: &["--n"],
-        repeated: &[],
-        flags: &[],
-    };
-    let mut all = specs.to_vec();
-    all.push(&spec_n);
-    let a = Args::parse_all(&all, &args)?;
-    let (devices, cpu) = options::devices(&a)?;
-    let mut opts = options::placement(&a)?;
-    let params = options::context(&a)?;
-    let desc = match (a.positional.as_slice(), a.value("--random")) {
-        ([path], None) => runner::open_model(path).map_err(|e| e.to_string())?,
-        ([], Some(shape)) => {
-            let weights = a.parsed("--weights", DType::Q4_0, DType::from_name, "a type name")?;
-            let seed = a.parsed("--seed", 1u64, |s| s.parse().ok(), "a number")?;
-            runner::random_model(shape, weights, seed).map_err(|e| e.to_string())?
+fn run(a: &Cli) -> Result<(), String> {
+    let path = a.model.as_ref().or(a.model_flag.as_ref());
+    let desc = match (path, &a.random) {
+        (Some(path), None) => runner::open_model(path).map_err(|e| e.to_string())?,
+        (None, Some(shape)) => {
+            runner::random_model(shape, a.weights, a.seed).map_err(|e| e.to_string())?
         }
-        _ => return Err(format!("give one MODEL.gguf or --random SHAPE\n{USAGE}")),
+        _ => tool::usage_error::<Cli>(
+            ErrorKind::MissingRequiredArgument,
+            "give one MODEL.gguf or --random SHAPE",
+        )
+        .exit(),
     };
-    if a.flag("--fit") {
+    let params = a
+        .context
+        .params()
+        .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ArgumentConflict, e).exit());
+    let (devices, cpu) = a.devices.devices()?;
+    let mut opts = a.placement.options();
+    if a.fit {
         let req = FitRequest {
             margin: 256 << 20,
-            layers_fixed: a.value("--n-gpu-layers").is_some(),
+            layers_fixed: a.placement.n_gpu_layers.is_some(),
             fit_ctx: false,
             min_ctx: params.n_ctx,
         };
@@ -112,15 +144,25 @@ fn run(args: &[String]) -> Result<(), String> {
     // weights, KV cache and compute memory must fit before any is loaded
     check_fits(&desc, &devices, cpu.clone(), &opts, &params).map_err(|e| e.to_string())?;
     let t = std::time::Instant::now();
-    let model = Model::load(&desc, &devices, cpu, &opts, LoadMode::Real, None)
-        .map_err(|e| e.to_string())?;
+    let mut progress = Progress::bytes("loading weights");
+    let mut report = |done: u64, total: u64| progress.update(done, total);
+    let model = Model::load(
+        &desc,
+        &devices,
+        cpu,
+        &opts,
+        LoadMode::Real,
+        Some(&mut report),
+    )
+    .map_err(|e| e.to_string())?;
+    progress.finish();
     eprintln!("loaded in {:.2} s", t.elapsed().as_secs_f64());
     // the tokenizer is needed for --prompt and to print text; a vocabulary
     // it cannot read only matters for --prompt
     let tokenizer = match &model.tokens {
         Some(t) => match Tokenizer::for_vocab(t.clone(), &model.vocab) {
             Ok(t) => Some(t),
-            Err(e) if a.value("--prompt").is_some() => {
+            Err(e) if a.prompt.is_some() => {
                 return Err(format!("{e} (--prompt-ids)"));
             }
             Err(_) => None,
@@ -129,29 +171,27 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     let n_vocab = model.config.n_vocab;
     let mut ctx = Context::new(Arc::new(model), params).map_err(|e| e.to_string())?;
-    let prompt: Vec<i32> = if let Some(ids) = a.value("--prompt-ids") {
-        ids.split(',')
-            .map(|s| {
-                s.trim()
-                    .parse::<i32>()
-                    .map_err(|_| format!("--prompt-ids: '{s}' is not a token id"))
-            })
-            .collect::<Result<_, _>>()?
-    } else if let Some(text) = a.value("--prompt") {
+    let prompt: Vec<i32> = if let Some(ids) = &a.prompt_ids {
+        ids.0.clone()
+    } else if let Some(text) = &a.prompt {
         let t = tokenizer
             .as_ref()
             .ok_or("this model has no vocabulary: use --prompt-ids")?;
         t.encode(text)
     } else {
-        let n = a.parsed("--random-prompt", 8usize, |s| s.parse().ok(), "a number")?;
-        runner::random_prompt(n, n_vocab, 42)
+        runner::random_prompt(a.random_prompt, n_vocab, 42)
     };
-    let n_predict = a.parsed("--n", 32usize, |s| s.parse().ok(), "a number")?;
-    let g = runner::generate(&mut ctx, &prompt, n_predict).map_err(|e| e.to_string())?;
+    // a bar for prompts that take more than one graph
+    let mut progress = Progress::tokens("prompt", ctx.params.n_ubatch as u64);
+    let g = runner::generate_with(&mut ctx, &prompt, a.n_predict, &mut |done, total| {
+        progress.update(done, total)
+    })
+    .map_err(|e| e.to_string())?;
+    progress.finish();
     if let Some(t) = &tokenizer {
         println!("{}{}", t.decode(&prompt), t.decode(&g.generated));
     }
-    if a.flag("--print-ids") {
+    if a.print_ids {
         let ids: Vec<String> = g.generated.iter().map(|i| i.to_string()).collect();
         println!("{}", ids.join(","));
     }
@@ -166,8 +206,91 @@ fn run(args: &[String]) -> Result<(), String> {
     );
     eprint!("{}", runner::memory_table(&ctx));
     eprintln!("{}", runner::schedule_summary(&ctx));
-    if a.flag("--verbose") {
+    if a.verbose {
         eprint!("{}", ctx.scheduler().explain());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
+        tool::try_parse_from(std::iter::once("llama").chain(a.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn llama_cpp_s_spellings_parse() {
+        let c = parse(&[
+            "-m",
+            "m.gguf",
+            "-p",
+            "hello",
+            "-n",
+            "16",
+            "-ngl",
+            "99",
+            "-c",
+            "512",
+            "-fa",
+            "off",
+            "-v",
+            "--verbose",
+        ])
+        .unwrap();
+        assert_eq!(c.model_flag.as_deref(), Some("m.gguf"));
+        assert_eq!(c.prompt.as_deref(), Some("hello"));
+        assert_eq!(c.n_predict, 16);
+        assert_eq!(c.placement.n_gpu_layers, Some(GpuLayers::Count(99)));
+        assert_eq!(c.context.ctx, 512);
+        assert_eq!(c.log.log_level, 1);
+        assert!(c.verbose);
+        let c = parse(&["--random", "tiny", "-p", "-ngl is a prompt", "--fit"]).unwrap();
+        assert_eq!(c.prompt.as_deref(), Some("-ngl is a prompt"));
+        assert!(c.fit && c.placement.n_gpu_layers.is_none());
+        let c = parse(&["--random", "tiny", "--prompt-ids", "1,2,3", "--print-ids"]).unwrap();
+        assert_eq!(c.prompt_ids, Some(TokenIds(vec![1, 2, 3])));
+        assert_eq!((c.n_predict, c.weights, c.seed), (32, DType::Q4_0, 1));
+    }
+
+    #[test]
+    fn mistakes_name_the_flag_and_help_shows_the_defaults() {
+        for (a, flag) in [
+            (&["--random", "huge"][..], "--random"),
+            (&["m.gguf", "--prompt-ids", "1,x"], "--prompt-ids"),
+            (&["m.gguf", "-n", "many"], "-n"),
+            (&["m.gguf", "--random", "tiny"], "--random"),
+            (
+                &["m.gguf", "--tensor-split", "12GiB,lots"],
+                "--tensor-split",
+            ),
+            (&["m.gguf", "--bogus"], "--bogus"),
+        ] {
+            let e = parse(a).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{a:?}");
+            assert!(e.to_string().contains(flag), "{a:?}: {e}");
+        }
+        let e = parse(&["--help"]).unwrap_err();
+        assert_eq!((e.kind(), e.exit_code()), (ErrorKind::DisplayHelp, 0));
+        let h = e.to_string();
+        for s in [
+            "[default: 32]",
+            "[default: Q4_0]",
+            "--n-gpu-layers",
+            "-ngl",
+            "[default: 4096]",
+        ] {
+            assert!(h.contains(s), "{s} not in:\n{h}");
+        }
+        let c = parse(&["--completions", "bash"]).unwrap();
+        assert!(tool::completions::<Cli>(c.completions.unwrap()).contains("--n-gpu-layers"));
+    }
 }

@@ -10,48 +10,89 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ggraph::args::{Args, Spec};
+use clap::Parser;
+use clap::builder::PossibleValuesParser;
+use clap::error::ErrorKind;
+use clap_complete::Shell;
 use ggraph::backend::{Device, DevicePerf};
 use ggraph::batch::Batch;
 use ggraph::context::{Context, ContextParams};
+use ggraph::logs::Verbosity;
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::placement::{
-    GpuLayers, OverrideTarget, PlacementOptions, SplitMode, TensorSplit,
-};
-use ggraph::util::{format_bytes, parse_bytes};
-use ggraph::{DType, options, runner};
+use ggraph::model::placement::{GpuLayers, OverrideTarget, PlacementOptions, SplitMode};
+use ggraph::options::found_gpus;
+use ggraph::util::format_bytes;
+use ggraph::{DType, logs, runner, tool, values};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
-const USAGE: &str = "usage: split-experiment (MODEL.gguf | --shape NAME) [options]
+const PLACEMENT_HELP: &str = "\
+A placement (--placement) is comma-separated key=value:
+  split=none|layer|row  ngl=N|all  ts=3:1 or ts=8GiB:4GiB  main=I  kv=host
+  offload=off  moe=cpu  override=REGEX@DEVICE
+Without --placement: split=none, split=layer, split=row and ngl=<half the layers>.";
 
-  --shape NAME        a random-weight model: tiny, small, 8b-4l
-  --weights TYPE      its weight type (default Q4_0)
-  --sim SPEC          a simulated GPU: MEMORY[:LINK_GBPS[:TFLOPS]], e.g.
-                      24GiB:25:80; repeatable
-  --real              add the GPUs found (after the simulated ones)
-  --placement P       a placement: comma-separated key=value of
-                        split=none|layer|row  ngl=N|all  ts=3:1 or ts=8GiB:4GiB
-                        main=I  kv=host  offload=off  moe=cpu
-                      repeatable (default: split=none, split=layer, split=row,
-                      ngl=<half>)
-  --ctx N             KV cells (default 4096)
-  --run N             decode N tokens and time them (else a dry run)
-  --dot DIR           write each placement's one-token graph as DOT";
-
-const SPEC: Spec = Spec {
-    values: &["--shape", "--weights", "--ctx", "--run", "--dot"],
-    repeated: &["--sim", "--placement"],
-    flags: &["--real"],
-};
+/// split-experiment: one model under several placements
+///
+/// One model, one device set, several placements; for each placement
+/// prints the splits, the copies and bytes moved per token, the memory per
+/// device, and (with --run) the time per token. Devices can be real (the
+/// GPUs found), simulated with given memory, link bandwidth and
+/// throughput, or both.
+#[derive(Parser, Debug)]
+#[command(name = "split-experiment", version, after_help = PLACEMENT_HELP)]
+struct Cli {
+    /// The model, a .gguf (or give --shape)
+    #[arg(value_name = "MODEL.gguf")]
+    model: Option<String>,
+    /// A random-weight model: tiny, small, 8b-4l [default: tiny]
+    #[arg(long, value_name = "NAME", conflicts_with = "model",
+          value_parser = PossibleValuesParser::new(runner::SHAPES))]
+    shape: Option<String>,
+    /// Its weight type
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    weights: DType,
+    /// A simulated GPU: MEMORY[:LINK_GBPS[:TFLOPS]], e.g. 24GiB:25:80;
+    /// repeatable
+    #[arg(long, value_name = "SPEC", value_parser = sim_spec)]
+    sim: Vec<SimSpec>,
+    /// Add the GPUs found (after the simulated ones)
+    #[arg(long)]
+    real: bool,
+    /// A placement (below); repeatable
+    #[arg(long, value_name = "P", value_parser = placement_spec)]
+    placement: Vec<PlacementSpec>,
+    /// KV cells
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = values::count)]
+    ctx: usize,
+    /// Decode N tokens and time them (0: a dry run)
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = values::count)]
+    run: usize,
+    /// Write each placement's one-token graph as DOT into DIR
+    #[arg(long, value_name = "DIR")]
+    dot: Option<String>,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[arg(long, value_name = "SHELL", hide = true)]
+    completions: Option<Shell>,
+    #[command(flatten)]
+    log: Verbosity,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
+    let cli: Cli = tool::parse();
+    if let Some(shell) = cli.completions {
+        print!("{}", tool::completions::<Cli>(shell));
         return ExitCode::SUCCESS;
     }
-    match run(&args) {
+    logs::init(cli.log.log_level);
+    if cli.sim.is_empty() && !cli.real {
+        tool::usage_error::<Cli>(
+            ErrorKind::MissingRequiredArgument,
+            "no devices: give --sim MEMORY (repeatable) and/or --real",
+        )
+        .exit();
+    }
+    match run(&cli) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -63,27 +104,56 @@ fn main() -> ExitCode {
     }
 }
 
-fn sim(i: usize, spec: &str) -> Result<Arc<dyn Device>, String> {
+/// A simulated GPU: memory, and link and compute speeds if given.
+#[derive(Clone, Debug, PartialEq)]
+struct SimSpec {
+    bytes: u64,
+    link_gbps: Option<f64>,
+    tflops: Option<f64>,
+}
+
+fn sim_spec(spec: &str) -> Result<SimSpec, String> {
     let mut parts = spec.split(':');
-    let mem = parse_bytes(parts.next().unwrap_or("")).map_err(|e| format!("--sim {spec}: {e}"))?;
-    let mut config = SimConfig::gpu(mem);
-    #[allow(unused_assignments)]
+    let bytes = values::size(parts.next().unwrap_or(""))?;
     let num = |p: Option<&str>, what: &str| -> Result<Option<f64>, String> {
         p.map(|s| {
             s.parse::<f64>()
-                .map_err(|_| format!("--sim {spec}: {what} '{s}' is not a number"))
+                .map_err(|_| format!("{what} '{s}' is not a number"))
         })
         .transpose()
     };
-    let link = num(parts.next(), "link GB/s")?;
+    let link_gbps = num(parts.next(), "link GB/s")?;
     let tflops = num(parts.next(), "TFLOP/s")?;
+    Ok(SimSpec {
+        bytes,
+        link_gbps,
+        tflops,
+    })
+}
+
+fn sim(i: usize, spec: &SimSpec) -> Arc<dyn Device> {
+    let config = SimConfig::gpu(spec.bytes);
     let base = config.perf;
-    config = config.perf(DevicePerf {
-        link_bytes_per_s: link.map_or(base.link_bytes_per_s, |g| g * 1e9),
-        flops_per_s: tflops.map_or(base.flops_per_s, |t| t * 1e12),
+    let config = config.perf(DevicePerf {
+        link_bytes_per_s: spec.link_gbps.map_or(base.link_bytes_per_s, |g| g * 1e9),
+        flops_per_s: spec.tflops.map_or(base.flops_per_s, |t| t * 1e12),
         mem_bytes_per_s: base.mem_bytes_per_s,
     });
-    Ok(SimDevice::new(i, config))
+    SimDevice::new(i, config)
+}
+
+/// A placement as written and as parsed.
+#[derive(Clone, Debug)]
+struct PlacementSpec {
+    text: String,
+    options: PlacementOptions,
+}
+
+fn placement_spec(s: &str) -> Result<PlacementSpec, String> {
+    Ok(PlacementSpec {
+        text: s.to_string(),
+        options: placement(s)?,
+    })
 }
 
 fn placement(spec: &str) -> Result<PlacementOptions, String> {
@@ -111,26 +181,9 @@ fn placement(spec: &str) -> Result<PlacementOptions, String> {
                 }
             }
             "ts" => {
-                let parts: Vec<&str> = v.split(':').collect();
                 o.tensor_split = Some(
-                    if parts
-                        .iter()
-                        .any(|p| p.chars().any(|c| c.is_ascii_alphabetic()))
-                    {
-                        TensorSplit::Bytes(
-                            parts
-                                .iter()
-                                .map(|p| parse_bytes(p).map_err(|e| e.to_string()))
-                                .collect::<Result<_, _>>()?,
-                        )
-                    } else {
-                        TensorSplit::Fractions(
-                            parts
-                                .iter()
-                                .map(|p| p.parse().map_err(|_| format!("ts part '{p}'")))
-                                .collect::<Result<_, _>>()?,
-                        )
-                    },
+                    values::tensor_split_by(v, ':')
+                        .map_err(|e| format!("placement '{spec}': ts={v}: {e}"))?,
                 );
             }
             "main" => {
@@ -162,41 +215,34 @@ fn placement(spec: &str) -> Result<PlacementOptions, String> {
     Ok(o)
 }
 
-fn run(args: &[String]) -> Result<String, String> {
-    let a = Args::parse(&SPEC, args)?;
-    let desc: ModelDesc = match (a.positional.as_slice(), a.value("--shape")) {
-        ([path], None) => runner::open_model(path).map_err(|e| e.to_string())?,
-        ([], shape) => {
-            let weights = a.parsed("--weights", DType::Q4_0, DType::from_name, "a type name")?;
-            runner::random_model(shape.unwrap_or("tiny"), weights, 1).map_err(|e| e.to_string())?
-        }
-        _ => return Err(format!("give one MODEL.gguf or --shape\n{USAGE}")),
+fn run(a: &Cli) -> Result<String, String> {
+    let desc: ModelDesc = match &a.model {
+        Some(path) => runner::open_model(path).map_err(|e| e.to_string())?,
+        None => runner::random_model(a.shape.as_deref().unwrap_or("tiny"), a.weights, 1)
+            .map_err(|e| e.to_string())?,
     };
-    let mut devices: Vec<Arc<dyn Device>> = a
-        .all("--sim")
-        .iter()
-        .enumerate()
-        .map(|(i, s)| sim(i, s))
-        .collect::<Result<_, _>>()?;
-    if a.flag("--real") {
-        let (real, _) = options::devices(&Args::default())?;
-        devices.extend(real);
+    let mut devices: Vec<Arc<dyn Device>> =
+        a.sim.iter().enumerate().map(|(i, s)| sim(i, s)).collect();
+    if a.real {
+        devices.extend(found_gpus());
     }
     if devices.is_empty() {
         return Err("no devices: give --sim MEMORY (repeatable) and/or --real".into());
     }
     let n_layer = desc.config.n_layer;
-    let mut specs: Vec<String> = a.all("--placement").to_vec();
+    let mut specs = a.placement.clone();
     if specs.is_empty() {
-        specs = vec![
-            "split=none".into(),
+        for s in [
+            "split=none".to_string(),
             "split=layer".into(),
             "split=row".into(),
             format!("ngl={}", n_layer.div_ceil(2)),
-        ];
+        ] {
+            specs.push(placement_spec(&s)?);
+        }
     }
-    let run_tokens = a.parsed("--run", 0usize, |s| s.parse().ok(), "a token count")?;
-    let n_ctx = a.parsed("--ctx", 4096usize, |s| s.parse().ok(), "a number")?;
+    let run_tokens = a.run;
+    let n_ctx = a.ctx;
     let params = ContextParams {
         n_ctx,
         n_batch: 512.min(n_ctx),
@@ -218,15 +264,15 @@ fn run(args: &[String]) -> Result<String, String> {
         let _ = writeln!(out, "device {}: {}", d.name(), d.description());
     }
     for spec in &specs {
-        let _ = writeln!(out, "\n== placement {spec}");
-        let opts = placement(spec)?;
+        let _ = writeln!(out, "\n== placement {}", spec.text);
+        let opts = &spec.options;
         let cpu: Arc<dyn Device> = CpuDevice::new();
         let mode = if run_tokens > 0 && desc.has_data() {
             LoadMode::Real
         } else {
             LoadMode::DryRun
         };
-        let model = match Model::load(&desc, &devices, cpu, &opts, mode, None) {
+        let model = match Model::load(&desc, &devices, cpu, opts, mode, None) {
             Ok(m) => m,
             Err(e) => {
                 let _ = writeln!(out, "does not load: {e}");
@@ -266,8 +312,8 @@ fn run(args: &[String]) -> Result<String, String> {
         for line in runner::over_memory(&ctx) {
             let _ = writeln!(out, "{line}");
         }
-        if let Some(dir) = a.value("--dot") {
-            let name = spec.replace([',', '=', ':', '/'], "_");
+        if let Some(dir) = &a.dot {
+            let name = spec.text.replace([',', '=', ':', '/'], "_");
             let path = std::path::Path::new(dir).join(format!("{name}.dot"));
             std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
             std::fs::write(&path, &r.dot).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -297,4 +343,74 @@ fn run(args: &[String]) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
+        tool::try_parse_from(std::iter::once("split-experiment").chain(a.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn sims_and_placements_parse_and_mistakes_name_the_flag() {
+        let c = parse(&[
+            "--shape",
+            "small",
+            "--sim",
+            "24GiB:25:80",
+            "--sim",
+            "12GiB",
+            "--placement",
+            "split=row,ts=3:1",
+            "--run",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.sim,
+            [
+                SimSpec {
+                    bytes: 24 << 30,
+                    link_gbps: Some(25.0),
+                    tflops: Some(80.0)
+                },
+                SimSpec {
+                    bytes: 12 << 30,
+                    link_gbps: None,
+                    tflops: None
+                }
+            ]
+        );
+        assert_eq!(c.placement[0].options.split_mode, SplitMode::Row);
+        assert_eq!((c.run, c.ctx, c.weights), (4, 4096, DType::Q4_0));
+        for (a, flag) in [
+            (&["--sim", "lots"][..], "--sim"),
+            (&["--sim", "1GiB:fast"], "--sim"),
+            (
+                &["--sim", "1GiB", "--placement", "split=diagonal"],
+                "--placement",
+            ),
+            (&["--sim", "1GiB", "--shape", "huge"], "--shape"),
+            (&["m.gguf", "--shape", "tiny"], "--shape"),
+            (&["--sim", "1GiB", "--nope"], "--nope"),
+        ] {
+            let e = parse(a).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{a:?}");
+            assert!(e.to_string().contains(flag), "{a:?}: {e}");
+        }
+        let h = parse(&["--help"]).unwrap_err().to_string();
+        assert!(
+            h.contains("[default: 4096]") && h.contains("split=none|layer|row"),
+            "{h}"
+        );
+    }
 }

@@ -5,29 +5,25 @@
 use std::collections::BTreeMap;
 
 use ggraph::model::gguf::ModelFile;
+use ggraph::progress::Progress;
 use ggraph::util::format_bytes;
 
 use super::Failure;
-use super::progress::StderrProgress;
 
-pub const USAGE: &str = "usage: ggraph check MODEL.gguf
+// `ggraph check`'s options (its help text is the subcommand's doc).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CheckArgs {
+    /// A .gguf
+    #[arg(value_name = "MODEL.gguf")]
+    pub model: String,
+}
 
-Maps the file, checks its header and that every tensor lies inside it,
-then reads every tensor's bytes (progress on stderr for large files) and
-prints tensors by type and a 64-bit checksum of the data (for comparing
-copies; not cryptographic).";
-
-/// The output of `ggraph check ARGS`.
-pub fn render(args: &[String]) -> Result<String, Failure> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(format!("{USAGE}\n"));
-    }
-    let [path] = args else {
-        return Err(Failure::usage("one MODEL expected"));
-    };
+/// The output of `ggraph check`.
+pub fn render(a: &CheckArgs) -> Result<String, Failure> {
+    let path = &a.model;
     let file = ModelFile::open(path).map_err(Failure::other)?;
     let h = file.header();
-    let mut progress = StderrProgress::new(format!("reading {path}"));
+    let mut progress = Progress::bytes(format!("reading {path}"));
     let mut report = |done: u64, total: u64| progress.update(done, total);
     let sum = file.checksum_data(Some(&mut report));
     progress.finish();

@@ -1,13 +1,20 @@
 //! The sample graph `ggraph devices` runs on every device: a small llama
 //! model, checked against the f64 reference.
+//!
+//! The graph, its inputs and the reference logits are made once
+//! ([`Sample::new`]) and every device runs the same graph on the same
+//! data ([`Sample::run`]): the reference costs about as much as all the
+//! devices' runs together, so it is not evaluated again per device.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph_conformance::nmse;
 use ggraph_conformance::{reference, testing};
 use ggraph_core::backend::Device;
-use ggraph_core::{DType, Result, exec};
+use ggraph_core::ir::Graph;
+use ggraph_core::{DType, Result, TensorId, exec};
 use ggraph_model::kv::FreshCache;
 use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
@@ -41,35 +48,61 @@ pub fn sample_config() -> (LlamaConfig, BuildShape) {
     (config, shape)
 }
 
-/// Builds the sample graph with `weights`, runs it on `device` (after one
-/// warm-up run) and compares the logits with the f64 reference.
-pub fn run_sample(device: &Arc<dyn Device>, weights: DType) -> Result<SampleRun> {
-    let (config, shape) = sample_config();
-    let lg = build_llama(
-        &config,
-        &shape,
-        &mut FreshWeights { dtype: weights },
-        &mut FreshCache,
-    )?;
-    let mut graph = lg.graph.clone();
-    let data = testing::llama_leaf_data(&lg, &graph, &config, &shape, 7)?;
-    let _buffer = exec::alloc_one_buffer(&mut graph, &device.buffer_type())?;
-    for (id, bytes) in &data {
-        graph.write_bytes(*id, bytes)?;
+/// The sample graph with its inputs and the f64 reference's logits.
+pub struct Sample {
+    pub weights: DType,
+    graph: Graph,
+    logits: TensorId,
+    data: HashMap<TensorId, Vec<u8>>,
+    reference: Vec<f64>,
+}
+
+impl Sample {
+    /// Builds the sample graph with `weights` and its inputs (seed 7), and
+    /// evaluates the reference.
+    pub fn new(weights: DType) -> Result<Sample> {
+        let (config, shape) = sample_config();
+        let lg = build_llama(
+            &config,
+            &shape,
+            &mut FreshWeights { dtype: weights },
+            &mut FreshCache,
+        )?;
+        let data = testing::llama_leaf_data(&lg, &lg.graph, &config, &shape, 7)?;
+        // the evaluator reads the graph's structure and these bytes, never
+        // a device's memory
+        let reference =
+            reference::evaluate(&lg.graph, |id| Ok(data[&id].clone()))?.values(lg.logits);
+        Ok(Sample {
+            weights,
+            logits: lg.logits,
+            graph: lg.graph,
+            data,
+            reference,
+        })
     }
-    let mut stream = device.new_stream()?;
-    stream.compute(&graph, graph.nodes())?;
-    stream.synchronize()?;
-    let start = Instant::now();
-    stream.compute(&graph, graph.nodes())?;
-    stream.synchronize()?;
-    let millis = start.elapsed().as_secs_f64() * 1e3;
-    let got = graph.read_f32(lg.logits)?;
-    let ev = reference::evaluate(&graph, |id| Ok(data[&id].clone()))?;
-    Ok(SampleRun {
-        nodes: graph.nodes().len(),
-        millis,
-        nmse: nmse(&got, &ev.values(lg.logits)),
-        bound: sample_bound(weights),
-    })
+
+    /// Runs the graph on `device` (after one warm-up run) and compares its
+    /// logits with the reference's.
+    pub fn run(&self, device: &Arc<dyn Device>) -> Result<SampleRun> {
+        let mut graph = self.graph.clone();
+        let _buffer = exec::alloc_one_buffer(&mut graph, &device.buffer_type())?;
+        for (id, bytes) in &self.data {
+            graph.write_bytes(*id, bytes)?;
+        }
+        let mut stream = device.new_stream()?;
+        stream.compute(&graph, graph.nodes())?;
+        stream.synchronize()?;
+        let start = Instant::now();
+        stream.compute(&graph, graph.nodes())?;
+        stream.synchronize()?;
+        let millis = start.elapsed().as_secs_f64() * 1e3;
+        let got = graph.read_f32(self.logits)?;
+        Ok(SampleRun {
+            nodes: graph.nodes().len(),
+            millis,
+            nmse: nmse(&got, &self.reference),
+            bound: sample_bound(self.weights),
+        })
+    }
 }

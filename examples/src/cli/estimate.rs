@@ -4,30 +4,14 @@
 use ggraph::model::estimate::exact::ExactEstimate;
 use ggraph::model::estimate::{Estimate, EstimateRequest, estimate};
 use ggraph::model::ollama::{KvCacheType, OllamaEstimate};
-use ggraph::util::{format_bytes, parse_bytes};
+use ggraph::options::FlashAttn;
+use ggraph::util::format_bytes;
+use ggraph::values;
 
 use super::Failure;
-use super::args::{Args, Spec};
 use super::model::{Loaded, load};
 
-pub const USAGE: &str = "usage: ggraph estimate MODEL [--json] [options]
-
-MODEL is a .gguf file, a GGUF header prefix (the file's first bytes, up to
-the end of the tensor infos, tensor data absent) or a header JSON (see
-`ggraph header`). Only the header is read.
-
-options:
-  --ctx N             context length per sequence (default 4096)
-  --batch N           tokens per batch (default 512)
-  --parallel N        sequences at once (default 1)
-  --kv-type T         KV cache type: f16, q8_0, q4_0, f32 (default f16)
-  --flash-attn MODE   auto, on or off (default auto)
-  --gpu-free BYTES    free memory of a hypothetical GPU; repeat for GPUs
-                      0, 1, ... (units: 24GiB, 8000MB, ...)
-  --gpu-overhead B    memory to leave free on every GPU (default 0)
-  --num-gpu N         layers to offload (default: as many as fit)
-  --json              print one JSON object instead of a table
-
+const JSON_HELP: &str = "\
 JSON: {\"model\": {...}, \"request\": {...}, \"ollama\": {...}, \"exact\": ...}
   ollama: what Ollama's GraphSize and llama-engine layout compute: \"kv\"
     (bytes per layer), \"kv_total\", \"graph_partial\" and \"graph_full\" (after
@@ -42,103 +26,87 @@ JSON: {\"model\": {...}, \"request\": {...}, \"ollama\": {...}, \"exact\": ...}
     \"n_gpu_layers\" (fitted, or --num-gpu), \"n_ctx\", \"splits\", \"fit\"
     (why); {\"error\": ...} for models ggraph cannot build.";
 
-const SPEC: Spec = Spec {
-    values: &[
-        "--ctx",
-        "--batch",
-        "--parallel",
-        "--kv-type",
-        "--flash-attn",
-        "--gpu-overhead",
-        "--num-gpu",
-    ],
-    repeated: &["--gpu-free"],
-    flags: &["--json"],
-};
-
-fn request(a: &Args) -> Result<EstimateRequest, String> {
-    let d = EstimateRequest::default();
-    let int = |s: &str| s.replace('_', "").parse::<u64>().ok();
-    let ctx = a.parsed(
-        "--ctx",
-        d.ctx,
-        |s| int(s).filter(|&n| n > 0),
-        "a positive integer",
-    )?;
-    let batch = a.parsed(
-        "--batch",
-        d.batch,
-        |s| int(s).filter(|&n| n > 0),
-        "a positive integer",
-    )?;
-    let parallel = a.parsed(
-        "--parallel",
-        d.parallel,
-        |s| s.parse::<u32>().ok().filter(|&n| n > 0),
-        "a positive integer",
-    )?;
-    let kv_type = a.parsed(
-        "--kv-type",
-        d.kv_type,
-        KvCacheType::from_name,
-        "f16, q8_0, q4_0 or f32",
-    )?;
-    let flash_attention = a.parsed(
-        "--flash-attn",
-        None,
-        |s| match s {
-            "auto" => Some(None),
-            "on" => Some(Some(true)),
-            "off" => Some(Some(false)),
-            _ => None,
-        },
-        "auto, on or off",
-    )?;
-    let gpu_free = a
-        .all("--gpu-free")
-        .iter()
-        .map(|s| parse_bytes(s).map_err(|e| format!("--gpu-free: {e}")))
-        .collect::<Result<Vec<u64>, String>>()?;
-    let gpu_overhead = match a.value("--gpu-overhead") {
-        None => 0,
-        Some(s) => parse_bytes(s).map_err(|e| format!("--gpu-overhead: {e}"))?,
-    };
-    let num_gpu = a.parsed(
-        "--num-gpu",
-        None,
-        |s| s.parse::<u32>().ok().map(Some),
-        "a layer count",
-    )?;
-    Ok(EstimateRequest {
-        ctx,
-        batch,
-        parallel,
-        kv_type,
-        flash_attention,
-        gpu_free,
-        gpu_overhead,
-        num_gpu,
-    })
+fn kv_cache_type(s: &str) -> Result<KvCacheType, String> {
+    KvCacheType::from_name(s).ok_or_else(|| format!("'{s}' is not f16, q8_0, q4_0 or f32"))
 }
 
-/// The output of `ggraph estimate ARGS`.
-pub fn render(args: &[String]) -> Result<String, Failure> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(format!("{USAGE}\n"));
-    }
-    let a = Args::parse(&SPEC, args).map_err(Failure::usage)?;
-    match a.positional.len() {
-        1 => {}
-        0 => return Err(Failure::usage("MODEL is missing")),
-        _ => {
-            return Err(Failure::usage(format!(
-                "one MODEL expected, got {:?}",
-                a.positional
-            )));
+fn positive_u64(s: &str) -> Result<u64, String> {
+    values::positive(s).map(|n| n as u64)
+}
+
+fn positive_u32(s: &str) -> Result<u32, String> {
+    values::positive(s).and_then(|n| u32::try_from(n).map_err(|_| format!("'{s}' is too large")))
+}
+
+fn layer_count(s: &str) -> Result<u32, String> {
+    values::count(s).and_then(|n| u32::try_from(n).map_err(|_| format!("'{s}' is too large")))
+}
+
+// `ggraph estimate`'s options (its help text is the subcommand's doc).
+#[derive(clap::Args, Clone, Debug)]
+#[command(after_long_help = JSON_HELP)]
+pub struct EstimateArgs {
+    /// A .gguf, a GGUF header prefix or a header JSON
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Context length per sequence
+    #[arg(short = 'c', long = "ctx", visible_alias = "ctx-size", value_name = "N",
+          default_value_t = EstimateRequest::default().ctx, value_parser = positive_u64)]
+    pub ctx: u64,
+    /// Tokens per batch
+    #[arg(short = 'b', long = "batch", visible_alias = "batch-size", value_name = "N",
+          default_value_t = EstimateRequest::default().batch, value_parser = positive_u64)]
+    pub batch: u64,
+    /// Sequences at once
+    #[arg(long, visible_alias = "np", value_name = "N",
+          default_value_t = EstimateRequest::default().parallel, value_parser = positive_u32)]
+    pub parallel: u32,
+    /// KV cache type: f16, q8_0, q4_0, f32
+    #[arg(long = "kv-type", value_name = "T", default_value = "f16", value_parser = kv_cache_type)]
+    pub kv_type: KvCacheType,
+    /// Flash attention
+    #[arg(long = "flash-attn", visible_alias = "fa", value_name = "MODE", value_enum,
+          default_value_t = FlashAttn::Auto)]
+    pub flash_attn: FlashAttn,
+    /// Free memory of a hypothetical GPU; repeat for GPUs 0, 1, ... (units:
+    /// 24GiB, 8000MB, ...)
+    #[arg(long = "gpu-free", value_name = "BYTES", value_parser = values::size)]
+    pub gpu_free: Vec<u64>,
+    /// Memory to leave free on every GPU
+    #[arg(long = "gpu-overhead", value_name = "BYTES", default_value = "0",
+          value_parser = values::size)]
+    pub gpu_overhead: u64,
+    /// Layers to offload [default: as many as fit]
+    #[arg(long = "num-gpu", value_name = "N", value_parser = layer_count)]
+    pub num_gpu: Option<u32>,
+    /// Print one JSON object instead of a table (its members: --help)
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl EstimateArgs {
+    fn request(&self) -> EstimateRequest {
+        EstimateRequest {
+            ctx: self.ctx,
+            batch: self.batch,
+            parallel: self.parallel,
+            kv_type: self.kv_type,
+            flash_attention: match self.flash_attn {
+                FlashAttn::Auto => None,
+                FlashAttn::On => Some(true),
+                FlashAttn::Off => Some(false),
+            },
+            gpu_free: self.gpu_free.clone(),
+            gpu_overhead: self.gpu_overhead,
+            num_gpu: self.num_gpu,
         }
     }
-    let req = request(&a).map_err(Failure::usage)?;
-    let model = load(&a.positional[0]).map_err(Failure::other)?;
+}
+
+/// The output of `ggraph estimate`.
+pub fn render(a: &EstimateArgs) -> Result<String, Failure> {
+    let req = a.request();
+    let model = load(&a.model).map_err(Failure::other)?;
     let mut est = estimate(&model.header, &req);
     let exact = exact(&model, &req);
     est.exact = Some(match &exact {
@@ -149,7 +117,7 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
         }
         Err(msg) => ggraph::model::serde_json::json!({ "error": msg }),
     });
-    if a.flag("--json") {
+    if a.json {
         let mut j = est.to_json();
         j["model"]["path"] = model.path.display().to_string().into();
         j["model"]["source"] = model.source.name().into();

@@ -1,85 +1,116 @@
 //! `ggraph make-model OUT.gguf`: a random-weight llama GGUF of any shape,
 //! for tests, benches and splitting experiments.
 
+use std::io::Write;
+
+use clap::builder::PossibleValuesParser;
 use ggraph::DType;
 use ggraph::model::desc::ModelDesc;
+use ggraph::model::gguf::GgmlType;
 use ggraph::model::llama::LlamaConfig;
 use ggraph::model::make::{llama_gguf, make_vocab};
+use ggraph::progress::Progress;
+use ggraph::runner::SHAPES;
 use ggraph::util::format_bytes;
+use ggraph::values;
 
 use super::Failure;
-use super::args::{Args, Spec};
 
-pub const USAGE: &str = "usage: ggraph make-model OUT.gguf [options]
+// `ggraph make-model`'s options (its help text is the subcommand's doc).
+#[derive(clap::Args, Clone, Debug)]
+pub struct MakeArgs {
+    /// The file to write
+    #[arg(value_name = "OUT.gguf")]
+    pub out: String,
+    /// The shape the options below change: tiny, small (n_embd 512, 8
+    /// layers, vocab 32000) or 8b-4l (llama-3-8B layers, 4 of them)
+    #[arg(long, value_name = "NAME", default_value = "tiny",
+          value_parser = PossibleValuesParser::new(SHAPES))]
+    pub shape: String,
+    /// Embedding width [default: the shape's]
+    #[arg(long = "n-embd", value_name = "N", value_parser = values::count)]
+    pub n_embd: Option<usize>,
+    /// Layers [default: the shape's]
+    #[arg(long = "n-layer", value_name = "N", value_parser = values::count)]
+    pub n_layer: Option<usize>,
+    /// Attention heads [default: the shape's]
+    #[arg(long = "n-head", value_name = "N", value_parser = values::count)]
+    pub n_head: Option<usize>,
+    /// KV heads [default: the shape's]
+    #[arg(long = "n-head-kv", value_name = "N", value_parser = values::count)]
+    pub n_head_kv: Option<usize>,
+    /// Feed-forward width [default: the shape's]
+    #[arg(long = "n-ff", value_name = "N", value_parser = values::count)]
+    pub n_ff: Option<usize>,
+    /// Vocabulary size [default: the shape's]
+    #[arg(long = "n-vocab", value_name = "N", value_parser = values::count)]
+    pub n_vocab: Option<usize>,
+    /// Experts per layer (mixture of experts)
+    #[arg(long = "n-expert", value_name = "N", default_value_t = 0,
+          value_parser = values::count)]
+    pub n_expert: usize,
+    /// Experts used per token [default: 2, at most --n-expert]
+    #[arg(long = "n-expert-used", value_name = "N", value_parser = values::count)]
+    pub n_expert_used: Option<usize>,
+    /// Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    pub weights: DType,
+    /// Seed of the weights
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]
+    pub seed: u64,
+}
 
-Writes a llama GGUF with random weights (and a vocabulary the llama
-runner's tokenizer round-trips).
-
-  --shape NAME        tiny, small or 8b-4l (default tiny); the options
-                      below override its numbers
-  --n-embd N  --n-layer N  --n-head N  --n-head-kv N  --n-ff N  --n-vocab N
-  --n-expert N --n-expert-used N   mixture of experts
-  --weights TYPE      F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (default Q4_0)
-  --seed N            (default 1)";
-
-const SPEC: Spec = Spec {
-    values: &[
-        "--shape",
-        "--n-embd",
-        "--n-layer",
-        "--n-head",
-        "--n-head-kv",
-        "--n-ff",
-        "--n-vocab",
-        "--n-expert",
-        "--n-expert-used",
-        "--weights",
-        "--seed",
-    ],
-    repeated: &[],
-    flags: &[],
-};
-
-pub fn render(args: &[String]) -> Result<String, Failure> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(format!("{USAGE}\n"));
-    }
-    let a = Args::parse(&SPEC, args).map_err(Failure::usage)?;
-    let [out] = a.positional.as_slice() else {
-        return Err(Failure::usage("one OUT.gguf expected"));
-    };
-    let base = ggraph::runner::preset(a.value("--shape").unwrap_or("tiny"))
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let num = |name: &str, d: usize| {
-        a.parsed(name, d, |s| s.parse().ok(), "a number")
-            .map_err(Failure::usage)
-    };
-    let n_embd = num("--n-embd", base.n_embd)?;
-    let n_head = num("--n-head", base.n_head)?;
+/// Makes the model and writes it (progress on stderr for large models);
+/// returns the line that says what was written.
+pub fn render(a: &MakeArgs) -> Result<String, Failure> {
+    let out = &a.out;
+    let base = ggraph::runner::preset(&a.shape).map_err(|e| Failure::usage(e.to_string()))?;
+    let n_embd = a.n_embd.unwrap_or(base.n_embd);
+    let n_head = a.n_head.unwrap_or(base.n_head);
     let mut c = LlamaConfig::dense(
-        num("--n-vocab", base.n_vocab)?,
+        a.n_vocab.unwrap_or(base.n_vocab),
         n_embd,
-        num("--n-layer", base.n_layer)?,
+        a.n_layer.unwrap_or(base.n_layer),
         n_head,
-        num("--n-head-kv", base.n_head_kv)?,
-        num("--n-ff", base.n_ff)?,
+        a.n_head_kv.unwrap_or(base.n_head_kv),
+        a.n_ff.unwrap_or(base.n_ff),
     );
     c.rope_freq_base = base.rope_freq_base;
-    c.n_expert = num("--n-expert", 0)?;
-    c.n_expert_used = num(
-        "--n-expert-used",
-        if c.n_expert > 0 { 2.min(c.n_expert) } else { 0 },
-    )?;
-    let weights = a
-        .parsed("--weights", DType::Q4_0, DType::from_name, "a type name")
-        .map_err(Failure::usage)?;
-    let seed = a
-        .parsed("--seed", 1u64, |s| s.parse().ok(), "a number")
-        .map_err(Failure::usage)?;
-    let desc = ModelDesc::random(c, weights, seed).map_err(|e| Failure::usage(e.to_string()))?;
-    let w = llama_gguf(&desc, make_vocab(desc.config.n_vocab)).map_err(Failure::other)?;
+    c.n_expert = a.n_expert;
+    c.n_expert_used = a
+        .n_expert_used
+        .unwrap_or(if c.n_expert > 0 { 2.min(c.n_expert) } else { 0 });
+    let weights = a.weights;
+    let desc = ModelDesc::random(c, weights, a.seed).map_err(|e| Failure::usage(e.to_string()))?;
+    // the header from llama_gguf, the tensors added here one by one: making
+    // a large model's random weights takes a while
+    let mut header_only = desc.clone();
+    header_only.tensors.clear();
+    let mut w =
+        llama_gguf(&header_only, make_vocab(desc.config.n_vocab)).map_err(Failure::other)?;
+    let total = desc.total_bytes();
+    let mut progress = Progress::bytes(format!("making {out}"));
+    let mut done = 0u64;
+    for t in &desc.tensors {
+        let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+        let bytes = desc.bytes_of(t).map_err(Failure::other)?;
+        w.tensor(&t.name, GgmlType::from(t.dtype), &shape, bytes)
+            .map_err(Failure::other)?;
+        done += t.nbytes();
+        progress.update(done, total);
+    }
+    progress.finish();
+    let bytes = w.to_bytes().map_err(Failure::other)?;
     let mut file = std::fs::File::create(out).map_err(|e| Failure::other(format!("{out}: {e}")))?;
-    w.write_to(&mut file).map_err(Failure::other)?;
+    let mut progress = Progress::bytes(format!("writing {out}"));
+    let mut written = 0u64;
+    for chunk in bytes.chunks(8 << 20) {
+        file.write_all(chunk)
+            .map_err(|e| Failure::other(format!("{out}: {e}")))?;
+        written += chunk.len() as u64;
+        progress.update(written, bytes.len() as u64);
+    }
+    progress.finish();
     Ok(format!(
         "wrote {out}: llama, {} layers, n_embd {}, {} heads ({} KV), n_ff {}, vocab {}, {} weights, {}\n",
         desc.config.n_layer,

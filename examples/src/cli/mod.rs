@@ -1,8 +1,8 @@
-//! Subcommands of `ggraph` for model files: `estimate`, `header`, `check`.
+//! Subcommands of `ggraph` for model files: `plan`, `estimate`, `header`,
+//! `check`, `make-model`.
 
 use std::process::ExitCode;
 
-pub use ggraph::args;
 pub mod check;
 pub mod devices_sample;
 pub mod estimate;
@@ -10,15 +10,72 @@ pub mod header;
 pub mod make;
 pub mod model;
 pub mod plan;
-pub mod progress;
 
-/// One line per subcommand, for the tool's usage text.
-pub const SUMMARY: &str = "\
-plan MODEL       per-device memory and splits by a dry run of ggraph (--help)
-estimate MODEL   memory a model needs on given GPUs (Ollama's and ggraph's; --help)
-header MODEL     a model's header as JSON, or as a GGUF header prefix (--help)
-check MODEL      read and check a whole GGUF, with a checksum (--help)
-make-model OUT   write a random-weight llama GGUF of any shape (--help)";
+/// `ggraph`'s subcommands on model files (`devices` and `completions` are
+/// the binary's own).
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum ModelCommand {
+    /// Per-device memory and splits by a dry run of ggraph
+    ///
+    /// MODEL is a .gguf, a GGUF header prefix or a header JSON; only the
+    /// header is read. The figures come from a dry run of ggraph's own
+    /// loader, cache and allocator: a real run allocates exactly this.
+    Plan(plan::PlanArgs),
+    /// Memory a model needs on given GPUs (Ollama's and ggraph's)
+    ///
+    /// Ollama's formulas (byte for byte) next to ggraph's dry run. MODEL is
+    /// a .gguf file, a GGUF header prefix (the file's first bytes, up to the
+    /// end of the tensor infos, tensor data absent) or a header JSON (see
+    /// `ggraph header`). Only the header is read.
+    Estimate(estimate::EstimateArgs),
+    /// A model's header as JSON, or as a GGUF header prefix
+    ///
+    /// Prints the header of MODEL (a .gguf, a header prefix or a header
+    /// JSON) as JSON, to store, edit and estimate without the GGUF.
+    Header(header::HeaderArgs),
+    /// Read and check a whole GGUF, with a checksum
+    ///
+    /// Maps the file, checks its header and that every tensor lies inside
+    /// it, then reads every tensor's bytes (progress on stderr for large
+    /// files) and prints tensors by type and a 64-bit checksum of the data
+    /// (for comparing copies; not cryptographic).
+    Check(check::CheckArgs),
+    /// Write a random-weight llama GGUF of any shape
+    ///
+    /// Writes a llama GGUF with random weights (and a vocabulary the llama
+    /// runner's tokenizer round-trips), for tests, benches and splitting
+    /// experiments.
+    MakeModel(make::MakeArgs),
+}
+
+impl ModelCommand {
+    /// The subcommand's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelCommand::Plan(_) => "plan",
+            ModelCommand::Estimate(_) => "estimate",
+            ModelCommand::Header(_) => "header",
+            ModelCommand::Check(_) => "check",
+            ModelCommand::MakeModel(_) => "make-model",
+        }
+    }
+
+    /// What the subcommand prints, or why it failed.
+    pub fn render(&self) -> Result<String, Failure> {
+        match self {
+            ModelCommand::Plan(a) => plan::render(a),
+            ModelCommand::Estimate(a) => estimate::render(a),
+            ModelCommand::Header(a) => header::render(a),
+            ModelCommand::Check(a) => check::render(a),
+            ModelCommand::MakeModel(a) => make::render(a),
+        }
+    }
+
+    /// Runs the subcommand: its output on stdout, a failure on stderr.
+    pub fn run(&self) -> ExitCode {
+        finish(self.name(), self.render())
+    }
+}
 
 /// Writes `text` to stdout. A closed pipe (`ggraph ... | head`) is not an
 /// error worth a panic: the output is simply cut.
@@ -30,8 +87,8 @@ pub fn out(text: &str) {
         .and_then(|_| stdout.flush());
 }
 
-/// Why a subcommand failed: exit code 2 for a usage mistake (the usage
-/// text follows the message), 1 for anything else.
+/// Why a subcommand failed: exit code 2 for a usage mistake clap cannot
+/// see (a combination of values), 1 for anything else.
 pub struct Failure {
     pub code: u8,
     pub msg: String,
@@ -53,16 +110,18 @@ impl Failure {
     }
 }
 
-/// Prints what `render` made, or its failure prefixed with `name` (and
-/// `usage` for usage mistakes).
-fn finish(name: &str, usage: &str, result: Result<String, Failure>) -> ExitCode {
+/// Prints what a subcommand made, or its failure prefixed with `name`.
+fn finish(name: &str, result: Result<String, Failure>) -> ExitCode {
     match result {
         Ok(text) => {
             out(&text);
             ExitCode::SUCCESS
         }
         Err(f) if f.code == 2 => {
-            eprintln!("ggraph {name}: {}\n\n{usage}", f.msg);
+            eprintln!(
+                "ggraph {name}: {}\n\nFor more information, try 'ggraph {name} --help'.",
+                f.msg
+            );
             ExitCode::from(2)
         }
         Err(f) => {
@@ -70,18 +129,6 @@ fn finish(name: &str, usage: &str, result: Result<String, Failure>) -> ExitCode 
             ExitCode::from(f.code)
         }
     }
-}
-
-/// Runs subcommand `cmd` if it is one of these; `None` otherwise.
-pub fn run(cmd: &str, args: &[String]) -> Option<ExitCode> {
-    Some(match cmd {
-        "estimate" => finish(cmd, estimate::USAGE, estimate::render(args)),
-        "plan" => finish(cmd, &plan::usage(), plan::render(args)),
-        "header" => finish(cmd, header::USAGE, header::render(args)),
-        "check" => finish(cmd, check::USAGE, check::render(args)),
-        "make-model" => finish(cmd, make::USAGE, make::render(args)),
-        _ => return None,
-    })
 }
 
 #[cfg(test)]
@@ -102,8 +149,23 @@ mod tests {
             .to_string()
     }
 
-    fn args(a: &[&str]) -> Vec<String> {
-        a.iter().map(|s| s.to_string()).collect()
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: ModelCommand,
+    }
+
+    /// `ggraph COMMAND ARGS...` as clap parses it.
+    fn parse(a: &[&str]) -> Result<ModelCommand, clap::Error> {
+        ggraph::tool::try_parse_from::<Cli, _, _>(
+            std::iter::once("ggraph").chain(a.iter().copied()),
+        )
+        .map(|c| c.command)
+    }
+
+    /// What `ggraph COMMAND ARGS...` prints.
+    fn run(a: &[&str]) -> Result<String, Failure> {
+        parse(a).unwrap_or_else(|e| panic!("{a:?}: {e}")).render()
     }
 
     fn json(text: &str) -> ggraph::model::serde_json::Value {
@@ -111,9 +173,9 @@ mod tests {
     }
 
     fn estimate_json(model: &str, extra: &[&str]) -> ggraph::model::serde_json::Value {
-        let mut a = args(&[model, "--json"]);
-        a.extend(args(extra));
-        let Ok(text) = estimate::render(&a) else {
+        let mut a = vec!["estimate", model, "--json"];
+        a.extend(extra);
+        let Ok(text) = run(&a) else {
             panic!("estimate {a:?} failed")
         };
         json(&text)
@@ -180,13 +242,14 @@ mod tests {
 
         let prefix = temp("tiny.prefix.gguf");
         let json_path = temp("tiny.header.json");
-        header::render(&args(&[
+        run(&[
+            "header",
             &fixture("tiny_llama.gguf"),
             "--out",
             &json_path,
             "--prefix-out",
             &prefix,
-        ]))
+        ])
         .ok()
         .unwrap();
         let from_prefix = estimate_json(&prefix, &["--gpu-free", "600MiB"]);
@@ -197,7 +260,7 @@ mod tests {
         assert_eq!(from_json["ollama"], full["ollama"]);
         // A prefix written from the JSON is the file's header prefix.
         let prefix2 = temp("tiny.prefix2.gguf");
-        header::render(&args(&[&json_path, "--prefix-out", &prefix2]))
+        run(&["header", &json_path, "--prefix-out", &prefix2])
             .ok()
             .unwrap();
         assert_eq!(
@@ -212,11 +275,6 @@ mod tests {
     #[test]
     fn a_context_too_large_to_count_is_an_error_not_an_overflow() {
         let huge = u64::MAX / 2;
-        let a = args(&["--ctx", &huge.to_string(), "--parallel", "4"]);
-        let parsed = ggraph::args::Args::parse(&ggraph::options::CONTEXT_SPEC, &a).unwrap();
-        let e = ggraph::options::context(&parsed).err().unwrap();
-        assert!(e.contains("too large a context"), "{e}");
-
         let j = estimate_json(
             &fixture("tiny_llama.gguf"),
             &["--ctx", &huge.to_string(), "--parallel", "4"],
@@ -227,8 +285,12 @@ mod tests {
 
     #[test]
     fn the_table_shows_layers_per_gpu_and_the_graph_kind() {
-        let Ok(t) = estimate::render(&args(&[&fixture("tiny_llama.gguf"), "--gpu-free", "1GiB"]))
-        else {
+        let Ok(t) = run(&[
+            "estimate",
+            &fixture("tiny_llama.gguf"),
+            "--gpu-free",
+            "1GiB",
+        ]) else {
             panic!()
         };
         assert!(t.contains("0-2"), "{t}");
@@ -239,32 +301,96 @@ mod tests {
     }
 
     #[test]
-    fn usage_mistakes_exit_2_and_bad_files_exit_1() {
-        let code = |r: Result<String, Failure>| r.err().map(|f| f.code);
-        assert_eq!(code(estimate::render(&args(&[]))), Some(2));
+    fn usage_mistakes_are_clap_errors_naming_the_flag_and_bad_files_exit_1() {
+        use clap::error::ErrorKind;
+        let err = |a: &[&str]| parse(a).expect_err("a usage error");
         assert_eq!(
-            code(estimate::render(&args(&["m", "--kv-type", "q5"]))),
-            Some(2)
+            err(&["estimate"]).kind(),
+            ErrorKind::MissingRequiredArgument
         );
+        for (a, flag) in [
+            (&["estimate", "m", "--kv-type", "q5"][..], "--kv-type"),
+            (&["estimate", "m", "--gpu-free", "lots"], "--gpu-free"),
+            (&["plan", "m", "--tensor-split", "3,x"], "--tensor-split"),
+            (&["plan", "m", "-ngl", "some"], "--n-gpu-layers"),
+            (&["make-model", "o.gguf", "--shape", "huge"], "--shape"),
+            (&["header", "m", "--max-array", "many"], "--max-array"),
+            (&["plan", "m", "--frobnicate"], "--frobnicate"),
+        ] {
+            let e = err(a);
+            assert_eq!(e.exit_code(), 2, "{a:?}");
+            assert!(e.to_string().contains(flag), "{a:?}: {e}");
+        }
+        assert_eq!(err(&["check"]).exit_code(), 2);
         assert_eq!(
-            code(estimate::render(&args(&["m", "--gpu-free", "lots"]))),
-            Some(2)
-        );
-        assert_eq!(
-            code(estimate::render(&args(&["/nonexistent.gguf"]))),
+            run(&["estimate", "/nonexistent.gguf"])
+                .err()
+                .map(|f| f.code),
             Some(1)
         );
         let bad = temp("bad.gguf");
         std::fs::write(&bad, b"GGUF\x03\0\0\0").unwrap();
-        let e = estimate::render(&args(&[&bad])).err().unwrap();
+        let e = run(&["estimate", &bad]).err().unwrap();
         assert!(e.code == 1 && e.msg.contains("truncated"), "{}", e.msg);
         std::fs::remove_file(bad).ok();
-        assert_eq!(code(check::render(&args(&[]))), Some(2));
+        // a combination clap cannot see is still a usage mistake
+        let e = run(&[
+            "plan",
+            &fixture("tiny_llama.gguf"),
+            "--kv-type",
+            "q8_0",
+            "-fa",
+            "off",
+        ])
+        .err()
+        .unwrap();
+        assert_eq!(e.code, 2, "{}", e.msg);
+    }
+
+    #[test]
+    fn make_model_writes_what_llama_gguf_makes() {
+        let out = temp("made.gguf");
+        let t = run(&[
+            "make-model",
+            &out,
+            "--n-layer",
+            "2",
+            "--weights",
+            "q8_0",
+            "--seed",
+            "5",
+        ])
+        .ok()
+        .unwrap();
+        assert!(t.contains("2 layers") && t.contains("Q8_0"), "{t}");
+        let t = ggraph::runner::preset("tiny").unwrap();
+        let mut c = ggraph::model::llama::LlamaConfig::dense(
+            t.n_vocab,
+            t.n_embd,
+            2,
+            t.n_head,
+            t.n_head_kv,
+            t.n_ff,
+        );
+        c.rope_freq_base = t.rope_freq_base;
+        let desc = ggraph::model::desc::ModelDesc::random(c, ggraph::DType::Q8_0, 5).unwrap();
+        let want = ggraph::model::make::llama_gguf(
+            &desc,
+            ggraph::model::make::make_vocab(desc.config.n_vocab),
+        )
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == want,
+            "the file differs from llama_gguf's"
+        );
+        std::fs::remove_file(out).ok();
     }
 
     #[test]
     fn check_reads_every_tensor_and_names_types_ggraph_does_not_compute() {
-        let Ok(t) = check::render(&args(&[&fixture("all_types.gguf")])) else {
+        let Ok(t) = run(&["check", &fixture("all_types.gguf")]) else {
             panic!()
         };
         assert!(t.contains("12 tensors"), "{t}");
@@ -274,7 +400,8 @@ mod tests {
 
     #[test]
     fn plan_prints_a_row_per_device_and_the_splits() {
-        let Ok(t) = plan::render(&args(&[
+        let Ok(t) = run(&[
+            "plan",
             &fixture("tiny_llama.gguf"),
             "--ctx",
             "64",
@@ -284,7 +411,7 @@ mod tests {
             "1MiB",
             "--split-mode",
             "row",
-        ])) else {
+        ]) else {
             panic!("plan failed")
         };
         assert!(
@@ -292,23 +419,25 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("split(s):"), "{t}");
-        let Ok(f) = plan::render(&args(&[
+        let Ok(f) = run(&[
+            "plan",
             &fixture("tiny_llama.gguf"),
             "--ctx",
             "64",
             "--gpu-free",
             "64KiB",
             "--fit",
-        ])) else {
+        ]) else {
             panic!("plan --fit failed")
         };
         assert!(f.contains("fit      "), "{f}");
         assert!(
-            plan::render(&args(&[
+            parse(&[
+                "plan",
                 &fixture("tiny_llama.gguf"),
                 "--split-mode",
                 "diagonal"
-            ]))
+            ])
             .is_err()
         );
     }

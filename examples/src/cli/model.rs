@@ -7,8 +7,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ggraph::model::gguf::{GgufHeader, ModelFile, header_from_json_str};
-
-use super::progress::StderrProgress;
+use ggraph::progress::Progress;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -68,7 +67,7 @@ pub fn load(path: &str) -> Result<Loaded, String> {
             source: Source::Json,
         });
     }
-    let mut progress = StderrProgress::new(format!("reading the header of {}", path.display()));
+    let mut progress = Progress::bytes(format!("reading the header of {}", path.display()));
     let mut report = |done: u64, total: u64| progress.update(done, total);
     let file = ModelFile::open_header(&path, Some(&mut report)).map_err(|e| e.to_string())?;
     progress.finish();

@@ -7,62 +7,47 @@ use std::fmt::Write;
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::estimate::exact::{FitRequest, exact_estimate, fit};
 use ggraph::model::placement::{GpuLayers, plan_placement_checked};
-use ggraph::options;
-use ggraph::util::{format_bytes, parse_bytes};
+use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
+use ggraph::util::format_bytes;
+use ggraph::values;
 
 use super::Failure;
-use super::args::{Args, Spec};
 use super::model::load;
 
-pub const USAGE: &str = "usage: ggraph plan MODEL [options]
-
-MODEL is a .gguf, a GGUF header prefix or a header JSON; only the header
-is read. The figures come from a dry run of ggraph's own loader, cache
-and allocator: a real run allocates exactly this.
-
-  --fit               choose the layers (and with --fit-ctx the context)
-                      that fit every device, less --gpu-overhead
-  --fit-ctx N         with --fit: shrink the context down to N before
-                      offloading fewer layers
-  --gpu-overhead B    bytes to leave free on every GPU (default 0)
-";
-
-const SPEC: Spec = Spec {
-    values: &["--gpu-overhead", "--fit-ctx"],
-    repeated: &[],
-    flags: &["--fit"],
-};
-
-pub fn usage() -> String {
-    format!(
-        "{USAGE}\n{}\n\n{}\n\n{}",
-        options::DEVICE_HELP,
-        options::PLACEMENT_HELP,
-        options::CONTEXT_HELP
-    )
+// `ggraph plan`'s options (its help text is the subcommand's doc).
+#[derive(clap::Args, Clone, Debug)]
+#[command(after_help = LLAMA_CPP_SPELLINGS)]
+pub struct PlanArgs {
+    /// A .gguf, a GGUF header prefix or a header JSON
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Choose the layers (and with --fit-ctx the context) that fit every
+    /// device, less --gpu-overhead
+    #[arg(long)]
+    pub fit: bool,
+    /// With --fit: shrink the context down to N before offloading fewer
+    /// layers
+    #[arg(long = "fit-ctx", value_name = "N", value_parser = values::count)]
+    pub fit_ctx: Option<usize>,
+    /// Bytes to leave free on every GPU
+    #[arg(long = "gpu-overhead", value_name = "BYTES", default_value = "0",
+          value_parser = values::size)]
+    pub gpu_overhead: u64,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+    #[command(flatten)]
+    pub context: ContextArgs,
 }
 
-pub fn render(args: &[String]) -> Result<String, Failure> {
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(usage());
-    }
-    let specs = [
-        &SPEC,
-        &options::DEVICE_SPEC,
-        &options::PLACEMENT_SPEC,
-        &options::CONTEXT_SPEC,
-    ];
-    let a = Args::parse_all(&specs, args).map_err(Failure::usage)?;
-    let [path] = a.positional.as_slice() else {
-        return Err(Failure::usage("one MODEL expected"));
-    };
-    let (devices, cpu) = options::devices(&a).map_err(Failure::usage)?;
-    let opts = options::placement(&a).map_err(Failure::usage)?;
-    let params = options::context(&a).map_err(Failure::usage)?;
-    let margin = match a.value("--gpu-overhead") {
-        None => 0,
-        Some(s) => parse_bytes(s).map_err(|e| Failure::usage(format!("--gpu-overhead: {e}")))?,
-    };
+/// The output of `ggraph plan`.
+pub fn render(a: &PlanArgs) -> Result<String, Failure> {
+    let path = &a.model;
+    let (devices, cpu) = a.devices.devices().map_err(Failure::usage)?;
+    let opts = a.placement.options();
+    let params = a.context.params().map_err(Failure::usage)?;
+    let margin = a.gpu_overhead;
     let model = load(path).map_err(Failure::other)?;
     let desc = ModelDesc::from_header(&model.header, None).map_err(Failure::other)?;
     let mut out = String::new();
@@ -102,14 +87,12 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
             devs.join(", ")
         }
     );
-    let estimate = if a.flag("--fit") {
+    let estimate = if a.fit {
         let req = FitRequest {
             margin,
-            layers_fixed: a.value("--n-gpu-layers").is_some(),
-            fit_ctx: a.value("--fit-ctx").is_some(),
-            min_ctx: a
-                .parsed("--fit-ctx", 256, |s| s.parse().ok(), "a number")
-                .map_err(Failure::usage)?,
+            layers_fixed: a.placement.n_gpu_layers.is_some(),
+            fit_ctx: a.fit_ctx.is_some(),
+            min_ctx: a.fit_ctx.unwrap_or(256),
         };
         let f = fit(&desc, &devices, cpu, &opts, &params, req).map_err(Failure::other)?;
         let _ = writeln!(out, "fit      {}", f.reason);
@@ -118,7 +101,7 @@ pub fn render(args: &[String]) -> Result<String, Failure> {
         exact_estimate(&desc, &devices, cpu, &opts, &params).map_err(Failure::other)?
     };
     let layers = match opts.n_gpu_layers {
-        GpuLayers::All if !a.flag("--fit") => "all".to_string(),
+        GpuLayers::All if !a.fit => "all".to_string(),
         _ => estimate.n_gpu_layers.to_string(),
     };
     let _ = writeln!(

@@ -16,6 +16,7 @@ use super::strategy::{Strategy, place};
 use crate::backend::{Buffer, BufferType, BufferUsage};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorData, TensorId};
+use crate::util::format_bytes;
 
 /// Where one tensor goes: a buffer type (by index), a chunk and an offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +161,10 @@ impl GraphAllocator {
     pub fn reserve(&mut self, graph: &Graph, assign: Assign) -> Result<()> {
         let plan = self.plan(graph, assign)?;
         self.stats.reserves += 1;
+        tracing::debug!(
+            "graph allocator: reserving {} for the worst-case graph",
+            self.describe(&plan.chunk_sizes)
+        );
         self.ensure_buffers(&plan.chunk_sizes)?;
         self.reserved = Some(plan);
         Ok(())
@@ -175,11 +180,16 @@ impl GraphAllocator {
             .and_then(|r| self.reuse_bindings(r, graph, assign))
         {
             self.stats.plan_reuses += 1;
+            tracing::trace!("graph allocator: the reserved plan fits this graph as it is");
             return self.bind_slots(graph, &bindings);
         }
         let plan = self.plan(graph, assign)?;
         if self.fits(&plan.chunk_sizes) {
             self.stats.replans += 1;
+            tracing::debug!(
+                "graph allocator: planned afresh inside the memory held: {}",
+                self.describe(&plan.chunk_sizes)
+            );
             if self.reserved.is_none() {
                 self.reserved = Some(plan.clone());
             }
@@ -196,6 +206,28 @@ impl GraphAllocator {
         self.bind(graph, &plan)?;
         self.reserved = Some(plan);
         Ok(())
+    }
+
+    /// `CPU 1.00 MiB in 1 chunk(s), ...`: a plan's memory, for the logs.
+    fn describe(&self, chunk_sizes: &[Vec<u64>]) -> String {
+        let parts: Vec<String> = chunk_sizes
+            .iter()
+            .zip(&self.bufts)
+            .filter(|(c, _)| !c.is_empty())
+            .map(|(c, bt)| {
+                format!(
+                    "{} {} in {} chunk(s)",
+                    bt.name(),
+                    format_bytes(c.iter().sum()),
+                    c.len()
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            "nothing".into()
+        } else {
+            parts.join(", ")
+        }
     }
 
     fn fits(&self, chunk_sizes: &[Vec<u64>]) -> bool {
@@ -233,6 +265,12 @@ impl GraphAllocator {
                             },
                             e => e,
                         })?;
+                tracing::debug!(
+                    "graph allocator: {} chunk {c}: allocated {} (held {})",
+                    self.bufts[t].name(),
+                    format_bytes(size),
+                    format_bytes(have)
+                );
                 fresh += size - have;
                 allocations += 1;
                 if c < next[t].len() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::{Buffer, BufferType, BufferUsage};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorData, TensorId};
+use crate::util::format_bytes;
 
 /// Where packing puts each tensor: buffer index and offset, plus the size
 /// of every buffer. A plan only; nothing is allocated.
@@ -63,6 +64,15 @@ pub struct PackedWeights {
 /// Allocates the buffers of a packing plan: one allocation per buffer.
 pub fn pack_weights(buft: &Arc<dyn BufferType>, sizes: &[(String, u64)]) -> Result<PackedWeights> {
     let plan = plan_packing(buft.alignment(), buft.max_size(), sizes)?;
+    tracing::debug!(
+        "{}: {} tensor(s) ({}{}) packed: {} in {} buffer(s)",
+        buft.name(),
+        sizes.len(),
+        sizes.first().map_or("", |(n, _)| n.as_str()),
+        if sizes.len() > 1 { ", ..." } else { "" },
+        format_bytes(plan.buffer_sizes.iter().sum()),
+        plan.buffer_sizes.len()
+    );
     let buffers = plan
         .buffer_sizes
         .iter()

@@ -349,6 +349,9 @@ impl Scheduler {
             passes::copy_insertion::apply(graph, plan)
         };
         let t4 = Instant::now();
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            self.log_passes(&rewrite, [t0, t1, t2, t3, t4], &scheduled);
+        }
         self.timings = PassTimings {
             weights_location: t1 - t0,
             expansion: t2 - t1,
@@ -363,6 +366,46 @@ impl Scheduler {
         self.scheduled = Some(scheduled);
         self.allocated = false;
         Ok(&self.scheduled.as_ref().expect("just set").splits)
+    }
+
+    /// The passes' outcome and every split, as debug events (`RUST_LOG=
+    /// ggraph=debug` or `-vv` in the tools).
+    fn log_passes(
+        &self,
+        rewrite: &passes::row_split::RowSplitRewrite,
+        t: [Instant; 5],
+        scheduled: &Scheduled,
+    ) {
+        let n = scheduled.graph.nodes().len();
+        tracing::debug!(
+            "pass 0 row split: {} mul_mat(s) rewritten",
+            rewrite.rewritten
+        );
+        tracing::debug!("pass 1 weights location: {:?}", t[1] - t[0]);
+        if self.infos.len() == 1 {
+            tracing::debug!(
+                "passes 2-4: one backend, every node on it: {n} nodes in one split ({:?})",
+                t[4] - t[1]
+            );
+        } else {
+            tracing::debug!("pass 2 expansion: {:?}", t[2] - t[1]);
+            tracing::debug!("pass 3 upgrade: {:?}", t[3] - t[2]);
+            tracing::debug!(
+                "pass 4 copy insertion: {:?}; {n} nodes in {} split(s)",
+                t[4] - t[3],
+                scheduled.splits.len()
+            );
+        }
+        for (i, s) in scheduled.splits.iter().enumerate() {
+            tracing::debug!(
+                "split {i}: {} nodes {}..{}, {} input copies ({})",
+                self.infos[s.backend.index()].device.name(),
+                s.nodes.start,
+                s.nodes.end,
+                s.inputs.len(),
+                crate::util::format_bytes(s.bytes_copied())
+            );
+        }
     }
 
     /// Splits `graph` and sizes the compute memory of every backend for it

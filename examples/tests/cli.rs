@@ -1,0 +1,114 @@
+//! The programs' command lines as a user meets them: help with the
+//! defaults, errors that name the flag (exit code 2), completions, logs
+//! only when asked for.
+
+use std::process::{Command, Output};
+
+fn run(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(bin);
+    c.args(args).env_remove("RUST_LOG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the program starts")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const BINS: [&str; 4] = [
+    env!("CARGO_BIN_EXE_ggraph"),
+    env!("CARGO_BIN_EXE_llama"),
+    env!("CARGO_BIN_EXE_split-experiment"),
+    env!("CARGO_BIN_EXE_gpu-check"),
+];
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/../ggraph-model/tests/fixtures/gguf/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn every_program_has_help_completions_and_named_errors() {
+    for bin in BINS {
+        let help = run(bin, &["--help"], &[]);
+        assert_eq!(help.status.code(), Some(0), "{bin} --help");
+        let h = text(&help.stdout);
+        assert!(
+            h.contains("Usage:") && h.contains("[default: "),
+            "{bin}:\n{h}"
+        );
+        assert!(h.contains("-v..."), "{bin}: no -v in\n{h}");
+
+        let completions = if bin.ends_with("ggraph") {
+            run(bin, &["completions", "bash"], &[])
+        } else {
+            run(bin, &["--completions", "bash"], &[])
+        };
+        assert_eq!(completions.status.code(), Some(0), "{bin}");
+        assert!(text(&completions.stdout).contains("complete -F"), "{bin}");
+
+        let bad = run(bin, &["--no-such-flag"], &[]);
+        assert_eq!(bad.status.code(), Some(2), "{bin}");
+        assert!(text(&bad.stderr).contains("--no-such-flag"), "{bin}");
+    }
+}
+
+#[test]
+fn bad_values_exit_2_naming_the_flag() {
+    let ggraph = BINS[0];
+    for (args, flag) in [
+        (&["plan", "m.gguf", "--gpu-free", "lots"][..], "--gpu-free"),
+        (&["plan", "m.gguf", "-ts", "3,x"], "--tensor-split"),
+        (&["estimate", "m.gguf", "--kv-type", "q5"], "--kv-type"),
+        (&["devices", "--weights", "Q9_9"], "--weights"),
+    ] {
+        let o = run(ggraph, args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&o.stderr).contains(flag),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+    let o = run(BINS[1], &["-n", "many", "--random", "tiny"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("-n"), "{}", text(&o.stderr));
+    let o = run(BINS[1], &["-ngl", "99"], &[]);
+    assert_eq!(o.status.code(), Some(2), "no model is a usage mistake");
+}
+
+#[test]
+fn rust_log_and_v_show_the_scheduler_passes_and_splits_and_nothing_by_default() {
+    let ggraph = BINS[0];
+    let model = fixture("tiny_llama.gguf");
+    let plan = ["plan", model.as_str(), "--ctx", "64", "--gpu-free", "1MiB"];
+    let quiet = run(ggraph, &plan, &[]);
+    assert!(quiet.status.success(), "{}", text(&quiet.stderr));
+    assert_eq!(text(&quiet.stderr), "", "stderr without logs");
+    let want = [
+        "pass 1 weights location",
+        "pass 2 expansion",
+        "pass 4 copy insertion",
+        "split 0: ",
+        "graph allocator",
+        "placement: layers",
+        "ggraph_core::sched",
+    ];
+    let logged = run(ggraph, &plan, &[("RUST_LOG", "ggraph=debug")]);
+    let mut args = vec!["-vv"];
+    args.extend(plan);
+    let vv = run(ggraph, &args, &[]);
+    for o in [&logged, &vv] {
+        assert!(o.status.success());
+        let e = text(&o.stderr);
+        for w in want {
+            assert!(e.contains(w), "{w} not in:\n{e}");
+        }
+        // the same table on stdout
+        assert_eq!(o.stdout, quiet.stdout);
+    }
+}
