@@ -112,3 +112,45 @@ fn rust_log_and_v_show_the_scheduler_passes_and_splits_and_nothing_by_default() 
         assert_eq!(o.stdout, quiet.stdout);
     }
 }
+
+/// `--fit` gives a plan (and `llama --fit` a run) whatever the GPUs' sizes,
+/// from smaller than any weight to room for everything, and says what
+/// limited it.
+#[test]
+fn fit_always_gives_a_plan_and_says_what_limited_it() {
+    let [ggraph, llama, ..] = BINS;
+    let model = fixture("tiny_llama.gguf");
+    let mut layers_seen = Vec::new();
+    for gpus in [
+        &["1KiB"][..],
+        &["16KiB", "8KiB"],
+        &["64KiB", "32KiB", "16KiB"],
+        &["256KiB"],
+        &["1GiB"],
+    ] {
+        let mut args = vec!["plan", model.as_str(), "--ctx", "64", "--fit"];
+        for g in gpus {
+            args.extend(["--gpu-free", g]);
+        }
+        let o = run(ggraph, &args, &[]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{gpus:?}: {}", text(&o.stderr));
+        let fit_line = out.lines().find(|l| l.starts_with("fit ")).unwrap_or("");
+        assert!(!fit_line.is_empty(), "{gpus:?}: no fit line in\n{out}");
+        assert!(!out.contains("does not fit"), "{gpus:?}:\n{out}");
+        layers_seen.push(fit_line.to_string());
+
+        let mut args = vec!["--random", "tiny", "-n", "2", "--ctx", "64", "--fit"];
+        for g in gpus {
+            args.extend(["--gpu-free", g]);
+        }
+        let o = run(llama, &args, &[]);
+        assert!(o.status.success(), "llama {gpus:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("fit: "), "{}", text(&o.stderr));
+    }
+    assert!(layers_seen[0].contains("0 of"), "{layers_seen:?}");
+    assert!(
+        layers_seen[4].contains("everything fits"),
+        "{layers_seen:?}"
+    );
+}

@@ -13,7 +13,6 @@ use ggraph::context::Context;
 use ggraph::logs::Verbosity;
 use ggraph::model::estimate::exact::{FitRequest, check_fits, fit};
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::placement::GpuLayers;
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
@@ -128,8 +127,9 @@ fn run(a: &Cli) -> Result<(), String> {
         .params()
         .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ArgumentConflict, e).exit());
     let (devices, cpu) = a.devices.devices()?;
-    let mut opts = a.placement.options();
-    if a.fit {
+    let opts = a.placement.options();
+    // with --fit, the layers, op offload and context the fit chose
+    let (opts, params) = if a.fit {
         let req = FitRequest {
             margin: 256 << 20,
             layers_fixed: a.placement.n_gpu_layers.is_some(),
@@ -139,8 +139,10 @@ fn run(a: &Cli) -> Result<(), String> {
         let f =
             fit(&desc, &devices, cpu.clone(), &opts, &params, req).map_err(|e| e.to_string())?;
         eprintln!("fit: {}", f.reason);
-        opts.n_gpu_layers = GpuLayers::Count(f.estimate.n_gpu_layers);
-    }
+        (f.options, f.params)
+    } else {
+        (opts, params)
+    };
     // weights, KV cache and compute memory must fit before any is loaded
     check_fits(&desc, &devices, cpu.clone(), &opts, &params).map_err(|e| e.to_string())?;
     let t = std::time::Instant::now();
