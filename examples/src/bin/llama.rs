@@ -219,6 +219,7 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+    use ggraph::model::placement::GpuLayers;
 
     fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
         tool::try_parse_from(std::iter::once("llama").chain(a.iter().copied()))
