@@ -1,7 +1,7 @@
 //! `ggraph estimate MODEL`: what a model will cost on given GPUs, as Ollama
 //! computes it (and, once the allocator exists, as ggraph's dry run does).
 
-use ggraph::model::estimate::exact::ExactEstimate;
+use ggraph::model::estimate::exact::{ExactEstimate, layer_ranges as ranges};
 use ggraph::model::estimate::{Estimate, EstimateRequest, estimate};
 use ggraph::model::ollama::{KvCacheType, OllamaEstimate};
 use ggraph::options::FlashAttn;
@@ -201,29 +201,6 @@ fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String
     )
     .map_err(|e| e.to_string())?;
     Ok((f.estimate, f.reason))
-}
-
-/// `0-15, 20, 32`: layer indices as ranges.
-pub fn ranges(layers: &[usize]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < layers.len() {
-        let mut j = i;
-        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            layers[i].to_string()
-        } else {
-            format!("{}-{}", layers[i], layers[j])
-        });
-        i = j + 1;
-    }
-    if parts.is_empty() {
-        "-".into()
-    } else {
-        parts.join(", ")
-    }
 }
 
 fn kv_summary(kv: &[u64]) -> String {
