@@ -18,8 +18,12 @@ fn bound_for(dtype: DType) -> f64 {
         DType::BF16 => 1e-4,
         DType::I32 => 0.0,
         DType::Q8_0 => 1e-4,
-        DType::Q4_0 | DType::Q4_K => 2e-3,
+        DType::Q4_0 | DType::Q4_1 | DType::Q4_K => 2e-3,
+        DType::Q5_0 | DType::Q5_1 | DType::Q5_K => 5e-4,
         DType::Q6_K => 5e-4,
+        DType::IQ4_NL | DType::IQ4_XS => 3e-3,
+        DType::Q3_K => 2e-2,
+        DType::Q2_K => 6e-2,
     }
 }
 
@@ -212,17 +216,13 @@ fn unary_cases(c: &mut Cases) {
     }
 }
 
+/// Every type a weight may have: the floats and every quantised type.
+fn weight_types() -> impl Iterator<Item = DType> {
+    DType::FLOATS.into_iter().chain(DType::QUANTIZED)
+}
+
 fn mul_mat_cases(c: &mut Cases) {
-    let weights = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ];
-    for w in weights {
+    for w in weight_types() {
         let k = row_len(w);
         for (m, n) in [(33usize, 1usize), (16, 7), (35, 33)] {
             let name = format!("mul_mat[{w},F32,m={m},n={n},k={k}]");
@@ -285,14 +285,7 @@ fn mul_mat_cases(c: &mut Cases) {
             cb.b.mul_mat(k, q)
         },
     );
-    for w in [
-        DType::F32,
-        DType::F16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for w in [DType::F32, DType::F16].into_iter().chain(DType::QUANTIZED) {
         let k = row_len(w);
         for n_b in [1usize, 2] {
             let name = format!("mul_mat_id[{w},F32,n_b={n_b}]");

@@ -13,6 +13,9 @@ pub const QK_K: usize = 256;
 pub const QK8_0: usize = 32;
 /// Values per block of Q4_0.
 pub const QK4_0: usize = 32;
+/// Values per block of the other 32-value formats (Q4_1, Q5_0, Q5_1,
+/// IQ4_NL).
+pub const QK32: usize = 32;
 
 /// An element type of a tensor.
 #[allow(non_camel_case_types)]
@@ -26,17 +29,33 @@ pub enum DType {
     Q4_0,
     Q4_K,
     Q6_K,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q2_K,
+    Q3_K,
+    Q5_K,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 impl DType {
     /// Every type ggraph knows, in ggml id order.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 16] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
+        DType::Q5_K,
         DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
         DType::I32,
         DType::BF16,
     ];
@@ -45,7 +64,20 @@ impl DType {
     pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
     /// The block-quantised types.
-    pub const QUANTIZED: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K];
+    pub const QUANTIZED: [DType; 12] = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+    ];
 
     /// Values per block.
     pub const fn block_size(self) -> usize {
@@ -53,7 +85,10 @@ impl DType {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
             DType::Q8_0 => QK8_0,
             DType::Q4_0 => QK4_0,
-            DType::Q4_K | DType::Q6_K => QK_K,
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => QK32,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => {
+                QK_K
+            }
         }
     }
 
@@ -70,6 +105,22 @@ impl DType {
             DType::Q4_K => 2 + 2 + 12 + QK_K / 2,
             // 128 bytes low nibbles, 64 bytes high bits, 16 i8 scales, f16 d
             DType::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
+            // f16 d, f16 m, 16 bytes of nibbles
+            DType::Q4_1 => 2 + 2 + QK32 / 2,
+            // f16 d, 4 bytes of fifth bits, 16 bytes of nibbles
+            DType::Q5_0 => 2 + 4 + QK32 / 2,
+            // f16 d, f16 m, 4 bytes of fifth bits, 16 bytes of nibbles
+            DType::Q5_1 => 2 + 2 + 4 + QK32 / 2,
+            // 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit codes, f16 d, f16 dmin
+            DType::Q2_K => QK_K / 16 + QK_K / 4 + 2 + 2,
+            // 32 bytes of high bits, 64 bytes of 2-bit codes, 12 bytes of 6-bit scales, f16 d
+            DType::Q3_K => QK_K / 8 + QK_K / 4 + 12 + 2,
+            // f16 d, f16 dmin, 12 bytes of scales and mins, 32 bytes of fifth bits, 128 of nibbles
+            DType::Q5_K => 2 + 2 + 12 + QK_K / 8 + QK_K / 2,
+            // f16 d, 16 bytes of nibbles indexing a fixed table
+            DType::IQ4_NL => 2 + QK32 / 2,
+            // f16 d, u16 high scale bits, 4 bytes of low scale bits, 128 bytes of nibbles
+            DType::IQ4_XS => 2 + 2 + QK_K / 64 + QK_K / 2,
         }
     }
 
@@ -101,6 +152,14 @@ impl DType {
             DType::Q4_0 => "Q4_0",
             DType::Q4_K => "Q4_K",
             DType::Q6_K => "Q6_K",
+            DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
+            DType::Q5_1 => "Q5_1",
+            DType::Q2_K => "Q2_K",
+            DType::Q3_K => "Q3_K",
+            DType::Q5_K => "Q5_K",
+            DType::IQ4_NL => "IQ4_NL",
+            DType::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -110,9 +169,17 @@ impl DType {
             DType::F32 => 0,
             DType::F16 => 1,
             DType::Q4_0 => 2,
+            DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
+            DType::Q5_1 => 7,
             DType::Q8_0 => 8,
+            DType::Q2_K => 10,
+            DType::Q3_K => 11,
             DType::Q4_K => 12,
+            DType::Q5_K => 13,
             DType::Q6_K => 14,
+            DType::IQ4_NL => 20,
+            DType::IQ4_XS => 23,
             DType::I32 => 26,
             DType::BF16 => 30,
         }
@@ -197,6 +264,14 @@ mod tests {
         assert_eq!(DType::Q4_0.type_size(), 18);
         assert_eq!(DType::Q4_K.type_size(), 144);
         assert_eq!(DType::Q6_K.type_size(), 210);
+        assert_eq!(DType::Q4_1.type_size(), 20);
+        assert_eq!(DType::Q5_0.type_size(), 22);
+        assert_eq!(DType::Q5_1.type_size(), 24);
+        assert_eq!(DType::Q2_K.type_size(), 84);
+        assert_eq!(DType::Q3_K.type_size(), 110);
+        assert_eq!(DType::Q5_K.type_size(), 176);
+        assert_eq!(DType::IQ4_NL.type_size(), 18);
+        assert_eq!(DType::IQ4_XS.type_size(), 136);
         assert_eq!(DType::Q4_K.row_size(4096), Some(16 * 144));
         assert_eq!(DType::Q4_0.row_size(33), None);
         assert_eq!(DType::F16.row_size(3), Some(6));
@@ -209,7 +284,7 @@ mod tests {
             assert_eq!(DType::from_name(t.name()), Some(t));
             assert_eq!(DType::ggml_name_of_id(t.ggml_id()), Some(t.name()));
         }
-        assert_eq!(DType::from_ggml_id(13), None);
-        assert_eq!(DType::ggml_name_of_id(13), Some("Q5_K"));
+        assert_eq!(DType::from_ggml_id(16), None);
+        assert_eq!(DType::ggml_name_of_id(16), Some("IQ2_XXS"));
     }
 }

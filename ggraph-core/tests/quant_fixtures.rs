@@ -28,7 +28,15 @@ fn assert_bitwise_equal(got: &[f32], want: &[f32], what: &str) {
 
 #[test]
 fn quantisation_matches_gguf_byte_for_byte() {
-    for t in [DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0] {
+    for t in [
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
         let input = f32s(&fixture(&format!("{t}.in.f32")));
         let want_bytes = fixture(&format!("{t}.bytes"));
         let got = quantize(t, &input).unwrap();
@@ -46,14 +54,10 @@ fn quantisation_matches_gguf_byte_for_byte() {
 
 #[test]
 fn dequantisation_matches_gguf_for_every_type() {
-    for t in [
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for t in [DType::F16, DType::BF16]
+        .into_iter()
+        .chain(DType::QUANTIZED)
+    {
         let bytes = fixture(&format!("{t}.bytes"));
         let want = f32s(&fixture(&format!("{t}.out.f32")));
         let got = dequantize(t, &bytes, want.len()).unwrap();
@@ -63,10 +67,19 @@ fn dequantisation_matches_gguf_for_every_type() {
 
 #[test]
 fn k_quants_reproduce_their_input_closely() {
-    // gguf cannot quantise the K-quants; check that our quantiser's output,
-    // read back through the layout gguf agrees with, stays close.
+    // gguf cannot quantise the K-quants and IQ4s; check that our
+    // quantiser's output, read back through the layout gguf agrees with,
+    // stays close.
     let input = f32s(&fixture("Q8_0.in.f32"));
-    for (t, bound) in [(DType::Q4_K, 1e-2), (DType::Q6_K, 1e-3)] {
+    for (t, bound) in [
+        (DType::Q2_K, 0.1),
+        (DType::Q3_K, 4e-2),
+        (DType::Q4_K, 1e-2),
+        (DType::Q5_K, 3e-3),
+        (DType::Q6_K, 1e-3),
+        (DType::IQ4_NL, 1e-2),
+        (DType::IQ4_XS, 1e-2),
+    ] {
         let q = quantize(t, &input).unwrap();
         let y = dequantize(t, &q, input.len()).unwrap();
         let err: f64 = input

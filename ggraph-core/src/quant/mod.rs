@@ -4,13 +4,22 @@
 //! GGUF loading and the backends' own tests rely on them. Fast kernels live in
 //! the backends and are checked against these by the conformance suite.
 
+mod fit;
 mod float;
+mod iq4;
+mod q2_k;
+mod q3_k;
 mod q4_0;
+mod q4_1;
 mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
 mod q6_k;
 mod q8_0;
 
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use iq4::IQ4_VALUES;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -64,6 +73,14 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q4_0 => q4_0::dequantize(src, dst),
         DType::Q4_K => q4_k::dequantize(src, dst),
         DType::Q6_K => q6_k::dequantize(src, dst),
+        DType::Q4_1 => q4_1::dequantize(src, dst),
+        DType::Q5_0 => q5_0::dequantize(src, dst),
+        DType::Q5_1 => q5_1::dequantize(src, dst),
+        DType::Q2_K => q2_k::dequantize(src, dst),
+        DType::Q3_K => q3_k::dequantize(src, dst),
+        DType::Q5_K => q5_k::dequantize(src, dst),
+        DType::IQ4_NL => iq4::dequantize_nl(src, dst),
+        DType::IQ4_XS => iq4::dequantize_xs(src, dst),
     }
     Ok(())
 }
@@ -98,6 +115,14 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q4_0 => q4_0::quantize(src, dst),
         DType::Q4_K => q4_k::quantize(src, dst),
         DType::Q6_K => q6_k::quantize(src, dst),
+        DType::Q4_1 => q4_1::quantize(src, dst),
+        DType::Q5_0 => q5_0::quantize(src, dst),
+        DType::Q5_1 => q5_1::quantize(src, dst),
+        DType::Q2_K => q2_k::quantize(src, dst),
+        DType::Q3_K => q3_k::quantize(src, dst),
+        DType::Q5_K => q5_k::quantize(src, dst),
+        DType::IQ4_NL => iq4::quantize_nl(src, dst),
+        DType::IQ4_XS => iq4::quantize_xs(src, dst),
     }
     Ok(())
 }
@@ -156,6 +181,14 @@ mod tests {
             (DType::Q4_0, 1e-2),
             (DType::Q4_K, 5e-3),
             (DType::Q6_K, 5e-4),
+            (DType::Q4_1, 1e-2),
+            (DType::Q5_0, 3e-3),
+            (DType::Q5_1, 2e-3),
+            (DType::Q2_K, 8e-2),
+            (DType::Q3_K, 3e-2),
+            (DType::Q5_K, 1.5e-3),
+            (DType::IQ4_NL, 6e-3),
+            (DType::IQ4_XS, 6e-3),
         ] {
             let q = quantize(t, &x).unwrap();
             let y = dequantize(t, &q, x.len()).unwrap();

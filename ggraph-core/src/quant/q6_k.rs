@@ -5,13 +5,13 @@
 //! values, value l (0..32) of the four quarters shares `qh[l]`.
 //! value = d * scale[sub] * (q - 32).
 
+use super::fit::{GROUP_MAX_EPS, fit_symmetric};
 use super::{f16_to_f32, f32_to_f16, nearest_int};
 use crate::dtype::{DType, QK_K};
 
 const BLOCK_BYTES: usize = DType::Q6_K.type_size();
 const SUB: usize = 16;
 const N_SUB: usize = QK_K / SUB;
-const GROUP_MAX_EPS: f32 = 1e-15;
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     for (block, out) in src
@@ -40,57 +40,6 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
             }
         }
     }
-}
-
-/// Symmetric fit of `x` to codes in -nmax..nmax-1 weighted by x², trying a
-/// few scales around the first guess (ggml's `make_qx_quants`, rmse type 1).
-/// Returns the scale; codes are stored offset by nmax.
-fn fit_symmetric(x: &[f32], nmax: i32, codes: &mut [u8]) -> f32 {
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = *v;
-        }
-    }
-    if amax < GROUP_MAX_EPS {
-        codes.fill(0);
-        return 0.0;
-    }
-    let code = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0f32, 0f32);
-        for v in x {
-            let l = code(iscale, *v) as f32;
-            let w = v * v;
-            sumlx += w * v * l;
-            suml2 += w * l * l;
-        }
-        (sumlx, suml2)
-    };
-    let iscale = -(nmax as f32) / max;
-    for (c, v) in codes.iter_mut().zip(x) {
-        *c = (code(iscale, *v) + nmax) as u8;
-    }
-    let (sumlx, suml2) = sums(iscale);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for step in -9..=9 {
-        if step == 0 {
-            continue;
-        }
-        let iscale = -(nmax as f32 + 0.1 * step as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for (c, v) in codes.iter_mut().zip(x) {
-                *c = (code(iscale, *v) + nmax) as u8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    scale
 }
 
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
