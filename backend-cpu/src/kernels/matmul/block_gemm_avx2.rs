@@ -1,4 +1,4 @@
-//! Quantised weights (Q8_0, Q4_0, Q4_K, Q6_K) times many activation
+//! Quantised weights (every type `quant_format` reads) times many activation
 //! columns on AVX2 (processors without AVX-512 VNNI): prompt processing,
 //! as an integer GEMM.
 //!
@@ -15,16 +15,20 @@
 //! `vpmaddubsw` multiplies unsigned by signed bytes and saturates its pair
 //! sums at 2^15, so how long the 16-bit sums may run depends on the codes:
 //!
-//! - Q4_0 and Q4_K codes lie in 0..16: a pair sum is below 2 * 15 * 127,
-//!   and a 32-value block's eight steps add up to at most 30480.
+//! - Q4_0, Q4_1 and Q4_K codes lie in 0..16: a pair sum is below
+//!   2 * 15 * 127, and a 32-value block's eight steps add up to at most
+//!   30480.
+//! - Q5_0, Q5_1 and Q5_K codes lie in 0..32: four steps, then widen.
+//! - Q2_K and Q3_K codes lie in 0..8: a 16-value block's four steps.
 //! - Q6_K codes lie in 0..64: two steps, then widen.
-//! - Q8_0 codes are signed: the panel keeps them signed and each step takes
-//!   `|w|` against the column's codes with `w`'s sign (at most
+//! - Q8_0 and IQ4 codes are signed: the panel keeps them signed and each
+//!   step takes `|w|` against the column's codes with `w`'s sign (at most
 //!   2 * 127 * 127 per pair), widened every step.
 //!
-//! The codes' offsets (8 for Q4_0, 32 for Q6_K) come back as `-o * sum(q)`
-//! added to each block's 32-bit sum, and Q4_K's mins are one float multiply-add per
-//! block and column, as on the other quantised paths.
+//! The codes' offsets (8 for Q4_0, 16 for Q5_0, 4 for Q3_K, 32 for Q6_K)
+//! come back as `-o * sum(q)` added to each block's 32-bit sum, and the
+//! mins are one float multiply-add per block and column, as on the other
+//! quantised paths.
 
 use std::cell::RefCell;
 
@@ -66,7 +70,7 @@ struct Kind {
 
 fn kind(dtype: DType) -> Option<Kind> {
     let f = format(dtype)?;
-    let signed = dtype == DType::Q8_0;
+    let signed = f.signed;
     let acts = if signed { Format { offset: 0, ..f } } else { f };
     Some(Kind {
         decode: f,
@@ -76,7 +80,7 @@ fn kind(dtype: DType) -> Option<Kind> {
 }
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`,
-/// packed rows of Q8_0, Q4_0, Q4_K or Q6_K. The caller has checked that
+/// packed quantised rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
@@ -183,7 +187,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 }
 
 /// One panel's share of the packing scratch: codes `[step][R rows][4]`,
-/// and per block `[block][R rows]` the scales and (Q4_K) mins.
+/// and per block `[block][R rows]` the scales and mins.
 struct Panel<'a> {
     codes: &'a mut [u8],
     dw: &'a mut [f32],
@@ -275,9 +279,18 @@ type TileFn = unsafe fn(usize, usize, *const u8, *const f32, *const f32, &Acts, 
 /// The tile kernel for `dtype` and how many groups of steps make a block.
 fn tile_fn(dtype: DType) -> (TileFn, usize) {
     match dtype {
-        DType::Q8_0 => (x86::tile::<1, true, false, false>, 8),
+        // signed codes: widen every step
+        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => (x86::tile::<1, true, false, false>, 8),
+        // codes below 16: a 32-value block's eight steps in 16 bits
         DType::Q4_0 => (x86::tile::<8, false, true, false>, 1),
-        DType::Q4_K => (x86::tile::<8, false, false, true>, 1),
+        DType::Q4_1 | DType::Q4_K => (x86::tile::<8, false, false, true>, 1),
+        // codes below 32: four steps
+        DType::Q5_0 => (x86::tile::<4, false, true, false>, 2),
+        DType::Q5_1 | DType::Q5_K => (x86::tile::<4, false, false, true>, 2),
+        // 16-value blocks of codes below 8: the block's four steps at once
+        DType::Q2_K => (x86::tile::<4, false, false, true>, 1),
+        DType::Q3_K => (x86::tile::<4, false, true, false>, 1),
+        // Q6_K: codes below 64, two steps
         _ => (x86::tile::<2, false, true, false>, 2),
     }
 }
@@ -370,7 +383,7 @@ mod x86 {
 
     /// Interleaves R rows of `len` codes (`len` bytes apart) into panel
     /// steps of four codes of each row, `[step][R][4]`; `flip` turns the
-    /// decoder's offset Q8_0 codes (`q ^ 0x80`) back into signed ones.
+    /// decoder's signed codes plus 128 (Q8_0, IQ4) back into signed ones.
     ///
     /// # Safety
     /// AVX2; `rows` holds R * len bytes, `panel` room for as many, and

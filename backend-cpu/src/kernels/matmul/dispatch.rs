@@ -133,7 +133,7 @@ const Q8_Q4: &[DType] = &[DType::Q8_0, DType::Q4_0];
 const Q4_0: &[DType] = &[DType::Q4_0];
 const K_QUANTS: &[DType] = &[DType::Q4_K, DType::Q6_K];
 /// The quantised types the integer kernels read (see `quant_format`).
-const INTEGER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K];
+const INTEGER: &[DType] = &DType::QUANTIZED;
 
 const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
 const ONE: RangeInclusive<usize> = 1..=1;
@@ -229,7 +229,7 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     if m == 0 || n == 0 {
         return;
     }
-    let format = || format(a.dtype).expect("integer paths take Q8_0, Q4_0, Q4_K and Q6_K only");
+    let format = || format(a.dtype).expect("integer paths take the types quant_format reads");
     match path(isa, &a, n) {
         Zeros => {
             for &o in &out.0 {

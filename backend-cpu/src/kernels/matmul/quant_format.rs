@@ -1,6 +1,7 @@
 //! How each quantised weight format reads as unsigned codes `u` with a
-//! per-block scale `dw`, an integer offset `o` and (Q4_K) a per-block min
-//! `mw`, and the decoder that unpacks a row into them:
+//! per-block scale `dw`, an integer offset `o` and (Q4_1, Q5_1, Q2_K,
+//! Q4_K, Q5_K) a per-block min `mw`, and the decoder that unpacks a row
+//! into them:
 //!
 //! ```text
 //! w = dw * (u - o) - mw          x = dx * q
@@ -8,9 +9,13 @@
 //! ```
 //!
 //! `x = dx * q` is an activation quantised to 8 bits (`activation_quant`).
+//!
+//! The `_1` formats' min `m` is added, so their `mw` is `-m`. The IQ4
+//! formats' codes index a table of signed values; `u` is the value plus
+//! 128, as Q8_0's codes are.
 
 use ggraph_core::DType;
-use ggraph_core::quant::f16_to_f32;
+use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 
 use crate::kernels::isa::Isa;
 
@@ -24,13 +29,20 @@ pub(crate) struct Format {
     pub(crate) offset: i32,
     /// Whether blocks carry a min (`mw`).
     pub(crate) has_min: bool,
+    /// Whether the codes are signed bytes plus 128 (Q8_0, the IQ4s): up to
+    /// 255, too large for `vpmaddubsw`'s 16-bit pair sums, so the AVX2
+    /// kernels take them signed.
+    pub(crate) signed: bool,
 }
 
 pub(crate) fn format(dtype: DType) -> Option<Format> {
     let (qb, offset, has_min) = match dtype {
-        DType::Q8_0 => (32, 128, false),
+        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => (32, 128, false),
         DType::Q4_0 => (32, 8, false),
-        DType::Q4_K => (32, 0, true),
+        DType::Q5_0 => (32, 16, false),
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => (32, 0, true),
+        DType::Q2_K => (16, 0, true),
+        DType::Q3_K => (16, 4, false),
         DType::Q6_K => (16, 32, false),
         _ => return None,
     };
@@ -39,8 +51,20 @@ pub(crate) fn format(dtype: DType) -> Option<Format> {
         qb,
         offset,
         has_min,
+        signed: offset == 128,
     })
 }
+
+/// The IQ4 table as codes: each value plus 128.
+const IQ4_CODES: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (IQ4_VALUES[i] as i32 + 128) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// Unpacks the 6-bit scale and min of Q4_K sub-block `j`.
 #[inline]
@@ -212,6 +236,153 @@ unsafe fn decode_with<const SIMD: bool>(
                 }
             }
         }
+        DType::Q4_1 => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                dw[bi] = f16(blk, 0);
+                mw[bi] = -f16(blk, 2);
+                let c = &mut codes[bi * 32..bi * 32 + 32];
+                #[cfg(target_arch = "x86_64")]
+                if SIMD {
+                    // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
+                    unsafe { x86::q4_codes(blk[4..].as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
+                for (j, q) in blk[4..].iter().enumerate() {
+                    c[j] = q & 0x0f;
+                    c[j + 16] = q >> 4;
+                }
+            }
+        }
+        DType::Q5_0 | DType::Q5_1 => {
+            let with_min = f.dtype == DType::Q5_1;
+            let qh_at = if with_min { 4 } else { 2 };
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                dw[bi] = f16(blk, 0);
+                if with_min {
+                    mw[bi] = -f16(blk, 2);
+                }
+                let (qh, qs) = blk[qh_at..].split_at(4);
+                let c = &mut codes[bi * 32..bi * 32 + 32];
+                #[cfg(target_arch = "x86_64")]
+                if SIMD {
+                    // SAFETY: AVX2 is available; 4 + 16 bytes in, 32 codes out.
+                    unsafe { x86::q5_codes(qh.as_ptr(), qs.as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
+                let high = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+                for (j, q) in qs.iter().enumerate() {
+                    c[j] = (q & 0x0f) | ((((high >> j) & 1) as u8) << 4);
+                    c[j + 16] = (q >> 4) | ((((high >> (j + 16)) & 1) as u8) << 4);
+                }
+            }
+        }
+        DType::Q2_K => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let (sc, rest) = blk.split_at(16);
+                let (qs, ds) = rest.split_at(64);
+                let d = f16(ds, 0);
+                let dmin = f16(ds, 2);
+                for (j, s) in sc.iter().enumerate() {
+                    dw[bi * 16 + j] = d * (s & 0x0f) as f32;
+                    mw[bi * 16 + j] = dmin * (s >> 4) as f32;
+                }
+                let c = &mut codes[bi * 256..bi * 256 + 256];
+                #[cfg(target_arch = "x86_64")]
+                if SIMD {
+                    // SAFETY: AVX2 is available; 64 bytes in, 256 codes out.
+                    unsafe { x86::q2k_codes(qs.as_ptr(), std::ptr::null(), c.as_mut_ptr()) };
+                    continue;
+                }
+                for (i, c) in c.iter_mut().enumerate() {
+                    let (half, s, l) = (i / 128, (i % 128) / 32, i % 32);
+                    *c = (qs[32 * half + l] >> (2 * s)) & 3;
+                }
+            }
+        }
+        DType::Q3_K => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let (hmask, rest) = blk.split_at(32);
+                let (qs, rest) = rest.split_at(64);
+                let (sc, ds) = rest.split_at(12);
+                let d = f16(ds, 0);
+                for j in 0..16 {
+                    let low = (sc[j % 8] >> (4 * (j / 8))) & 0x0f;
+                    let high = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+                    dw[bi * 16 + j] = d * ((low | (high << 4)) as i32 - 32) as f32;
+                }
+                let c = &mut codes[bi * 256..bi * 256 + 256];
+                #[cfg(target_arch = "x86_64")]
+                if SIMD {
+                    // SAFETY: AVX2 is available; 64 + 32 bytes in, 256 codes out.
+                    unsafe { x86::q2k_codes(qs.as_ptr(), hmask.as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
+                for (i, c) in c.iter_mut().enumerate() {
+                    let (half, s, l) = (i / 128, (i % 128) / 32, i % 32);
+                    let low = (qs[32 * half + l] >> (2 * s)) & 3;
+                    *c = low | (((hmask[i % 32] >> (i / 32)) & 1) << 2);
+                }
+            }
+        }
+        DType::Q5_K => {
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let d = f16(blk, 0);
+                let dmin = f16(blk, 2);
+                let scales = &blk[4..16];
+                let (qh, qs) = blk[16..].split_at(32);
+                for j in 0..8 {
+                    let (sc, mn) = q4k_scale_min(j, scales);
+                    dw[bi * 8 + j] = d * sc as f32;
+                    mw[bi * 8 + j] = dmin * mn as f32;
+                }
+                let c = &mut codes[bi * 256..bi * 256 + 256];
+                #[cfg(target_arch = "x86_64")]
+                if SIMD {
+                    // SAFETY: AVX2 is available; 32 + 128 bytes in, 256 codes out.
+                    unsafe { x86::q5k_codes(qh.as_ptr(), qs.as_ptr(), c.as_mut_ptr()) };
+                    continue;
+                }
+                for g in 0..4 {
+                    for l in 0..32 {
+                        let q = qs[32 * g + l];
+                        c[64 * g + l] = (q & 0x0f) | (((qh[l] >> (2 * g)) & 1) << 4);
+                        c[64 * g + 32 + l] = (q >> 4) | (((qh[l] >> (2 * g + 1)) & 1) << 4);
+                    }
+                }
+            }
+        }
+        DType::IQ4_NL | DType::IQ4_XS => {
+            let xs = f.dtype == DType::IQ4_XS;
+            for (bi, blk) in src.chunks_exact(ts).enumerate() {
+                let d = f16(blk, 0);
+                let (groups, qs) = if xs {
+                    let scales_h = u16::from_le_bytes([blk[2], blk[3]]);
+                    for j in 0..8 {
+                        let low = (blk[4 + j / 2] >> (4 * (j % 2))) & 0x0f;
+                        let high = ((scales_h >> (2 * j)) & 3) as u8;
+                        dw[bi * 8 + j] = d * ((low | (high << 4)) as i32 - 32) as f32;
+                    }
+                    (8, &blk[8..])
+                } else {
+                    dw[bi] = d;
+                    (1, &blk[2..])
+                };
+                for g in 0..groups {
+                    let q = &qs[16 * g..16 * g + 16];
+                    let c = &mut codes[(bi * groups + g) * 32..(bi * groups + g) * 32 + 32];
+                    #[cfg(target_arch = "x86_64")]
+                    if SIMD {
+                        // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
+                        unsafe { x86::iq4_codes(q.as_ptr(), c.as_mut_ptr()) };
+                        continue;
+                    }
+                    for (j, b) in q.iter().enumerate() {
+                        c[j] = IQ4_CODES[(b & 0x0f) as usize];
+                        c[j + 16] = IQ4_CODES[(b >> 4) as usize];
+                    }
+                }
+            }
+        }
         _ => {}
     }
 }
@@ -277,6 +448,121 @@ mod x86 {
                 _mm256_storeu_si256(o.add(64) as *mut __m256i, q3);
                 _mm256_storeu_si256(o.add(96) as *mut __m256i, q4);
             }
+        }
+    }
+
+    /// Q5_0/Q5_1 codes: Q4_0's nibble order, the fifth bit of value j
+    /// from bit j of the little-endian u32 at `qh`.
+    ///
+    /// # Safety
+    /// AVX2; 4 bytes at `qh`, 16 at `qs`, room for 32 at `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q5_codes(qh: *const u8, qs: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            q4_codes(qs, out);
+            let low = _mm256_loadu_si256(out as *const __m256i);
+            let high = spread_bits(std::ptr::read_unaligned(qh as *const u32));
+            let fifth = _mm256_and_si256(high, _mm256_set1_epi8(0x10));
+            _mm256_storeu_si256(out as *mut __m256i, _mm256_or_si256(low, fifth));
+        }
+    }
+
+    /// The 32 bits of `bits` as 32 bytes, byte j 0xff where bit j is set.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn spread_bits(bits: u32) -> __m256i {
+        let v = _mm256_set1_epi32(bits as i32);
+        // byte j takes source byte j / 8, then tests bit j % 8
+        let pick = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        );
+        let v = _mm256_shuffle_epi8(v, pick);
+        let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask)
+    }
+
+    /// Q2_K codes (0..4) from 64 code bytes, or Q3_K codes (0..8) when
+    /// `hmask` (32 bytes, bit `i / 32` of byte `i % 32` for value i) is
+    /// not null.
+    ///
+    /// # Safety
+    /// AVX2; 64 bytes at `qs`, 32 at `hmask` unless null, room for 256
+    /// at `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q2k_codes(qs: *const u8, hmask: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m2 = _mm256_set1_epi8(3);
+            let h = if hmask.is_null() {
+                _mm256_setzero_si256()
+            } else {
+                _mm256_loadu_si256(hmask as *const __m256i)
+            };
+            for half in 0..2 {
+                let q = _mm256_loadu_si256(qs.add(32 * half) as *const __m256i);
+                for s in 0..4 {
+                    let shifted = match s {
+                        0 => q,
+                        1 => _mm256_srli_epi16::<2>(q),
+                        2 => _mm256_srli_epi16::<4>(q),
+                        _ => _mm256_srli_epi16::<6>(q),
+                    };
+                    let mut c = _mm256_and_si256(shifted, m2);
+                    if !hmask.is_null() {
+                        // value 128 * half + 32 * s + l takes bit 4 * half + s of hmask[l]
+                        let bit = _mm256_set1_epi8(1 << (4 * half + s));
+                        let set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                        c = _mm256_or_si256(c, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+                    }
+                    _mm256_storeu_si256(out.add(128 * half + 32 * s) as *mut __m256i, c);
+                }
+            }
+        }
+    }
+
+    /// Q5_K codes: Q4_K's nibbles, the fifth bit of value `64 g + 32 h + l`
+    /// from bit `2 g + h` of `qh[l]`.
+    ///
+    /// # Safety
+    /// AVX2; 32 bytes at `qh`, 128 at `qs`, room for 256 at `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn q5k_codes(qh: *const u8, qs: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            q4k_codes(qs, out);
+            let h = _mm256_loadu_si256(qh as *const __m256i);
+            for i in 0..8 {
+                let bit = _mm256_set1_epi8(1 << i);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+                let p = out.add(32 * i) as *mut __m256i;
+                let c = _mm256_loadu_si256(p);
+                _mm256_storeu_si256(
+                    p,
+                    _mm256_or_si256(c, _mm256_and_si256(set, _mm256_set1_epi8(0x10))),
+                );
+            }
+        }
+    }
+
+    /// IQ4 codes: each nibble looked up in the table of values plus 128.
+    ///
+    /// # Safety
+    /// AVX2; 16 bytes at `q`, room for 32 at `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn iq4_codes(q: *const u8, out: *mut u8) {
+        // SAFETY: caller's contract.
+        unsafe {
+            q4_codes(q, out);
+            let n = _mm256_loadu_si256(out as *const __m256i);
+            let table = _mm_loadu_si128(super::IQ4_CODES.as_ptr() as *const __m128i);
+            let table = _mm256_broadcastsi128_si256(table);
+            _mm256_storeu_si256(out as *mut __m256i, _mm256_shuffle_epi8(table, n));
         }
     }
 

@@ -80,14 +80,22 @@ fn product_error(
 }
 
 /// Every weight type the mul_mat kernels take.
-const WEIGHT_TYPES: [DType; 7] = [
+const WEIGHT_TYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
-    DType::Q8_0,
     DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
     DType::Q4_K,
+    DType::Q5_K,
     DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
 ];
 
 /// The largest `gemm_error` a kernel may make with weights of `dtype`.

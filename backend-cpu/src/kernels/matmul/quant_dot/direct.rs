@@ -1,10 +1,8 @@
 //! The direct path: weight rows decoded a chunk at a time into codes in
-//! L1 and dotted with each quantised column, for any of the four formats
-//! and any instruction set.
+//! L1 and dotted with each quantised column, for any format and any
+//! instruction set.
 
 use std::cell::RefCell;
-
-use ggraph_core::DType;
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2::{direct_avx2_16, direct_avx2_32, direct_avx2_q8};
@@ -59,7 +57,7 @@ fn direct_fn(isa: Isa, f: &Format, r: usize, c: usize) -> DirectFn {
             };
         }
         if isa >= Isa::Avx2 {
-            return match (f.qb, f.dtype == DType::Q8_0) {
+            return match (f.qb, f.signed) {
                 (32, true) => by_rc!(direct_avx2_q8),
                 (32, false) => by_rc!(direct_avx2_32),
                 _ => by_rc!(direct_avx2_16),

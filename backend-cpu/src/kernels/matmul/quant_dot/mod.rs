@@ -1,5 +1,5 @@
-//! Quantised weights of any of the four formats (Q8_0, Q4_0, Q4_K, Q6_K)
-//! times f32 activations, with integer dot products on codes and the
+//! Quantised weights of any format `quant_format` reads times f32
+//! activations, with integer dot products on codes and the
 //! activations quantised to 8 bits (`activation_quant`, `quant_format`).
 //!
 //! `sum(u * q)` is `vpdpbusd` (unsigned times signed bytes) where the
