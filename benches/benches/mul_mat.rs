@@ -34,15 +34,7 @@ fn mul_mat(c: &mut Criterion) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
     let dev: Arc<dyn Device> = CpuDevice::with_threads(threads).unwrap();
-    for dtype in [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
+    for dtype in DType::FLOATS.into_iter().chain(DType::QUANTIZED) {
         let mut group = c.benchmark_group(format!("mul_mat_{}", dtype.name()));
         group
             .sample_size(10)

@@ -45,15 +45,11 @@ struct Shape {
     k: usize,
 }
 
-const ALL_TYPES: [DType; 7] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// Every weight type: the floats, then the quantised types in ggml's
+/// order.
+fn all_types() -> Vec<DType> {
+    DType::FLOATS.into_iter().chain(DType::QUANTIZED).collect()
+}
 
 /// One mul_mat of `dtype` weights and `n` columns, allocated and filled.
 fn build_case(
@@ -80,8 +76,7 @@ fn main() -> Result<()> {
     let opt = |name: &str| arg_value(&args, name);
     let threads: usize = opt("--threads").and_then(|s| s.parse().ok()).unwrap_or(2);
     let columns = parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(MUL_MAT_COLUMNS.to_vec());
-    let types =
-        parse_list(opt("--types"), |s| find_type(&ALL_TYPES, s)).unwrap_or(ALL_TYPES.to_vec());
+    let types = parse_list(opt("--types"), |s| find_type(&all_types(), s)).unwrap_or(all_types());
 
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();

@@ -30,14 +30,10 @@ const USED: usize = 8;
 const M: usize = 768;
 const K: usize = 2048;
 
-const ALL_TYPES: [DType; 6] = [
-    DType::F32,
-    DType::F16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// Every weight type but BF16 (ggml's mul_mat_id cases have none).
+fn all_types() -> Vec<DType> {
+    [DType::F32, DType::F16].into_iter().chain(DType::QUANTIZED).collect()
+}
 
 /// For each of `tokens` tokens, `USED` distinct experts drawn at random.
 fn expert_ids(tokens: usize) -> Vec<i32> {
@@ -86,7 +82,7 @@ fn main() -> Result<()> {
     let tokens_list =
         parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(MUL_MAT_ID_TOKENS.to_vec());
     let types =
-        parse_list(opt("--types"), |s| find_type(&ALL_TYPES, s)).unwrap_or(ALL_TYPES.to_vec());
+        parse_list(opt("--types"), |s| find_type(&all_types(), s)).unwrap_or(all_types());
 
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();

@@ -1,9 +1,13 @@
 //! `ggraph check MODEL`: opens a GGUF fully (mapped, every check of the
 //! reader, every tensor inside the file), reads all tensor data with
-//! progress and prints a summary with a checksum.
+//! progress and prints a summary with a checksum, and for each tensor type
+//! whether each device found computes with weights of that type.
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
+use ggraph::backend::{Device, weight_ops};
 use ggraph::model::gguf::ModelFile;
 use ggraph::progress::Progress;
 use ggraph::util::format_bytes;
@@ -60,17 +64,50 @@ pub fn render(a: &CheckArgs) -> Result<String, Failure> {
         e.0 += 1;
         e.1 += t.size_bytes;
     }
+    let devices = ggraph::registry().devices();
+    let _ = write!(
+        text,
+        "tensor types; per device, whether it runs get_rows, mul_mat and mul_mat_id with them\n  {:<8} {:>7} {:>12}",
+        "type", "tensors", "bytes"
+    );
+    for d in &devices {
+        let _ = write!(text, " {:>8}", d.name());
+    }
+    text.push('\n');
     for ((_, name), (n, bytes)) in &by_type {
-        let note = match ggraph::model::gguf::GgmlType::from_name(name).and_then(|t| t.dtype()) {
-            Some(_) => "",
-            None => "  (ggraph reads it but does not compute with it)",
-        };
-        let _ = writeln!(
-            text,
-            "  {name:<8} {n:>6} tensors {:>12}{note}",
-            format_bytes(*bytes)
-        );
+        let dtype = ggraph::model::gguf::GgmlType::from_name(name).and_then(|t| t.dtype());
+        let _ = write!(text, "  {name:<8} {n:>7} {:>12}", format_bytes(*bytes));
+        for d in &devices {
+            let _ = write!(text, " {:>8}", support(d, dtype));
+        }
+        if dtype.is_none() {
+            text.push_str("  (ggraph reads it but does not compute with it)");
+        }
+        text.push('\n');
     }
     let _ = writeln!(text, "checksum {sum:016x}");
     Ok(text)
+}
+
+/// `yes` when `device` runs every op that reads weights with `dtype`,
+/// `no` when none, the ops it runs otherwise, `-` for a type ggraph does
+/// not compute with.
+fn support(device: &Arc<dyn Device>, dtype: Option<ggraph::DType>) -> String {
+    let Some(ops) = dtype.and_then(|t| weight_ops(device.as_ref(), t).ok()) else {
+        return "-".into();
+    };
+    let runs: Vec<&str> = [
+        (ops.get_rows, "rows"),
+        (ops.mul_mat, "mm"),
+        (ops.mul_mat_id, "mm_id"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    match runs.len() {
+        3 => "yes".into(),
+        0 => "no".into(),
+        _ => runs.join("+"),
+    }
 }

@@ -12,6 +12,7 @@ mod buffer_type;
 mod device;
 mod registry;
 mod stream;
+mod weight_support;
 
 pub use buffer_type::BufferType;
 pub use device::{
@@ -20,5 +21,6 @@ pub use device::{
 };
 pub use registry::{BackendRegistration, Registry};
 pub use stream::{CompletedEvent, Event, Stream};
+pub use weight_support::{WeightOps, weight_ops};
 
 pub use crate::memory::{Buffer, BufferUsage, HostMemory, check_range, copy_between};
