@@ -11,7 +11,9 @@ use ggraph::context::{Context, ContextParams};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::gguf::ModelFile;
 use ggraph::model::kv::FreshCache;
-use ggraph::model::llama::{Attention, BuildShape, FreshWeights, build_llama, causal_mask};
+use ggraph::model::llama::{
+    Attention, BuildShape, FreshWeights, LlamaConfig, build_llama, causal_mask,
+};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::make::{llama_gguf, make_vocab};
 use ggraph::model::placement::PlacementOptions;
@@ -138,6 +140,42 @@ fn the_runner_matches_the_f64_reference_and_repeats_itself() {
     assert_eq!(g1.generated, g3.generated, "CPU + simulated GPU");
     assert!(split.scheduler().splits().len() > 1);
     std::fs::remove_file(path).ok();
+}
+
+#[test]
+fn a_llama_in_every_quantised_type_matches_the_f64_reference() {
+    // rows of 256 and 512 values: whole super-blocks, so every matrix is
+    // in the type asked for (no fallback)
+    let config = LlamaConfig::dense(512, 256, 1, 4, 2, 512);
+    for t in DType::QUANTIZED {
+        let mut desc = ModelDesc::random(config.clone(), t, 5).unwrap();
+        desc.tokens = Some(make_vocab(desc.config.n_vocab));
+        assert!(
+            desc.tensors
+                .iter()
+                .all(|s| s.shape.len() == 1 || s.dtype == t),
+            "{t}: a matrix fell back to another type"
+        );
+        let w = llama_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
+        let path = std::env::temp_dir().join(format!(
+            "ggraph-runner-{}-{}.gguf",
+            std::process::id(),
+            t.name()
+        ));
+        std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+        let file = ModelFile::open(&path).unwrap();
+        let desc = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+        let want = reference_logits(&file, &desc, &PROMPT[..5]);
+        let mut ctx = context(&desc, &[]);
+        ctx.decode(&ggraph::batch::Batch::tokens(&PROMPT[..5]))
+            .unwrap();
+        let e = nmse(ctx.logits(), &want);
+        assert!(
+            e < QUANTISED_BOUND,
+            "{t}: nmse against the f64 reference: {e}"
+        );
+        std::fs::remove_file(path).ok();
+    }
 }
 
 #[test]

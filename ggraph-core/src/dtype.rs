@@ -133,6 +133,30 @@ impl DType {
         Some(n / self.block_size() * self.type_size())
     }
 
+    /// The type llama-quantize writes for rows of `n` values when asked
+    /// for this one: this type when `n` is whole blocks; otherwise its
+    /// 32-value fallback (IQ4_XS → IQ4_NL, Q2_K and Q3_K → Q4_0, Q4_K →
+    /// Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or F16 when that does not fit
+    /// either.
+    pub const fn for_row_len(self, n: usize) -> DType {
+        if n % self.block_size() == 0 {
+            return self;
+        }
+        let fallback = match self {
+            DType::IQ4_XS => DType::IQ4_NL,
+            DType::Q2_K | DType::Q3_K => DType::Q4_0,
+            DType::Q4_K => DType::Q5_0,
+            DType::Q5_K => DType::Q5_1,
+            DType::Q6_K => DType::Q8_0,
+            other => other,
+        };
+        if n % fallback.block_size() == 0 {
+            fallback
+        } else {
+            DType::F16
+        }
+    }
+
     pub const fn is_quantized(self) -> bool {
         self.block_size() > 1
     }
@@ -275,6 +299,20 @@ mod tests {
         assert_eq!(DType::Q4_K.row_size(4096), Some(16 * 144));
         assert_eq!(DType::Q4_0.row_size(33), None);
         assert_eq!(DType::F16.row_size(3), Some(6));
+    }
+
+    #[test]
+    fn rows_that_are_not_whole_blocks_fall_back_as_llama_quantize_does() {
+        assert_eq!(DType::Q4_K.for_row_len(4096), DType::Q4_K);
+        assert_eq!(DType::Q4_K.for_row_len(576), DType::Q5_0);
+        assert_eq!(DType::Q5_K.for_row_len(576), DType::Q5_1);
+        assert_eq!(DType::Q6_K.for_row_len(576), DType::Q8_0);
+        assert_eq!(DType::Q2_K.for_row_len(576), DType::Q4_0);
+        assert_eq!(DType::Q3_K.for_row_len(576), DType::Q4_0);
+        assert_eq!(DType::IQ4_XS.for_row_len(576), DType::IQ4_NL);
+        assert_eq!(DType::Q4_K.for_row_len(100), DType::F16);
+        assert_eq!(DType::Q4_0.for_row_len(100), DType::F16);
+        assert_eq!(DType::F32.for_row_len(100), DType::F32);
     }
 
     #[test]

@@ -130,7 +130,9 @@ impl ModelDesc {
         ModelDesc::from_header(&file.header().clone(), Some(file))
     }
 
-    /// A llama of `config` with random weights of `dtype` (norms in F32).
+    /// A llama of `config` with random weights of `dtype` (norms in F32;
+    /// matrices whose rows are not whole blocks of `dtype` in the type
+    /// llama-quantize falls back to, [`DType::for_row_len`]).
     pub fn random(config: LlamaConfig, dtype: DType, seed: u64) -> Result<ModelDesc> {
         config.validate()?;
         let tensors = config
@@ -140,7 +142,7 @@ impl ModelDesc {
                 let t = if shape.len() == 1 || name.ends_with("gate_inp.weight") {
                     DType::F32
                 } else {
-                    dtype
+                    dtype.for_row_len(shape[0])
                 };
                 TensorSpec {
                     name,

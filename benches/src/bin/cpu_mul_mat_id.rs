@@ -32,7 +32,10 @@ const K: usize = 2048;
 
 /// Every weight type but BF16 (ggml's mul_mat_id cases have none).
 fn all_types() -> Vec<DType> {
-    [DType::F32, DType::F16].into_iter().chain(DType::QUANTIZED).collect()
+    [DType::F32, DType::F16]
+        .into_iter()
+        .chain(DType::QUANTIZED)
+        .collect()
 }
 
 /// For each of `tokens` tokens, `USED` distinct experts drawn at random.
@@ -81,8 +84,7 @@ fn main() -> Result<()> {
     let threads: usize = opt("--threads").and_then(|s| s.parse().ok()).unwrap_or(2);
     let tokens_list =
         parse_list(opt("--n"), |s| s.parse().ok()).unwrap_or(MUL_MAT_ID_TOKENS.to_vec());
-    let types =
-        parse_list(opt("--types"), |s| find_type(&all_types(), s)).unwrap_or(all_types());
+    let types = parse_list(opt("--types"), |s| find_type(&all_types(), s)).unwrap_or(all_types());
 
     let cpu = CpuDevice::with_threads(threads)?;
     let dev: Arc<dyn Device> = cpu.clone();
