@@ -1,7 +1,7 @@
 // ggraph GPU kernels: one source for CUDA (NVRTC), HIP (hiprtc) and the
 // host emulator used by the tests (g++ with kernels/emu.h).
 //
-// Why one file of about 1,200 lines: NVRTC and hiprtc compile a single
+// Why one file of about 1,400 lines: NVRTC and hiprtc compile a single
 // string without include paths, the disk cache of compiled kernels keys on
 // that string, the emulator includes the file whole and build.rs reads the
 // kernel names from it. Splitting it would mean stitching the pieces back
@@ -32,9 +32,17 @@ typedef long long i64;
 #define T_F32 0
 #define T_F16 1
 #define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
 #define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
 #define T_Q4_K 12
+#define T_Q5_K 13
 #define T_Q6_K 14
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
 #define T_I32 26
 #define T_BF16 30
 
@@ -123,19 +131,25 @@ __device__ __forceinline__ void wr16(char *p, u16 v) {
     b[1] = (u8)(v >> 8);
 }
 
-__device__ __forceinline__ bool is_quant(int type) {
-    return type == T_Q8_0 || type == T_Q4_0 || type == T_Q4_K || type == T_Q6_K;
-}
-
 __device__ __forceinline__ int block_size(int type) {
     switch (type) {
     case T_Q8_0:
-    case T_Q4_0: return 32;
+    case T_Q4_0:
+    case T_Q4_1:
+    case T_Q5_0:
+    case T_Q5_1:
+    case T_IQ4_NL: return 32;
+    case T_Q2_K:
+    case T_Q3_K:
     case T_Q4_K:
-    case T_Q6_K: return 256;
+    case T_Q5_K:
+    case T_Q6_K:
+    case T_IQ4_XS: return 256;
     default: return 1;
     }
 }
+
+__device__ __forceinline__ bool is_quant(int type) { return block_size(type) > 1; }
 
 __device__ __forceinline__ int type_size(int type) {
     switch (type) {
@@ -145,8 +159,16 @@ __device__ __forceinline__ int type_size(int type) {
     case T_BF16: return 2;
     case T_Q8_0: return 34;
     case T_Q4_0: return 18;
+    case T_Q4_1: return 20;
+    case T_Q5_0: return 22;
+    case T_Q5_1: return 24;
+    case T_IQ4_NL: return 18;
+    case T_Q2_K: return 84;
+    case T_Q3_K: return 110;
     case T_Q4_K: return 144;
+    case T_Q5_K: return 176;
     case T_Q6_K: return 210;
+    case T_IQ4_XS: return 136;
     default: return 1;
     }
 }
@@ -185,9 +207,96 @@ __device__ __forceinline__ void q4k_scale_min(int j, const u8 *s, int *sc, int *
     }
 }
 
+__device__ __forceinline__ u32 rd32(const char *p) {
+    const u8 *b = (const u8 *)p;
+    return (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24);
+}
+
+// The values IQ4_NL and IQ4_XS codes index (ggraph_core::quant::IQ4_VALUES).
+__device__ const i8 IQ4_TABLE[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// Code l (0..31) of 16 bytes of nibbles holding value l in the low nibble
+// of byte l and value l + 16 in the high one (the 32-value blocks, IQ4_XS).
+__device__ __forceinline__ int nibble32(const u8 *qs, int l) { return l < 16 ? (qs[l] & 15) : (qs[l - 16] >> 4); }
+
+// The 5-bit code l of a Q5_0 / Q5_1 block: its nibble and bit l of `qh`.
+__device__ __forceinline__ int code5(u32 qh, const u8 *qs, int l) { return nibble32(qs, l) | (int)(((qh >> l) & 1u) << 4); }
+
+// The 2-bit code of value i (0..255) from the 64 code bytes of a Q2_K or
+// Q3_K super-block.
+__device__ __forceinline__ int code2(const u8 *qs, int i) { return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
+
+// The 6-bit scale (offset by 32) of sub-block j (0..15) of a Q3_K super-block.
+__device__ __forceinline__ int q3k_scale(const u8 *s, int j) {
+    return ((s[j % 8] >> (4 * (j / 8))) & 15) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
+// The 5-bit code of value i (0..255) of a Q5_K super-block.
+__device__ __forceinline__ int q5k_code(const u8 *qh, const u8 *qs, int i) {
+    int l = i % 32;
+    return ((qs[32 * (i / 64) + l] >> (4 * ((i % 64) / 32))) & 15) | (((qh[l] >> (i / 32)) & 1) << 4);
+}
+
+// The 6-bit scale (offset by 32) of sub-block j (0..7) of an IQ4_XS super-block.
+__device__ __forceinline__ int iq4xs_scale(const char *blk, int j) {
+    int high = (rd16(blk + 2) >> (2 * j)) & 3;
+    return ((((const u8 *)blk)[4 + j / 2] >> (4 * (j % 2))) & 15) | (high << 4);
+}
+
 // Value i0 of a quantised row starting at `row`.
 __device__ float deq1(int type, const char *row, i64 i0) {
     switch (type) {
+    case T_Q4_1: {
+        const char *blk = row + (i0 / 32) * 20;
+        int q = nibble32((const u8 *)blk + 4, (int)(i0 % 32));
+        return (float)q * h2f(rd16(blk)) + h2f(rd16(blk + 2));
+    }
+    case T_Q5_0: {
+        const char *blk = row + (i0 / 32) * 22;
+        int q = code5(rd32(blk + 2), (const u8 *)blk + 6, (int)(i0 % 32));
+        return h2f(rd16(blk)) * (float)(q - 16);
+    }
+    case T_Q5_1: {
+        const char *blk = row + (i0 / 32) * 24;
+        int q = code5(rd32(blk + 4), (const u8 *)blk + 8, (int)(i0 % 32));
+        return (float)q * h2f(rd16(blk)) + h2f(rd16(blk + 2));
+    }
+    case T_IQ4_NL: {
+        const char *blk = row + (i0 / 32) * 18;
+        return h2f(rd16(blk)) * (float)IQ4_TABLE[nibble32((const u8 *)blk + 2, (int)(i0 % 32))];
+    }
+    case T_Q2_K: {
+        const char *blk = row + (i0 / 256) * 84;
+        const u8 *b = (const u8 *)blk;
+        int i = (int)(i0 % 256);
+        int sc = b[i / 16];
+        float dl = h2f(rd16(blk + 80)) * (float)(sc & 15);
+        float ml = h2f(rd16(blk + 82)) * (float)(sc >> 4);
+        return dl * (float)code2(b + 16, i) - ml;
+    }
+    case T_Q3_K: {
+        const char *blk = row + (i0 / 256) * 110;
+        const u8 *b = (const u8 *)blk;
+        int i = (int)(i0 % 256);
+        float dl = h2f(rd16(blk + 108)) * (float)(q3k_scale(b + 96, i / 16) - 32);
+        int q = code2(b + 32, i) | (((b[i % 32] >> (i / 32)) & 1) << 2);
+        return dl * (float)(q - 4);
+    }
+    case T_Q5_K: {
+        const char *blk = row + (i0 / 256) * 176;
+        const u8 *b = (const u8 *)blk;
+        int i = (int)(i0 % 256);
+        int sc, m;
+        q4k_scale_min(i / 32, b + 4, &sc, &m);
+        float d = h2f(rd16(blk)), dmin = h2f(rd16(blk + 2));
+        return d * (float)sc * (float)q5k_code(b + 16, b + 48, i) - dmin * (float)m;
+    }
+    case T_IQ4_XS: {
+        const char *blk = row + (i0 / 256) * 136;
+        int i = (int)(i0 % 256), j = i / 32;
+        float dl = h2f(rd16(blk)) * (float)(iq4xs_scale(blk, j) - 32);
+        return dl * (float)IQ4_TABLE[nibble32((const u8 *)blk + 8 + 16 * j, i % 32)];
+    }
     case T_Q8_0: {
         const char *blk = row + (i0 / 32) * 34;
         float d = h2f(rd16(blk));
@@ -243,6 +352,88 @@ __device__ float deq1(int type, const char *row, i64 i0) {
 // any type; `nb0` is the byte stride between values of a plain type.
 __device__ void dequant_unit(int type, const char *row, i64 nb0, i64 u, i64 k, float *w) {
     switch (type) {
+    case T_Q4_1: {
+        const char *blk = row + u * 20;
+        float d = h2f(rd16(blk)), m = h2f(rd16(blk + 2));
+        for (int l = 0; l < 32; ++l) w[l] = (float)nibble32((const u8 *)blk + 4, l) * d + m;
+        break;
+    }
+    case T_Q5_0: {
+        const char *blk = row + u * 22;
+        float d = h2f(rd16(blk));
+        u32 qh = rd32(blk + 2);
+        for (int l = 0; l < 32; ++l) w[l] = d * (float)(code5(qh, (const u8 *)blk + 6, l) - 16);
+        break;
+    }
+    case T_Q5_1: {
+        const char *blk = row + u * 24;
+        float d = h2f(rd16(blk)), m = h2f(rd16(blk + 2));
+        u32 qh = rd32(blk + 4);
+        for (int l = 0; l < 32; ++l) w[l] = (float)code5(qh, (const u8 *)blk + 8, l) * d + m;
+        break;
+    }
+    case T_IQ4_NL: {
+        const char *blk = row + u * 18;
+        float d = h2f(rd16(blk));
+        for (int l = 0; l < 32; ++l) w[l] = d * (float)IQ4_TABLE[nibble32((const u8 *)blk + 2, l)];
+        break;
+    }
+    case T_Q2_K: {
+        // unit j of the super-block: sub-blocks 2j and 2j + 1, the codes at
+        // bits 2 (j % 4) of code bytes 32 (j / 4) ..
+        const char *blk = row + (u / 8) * 84;
+        const u8 *b = (const u8 *)blk;
+        int j = (int)(u % 8);
+        float d = h2f(rd16(blk + 80)), dmin = h2f(rd16(blk + 82));
+        float dl[2], ml[2];
+        for (int h = 0; h < 2; ++h) {
+            dl[h] = d * (float)(b[2 * j + h] & 15);
+            ml[h] = dmin * (float)(b[2 * j + h] >> 4);
+        }
+        const u8 *q = b + 16 + 32 * (j / 4);
+        int shift = 2 * (j % 4);
+        for (int l = 0; l < 32; ++l) w[l] = dl[l / 16] * (float)((q[l] >> shift) & 3) - ml[l / 16];
+        break;
+    }
+    case T_Q3_K: {
+        const char *blk = row + (u / 8) * 110;
+        const u8 *b = (const u8 *)blk;
+        int j = (int)(u % 8);
+        float d = h2f(rd16(blk + 108));
+        float dl[2];
+        for (int h = 0; h < 2; ++h) dl[h] = d * (float)(q3k_scale(b + 96, 2 * j + h) - 32);
+        const u8 *q = b + 32 + 32 * (j / 4);
+        int shift = 2 * (j % 4);
+        for (int l = 0; l < 32; ++l) {
+            int c = ((q[l] >> shift) & 3) | (((b[l] >> j) & 1) << 2);
+            w[l] = dl[l / 16] * (float)(c - 4);
+        }
+        break;
+    }
+    case T_Q5_K: {
+        const char *blk = row + (u / 8) * 176;
+        const u8 *b = (const u8 *)blk;
+        int j = (int)(u % 8);
+        int sc, m;
+        q4k_scale_min(j, b + 4, &sc, &m);
+        float dl = h2f(rd16(blk)) * (float)sc;
+        float ml = h2f(rd16(blk + 2)) * (float)m;
+        const u8 *q = b + 48 + 32 * (j / 2);
+        int shift = 4 * (j % 2);
+        for (int l = 0; l < 32; ++l) {
+            int c = ((q[l] >> shift) & 15) | (((b[16 + l] >> j) & 1) << 4);
+            w[l] = dl * (float)c - ml;
+        }
+        break;
+    }
+    case T_IQ4_XS: {
+        const char *blk = row + (u / 8) * 136;
+        int j = (int)(u % 8);
+        float dl = h2f(rd16(blk)) * (float)(iq4xs_scale(blk, j) - 32);
+        const u8 *q = (const u8 *)blk + 8 + 16 * j;
+        for (int l = 0; l < 32; ++l) w[l] = dl * (float)IQ4_TABLE[nibble32(q, l)];
+        break;
+    }
     case T_Q8_0: {
         const char *blk = row + u * 34;
         float d = h2f(rd16(blk));

@@ -46,6 +46,18 @@ mod tests {
     }
 
     #[test]
+    fn the_kernels_iq4_table_is_the_cores() {
+        let decl = "IQ4_TABLE[16] = {";
+        let start = KERNELS.find(decl).expect("IQ4_TABLE in ggraph.cu") + decl.len();
+        let end = start + KERNELS[start..].find('}').expect("closing brace");
+        let table: Vec<i8> = KERNELS[start..end]
+            .split(',')
+            .map(|v| v.trim().parse().expect("an i8"))
+            .collect();
+        assert_eq!(table, ggraph_core::quant::IQ4_VALUES);
+    }
+
+    #[test]
     fn every_kernel_has_a_unique_name() {
         let mut names = kernel_names();
         assert!(names.len() >= 20, "{names:?}");

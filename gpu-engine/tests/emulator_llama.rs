@@ -57,14 +57,29 @@ fn llama_block_on_the_emulated_gpu_matches_the_f64_reference() {
 
 #[test]
 fn quantised_llama_weights_on_the_emulated_gpu() {
-    for (w, tokens) in [(DType::F16, 3), (DType::Q8_0, 12), (DType::Q4_0, 3)] {
+    for (w, tokens) in [
+        (DType::F16, 3),
+        (DType::Q8_0, 12),
+        (DType::Q4_0, 3),
+        (DType::Q4_1, 12),
+        (DType::Q5_0, 3),
+        (DType::Q5_1, 12),
+        (DType::IQ4_NL, 3),
+    ] {
         let cfg = LlamaConfig::dense(97, 64, 1, 4, 2, 96);
         let e = run(emu(), &cfg, no_cache(tokens, Attention::Standard), w);
         assert!(e < 1e-6, "{w}: nmse {e}");
     }
     let mut cfg = LlamaConfig::dense(97, 256, 1, 4, 2, 512);
     cfg.n_rot = 64;
-    for w in [DType::Q4_K, DType::Q6_K] {
+    for w in [
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_XS,
+    ] {
         let e = run(emu(), &cfg, no_cache(2, Attention::Standard), w);
         assert!(e < 1e-6, "{w}: nmse {e}");
     }

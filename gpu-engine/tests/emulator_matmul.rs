@@ -44,15 +44,7 @@ fn check(dev: &Arc<dyn Device>, w: DType, k: usize, m: usize, n: usize, batch: [
 fn matrix_products_across_tiles_and_paths() {
     for blas in [true, false] {
         let dev: Arc<dyn Device> = EmuRuntime::device(0, 1 << 30, blas);
-        for w in [
-            DType::F32,
-            DType::F16,
-            DType::BF16,
-            DType::Q8_0,
-            DType::Q4_0,
-            DType::Q4_K,
-            DType::Q6_K,
-        ] {
+        for w in DType::FLOATS.into_iter().chain(DType::QUANTIZED) {
             let k = if w.block_size() == 256 { 512 } else { 96 };
             for (m, n) in [(130, 8), (130, 9), (67, 70)] {
                 check(&dev, w, k, m, n, [1, 1]);

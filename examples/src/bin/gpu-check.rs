@@ -6,8 +6,8 @@
 //! compute capability or architecture), runs the conformance suite (a
 //! summary per op), a small llama model against the f64 reference, and
 //! the mul_mat bench (GFLOP/s for weights 4096x14336 and 4096x4096, n = 1,
-//! 8, 32, 512, F32 F16 Q8_0 Q4_0 Q4_K Q6_K). Exits non-zero on any failure,
-//! and with 2 when there is no GPU at all.
+//! 8, 32, 512, F32, F16 and every quantised type). Exits non-zero on any
+//! failure, and with 2 when there is no GPU at all.
 //!
 //! Usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--emulator]
 //! (`--help` says more; `--emulator` needs the feature `emulator`: it adds
@@ -258,14 +258,10 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Result<Vec<u
 
 fn bench(d: &Arc<dyn Device>, reps: usize, small: bool) -> Result<()> {
     let (shapes, ns) = bench_shapes(small);
-    let types = [
-        DType::F32,
-        DType::F16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ];
+    let types: Vec<DType> = [DType::F32, DType::F16]
+        .into_iter()
+        .chain(DType::QUANTIZED)
+        .collect();
     println!(
         "\nmul_mat on {} (GFLOP/s, weights k x m, activations F32 k x n):",
         d.name()
@@ -277,7 +273,7 @@ fn bench(d: &Arc<dyn Device>, reps: usize, small: bool) -> Result<()> {
     println!();
     let mut rng = Rng::new(7);
     for &(m, k) in &shapes {
-        for t in types {
+        for &t in &types {
             print!("{:<6} {:>12}", t.name(), format!("{k}x{m}"));
             let w = weight_bytes(t, m, k, &mut rng)?;
             for &n in &ns {
