@@ -6,7 +6,7 @@ use ggraph_core::DType;
 use ggraph_core::ir::{Graph, Op, Tensor, TensorId};
 
 use crate::gpu::Gpu;
-use crate::kernels::{attention_max_dv, max_sort_row};
+use crate::kernels::{attention_max_dv, max_sort_row, writes};
 
 /// Element counts the kernels index with 32-bit integers.
 const MAX_ELEMENTS: usize = 1 << 31;
@@ -85,8 +85,13 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
                     .get(1)
                     .is_none_or(|&m| matches!(graph.tensor(m).dtype, DType::F32 | DType::F16))
         }
-        Op::Cpy | Op::Cont => true,
-        Op::SetRows => t.dtype != DType::I32 && float(src(1).dtype) && src(2).dtype == DType::I32,
+        Op::Cpy | Op::Cont => writes(t.dtype) || t.dtype == src(0).dtype,
+        Op::SetRows => {
+            t.dtype != DType::I32
+                && writes(t.dtype)
+                && float(src(1).dtype)
+                && src(2).dtype == DType::I32
+        }
         Op::Concat { .. } => !t.dtype.is_quantized(),
         Op::ArgSort { .. } | Op::TopK { .. } => {
             float(src(0).dtype) && src(0).ne[0] <= max_sort_row()

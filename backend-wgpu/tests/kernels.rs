@@ -72,15 +72,10 @@ fn check(dev: &dyn Device, p: &Product, what: &str) {
     );
 }
 
-const WEIGHTS: [DType; 7] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// Every type a weight may have.
+fn weights() -> impl Iterator<Item = DType> {
+    DType::FLOATS.into_iter().chain(DType::QUANTIZED)
+}
 
 #[test]
 fn the_subgroup_kernel_matches_the_cpu_for_every_weight_type() {
@@ -88,13 +83,14 @@ fn the_subgroup_kernel_matches_the_cpu_for_every_weight_type() {
         return;
     }
     let dev = with_kernel(MatmulKernel::Subgroup);
-    for w in WEIGHTS {
-        // 131 rows: a partial row tile; 40 columns: full and partial column tiles
-        for n in [1, 40] {
+    for w in weights() {
+        // 131 rows: a partial row tile; 40 columns: full and partial column
+        // tiles; k = 768: three super-blocks a row
+        for (k, n) in [(256, 1), (256, 40), (768, 3)] {
             let p = Product {
                 w,
-                a: [256, 131, 1, 1],
-                b: [256, n, 1, 1],
+                a: [k, 131, 1, 1],
+                b: [k, n, 1, 1],
             };
             check(dev.as_ref(), &p, "subgroup");
         }
@@ -123,7 +119,7 @@ fn the_tiled_kernel_matches_the_cpu_for_every_weight_type() {
         return;
     }
     let dev = with_kernel(MatmulKernel::Tiled);
-    for w in WEIGHTS {
+    for w in weights() {
         // plain types: k = 275 leaves a partial 16-deep slice
         let k = match w.block_size() {
             1 => 275,
@@ -235,6 +231,27 @@ fn ops_on_tensors_larger_than_a_binding_are_refused_not_run() {
         !dev.supports_op(&sorted.0, sorted.1),
         "argsort of rows longer than the kernel takes"
     );
+}
+
+#[test]
+fn writes_into_a_type_the_device_cannot_quantise_are_refused() {
+    let Some(dev) = common::device_or_skip("quantised writes") else {
+        return;
+    };
+    for to in [DType::Q4_1, DType::Q5_K, DType::IQ4_NL] {
+        let mut gb = GraphBuilder::new();
+        let x = gb.input("x", DType::F32, &[256, 3]).unwrap();
+        let same = gb.input("same", to, &[256, 3]).unwrap();
+        let dst = gb.input("dst", to, &[256, 4]).unwrap();
+        let idx = gb.input("idx", DType::I32, &[3]).unwrap();
+        let cast = gb.cast(x, to).unwrap();
+        let raw = gb.cont(same).unwrap();
+        let set = gb.set_rows(dst, x, idx).unwrap();
+        let g = gb.build();
+        assert!(!dev.supports_op(&g, cast), "cast F32 -> {to}");
+        assert!(!dev.supports_op(&g, set), "set_rows into {to}");
+        assert!(dev.supports_op(&g, raw), "cont of {to} copies bytes");
+    }
 }
 
 #[test]

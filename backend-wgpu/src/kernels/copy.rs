@@ -2,7 +2,7 @@
 //! on the device for block types), set_rows and concat.
 
 use ggraph_core::ir::{Graph, TensorId};
-use ggraph_core::{DType, Result};
+use ggraph_core::{DType, Error, Result};
 
 use super::args::{Params, TArg, WG, bind, bind_rows};
 use super::pipeline::pipeline;
@@ -144,6 +144,19 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
         return Ok(());
     }
     let same = a.dtype == d.dtype;
+    let quantiser = match quant_block(d.dtype) {
+        _ if same => None,
+        Some(q) => Some(q),
+        None => {
+            return Err(Error::Unsupported {
+                device: gpu.name.clone(),
+                what: format!(
+                    "writing {} values as {} (no quantiser on the device)",
+                    a.dtype, d.dtype
+                ),
+            });
+        }
+    };
     let key = format!(
         "qrows|{}>{}|{}",
         a.dtype,
@@ -185,8 +198,8 @@ fn quantized_rows(rec: &mut Recorder, d: &TArg, a: &TArg, idx: Option<&TArg>) ->
         if idx.is_some() {
             sh = sh.tensor("B", 2, DType::I32, Access::Read).status(3);
         }
-        if !same {
-            sh = sh.code(quant_block(d.dtype));
+        if let Some(q) = quantiser {
+            sh = sh.code(q);
         }
         sh.code(&entry(64, &code)).finish()
     })?;

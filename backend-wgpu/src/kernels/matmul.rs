@@ -54,9 +54,13 @@ fn aligned(t: &TArg, to: u32) -> bool {
 fn subgroup_fits(rec: &Recorder, d: &TArg, a: &TArg, b: &TArg) -> bool {
     let rows_aligned = match a.dtype {
         DType::F32 | DType::F16 | DType::BF16 => aligned(a, 16),
-        DType::Q4_K => aligned(a, 4),
-        DType::Q8_0 | DType::Q4_0 | DType::Q6_K => aligned(a, 2),
-        _ => false,
+        DType::Q4_1 | DType::Q5_1 | DType::Q2_K | DType::Q4_K | DType::Q5_K | DType::IQ4_XS => {
+            aligned(a, 4)
+        }
+        DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q3_K | DType::Q6_K | DType::IQ4_NL => {
+            aligned(a, 2)
+        }
+        DType::I32 => false,
     };
     rec.gpu.subgroups_of_8()
         && rows_aligned
@@ -252,6 +256,13 @@ fn byte_of3(s0: u32, s1: u32, s2: u32, k: u32) -> u32 {
     let w = select(select(s2, s1, k < 8u), s0, k < 4u);
     return (w >> ((k & 3u) * 8u)) & 0xffu;
 }
+fn u8x4(w: u32) -> vec4<f32> {
+    return vec4<f32>(f32(w & 255u), f32((w >> 8u) & 255u), f32((w >> 16u) & 255u), f32(w >> 24u));
+}
+// bits 0..4 of h moved to bit 0 of bytes 0..4
+fn spread4(h: u32) -> u32 {
+    return (h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u);
+}
 // Q4_K: the 6-bit scale and min of sub-block j from the 12 packed bytes
 fn q4k_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
     if (j < 4u) {
@@ -260,6 +271,14 @@ fn q4k_scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
     let a = byte_of3(s0, s1, s2, j + 4u);
     return vec2<f32>(f32((a & 15u) | ((byte_of3(s0, s1, s2, j - 4u) >> 6u) << 4u)),
                      f32((a >> 4u) | ((byte_of3(s0, s1, s2, j) >> 6u) << 4u)));
+}
+"#;
+
+/// The IQ4 table lookup of four nibbles (`A_iq4` comes with the weights'
+/// accessors).
+const SG_IQ4: &str = r#"
+fn iq4x4(w: u32) -> vec4<f32> {
+    return vec4<f32>(A_iq4(w & 15u), A_iq4((w >> 8u) & 15u), A_iq4((w >> 16u) & 15u), A_iq4((w >> 24u) & 15u));
 }
 "#;
 
@@ -284,7 +303,7 @@ fn sg_load(dtype: DType, t: u32) -> String {
                 "        let p{t} = (b{t} & 2u) != 0u;\n        let d{t} = f16_to_f32(select(w{t}_0 & 0xffffu, w{t}_0 >> 16u, p{t}));\n"
             );
         }
-        DType::Q4_0 => {
+        DType::Q4_0 | DType::IQ4_NL => {
             s += &format!("        let b{t} = ar{t} + ch * 18u;\n");
             for i in 0..5 {
                 s += &format!("        let w{t}_{i} = A[(b{t} >> 2u) + {i}u];\n");
@@ -332,7 +351,120 @@ fn sg_load(dtype: DType, t: u32) -> String {
                 s += &format!("        let g{t}_{i} = A[(hb{t} >> 2u) + {i}u];\n");
             }
         }
-        _ => unreachable!("subgroup_fits takes no {dtype} rows"),
+        DType::Q4_1 => {
+            s += &format!(
+                r#"        let wb{t} = (ar{t} >> 2u) + ch * 5u;
+        let wd{t} = A[wb{t}];
+        let d{t} = f16_to_f32(wd{t} & 0xffffu);
+        let m{t} = f16_to_f32(wd{t} >> 16u);
+"#
+            );
+            for i in 0..4 {
+                s += &format!("        let s{t}_{i} = A[wb{t} + {}u];\n", i + 1);
+            }
+        }
+        DType::Q5_0 => {
+            s += &format!("        let b{t} = ar{t} + ch * 22u;\n");
+            for i in 0..6 {
+                s += &format!("        let w{t}_{i} = A[(b{t} >> 2u) + {i}u];\n");
+            }
+            s += &format!(
+                r#"        let p{t} = (b{t} & 2u) != 0u;
+        let d{t} = f16_to_f32(select(w{t}_0 & 0xffffu, w{t}_0 >> 16u, p{t}));
+        let h{t} = select((w{t}_0 >> 16u) | (w{t}_1 << 16u), w{t}_1, p{t});
+"#
+            );
+            for i in 0..4 {
+                s += &format!(
+                    "        let s{t}_{i} = select((w{t}_{j} >> 16u) | (w{t}_{k} << 16u), w{t}_{k}, p{t});\n",
+                    j = i + 1,
+                    k = i + 2
+                );
+            }
+        }
+        DType::Q5_1 => {
+            s += &format!(
+                r#"        let wb{t} = (ar{t} >> 2u) + ch * 6u;
+        let wd{t} = A[wb{t}];
+        let d{t} = f16_to_f32(wd{t} & 0xffffu);
+        let m{t} = f16_to_f32(wd{t} >> 16u);
+        let h{t} = A[wb{t} + 1u];
+"#
+            );
+            for i in 0..4 {
+                s += &format!("        let s{t}_{i} = A[wb{t} + {}u];\n", i + 2);
+            }
+        }
+        DType::Q2_K => {
+            s += &format!(
+                r#"        let sb{t} = (ar{t} >> 2u) + (ch >> 3u) * 21u;
+        let c{t} = ch & 7u;
+        let sc{t} = A[sb{t} + (c{t} >> 1u)] >> (16u * (c{t} & 1u));
+        let wd{t} = A[sb{t} + 20u];
+        let d{t} = f16_to_f32(wd{t} & 0xffffu);
+        let dm{t} = f16_to_f32(wd{t} >> 16u);
+        let dl{t}_0 = d{t} * f32(sc{t} & 15u);
+        let ml{t}_0 = dm{t} * f32((sc{t} >> 4u) & 15u);
+        let dl{t}_1 = d{t} * f32((sc{t} >> 8u) & 15u);
+        let ml{t}_1 = dm{t} * f32((sc{t} >> 12u) & 15u);
+        let sh{t} = 2u * (c{t} & 3u);
+        let qb{t} = sb{t} + 4u + 8u * (c{t} >> 2u);
+"#
+            );
+            for i in 0..8 {
+                s += &format!("        let q{t}_{i} = A[qb{t} + {i}u];\n");
+            }
+        }
+        DType::Q3_K => {
+            s += &format!(
+                r#"        let kb{t} = ar{t} + (ch >> 3u) * 110u;
+        let c{t} = ch & 7u;
+        let qb{t} = kb{t} + 32u + 32u * (c{t} >> 2u);
+        let lw{t} = A_u16(kb{t} + 96u + 2u * (c{t} & 3u));
+        let hw{t} = A_u16(kb{t} + 104u + 2u * (c{t} & 1u));
+        let so{t} = 4u * (c{t} >> 2u);
+        let sp{t} = 2u * (c{t} >> 1u);
+        let d{t} = f16_to_f32(A_u16(kb{t} + 108u));
+        let dl{t}_0 = d{t} * (f32(((lw{t} >> so{t}) & 15u) | (((hw{t} >> sp{t}) & 3u) << 4u)) - 32.0);
+        let dl{t}_1 = d{t} * (f32(((lw{t} >> (8u + so{t})) & 15u) | (((hw{t} >> (8u + sp{t})) & 3u) << 4u)) - 32.0);
+"#
+            );
+            for i in 0..9 {
+                s += &format!("        let hm{t}_{i} = A[(kb{t} >> 2u) + {i}u];\n");
+                s += &format!("        let ql{t}_{i} = A[(qb{t} >> 2u) + {i}u];\n");
+            }
+        }
+        DType::Q5_K => {
+            s += &format!(
+                r#"        let sb{t} = (ar{t} >> 2u) + (ch >> 3u) * 44u;
+        let c{t} = ch & 7u;
+        let wd{t} = A[sb{t}];
+        let sm{t} = q4k_scale_min(A[sb{t} + 1u], A[sb{t} + 2u], A[sb{t} + 3u], c{t});
+        let dl{t} = f16_to_f32(wd{t} & 0xffffu) * sm{t}.x;
+        let ml{t} = f16_to_f32(wd{t} >> 16u) * sm{t}.y;
+        let qb{t} = sb{t} + 12u + 8u * (c{t} >> 1u);
+        let sh{t} = 4u * (c{t} & 1u);
+"#
+            );
+            for i in 0..8 {
+                s += &format!("        let q{t}_{i} = A[qb{t} + {i}u];\n");
+                s += &format!("        let h{t}_{i} = A[sb{t} + {}u];\n", i + 4);
+            }
+        }
+        DType::IQ4_XS => {
+            s += &format!(
+                r#"        let sb{t} = (ar{t} >> 2u) + (ch >> 3u) * 34u;
+        let c{t} = ch & 7u;
+        let wd{t} = A[sb{t}];
+        let sc{t} = ((A[sb{t} + 1u] >> (4u * c{t})) & 15u) | (((wd{t} >> (16u + 2u * c{t})) & 3u) << 4u);
+        let dl{t} = f16_to_f32(wd{t} & 0xffffu) * (f32(sc{t}) - 32.0);
+"#
+            );
+            for i in 0..4 {
+                s += &format!("        let s{t}_{i} = A[sb{t} + 2u + 4u * c{t} + {i}u];\n");
+            }
+        }
+        DType::I32 => {}
     }
     s
 }
@@ -372,7 +504,42 @@ fn sg_decode(dtype: DType, t: u32, q: u32) -> String {
                 format!("d1{t}")
             }
         ),
-        _ => unreachable!("subgroup_fits takes no {dtype} rows"),
+        DType::Q4_1 => format!("u4x4({}) * d{t} + m{t}", nibbles(t, q)),
+        DType::Q5_0 => format!(
+            "(u8x4(({} & 0x0f0f0f0fu) | (spread4(h{t} >> {s}u) << 4u)) - 16.0) * d{t}",
+            nibbles(t, q),
+            s = 4 * q
+        ),
+        DType::Q5_1 => format!(
+            "u8x4(({} & 0x0f0f0f0fu) | (spread4(h{t} >> {s}u) << 4u)) * d{t} + m{t}",
+            nibbles(t, q),
+            s = 4 * q
+        ),
+        DType::Q2_K => format!(
+            "u8x4((q{t}_{q} >> sh{t}) & 0x03030303u) * dl{t}_{h} - ml{t}_{h}",
+            h = q / 4
+        ),
+        DType::Q3_K => format!(
+            "(u8x4(((join2(ql{t}_{q}, ql{t}_{q1}, qb{t}) >> (2u * (c{t} & 3u))) & 0x03030303u) | (((join2(hm{t}_{q}, hm{t}_{q1}, kb{t}) >> c{t}) & 0x01010101u) << 2u)) - 4.0) * dl{t}_{h}",
+            q1 = q + 1,
+            h = q / 4
+        ),
+        DType::Q5_K => format!(
+            "u8x4(((q{t}_{q} >> sh{t}) & 0x0f0f0f0fu) | (((h{t}_{q} >> c{t}) & 0x01010101u) << 4u)) * dl{t} - ml{t}"
+        ),
+        DType::IQ4_NL => format!("iq4x4({}) * d{t}", nibbles(t, q)),
+        DType::IQ4_XS => format!("iq4x4({}) * dl{t}", nibbles(t, q)),
+        DType::I32 => "vec4<f32>(0.0)".into(),
+    }
+}
+
+/// The word whose bytes hold (in their low nibbles) values 4q..4q+4 of a
+/// block of 32 stored as Q4_0's nibbles, in words `s{t}_0..4`.
+fn nibbles(t: u32, q: u32) -> String {
+    if q < 4 {
+        format!("s{t}_{q}")
+    } else {
+        format!("(s{t}_{i} >> 4u)", i = q - 4)
     }
 }
 
@@ -511,7 +678,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if ids.is_some() {
             sh = sh.tensor("C", 3, DType::I32, Access::Read).status(4);
         }
-        sh.code(SG_HELPERS).code(&code).finish()
+        sh = sh.code(SG_HELPERS);
+        if matches!(dt, DType::IQ4_NL | DType::IQ4_XS) {
+            sh = sh.code(SG_IQ4);
+        }
+        sh.code(&code).finish()
     })?;
     let rows_per_group = 8 * tm * SG_GROUPS;
     match ids {

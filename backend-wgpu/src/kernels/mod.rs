@@ -25,8 +25,8 @@ mod rope;
 mod sort;
 pub(crate) mod wgsl;
 
-use ggraph_core::Result;
 use ggraph_core::ir::{Graph, Op, TensorId};
+use ggraph_core::{DType, Result};
 
 pub(crate) use recorder::Recorder;
 
@@ -58,6 +58,12 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
             softcap,
         } => attention::flash_attn_ext(rec, graph, node, *scale, *max_bias, *softcap),
     }
+}
+
+/// Whether copies and set_rows can write values of `dtype`: a quantised
+/// type needs its quantiser on the device.
+pub(crate) fn writes(dtype: DType) -> bool {
+    !dtype.is_quantized() || quantize::quant_block(dtype).is_some()
 }
 
 /// Longest row argsort and top_k take.

@@ -271,13 +271,25 @@ fn quant_block(x: ptr<function, array<f32, 256>>, o: ptr<function, array<u32, 21
 }
 "#;
 
-/// WGSL of `quant_block` for a quantised type.
-pub(crate) fn quant_block(dtype: DType) -> &'static str {
+/// WGSL of `quant_block` for a quantised type, if the device quantises
+/// it.
+pub(crate) fn quant_block(dtype: DType) -> Option<&'static str> {
     match dtype {
-        DType::Q8_0 => Q8_0,
-        DType::Q4_0 => Q4_0,
-        DType::Q4_K => Q4_K,
-        DType::Q6_K => Q6_K,
-        _ => "",
+        DType::Q8_0 => Some(Q8_0),
+        DType::Q4_0 => Some(Q4_0),
+        DType::Q4_K => Some(Q4_K),
+        DType::Q6_K => Some(Q6_K),
+        DType::F32
+        | DType::F16
+        | DType::BF16
+        | DType::I32
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q5_1
+        | DType::Q2_K
+        | DType::Q3_K
+        | DType::Q5_K
+        | DType::IQ4_NL
+        | DType::IQ4_XS => None,
     }
 }

@@ -17,6 +17,7 @@
 //! types, `X_put_bytes(b0, n, bytes)`.
 
 use ggraph_core::DType;
+use ggraph_core::quant::IQ4_VALUES;
 
 /// The part every kernel shares: parameters and conversions.
 pub(crate) const PRELUDE: &str = r#"
@@ -115,6 +116,9 @@ fn {x}_row(i1: u32, i2: u32, i3: u32) -> u32 {{ return {x}_off() + i1 * {x}_nb(1
 /// `X_at(rowb, i0)`: element i0 of the row starting at byte rowb.
 fn at_fn(x: &str, dtype: DType) -> String {
     match dtype {
+        DType::F32 | DType::F16 | DType::BF16 | DType::I32 => format!(
+            "fn {x}_at(rowb: u32, i0: u32) -> f32 {{ return {x}_f(rowb + i0 * {x}_nb(0u)); }}\n"
+        ),
         DType::Q8_0 => format!(
             r#"fn {x}_at(rowb: u32, i0: u32) -> f32 {{
     let blk = rowb + (i0 >> 5u) * 34u;
@@ -133,15 +137,60 @@ fn at_fn(x: &str, dtype: DType) -> String {
 }}
 "#
         ),
-        DType::Q4_K => format!(
-            r#"fn {x}_scale_min(blk: u32, j: u32) -> vec2<u32> {{
-    if (j < 4u) {{
-        return vec2<u32>({x}_u8(blk + 4u + j) & 63u, {x}_u8(blk + 8u + j) & 63u);
-    }}
-    let a = {x}_u8(blk + 8u + j);
-    return vec2<u32>((a & 15u) | (({x}_u8(blk + j) >> 6u) << 4u), (a >> 4u) | (({x}_u8(blk + 4u + j) >> 6u) << 4u));
+        DType::Q4_1 => format!(
+            r#"fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 5u) * 20u;
+    let j = i0 & 31u;
+    let byte = {x}_u8(blk + 4u + (j & 15u));
+    let q = select(byte & 15u, byte >> 4u, j >= 16u);
+    return f32(q) * f16_to_f32({x}_u16(blk)) + f16_to_f32({x}_u16(blk + 2u));
 }}
-fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+"#
+        ),
+        DType::Q5_0 => format!(
+            r#"{q5}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 5u) * 22u;
+    return (f32({x}_q5(blk + 2u, i0 & 31u)) - 16.0) * f16_to_f32({x}_u16(blk));
+}}
+"#,
+            q5 = q5_code_fn(x)
+        ),
+        DType::Q5_1 => format!(
+            r#"{q5}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 5u) * 24u;
+    return f32({x}_q5(blk + 4u, i0 & 31u)) * f16_to_f32({x}_u16(blk)) + f16_to_f32({x}_u16(blk + 2u));
+}}
+"#,
+            q5 = q5_code_fn(x)
+        ),
+        DType::Q2_K => format!(
+            r#"fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 8u) * 84u;
+    let j = i0 & 255u;
+    let q = ({x}_u8(blk + 16u + 32u * (j >> 7u) + (j & 31u)) >> (2u * ((j >> 5u) & 3u))) & 3u;
+    let sc = {x}_u8(blk + (j >> 4u));
+    let d = f16_to_f32({x}_u16(blk + 80u));
+    let dmin = f16_to_f32({x}_u16(blk + 82u));
+    return (d * f32(sc & 15u)) * f32(q) - dmin * f32(sc >> 4u);
+}}
+"#
+        ),
+        DType::Q3_K => format!(
+            r#"fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 8u) * 110u;
+    let j = i0 & 255u;
+    let lo = ({x}_u8(blk + 32u + 32u * (j >> 7u) + (j & 31u)) >> (2u * ((j >> 5u) & 3u))) & 3u;
+    let hi = ({x}_u8(blk + (j & 31u)) >> (j >> 5u)) & 1u;
+    let s = j >> 4u;
+    let sl = ({x}_u8(blk + 96u + (s & 7u)) >> (4u * (s >> 3u))) & 15u;
+    let sh = ({x}_u8(blk + 104u + (s & 3u)) >> (2u * (s >> 2u))) & 3u;
+    let d = f16_to_f32({x}_u16(blk + 108u));
+    return (d * (f32(sl | (sh << 4u)) - 32.0)) * (f32(lo | (hi << 2u)) - 4.0);
+}}
+"#
+        ),
+        DType::Q4_K => format!(
+            r#"{sm}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
     let blk = rowb + (i0 >> 8u) * 144u;
     let j = i0 & 255u;
     let g = j >> 6u;
@@ -153,7 +202,25 @@ fn {x}_at(rowb: u32, i0: u32) -> f32 {{
     let dmin = f16_to_f32({x}_u16(blk + 2u));
     return (d * f32(sm.x)) * f32(q) - dmin * f32(sm.y);
 }}
-"#
+"#,
+            sm = k_scale_min_fn(x)
+        ),
+        DType::Q5_K => format!(
+            r#"{sm}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 8u) * 176u;
+    let j = i0 & 255u;
+    let g = j >> 6u;
+    let w = j & 63u;
+    let byte = {x}_u8(blk + 48u + 32u * g + (w & 31u));
+    let hi = ({x}_u8(blk + 16u + (j & 31u)) >> (j >> 5u)) & 1u;
+    let q = select(byte & 15u, byte >> 4u, w >= 32u) | (hi << 4u);
+    let sm = {x}_scale_min(blk, j >> 5u);
+    let d = f16_to_f32({x}_u16(blk));
+    let dmin = f16_to_f32({x}_u16(blk + 2u));
+    return (d * f32(sm.x)) * f32(q) - dmin * f32(sm.y);
+}}
+"#,
+            sm = k_scale_min_fn(x)
         ),
         DType::Q6_K => format!(
             r#"fn {x}_at(rowb: u32, i0: u32) -> f32 {{
@@ -173,10 +240,80 @@ fn {x}_at(rowb: u32, i0: u32) -> f32 {{
 }}
 "#
         ),
-        _ => format!(
-            "fn {x}_at(rowb: u32, i0: u32) -> f32 {{ return {x}_f(rowb + i0 * {x}_nb(0u)); }}\n"
+        DType::IQ4_NL => format!(
+            r#"{iq4}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 5u) * 18u;
+    let j = i0 & 31u;
+    let byte = {x}_u8(blk + 2u + (j & 15u));
+    return f16_to_f32({x}_u16(blk)) * {x}_iq4(select(byte & 15u, byte >> 4u, j >= 16u));
+}}
+"#,
+            iq4 = iq4_value_fn(x)
+        ),
+        DType::IQ4_XS => format!(
+            r#"{iq4}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 8u) * 136u;
+    let j = i0 & 255u;
+    let s = j >> 5u;
+    let l = j & 31u;
+    let byte = {x}_u8(blk + 8u + 16u * s + (l & 15u));
+    let sl = ({x}_u8(blk + 4u + (s >> 1u)) >> (4u * (s & 1u))) & 15u;
+    let sh = ({x}_u16(blk + 2u) >> (2u * s)) & 3u;
+    let dl = f16_to_f32({x}_u16(blk)) * (f32(sl | (sh << 4u)) - 32.0);
+    return dl * {x}_iq4(select(byte & 15u, byte >> 4u, l >= 16u));
+}}
+"#,
+            iq4 = iq4_value_fn(x)
         ),
     }
+}
+
+/// `X_q5(qb, j)`: the 5-bit code of value j of a Q5_0 / Q5_1 block whose
+/// fifth bits start at byte qb (its nibbles follow them).
+fn q5_code_fn(x: &str) -> String {
+    format!(
+        r#"fn {x}_q5(qb: u32, j: u32) -> u32 {{
+    let byte = {x}_u8(qb + 4u + (j & 15u));
+    let hi = ({x}_u8(qb + (j >> 3u)) >> (j & 7u)) & 1u;
+    return select(byte & 15u, byte >> 4u, j >= 16u) | (hi << 4u);
+}}
+"#
+    )
+}
+
+/// `X_scale_min(blk, j)`: the 6-bit scale and min of sub-block j of a
+/// Q4_K / Q5_K super-block, from the 12 bytes at blk + 4.
+fn k_scale_min_fn(x: &str) -> String {
+    format!(
+        r#"fn {x}_scale_min(blk: u32, j: u32) -> vec2<u32> {{
+    if (j < 4u) {{
+        return vec2<u32>({x}_u8(blk + 4u + j) & 63u, {x}_u8(blk + 8u + j) & 63u);
+    }}
+    let a = {x}_u8(blk + 8u + j);
+    return vec2<u32>((a & 15u) | (({x}_u8(blk + j) >> 6u) << 4u), (a >> 4u) | (({x}_u8(blk + 4u + j) >> 6u) << 4u));
+}}
+"#
+    )
+}
+
+/// The IQ4 table as four words of signed bytes (entry q in byte q % 4 of
+/// word q / 4).
+pub(crate) fn iq4_table_words() -> [u32; 4] {
+    std::array::from_fn(|w| {
+        u32::from_le_bytes(std::array::from_fn(|b| IQ4_VALUES[4 * w + b] as u8))
+    })
+}
+
+/// `X_iq4(q)`: entry q (0..16) of the IQ4 table.
+fn iq4_value_fn(x: &str) -> String {
+    let [w0, w1, w2, w3] = iq4_table_words();
+    format!(
+        r#"fn {x}_iq4(q: u32) -> f32 {{
+    let w = select(select({w0:#x}u, {w1:#x}u, q >= 4u), select({w2:#x}u, {w3:#x}u, q >= 12u), q >= 8u);
+    return f32(sext8(w >> (8u * (q & 3u))));
+}}
+"#
+    )
 }
 
 fn store_fns(x: &str, dtype: DType, atomic: bool) -> String {
