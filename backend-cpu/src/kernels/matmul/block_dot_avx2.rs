@@ -1,5 +1,6 @@
-//! Q8_0 and Q4_0 weights times one to eight activation columns on AVX2
-//! (processors without AVX-512 VNNI): token generation and small batches.
+//! Weights in the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! IQ4_NL) times one to eight activation columns on AVX2 (processors
+//! without AVX-512 VNNI): token generation and small batches.
 //!
 //! The columns are quantised to 8 bits once per call (one scale per block
 //! of 32, `activation_quant`), and every weight block is read straight
@@ -9,11 +10,14 @@
 //! `vpmaddwd` by ones (to eight 32-bit lanes), then one float multiply-add
 //! with the product of the two scales:
 //!
-//! - Q4_0: codes `u` in 0..16 against activation codes `q`, so a pair sum
-//!   stays below 2^15; the codes' offset of 8 comes back in floats as
-//!   `-8 * dw * dx * sum(q)`, one multiply-add for eight blocks.
-//! - Q8_0: signed codes `w`; `vpmaddubsw` takes `|w|` and `q` with `w`'s
-//!   sign (a pair sum is at most 2 * 128 * 127 < 2^15).
+//! - Q4_0, Q4_1 (codes `u` in 0..16) and Q5_0, Q5_1 (0..32) against
+//!   activation codes `q`: a pair sum stays below 2^15. The `_0` codes'
+//!   offset (8, 16) comes back in floats as `-o * dw * dx * sum(q)`, the
+//!   `_1` blocks' min `m` as `m * dx * sum(q)`: one multiply-add for eight
+//!   blocks.
+//! - Q8_0 and IQ4_NL (its nibbles looked up in the table of values):
+//!   signed codes `w`; `vpmaddubsw` takes `|w|` and `q` with `w`'s sign (a
+//!   pair sum is at most 2 * 128 * 127 < 2^15).
 //!
 //! The f16 scales of eight blocks of a row are widened together and
 //! multiplied by the columns' scales into a small table that the block
@@ -42,24 +46,94 @@ thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// How a block format lays out its bytes, as the kernel's const
+/// parameter.
+mod layout {
+    pub(super) const Q4_0: u8 = 0;
+    pub(super) const Q4_1: u8 = 1;
+    pub(super) const Q5_0: u8 = 2;
+    pub(super) const Q5_1: u8 = 3;
+    pub(super) const Q8_0: u8 = 4;
+    pub(super) const IQ4_NL: u8 = 5;
+
+    /// Bytes per block.
+    pub(super) const fn block_bytes(l: u8) -> usize {
+        match l {
+            Q4_0 | IQ4_NL => 18,
+            Q4_1 => 20,
+            Q5_0 => 22,
+            Q5_1 => 24,
+            _ => 34,
+        }
+    }
+
+    /// Where the codes (nibbles, or Q8_0's bytes) start in a block.
+    pub(super) const fn codes_at(l: u8) -> usize {
+        match l {
+            Q4_1 => 4,
+            Q5_0 => 6,
+            Q5_1 => 8,
+            _ => 2,
+        }
+    }
+
+    /// Where a Q5 block's fifth bits are.
+    pub(super) const fn fifth_bits_at(l: u8) -> usize {
+        if l == Q5_1 { 4 } else { 2 }
+    }
+
+    /// The offset subtracted from the codes (the `_0` formats).
+    pub(super) const fn offset(l: u8) -> f32 {
+        match l {
+            Q4_0 => 8.0,
+            Q5_0 => 16.0,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether blocks carry an f16 min after the scale (the `_1` formats).
+    pub(super) const fn has_min(l: u8) -> bool {
+        matches!(l, Q4_1 | Q5_1)
+    }
+
+    /// Whether the codes are signed (the sign trick).
+    pub(super) const fn signed(l: u8) -> bool {
+        matches!(l, Q8_0 | IQ4_NL)
+    }
+}
+
+/// The kernel layout of a weight type this path takes.
+fn layout_of(dtype: DType) -> Option<u8> {
+    Some(match dtype {
+        DType::Q4_0 => layout::Q4_0,
+        DType::Q4_1 => layout::Q4_1,
+        DType::Q5_0 => layout::Q5_0,
+        DType::Q5_1 => layout::Q5_1,
+        DType::Q8_0 => layout::Q8_0,
+        DType::IQ4_NL => layout::IQ4_NL,
+        _ => return None,
+    })
+}
+
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
-/// columns of `b`, packed Q8_0 or Q4_0 rows. The caller has checked that
-/// the processor has AVX2, FMA and F16C.
+/// columns of `b`, packed rows of a 32-value block format. The caller has
+/// checked that the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
-    let Some(f) = format(a.dtype) else { return };
-    let q4 = a.dtype == DType::Q4_0;
+    let (Some(f), Some(lay)) = (format(a.dtype), layout_of(a.dtype)) else {
+        return;
+    };
     let (_, per_group) = column_groups(n);
     with_scratch(&ACTS, qacts_len(n, k, QB, 1), |buf| {
         let acts = quantize_acts(b, k, f, 1, 8, buf);
         let nb = k / QB;
         let ts = a.dtype.type_size();
-        let short_q8 = !q4 && nb * ts <= SHORT_ROW_BYTES;
+        let short_q8 = lay == layout::Q8_0 && nb * ts <= SHORT_ROW_BYTES;
         // one or two columns: four rows per call, except short Q8_0 rows
         // times one column, which stream from memory faster two at a time
-        // (docs/performance.md). Q4_0 does
-        // more work per byte and K-quants more still: no gain for them.
+        // (docs/performance.md). The other formats do more work per
+        // byte: no gain for them.
         let rows_per_call = match per_group {
             1 if short_q8 => 2,
             1 | 2 => 4,
@@ -82,7 +156,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         };
         // SAFETY: a holds m rows of nb blocks, the quantised columns as
         // many, out n columns of m values; the kernels keep to KernelFn.
-        unsafe { few_columns::run(&a, m, n, out, plan, column, |r, c| kernel(q4, r, c)) };
+        unsafe { few_columns::run(&a, m, n, out, plan, column, |r, c| kernel(lay, r, c)) };
     });
 }
 
@@ -100,24 +174,31 @@ type KernelFn = few_columns::KernelFn<Column>;
 
 /// The kernel for `r` rows and `c` columns: four rows with one or two
 /// columns, two rows with up to four, one row with any (the remainder).
-fn kernel(q4: bool, r: usize, c: usize) -> KernelFn {
+fn kernel(lay: u8, r: usize, c: usize) -> KernelFn {
     macro_rules! pick {
-        ($q4:literal) => {
+        ($l:expr) => {
             match (r, c) {
-                (4, 1) => x86::blocks::<4, 1, $q4> as KernelFn,
-                (4, _) => x86::blocks::<4, 2, $q4> as KernelFn,
-                (2, 1) => x86::blocks::<2, 1, $q4> as KernelFn,
-                (2, 2) => x86::blocks::<2, 2, $q4> as KernelFn,
-                (2, 3) => x86::blocks::<2, 3, $q4> as KernelFn,
-                (2, _) => x86::blocks::<2, 4, $q4> as KernelFn,
-                (_, 1) => x86::blocks::<1, 1, $q4> as KernelFn,
-                (_, 2) => x86::blocks::<1, 2, $q4> as KernelFn,
-                (_, 3) => x86::blocks::<1, 3, $q4> as KernelFn,
-                _ => x86::blocks::<1, 4, $q4> as KernelFn,
+                (4, 1) => x86::blocks::<4, 1, { $l }> as KernelFn,
+                (4, _) => x86::blocks::<4, 2, { $l }> as KernelFn,
+                (2, 1) => x86::blocks::<2, 1, { $l }> as KernelFn,
+                (2, 2) => x86::blocks::<2, 2, { $l }> as KernelFn,
+                (2, 3) => x86::blocks::<2, 3, { $l }> as KernelFn,
+                (2, _) => x86::blocks::<2, 4, { $l }> as KernelFn,
+                (_, 1) => x86::blocks::<1, 1, { $l }> as KernelFn,
+                (_, 2) => x86::blocks::<1, 2, { $l }> as KernelFn,
+                (_, 3) => x86::blocks::<1, 3, { $l }> as KernelFn,
+                _ => x86::blocks::<1, 4, { $l }> as KernelFn,
             }
         };
     }
-    if q4 { pick!(true) } else { pick!(false) }
+    match lay {
+        layout::Q4_0 => pick!(layout::Q4_0),
+        layout::Q4_1 => pick!(layout::Q4_1),
+        layout::Q5_0 => pick!(layout::Q5_0),
+        layout::Q5_1 => pick!(layout::Q5_1),
+        layout::IQ4_NL => pick!(layout::IQ4_NL),
+        _ => pick!(layout::Q8_0),
+    }
 }
 
 mod x86 {
@@ -126,8 +207,9 @@ mod x86 {
     use crate::kernels::math::hsum256;
     use std::ops::Range;
 
+    use super::layout::{self, block_bytes, codes_at, fifth_bits_at, has_min, offset, signed};
     use super::{Call, GROUP, QB};
-    use ggraph_core::quant::f16_to_f32;
+    use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 
     /// The f16 scales (first two bytes) of eight blocks `ts` bytes apart
     /// from `p`, as f32.
@@ -143,23 +225,23 @@ mod x86 {
         }
     }
 
-    /// `R` rows of Q4_0 (`Q4`) or Q8_0 blocks times `C` columns.
+    /// `R` rows of blocks of layout `L` times `C` columns.
     ///
     /// # Safety
     /// AVX2, FMA and F16C are available; the call's first `R` rows and
     /// `C` columns hold `nb` blocks each.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn blocks<const R: usize, const C: usize, const Q4: bool>(
+    pub(super) unsafe fn blocks<const R: usize, const C: usize, const L: u8>(
         call: &Call,
         rows: Range<usize>,
     ) {
         for i in rows.step_by(R) {
             // SAFETY: caller's contract.
             unsafe {
-                let ts = if Q4 { 18 } else { 34 };
+                let ts = block_bytes(L);
                 let row: [*const u8; R] =
                     std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
-                let res = group::<R, C, Q4>(&row, call);
+                let res = group::<R, C, L>(&row, call);
                 for c in 0..C {
                     for (q, v) in res.iter().enumerate() {
                         let o = call.out[c].add(i + q);
@@ -170,7 +252,55 @@ mod x86 {
         }
     }
 
-    /// `R` rows of Q4_0 (`Q4`) or Q8_0 blocks times the call's first `C`
+    /// The 32 codes of the block at `p` (its start): unsigned (the 4- and
+    /// 5-bit formats) or signed (Q8_0, IQ4_NL's table values).
+    ///
+    /// # Safety
+    /// AVX2; `p` holds a block of layout `L`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn codes<const L: u8>(p: *const u8) -> __m256i {
+        // SAFETY: caller's contract.
+        unsafe {
+            let q = p.add(codes_at(L));
+            if L == layout::Q8_0 {
+                return _mm256_loadu_si256(q as *const __m256i);
+            }
+            // the high half of a broadcast nibble row moves down to values 16..32
+            let v = _mm256_broadcastsi128_si256(_mm_loadu_si128(q as *const __m128i));
+            let shift = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+            let u = _mm256_and_si256(_mm256_srlv_epi32(v, shift), _mm256_set1_epi8(0x0f));
+            match L {
+                layout::IQ4_NL => {
+                    let table = _mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i);
+                    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), u)
+                }
+                layout::Q5_0 | layout::Q5_1 => {
+                    let bits = (p.add(fifth_bits_at(L)) as *const u32).read_unaligned();
+                    let fifth = _mm256_and_si256(spread_bits(bits), _mm256_set1_epi8(0x10));
+                    _mm256_or_si256(u, fifth)
+                }
+                _ => u,
+            }
+        }
+    }
+
+    /// The 32 bits of `bits` as 32 bytes, byte j all ones where bit j is
+    /// set.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn spread_bits(bits: u32) -> __m256i {
+        let v = _mm256_set1_epi32(bits as i32);
+        let pick = _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, //
+            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        );
+        let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let v = _mm256_and_si256(_mm256_shuffle_epi8(v, pick), mask);
+        _mm256_cmpeq_epi8(v, mask)
+    }
+
+    /// `R` rows of blocks of layout `L` times the call's first `C`
     /// columns, over the call's blocks.
     ///
     /// # Safety
@@ -178,22 +308,22 @@ mod x86 {
     /// columns hold `nb` blocks each.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn group<const R: usize, const C: usize, const Q4: bool>(
+    unsafe fn group<const R: usize, const C: usize, const L: u8>(
         rows: &[*const u8; R],
         call: &Call,
     ) -> [[f32; C]; R] {
-        let ts = if Q4 { 18 } else { 34 };
+        let ts = block_bytes(L);
+        // the codes' offset or the blocks' min times the sum of the
+        // column's codes: -o * dw (the `_0` formats) or m (the `_1`)
+        let affine = offset(L) != 0.0 || has_min(L);
         // SAFETY: caller's contract; every read is inside a block of a
         // row or a column (prefetches may point past the end).
         unsafe {
             let ones = _mm256_set1_epi16(1);
-            let m4 = _mm256_set1_epi8(0x0f);
-            // the high half of a broadcast nibble row moves down to values 16..32
-            let nibbles = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
             let mut acc = [[_mm256_setzero_ps(); C]; R];
-            // Q4_0: sum of dw * dx * sum(q) over the blocks, times -8 at the end
-            let mut offset = [[_mm256_setzero_ps(); C]; R];
-            let mut offset_tail = [[0f32; C]; R];
+            // sum over the blocks of the affine term's coefficient times dx * sum(q)
+            let mut extra = [[_mm256_setzero_ps(); C]; R];
+            let mut extra_tail = [[0f32; C]; R];
             // the product of the row's and the column's scale per block
             let mut scale = [[[0f32; GROUP]; C]; R];
             let nb = call.nb;
@@ -207,20 +337,29 @@ mod x86 {
                     }
                     if gn == GROUP {
                         let dw = scales8(p, ts);
+                        let coef = if has_min(L) {
+                            scales8(p.add(2), ts)
+                        } else {
+                            _mm256_mul_ps(dw, _mm256_set1_ps(-offset(L)))
+                        };
                         for c in 0..C {
                             let dx = _mm256_loadu_ps(call.cols[c].d.add(g0));
                             _mm256_storeu_ps(scale[r][c].as_mut_ptr(), _mm256_mul_ps(dw, dx));
-                            if Q4 {
+                            if affine {
                                 let sx = _mm256_loadu_ps(call.cols[c].sx.add(g0));
-                                offset[r][c] = _mm256_fmadd_ps(dw, sx, offset[r][c]);
+                                extra[r][c] = _mm256_fmadd_ps(coef, sx, extra[r][c]);
                             }
                         }
                     } else {
                         for b in 0..gn {
-                            let dw = f16_to_f32((p.add(b * ts) as *const u16).read_unaligned());
+                            let at = |o: usize| {
+                                f16_to_f32((p.add(b * ts + o) as *const u16).read_unaligned())
+                            };
+                            let dw = at(0);
+                            let coef = if has_min(L) { at(2) } else { -offset(L) * dw };
                             for c in 0..C {
                                 scale[r][c][b] = dw * *call.cols[c].d.add(g0 + b);
-                                offset_tail[r][c] += dw * *call.cols[c].sx.add(g0 + b);
+                                extra_tail[r][c] += coef * *call.cols[c].sx.add(g0 + b);
                             }
                         }
                     }
@@ -228,20 +367,13 @@ mod x86 {
                 for b in 0..gn {
                     let blk = g0 + b;
                     for r in 0..R {
-                        let p = rows[r].add(blk * ts + 2);
-                        let w = if Q4 {
-                            let v =
-                                _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
-                            _mm256_and_si256(_mm256_srlv_epi32(v, nibbles), m4)
-                        } else {
-                            _mm256_loadu_si256(p as *const __m256i)
-                        };
-                        let aw = if Q4 { w } else { _mm256_abs_epi8(w) };
+                        let w = codes::<L>(rows[r].add(blk * ts));
+                        let aw = if signed(L) { _mm256_abs_epi8(w) } else { w };
                         for c in 0..C {
                             let x = _mm256_loadu_si256(
                                 call.cols[c].codes.add(blk * QB) as *const __m256i
                             );
-                            let x = if Q4 { x } else { _mm256_sign_epi8(x, w) };
+                            let x = if signed(L) { _mm256_sign_epi8(x, w) } else { x };
                             let s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones);
                             acc[r][c] = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(s),
@@ -257,8 +389,8 @@ mod x86 {
             for r in 0..R {
                 for c in 0..C {
                     res[r][c] = hsum256(acc[r][c]);
-                    if Q4 {
-                        res[r][c] -= 8.0 * (hsum256(offset[r][c]) + offset_tail[r][c]);
+                    if affine {
+                        res[r][c] += hsum256(extra[r][c]) + extra_tail[r][c];
                     }
                 }
             }

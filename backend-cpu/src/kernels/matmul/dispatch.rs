@@ -33,15 +33,16 @@ pub(super) enum Path {
     /// Quantised rows no integer kernel reads, dequantised to f32 first
     /// and then chosen for again (`dequantized`).
     Dequantized,
-    /// Q4_K/Q6_K blocks read in place, activations in ggml's Q8_K form
-    /// (`kquant_dot`).
+    /// K-quant (and IQ4_XS) super-blocks read in place, activations in
+    /// ggml's Q8_K form (`kquant_dot`, `kquant_dot_more`).
     KQuantDot,
     /// Q4_0 times one column, eight short rows transposed in registers
     /// (`transposed_matvec`).
     TransposedMatvec,
     /// Q4_0 times one column, long rows streamed (`block_matvec`).
     BlockMatvec,
-    /// Q8_0/Q4_0 blocks read in place on AVX2 (`block_dot_avx2`).
+    /// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) read in place
+    /// on AVX2 (`block_dot_avx2`).
     BlockDotAvx2,
     /// An integer GEMM over interleaved panels of eight rows on AVX2
     /// (`block_gemm_avx2`).
@@ -130,8 +131,24 @@ const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const Q8_Q4: &[DType] = &[DType::Q8_0, DType::Q4_0];
+/// The 32-value block formats (the AVX2 block dot reads them in place).
+const BLOCKS_32: &[DType] = &[
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::IQ4_NL,
+];
 const Q4_0: &[DType] = &[DType::Q4_0];
-const K_QUANTS: &[DType] = &[DType::Q4_K, DType::Q6_K];
+const K_QUANTS: &[DType] = &[
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_XS,
+];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
 
@@ -164,7 +181,7 @@ const RULES: &[Rule] = &[
     rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
     rule(VNNI,         Only(Q4_0),     Packed, ONE,                  TRANSPOSED_SHORT, TransposedMatvec),
     rule(VNNI,         Only(Q4_0),     Packed, ONE,                  ANY_BYTES,        BlockMatvec),
-    rule(AVX2_NO_VNNI, Only(Q8_Q4),    Packed, 1..=BLOCK_DOT_MAX_N,  ANY_BYTES,        BlockDotAvx2),
+    rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
     rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
     // below AVX2, many columns go faster through the float GEMM, its

@@ -1,5 +1,6 @@
 //! Q4_K and Q6_K weights times one to eight activation columns: token
-//! generation and small batches.
+//! generation and small batches (and the driver for Q2_K, Q3_K, Q5_K and
+//! IQ4_XS, whose AVX2 kernels are `kquant_dot_more`'s).
 //!
 //! The columns are quantised to 8 bits with one scale per 256-value
 //! super-block (ggml's Q8_K), with the sums of their codes per 16 and per
@@ -22,62 +23,20 @@
 //! replaced for Q4_K at one to eight columns and Q6_K at two to eight,
 //! and level for Q6_K at one column (docs/performance.md).
 
-use std::cell::RefCell;
-
 use ggraph_core::DType;
 
 use super::few_columns::{self, MAX_C, Plan, column_groups};
+use super::kquant_dot_more;
+use super::kquant_operands::{KernelFn, QK, with_q8k_columns};
 use super::operands::{Cols, WeightRows};
 use crate::kernels::isa::Isa;
-use crate::kernels::scratch::with_scratch;
 
-/// Values per super-block.
-const QK: usize = 256;
 /// Super-blocks per chunk of a row when the columns come in several
 /// groups.
 const CHUNK_SUPER_BLOCKS: usize = 4;
 
-thread_local! {
-    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Activation columns in Q8_K form, one after the other.
-struct Q8k<'a> {
-    nsb: usize,
-    codes: &'a [i8],
-    /// Scale per super-block.
-    d: &'a [f32],
-    /// Sums of the codes per 16 values.
-    bs16: &'a [i16],
-    /// Sums of the codes per 32 values.
-    bs32: &'a [i32],
-}
-
-impl Q8k<'_> {
-    /// Column `j` from super-block `s0` on.
-    fn column(&self, j: usize, s0: usize) -> Column {
-        let sb = j * self.nsb + s0;
-        Column {
-            codes: self.codes[sb * QK..].as_ptr(),
-            d: self.d[sb..].as_ptr(),
-            bs16: self.bs16[sb * 16..].as_ptr(),
-            bs32: self.bs32[sb * 8..].as_ptr(),
-        }
-    }
-}
-
-/// Bytes of scratch for `n` columns of `nsb` super-blocks: codes, then
-/// 32-byte aligned scales, sums per 16 and sums per 32.
-fn q8k_layout(n: usize, nsb: usize) -> [usize; 4] {
-    let codes = n * nsb * QK;
-    let d_at = codes.next_multiple_of(32);
-    let bs16_at = (d_at + n * nsb * 4).next_multiple_of(32);
-    let bs32_at = (bs16_at + n * nsb * 32).next_multiple_of(32);
-    [d_at, bs16_at, bs32_at, bs32_at + n * nsb * 32]
-}
-
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
-/// columns of `b`, packed Q4_K or Q6_K rows. The caller has checked that
+/// columns of `b`, packed K-quant or IQ4_XS rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C, and AVX-512 VNNI where `isa`
 /// says so (which picks the 512-bit kernels).
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
@@ -86,59 +45,30 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     // the 512-bit Q4_K kernel reads its codes in pairs of sub-blocks
     let paired = wide && a.dtype == DType::Q4_K;
     let nsb = a.k / QK;
-    let q4 = a.dtype == DType::Q4_K;
     let (_, per_group) = column_groups(n);
-    let [d_at, bs16_at, bs32_at, len] = q8k_layout(n, nsb);
-    with_scratch(&ACTS, len, |buf| {
-        let (codes, rest) = buf.split_at_mut(d_at);
-        let (d, rest) = rest.split_at_mut(bs16_at - d_at);
-        let (bs16, bs32) = rest.split_at_mut(bs32_at - bs16_at);
-        // SAFETY: with_scratch gives a 64-byte aligned buffer; every region
-        // starts at a multiple of 32 bytes and holds its n * nsb
-        // super-blocks' values.
-        let acts = unsafe {
-            let acts = Q8k {
-                nsb,
-                codes: std::slice::from_raw_parts_mut(codes.as_mut_ptr() as *mut i8, n * nsb * QK),
-                d: std::slice::from_raw_parts_mut(d.as_mut_ptr() as *mut f32, n * nsb),
-                bs16: std::slice::from_raw_parts_mut(bs16.as_mut_ptr() as *mut i16, n * nsb * 16),
-                bs32: std::slice::from_raw_parts_mut(bs32.as_mut_ptr() as *mut i32, n * nsb * 8),
-            };
-            for j in 0..n {
-                let s = j * nsb;
-                x86::quantize_q8k(
-                    paired,
-                    b.0[j],
-                    nsb,
-                    acts.codes.as_ptr().add(s * QK) as *mut i8,
-                    acts.d.as_ptr().add(s) as *mut f32,
-                    acts.bs16.as_ptr().add(s * 16) as *mut i16,
-                    acts.bs32.as_ptr().add(s * 8) as *mut i32,
-                );
-            }
-            acts
-        };
-        // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule)
-        let ts = a.dtype.type_size();
-        let matvec = n == 1 && wide;
-        let rows_per_call = if matvec && super::row_streaming::matvec_one_row(nsb * ts) {
-            1
+    // one column on AVX-512 VNNI (AVX2, unmeasured, keeps its rule)
+    let ts = a.dtype.type_size();
+    let matvec = n == 1 && wide;
+    let rows_per_call = if matvec && super::row_streaming::matvec_one_row(nsb * ts) {
+        1
+    } else {
+        MAX_C / per_group.min(MAX_C)
+    };
+    let plan = Plan {
+        nb: nsb,
+        chunk: CHUNK_SUPER_BLOCKS,
+        rows_per_call,
+        ahead: if matvec {
+            super::row_streaming::matvec_prefetch(a.stride)
         } else {
-            MAX_C / per_group.min(MAX_C)
-        };
-        let plan = Plan {
-            nb: nsb,
-            chunk: CHUNK_SUPER_BLOCKS,
-            rows_per_call,
-            ahead: if matvec {
-                super::row_streaming::matvec_prefetch(a.stride)
-            } else {
-                super::row_streaming::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
-            },
-        };
-        // SAFETY: a holds m rows of nsb super-blocks, the quantised columns
-        // as many, out n columns of m values; the kernels keep to KernelFn.
-        unsafe {
+            super::row_streaming::rows_ahead(nsb * ts, rows_per_call * a.stride, 4 * ts)
+        },
+    };
+    // SAFETY: the caller checked AVX2; a holds m rows of nsb super-blocks,
+    // b's columns as many values, out n columns of m values; the kernels
+    // keep to KernelFn.
+    unsafe {
+        with_q8k_columns(b, nsb, paired, |acts| {
             few_columns::run(
                 &a,
                 m,
@@ -146,70 +76,19 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 out,
                 plan,
                 |j, s0| acts.column(j, s0),
-                |r, c| kernel(wide, q4, r, c),
+                |r, c| kernel(a.dtype, wide, r, c),
             )
-        };
-    });
-}
-
-/// Where the codes of a column's 32-value group `g` (sub-block `g` of
-/// Q4_K) go for the 512-bit Q4_K kernel: sub-blocks in the order 0, 2, 1,
-/// 3, 4, 6, 5, 7, so that each 64 codes pair the sub-blocks whose weight
-/// codes share 32 bytes of a super-block (low and high nibbles).
-fn paired_group(g: usize) -> usize {
-    match g % 4 {
-        1 => g + 1,
-        2 => g - 1,
-        _ => g,
+        })
     }
 }
-
-/// The rows of a kernel call `R` at a time: `kernel` gives the dots of
-/// `R` rows (their pointers at the call's first super-block) with the
-/// call's `C` columns, which are stored in (or added to) the outputs.
-///
-/// # Safety
-/// As for [`KernelFn`]; `kernel` reads only the call's super-blocks of the
-/// rows it is given.
-#[inline(always)]
-unsafe fn row_groups<const R: usize, const C: usize>(
-    call: &Call,
-    rows: std::ops::Range<usize>,
-    q4: bool,
-    kernel: impl Fn(&[*const u8; R]) -> [[f32; C]; R],
-) {
-    let ts = if q4 { 144 } else { 210 };
-    for i in rows.step_by(R) {
-        // SAFETY: caller's contract: rows i..i + R exist, hold the call's
-        // super-blocks, and their outputs are the caller's.
-        unsafe {
-            let row: [*const u8; R] = std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
-            let res = kernel(&row);
-            for c in 0..C {
-                for (q, v) in res.iter().enumerate() {
-                    let o = call.out[c].add(i + q);
-                    *o = if call.add { *o + v[c] } else { v[c] };
-                }
-            }
-        }
-    }
-}
-
-/// One activation column in Q8_K form, from the call's first super-block.
-#[derive(Clone, Copy)]
-struct Column {
-    codes: *const i8,
-    d: *const f32,
-    bs16: *const i16,
-    bs32: *const i32,
-}
-
-type Call<'a> = few_columns::Call<'a, Column>;
-type KernelFn = few_columns::KernelFn<Column>;
 
 /// The kernel for `r` rows and `c` columns, `r * c` at most four: the
 /// 512-bit VNNI one when `wide`.
-fn kernel(wide: bool, q4: bool, r: usize, c: usize) -> KernelFn {
+fn kernel(dtype: DType, wide: bool, r: usize, c: usize) -> KernelFn {
+    if !matches!(dtype, DType::Q4_K | DType::Q6_K) {
+        return kquant_dot_more::kernel(dtype, r, c);
+    }
+    let q4 = dtype == DType::Q4_K;
     macro_rules! pick {
         ($m:ident, $q4:literal) => {
             match (r, c) {
@@ -235,97 +114,10 @@ mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Call, QK};
     use crate::kernels::math::{f16_at, hsum256};
-
-    /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
-    /// one scale each (`amax / 127`, codes rounded to nearest), and the
-    /// sums of the codes per 16 and per 32 values. The codes of each
-    /// 32-value group `g` go to group [`paired_group`]`(g)` when `paired`.
-    ///
-    /// # Safety
-    /// AVX2 is available; `x` holds `nsb * 256` values and the outputs
-    /// room for `nsb` super-blocks.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_q8k(
-        paired: bool,
-        x: *const f32,
-        nsb: usize,
-        codes: *mut i8,
-        d: *mut f32,
-        bs16: *mut i16,
-        bs32: *mut i32,
-    ) {
-        // SAFETY: caller's contract; every access is inside super-block sb.
-        unsafe {
-            let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-            for sb in 0..nsb {
-                let p = x.add(sb * QK);
-                let mut m = _mm256_setzero_ps();
-                for i in 0..QK / 8 {
-                    m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(p.add(8 * i)), abs));
-                }
-                let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-                let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-                let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-                let scale = amax / 127.0;
-                *d.add(sb) = scale;
-                let inv = _mm256_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
-                for g in 0..QK / 32 {
-                    let q: [__m256i; 4] = std::array::from_fn(|i| {
-                        _mm256_cvtps_epi32(_mm256_mul_ps(
-                            _mm256_loadu_ps(p.add(32 * g + 8 * i)),
-                            inv,
-                        ))
-                    });
-                    // the sums of values 0..16 and 16..32
-                    let s = [_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])];
-                    let s = _mm256_hadd_epi32(s[0], s[1]);
-                    let s = _mm256_hadd_epi32(s, s);
-                    // lanes: [a0+a1, b0+b1, .., a2+a3, b2+b3, ..] for halves a, b
-                    let lo = _mm256_castsi256_si128(s);
-                    let hi = _mm256_extracti128_si256::<1>(s);
-                    let s = _mm_add_epi32(lo, hi);
-                    let (sa, sb2) = (_mm_cvtsi128_si32(s), _mm_extract_epi32::<1>(s));
-                    *bs16.add(sb * 16 + 2 * g) = sa as i16;
-                    *bs16.add(sb * 16 + 2 * g + 1) = sb2 as i16;
-                    *bs32.add(sb * 8 + g) = sa + sb2;
-                    let w = _mm256_packs_epi16(
-                        _mm256_packs_epi32(q[0], q[1]),
-                        _mm256_packs_epi32(q[2], q[3]),
-                    );
-                    let w = _mm256_permutevar8x32_epi32(w, order);
-                    let at = if paired { super::paired_group(g) } else { g };
-                    _mm256_storeu_si256(codes.add(sb * QK + 32 * at) as *mut __m256i, w);
-                }
-            }
-        }
-    }
-
-    /// Prefetches every cache line of a `TS`-byte super-block at `p`: one
-    /// every 64 bytes from its start, and its last byte (a 210-byte Q6_K
-    /// block can touch five lines).
-    #[inline(always)]
-    pub(super) fn prefetch_super_block<const TS: usize>(p: *const u8) {
-        // SAFETY: prefetches do not fault.
-        unsafe {
-            let mut at = 0;
-            while at < TS {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at) as *const i8);
-                at += 64;
-            }
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(TS - 1) as *const i8);
-        }
-    }
-
-    /// The 32 activation codes at `p`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn codes32(p: *const i8) -> __m256i {
-        // SAFETY: caller's contract.
-        unsafe { _mm256_loadu_si256(p as *const __m256i) }
-    }
+    use crate::kernels::matmul::kquant_operands::{
+        Call, QK, codes32, prefetch_super_block, row_groups,
+    };
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn super_blocks<const R: usize, const C: usize, const Q4: bool>(
@@ -335,7 +127,7 @@ mod x86 {
         // SAFETY: caller's contract; the kernels need this function's
         // target features.
         unsafe {
-            super::row_groups::<R, C>(call, rows, Q4, |row| {
+            row_groups::<R, C>(call, rows, if Q4 { 144 } else { 210 }, |row| {
                 if Q4 {
                     q4k::<R, C>(row, call)
                 } else {
@@ -525,9 +317,8 @@ mod vnni {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::x86::prefetch_super_block;
-    use super::{Call, QK};
     use crate::kernels::math::f16_at;
+    use crate::kernels::matmul::kquant_operands::{Call, QK, prefetch_super_block, row_groups};
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn super_blocks<const R: usize, const C: usize, const Q4: bool>(
@@ -537,7 +328,7 @@ mod vnni {
         // SAFETY: caller's contract; the kernels need this function's
         // target features.
         unsafe {
-            super::row_groups::<R, C>(call, rows, Q4, |row| {
+            row_groups::<R, C>(call, rows, if Q4 { 144 } else { 210 }, |row| {
                 if Q4 {
                     q4k::<R, C>(row, call)
                 } else {
@@ -548,7 +339,7 @@ mod vnni {
     }
 
     /// `R` Q4_K rows (144 bytes per super-block) times `C` columns whose
-    /// codes are in paired order (`super::paired_group`).
+    /// codes are in paired order (`kquant_operands::paired_group`).
     ///
     /// # Safety
     /// AVX-512 (F, BW, VL, VNNI), FMA and F16C are available; the rows and

@@ -28,6 +28,10 @@ mod float;
 #[cfg(target_arch = "x86_64")]
 mod kquant_dot;
 #[cfg(target_arch = "x86_64")]
+mod kquant_dot_more;
+#[cfg(target_arch = "x86_64")]
+mod kquant_operands;
+#[cfg(target_arch = "x86_64")]
 mod one_column;
 mod operands;
 mod quant_dot;
