@@ -67,3 +67,35 @@ fn out_of_range_indices_are_errors_at_compute_time() {
         );
     }
 }
+
+/// Casts into every quantised type (what a KV cache or a requantisation
+/// writes) give the reference quantiser's bytes, and casts back its
+/// values. The suite asks this of the types every backend writes; the CPU
+/// writes them all.
+#[test]
+fn casts_into_every_quantised_type_give_the_reference_quantisers_bytes() {
+    use ggraph_core::ir::GraphBuilder;
+    use ggraph_core::{DType, exec, quant};
+
+    let dev: Arc<dyn Device> = CpuDevice::new();
+    for t in DType::QUANTIZED {
+        let (k, rows) = (512, 3);
+        let values: Vec<f32> = (0..k * rows)
+            .map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * (1.0 + (i % 7) as f32))
+            .collect();
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[k, rows]).unwrap();
+        let q = b.cast(x, t).unwrap();
+        let back = b.cast(q, DType::F32).unwrap();
+        b.set_output(q).unwrap();
+        b.set_output(back).unwrap();
+        let mut g = b.build();
+        exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
+        g.write_f32(x, &values).unwrap();
+        exec::compute_on(dev.as_ref(), &g).unwrap();
+        let want = quant::quantize(t, &values).unwrap();
+        assert_eq!(g.read_bytes(q).unwrap(), want, "{t}: bytes");
+        let want_back = quant::dequantize(t, &want, values.len()).unwrap();
+        assert_eq!(g.read_f32(back).unwrap(), want_back, "{t}: values");
+    }
+}
