@@ -1,7 +1,11 @@
 //! Least-squares fits of a group of values to integer codes and a scale,
 //! shared by the K-quant and IQ4 reference quantisers.
 
-use super::nearest_int;
+/// Rounds half to even, as ggml's `nearest_int` does for the K-quants.
+#[inline]
+pub(super) fn nearest_int(x: f32) -> i32 {
+    x.round_ties_even() as i32
+}
 
 /// Below this magnitude a group quantises to zeros.
 pub(super) const GROUP_MAX_EPS: f32 = 1e-15;

@@ -10,8 +10,8 @@
 //! then eight 16-byte groups of nibbles laid out as IQ4_NL's.
 //! value = d * (scale[sub] - 32) * table[q], scales being 6 bits.
 
-use super::fit::GROUP_MAX_EPS;
-use super::{f16_to_f32, f32_to_f16, nearest_int};
+use super::fit::{GROUP_MAX_EPS, nearest_int};
+use super::{f16_to_f32, f32_to_f16};
 use crate::dtype::{DType, QK_K, QK32};
 
 /// The values the codes index, ggml's `kvalues_iq4nl`.

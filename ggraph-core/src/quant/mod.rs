@@ -24,12 +24,6 @@ pub use iq4::IQ4_VALUES;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// Rounds half to even, as ggml's `nearest_int` does for the K-quants.
-#[inline]
-pub(crate) fn nearest_int(x: f32) -> i32 {
-    x.round_ties_even() as i32
-}
-
 fn check_lengths(dtype: DType, n_values: usize, n_bytes: usize, what: &str) -> Result<()> {
     let Some(need) = dtype.row_size(n_values) else {
         return Err(Error::InvalidArgument(format!(

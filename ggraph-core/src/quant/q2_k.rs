@@ -6,8 +6,8 @@
 //! value `32 * s + l` of the half sits in bits `2s..2s + 2` of byte l.
 //! value = d * scale[sub] * q - dmin * min[sub].
 
-use super::fit::{ScaleSearch, fit_scale_min};
-use super::{f16_to_f32, f32_to_f16, nearest_int};
+use super::fit::{ScaleSearch, fit_scale_min, nearest_int};
+use super::{f16_to_f32, f32_to_f16};
 use crate::dtype::{DType, QK_K};
 
 const BLOCK_BYTES: usize = DType::Q2_K.type_size();

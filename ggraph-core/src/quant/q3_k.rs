@@ -9,9 +9,9 @@
 //! (j >= 8) nibble of byte `j % 8`; its top two bits are bits
 //! `2 * (j / 4)..` of byte `8 + j % 4`.
 
-use super::fit::{GROUP_MAX_EPS, fit_symmetric};
+use super::fit::{GROUP_MAX_EPS, fit_symmetric, nearest_int};
 use super::q2_k::{code2, pack2};
-use super::{f16_to_f32, f32_to_f16, nearest_int};
+use super::{f16_to_f32, f32_to_f16};
 use crate::dtype::{DType, QK_K};
 
 const BLOCK_BYTES: usize = DType::Q3_K.type_size();

@@ -5,8 +5,8 @@
 //! values takes 32 bytes: the first 32 values in the low nibbles, the next
 //! 32 in the high nibbles. value = d * scale[j] * q - dmin * min[j].
 
-use super::fit::{ScaleSearch, fit_scale_min};
-use super::{f16_to_f32, f32_to_f16, nearest_int};
+use super::fit::{ScaleSearch, fit_scale_min, nearest_int};
+use super::{f16_to_f32, f32_to_f16};
 use crate::dtype::{DType, QK_K};
 
 const BLOCK_BYTES: usize = DType::Q4_K.type_size();

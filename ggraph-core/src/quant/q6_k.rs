@@ -5,8 +5,8 @@
 //! values, value l (0..32) of the four quarters shares `qh[l]`.
 //! value = d * scale[sub] * (q - 32).
 
-use super::fit::{GROUP_MAX_EPS, fit_symmetric};
-use super::{f16_to_f32, f32_to_f16, nearest_int};
+use super::fit::{GROUP_MAX_EPS, fit_symmetric, nearest_int};
+use super::{f16_to_f32, f32_to_f16};
 use crate::dtype::{DType, QK_K};
 
 const BLOCK_BYTES: usize = DType::Q6_K.type_size();
