@@ -114,20 +114,20 @@ fn files_from_the_gguf_package_read_as_their_manifests_say() {
 #[test]
 fn types_ggraph_cannot_compute_are_read_and_sized() {
     let file = ModelFile::open(fixture_path("all_types", "gguf")).unwrap();
+    let i8 = file.tensor("t.i8").unwrap();
+    assert_eq!((i8.ggml_type.name(), i8.size_bytes), ("I8", 5));
+    assert_eq!(i8.ggml_type.dtype(), None);
     for (name, ty, bytes) in [
-        ("t.q5_k", "Q5_K", 176),
-        ("t.iq4_xs", "IQ4_XS", 136),
-        ("t.q4_1", "Q4_1", 20),
+        ("t.q5_k", ggraph_core::DType::Q5_K, 176),
+        ("t.iq4_xs", ggraph_core::DType::IQ4_XS, 136),
+        ("t.q4_1", ggraph_core::DType::Q4_1, 20),
+        ("t.q6_k", ggraph_core::DType::Q6_K, 210),
     ] {
         let t = file.tensor(name).unwrap();
-        assert_eq!((t.ggml_type.name(), t.size_bytes), (ty, bytes));
-        assert_eq!(t.ggml_type.dtype(), None);
+        assert_eq!((t.ggml_type.name(), t.size_bytes), (ty.name(), bytes));
+        assert_eq!(t.ggml_type.dtype(), Some(ty));
     }
     assert_eq!(file.tensor("t.iq4_xs").unwrap().shape, vec![256, 1, 1, 1]);
-    assert_eq!(
-        file.tensor("t.q6_k").unwrap().ggml_type.dtype(),
-        Some(ggraph_core::DType::Q6_K)
-    );
 }
 
 #[test]
