@@ -164,17 +164,22 @@ unsafe fn decode_with<const SIMD: bool>(
                 }
             }
         }
-        DType::Q4_0 => {
+        DType::Q4_0 | DType::Q4_1 => {
+            let with_min = f.dtype == DType::Q4_1;
+            let qs_at = if with_min { 4 } else { 2 };
             for (bi, blk) in src.chunks_exact(ts).enumerate() {
                 dw[bi] = f16(blk, 0);
+                if with_min {
+                    mw[bi] = -f16(blk, 2);
+                }
                 let c = &mut codes[bi * 32..bi * 32 + 32];
                 #[cfg(target_arch = "x86_64")]
                 if SIMD {
                     // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
-                    unsafe { x86::q4_codes(blk[2..].as_ptr(), c.as_mut_ptr()) };
+                    unsafe { x86::q4_codes(blk[qs_at..].as_ptr(), c.as_mut_ptr()) };
                     continue;
                 }
-                for (j, q) in blk[2..].iter().enumerate() {
+                for (j, q) in blk[qs_at..].iter().enumerate() {
                     c[j] = q & 0x0f;
                     c[j + 16] = q >> 4;
                 }
@@ -233,23 +238,6 @@ unsafe fn decode_with<const SIMD: bool>(
                         o[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
                         o[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
                     }
-                }
-            }
-        }
-        DType::Q4_1 => {
-            for (bi, blk) in src.chunks_exact(ts).enumerate() {
-                dw[bi] = f16(blk, 0);
-                mw[bi] = -f16(blk, 2);
-                let c = &mut codes[bi * 32..bi * 32 + 32];
-                #[cfg(target_arch = "x86_64")]
-                if SIMD {
-                    // SAFETY: AVX2 is available; 16 bytes in, 32 codes out.
-                    unsafe { x86::q4_codes(blk[4..].as_ptr(), c.as_mut_ptr()) };
-                    continue;
-                }
-                for (j, q) in blk[4..].iter().enumerate() {
-                    c[j] = q & 0x0f;
-                    c[j + 16] = q >> 4;
                 }
             }
         }

@@ -80,23 +80,9 @@ fn product_error(
 }
 
 /// Every weight type the mul_mat kernels take.
-const WEIGHT_TYPES: [DType; 15] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_NL,
-    DType::IQ4_XS,
-];
+fn weight_types() -> impl Iterator<Item = DType> {
+    DType::FLOATS.into_iter().chain(DType::QUANTIZED)
+}
 
 /// The largest `gemm_error` a kernel may make with weights of `dtype`.
 fn nmse_bound(dtype: DType) -> f64 {
@@ -106,7 +92,7 @@ fn nmse_bound(dtype: DType) -> f64 {
 #[test]
 fn every_kernel_matches_the_reference_product() {
     for isa in isa::all_supported() {
-        for dtype in WEIGHT_TYPES {
+        for dtype in weight_types() {
             let ks: &[usize] = match dtype.block_size() {
                 // 1100 and 4200: F16/F32 rows past the dot path's
                 // short-row size
@@ -153,7 +139,7 @@ fn codes_at_their_extremes_do_not_saturate() {
         .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
         .collect();
     for isa in isa::all_supported() {
-        for dtype in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+        for dtype in DType::QUANTIZED {
             for n in [1, 3, 8, 9, 29] {
                 let x = vec![1.0f32; n * k];
                 let e = product_error(isa, dtype, &w, &x, 45, n, 0);
@@ -186,7 +172,7 @@ fn weight_rows_apart_in_memory_match_the_reference_product() {
     // must step by the stride, never read the gap (filled with 0xff,
     // a NaN for the float types)
     for isa in isa::all_supported() {
-        for dtype in WEIGHT_TYPES {
+        for dtype in weight_types() {
             let ks: &[usize] = match dtype.block_size() {
                 1 => &[67, 300, 1100],
                 32 => &[96, 2112],
