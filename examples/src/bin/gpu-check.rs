@@ -9,7 +9,7 @@
 //! 8, 32, 512, F32, F16 and every quantised type). Exits non-zero on any
 //! failure, and with 2 when there is no GPU at all.
 //!
-//! Usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--emulator]
+//! Usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--types T,T] [--emulator]
 //! (`--help` says more; `--emulator` needs the feature `emulator`: it adds
 //! the host emulator of the GPU kernels, with small bench shapes, to check
 //! this program itself without a GPU)
@@ -53,6 +53,10 @@ struct Options {
     /// Repetitions of each bench cell
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = values::positive)]
     reps: usize,
+    /// Weight types of the mul_mat bench, comma-separated [default: F32,
+    /// F16 and every quantised type]
+    #[arg(long, value_name = "T,T", value_delimiter = ',', value_parser = values::dtype)]
+    types: Vec<DType>,
     /// Add the host emulator of the GPU kernels (a build with the feature
     /// `emulator`), with small bench shapes
     #[arg(long)]
@@ -139,7 +143,7 @@ fn main() -> ExitCode {
         }
         if !o.no_bench {
             let small = d.name().starts_with("emu");
-            if let Err(e) = bench(d, o.reps, small) {
+            if let Err(e) = bench(d, &o.types, o.reps, small) {
                 println!("mul_mat bench failed: {e}");
                 failed = true;
             }
@@ -256,12 +260,16 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Result<Vec<u
     Ok(out)
 }
 
-fn bench(d: &Arc<dyn Device>, reps: usize, small: bool) -> Result<()> {
+fn bench(d: &Arc<dyn Device>, types: &[DType], reps: usize, small: bool) -> Result<()> {
     let (shapes, ns) = bench_shapes(small);
-    let types: Vec<DType> = [DType::F32, DType::F16]
-        .into_iter()
-        .chain(DType::QUANTIZED)
-        .collect();
+    let types: Vec<DType> = if types.is_empty() {
+        [DType::F32, DType::F16]
+            .into_iter()
+            .chain(DType::QUANTIZED)
+            .collect()
+    } else {
+        types.to_vec()
+    };
     println!(
         "\nmul_mat on {} (GFLOP/s, weights k x m, activations F32 k x n):",
         d.name()
@@ -353,6 +361,10 @@ mod tests {
         Options::command().debug_assert();
         let o = parse(&["--emulator", "--bench-only", "--reps", "1"]).unwrap();
         assert!(o.emulator && o.bench_only && !o.no_bench && o.reps == 1);
+        assert!(o.types.is_empty());
+        let o = parse(&["--types", "q4_0,IQ4_XS"]).unwrap();
+        assert_eq!(o.types, [DType::Q4_0, DType::IQ4_XS]);
+        assert!(parse(&["--types", "Q9_9"]).is_err());
         assert_eq!(parse(&[]).unwrap().reps, 10);
         let e = parse(&["--reps", "0"]).unwrap_err();
         assert!(
