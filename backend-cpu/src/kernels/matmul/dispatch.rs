@@ -246,6 +246,8 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     if m == 0 || n == 0 {
         return;
     }
+    // an invariant, not input: the integer paths' rules take only
+    // `DType::QUANTIZED`, and `quant_format::format` reads every one of them
     let format = || format(a.dtype).expect("integer paths take the types quant_format reads");
     match path(isa, &a, n) {
         Zeros => {
