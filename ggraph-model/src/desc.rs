@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::gguf::{GgufHeader, ModelFile};
 use super::llama::LlamaConfig;
 use super::llama::llama_config;
-use super::tokenizer::VocabInfo;
+use super::tokenizer::Tokenizer;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::quant;
@@ -60,32 +60,18 @@ pub struct ModelDesc {
     pub config: LlamaConfig,
     pub tensors: Vec<TensorSpec>,
     pub data: WeightData,
-    /// The vocabulary, when the file has one.
-    pub tokens: Option<Vec<String>>,
-    /// Its kind and BOS token.
-    pub vocab: VocabInfo,
+    /// The GGUF metadata the model came from: its vocabulary and chat
+    /// template (`None` for a random model without one).
+    pub metadata: Option<Arc<GgufHeader>>,
 }
 
-/// The vocabulary's kind and BOS token, as llama.cpp reads them (a key of
-/// the wrong type counts as absent).
-fn vocab_info(h: &GgufHeader) -> VocabInfo {
-    let add_bos = h
-        .opt_bool("tokenizer.ggml.add_bos_token")
-        .ok()
-        .flatten()
-        .unwrap_or(true);
-    VocabInfo {
-        model: h
-            .opt_str("tokenizer.ggml.model")
-            .ok()
-            .flatten()
-            .map(str::to_string),
-        bos: h
-            .opt_u32("tokenizer.ggml.bos_token_id")
-            .ok()
-            .flatten()
-            .filter(|_| add_bos)
-            .and_then(|b| i32::try_from(b).ok()),
+/// The tokenizer of a model's metadata, or why there is none.
+pub(crate) fn tokenizer_of(metadata: Option<&GgufHeader>) -> Result<Tokenizer> {
+    match metadata {
+        Some(h) => Tokenizer::from_header(h),
+        None => Err(Error::InvalidArgument(
+            "this model has no vocabulary: give token ids".into(),
+        )),
     }
 }
 
@@ -119,9 +105,13 @@ impl ModelDesc {
             config,
             tensors,
             data,
-            tokens: h.tokens().map(|t| t.to_vec()),
-            vocab: vocab_info(h),
+            metadata: Some(Arc::new(h.clone())),
         })
+    }
+
+    /// The model's tokenizer, from the vocabulary in its metadata.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        tokenizer_of(self.metadata.as_deref())
     }
 
     /// A GGUF file opened with its data.
@@ -155,8 +145,7 @@ impl ModelDesc {
             config,
             tensors,
             data: WeightData::Random { seed },
-            tokens: None,
-            vocab: VocabInfo::default(),
+            metadata: None,
         })
     }
 

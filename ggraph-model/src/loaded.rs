@@ -39,13 +39,18 @@ pub struct Model {
     pub devices: Vec<Arc<dyn Device>>,
     pub cpu: Arc<dyn Device>,
     pub mode: LoadMode,
-    pub tokens: Option<Vec<String>>,
-    pub vocab: super::tokenizer::VocabInfo,
+    /// The GGUF metadata the model came from (vocabulary, chat template).
+    pub metadata: Option<Arc<crate::gguf::GgufHeader>>,
     tensors: HashMap<String, Loaded>,
     buffers: Vec<Arc<dyn Buffer>>,
 }
 
 impl Model {
+    /// The model's tokenizer, from the vocabulary in its metadata.
+    pub fn tokenizer(&self) -> Result<crate::tokenizer::Tokenizer> {
+        crate::desc::tokenizer_of(self.metadata.as_deref())
+    }
+
     /// Places `desc` on `devices` (and the host `cpu`) as `opts` say,
     /// allocates the weights (one packing per buffer type) and, in `Real`
     /// mode, copies their bytes in.
@@ -183,8 +188,7 @@ impl Model {
             devices: devices.to_vec(),
             cpu,
             mode,
-            tokens: desc.tokens.clone(),
-            vocab: desc.vocab.clone(),
+            metadata: desc.metadata.clone(),
             tensors,
             buffers,
         })

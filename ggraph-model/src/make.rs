@@ -3,10 +3,10 @@
 //! random-weight models for tests and benches.
 
 use super::desc::ModelDesc;
-use super::gguf::{ArrayValues, GgmlType, GgufWriter, Value};
+use super::gguf::{ArrayValues, GgmlType, GgufHeader, GgufWriter, Value};
 use ggraph_core::error::{Error, Result};
 
-/// A vocabulary of `n` tokens that a greedy tokeniser round-trips: three
+/// A vocabulary of `n` tokens that round-trips any text: three
 /// specials (`<unk>`, `<s>`, `</s>`), the 256 bytes as `<0xXX>`, the
 /// printable ASCII characters, the word marker `▁` with each lowercase
 /// letter, then common pieces, then numbered filler tokens.
@@ -32,6 +32,104 @@ pub fn make_vocab(n: usize) -> Vec<String> {
     }
     v.truncate(n);
     v
+}
+
+/// The token type llama.cpp reads for a piece of [`make_vocab`]:
+/// unknown, control (BOS, EOS), byte, else normal.
+fn token_type(piece: &str) -> i32 {
+    match piece {
+        "<unk>" => 2,
+        "<s>" | "</s>" => 3,
+        p if p.len() == 6 && p.starts_with("<0x") => 6,
+        _ => 1,
+    }
+}
+
+/// The `tokenizer.*` metadata of a SentencePiece-style vocabulary of
+/// `tokens` ([`make_vocab`]'s layout: `<unk>`, `<s>`, `</s>` first), scored
+/// so that earlier pieces merge first.
+pub fn vocab_kv(tokens: Vec<String>) -> Vec<(String, Value)> {
+    let n = tokens.len();
+    let types = tokens.iter().map(|t| token_type(t)).collect();
+    vec![
+        ("tokenizer.ggml.model".into(), Value::from("llama")),
+        (
+            "tokenizer.ggml.tokens".into(),
+            ArrayValues::String(tokens).into(),
+        ),
+        (
+            "tokenizer.ggml.scores".into(),
+            ArrayValues::F32((0..n).map(|i| -(i as f32)).collect()).into(),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            ArrayValues::I32(types).into(),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(2)),
+        ("tokenizer.ggml.unknown_token_id".into(), Value::U32(0)),
+    ]
+}
+
+/// A header holding only the vocabulary metadata of `tokens` (the
+/// metadata of a random model).
+pub fn vocab_header(tokens: Vec<String>) -> Result<GgufHeader> {
+    GgufHeader::new(3, vocab_kv(tokens), vec![]).map_err(Error::InvalidArgument)
+}
+
+/// The metadata of a small GPT-2-style byte-level BPE vocabulary with
+/// pre-tokenizer `pre`: the 256 byte characters, merges that spell a few
+/// common words left to right, and the control tokens `<|endoftext|>`,
+/// `<|im_start|>`, `<|im_end|>` and a user-defined `<tag>`. For tests and
+/// fuzzing of the tokenizer.
+pub fn bpe_vocab_header(pre: &str) -> Result<GgufHeader> {
+    let byte = crate::tokenizer::byte_level::byte_char;
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte(b).to_string()).collect();
+    let mut merges = Vec::new();
+    for word in [
+        " the", "the", " and", "ing", " hello", " world", " is", "er", "\n\n", "  ", "123", "'s",
+    ] {
+        let chars: Vec<String> = word.bytes().map(|b| byte(b).to_string()).collect();
+        let mut left = chars[0].clone();
+        for c in &chars[1..] {
+            let merged = format!("{left}{c}");
+            if !tokens.contains(&merged) {
+                merges.push(format!("{left} {c}"));
+                tokens.push(merged.clone());
+            }
+            left = merged;
+        }
+    }
+    let mut types = vec![1; tokens.len()];
+    for (t, ty) in [
+        ("<|endoftext|>", 3),
+        ("<|im_start|>", 3),
+        ("<|im_end|>", 3),
+        ("<tag>", 4),
+    ] {
+        tokens.push(t.into());
+        types.push(ty);
+    }
+    let eos = tokens.len() as u32 - 4;
+    let kv = vec![
+        ("tokenizer.ggml.model".into(), Value::from("gpt2")),
+        ("tokenizer.ggml.pre".into(), Value::from(pre)),
+        (
+            "tokenizer.ggml.tokens".into(),
+            ArrayValues::String(tokens).into(),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            ArrayValues::I32(types).into(),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            ArrayValues::String(merges).into(),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
+    ];
+    GgufHeader::new(3, kv, vec![]).map_err(Error::InvalidArgument)
 }
 
 /// The GGUF of a llama model description with its tensors' bytes
@@ -69,17 +167,9 @@ pub fn llama_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
             .kv("llama.expert_used_count", u(c.n_expert_used))
             .kv("llama.expert_feed_forward_length", u(c.n_ff_expert));
     }
-    let n = tokens.len();
-    w.kv("tokenizer.ggml.model", "llama")
-        .kv("tokenizer.ggml.tokens", ArrayValues::String(tokens))
-        .kv(
-            "tokenizer.ggml.scores",
-            ArrayValues::F32((0..n).map(|i| -(i as f32)).collect()),
-        )
-        .kv("tokenizer.ggml.token_type", ArrayValues::I32(vec![1; n]))
-        .kv("tokenizer.ggml.bos_token_id", Value::U32(1))
-        .kv("tokenizer.ggml.eos_token_id", Value::U32(2))
-        .kv("tokenizer.ggml.unknown_token_id", Value::U32(0));
+    for (k, v) in vocab_kv(tokens) {
+        w.kv(k, v);
+    }
     for t in &desc.tensors {
         let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
         w.tensor(&t.name, GgmlType::from(t.dtype), &shape, desc.bytes_of(t)?)?;

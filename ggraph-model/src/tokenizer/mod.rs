@@ -1,0 +1,191 @@
+//! Text to token ids and back, as llama.cpp does it for the vocabulary a
+//! GGUF carries: SentencePiece (`llama`) and GPT-2 byte-level BPE (`gpt2`)
+//! vocabularies with the pre-tokenizer `tokenizer.ggml.pre` names, special
+//! tokens found in text, BOS/EOS as the file asks, and detokenisation that
+//! streams whole characters.
+//!
+//! Written against llama.cpp's `llama-vocab.cpp` and `unicode.cpp` (as
+//! vendored in the llama-cpp-python 0.3.36 sdist) and checked id for id
+//! against its `llama-tokenize` (tests/tokenizer_fixtures.rs).
+
+mod bpe;
+pub mod byte_level;
+mod detokenize;
+pub mod pretokenize;
+mod special;
+mod spm;
+mod vocab;
+
+use aho_corasick::AhoCorasick;
+use ggraph_core::error::{Error, Result};
+
+use crate::gguf::GgufHeader;
+pub use detokenize::StreamDecoder;
+pub use pretokenize::PreTokenizer;
+use special::Fragment;
+pub use vocab::{SpecialTokens, TokenAttr, Vocab, VocabKind};
+
+/// A vocabulary ready to encode and decode.
+#[derive(Clone, Debug)]
+pub struct Tokenizer {
+    vocab: Vocab,
+    specials: Option<AhoCorasick>,
+    /// Each token's piece, special tokens rendered.
+    pieces: Vec<Box<[u8]>>,
+}
+
+impl Tokenizer {
+    pub fn new(vocab: Vocab) -> Tokenizer {
+        let specials = special::finder(&vocab);
+        let pieces = (0..vocab.n_tokens() as i32)
+            .map(|id| detokenize::piece(&vocab, id).into_boxed_slice())
+            .collect();
+        Tokenizer {
+            vocab,
+            specials,
+            pieces,
+        }
+    }
+
+    /// The tokenizer of a GGUF header's vocabulary.
+    pub fn from_header(h: &GgufHeader) -> Result<Tokenizer> {
+        Ok(Tokenizer::new(Vocab::from_header(h)?))
+    }
+
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.vocab.n_tokens()
+    }
+
+    /// The ids of `text`, as llama.cpp's `llama_tokenize`: with
+    /// `add_special`, BOS and EOS where the vocabulary asks for them; with
+    /// `parse_special`, control tokens written in the text (`<|im_end|>`)
+    /// are those tokens rather than their characters. A runner's prompt
+    /// takes both.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<i32>> {
+        let v = &self.vocab;
+        let frags = special::partition(v, self.specials.as_ref(), text, parse_special);
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && v.add_bos {
+            out.extend(v.special.bos);
+        }
+        match &v.kind {
+            VocabKind::Spm => {
+                let mut prev_special = true;
+                for f in &frags {
+                    match f {
+                        Fragment::Text(r) => {
+                            let mut s = String::with_capacity(r.len() + 4);
+                            if v.add_space_prefix && prev_special {
+                                s.push('\u{2581}');
+                            }
+                            for c in text[r.clone()].chars() {
+                                s.push(if c == ' ' { '\u{2581}' } else { c });
+                            }
+                            spm::tokenize(v, &s, &mut out);
+                            prev_special = false;
+                        }
+                        Fragment::Token(id) => {
+                            out.push(*id);
+                            prev_special = true;
+                        }
+                    }
+                }
+            }
+            VocabKind::Bpe(pre) => {
+                let mut session = bpe::BpeSession::default();
+                let mut word = String::new();
+                for f in &frags {
+                    match f {
+                        Fragment::Text(r) => {
+                            let s = &text[r.clone()];
+                            for w in pre.split(s)? {
+                                word.clear();
+                                byte_level::encode(s[w].as_bytes(), &mut word);
+                                session.tokenize_word(v, &word, &mut out);
+                            }
+                        }
+                        Fragment::Token(id) => out.push(*id),
+                    }
+                }
+            }
+        }
+        if add_special && v.add_eos {
+            out.extend(v.special.eos);
+        }
+        Ok(out)
+    }
+
+    /// A token's piece: the bytes it stands for. Control and unknown tokens
+    /// give their text with `special`, nothing without it.
+    pub fn piece(&self, id: i32, special: bool) -> Result<&[u8]> {
+        if !self.vocab.in_range(id) {
+            return Err(Error::InvalidArgument(format!(
+                "token {id} is outside the {}-token vocabulary",
+                self.n_vocab()
+            )));
+        }
+        let hidden = TokenAttr::UNKNOWN.with(TokenAttr::CONTROL);
+        if !special && self.vocab.attr(id).has(hidden) {
+            return Ok(&[]);
+        }
+        Ok(&self.pieces[id as usize])
+    }
+
+    /// The text of `ids`, as llama.cpp's `llama_detokenize`: with
+    /// `remove_special`, a leading BOS and trailing EOS the vocabulary adds
+    /// are dropped; with `unparse_special`, control tokens are written out.
+    /// Bytes that are not UTF-8 become U+FFFD.
+    pub fn decode(
+        &self,
+        ids: &[i32],
+        remove_special: bool,
+        unparse_special: bool,
+    ) -> Result<String> {
+        let v = &self.vocab;
+        let mut ids = ids;
+        let mut remove_space = v.add_space_prefix;
+        if remove_special && v.add_bos && ids.first().is_some_and(|&i| Some(i) == v.special.bos) {
+            remove_space = false;
+            ids = &ids[1..];
+        }
+        if remove_special && v.add_eos && ids.last().is_some_and(|&i| Some(i) == v.special.eos) {
+            ids = &ids[..ids.len() - 1];
+        }
+        let mut text = Vec::new();
+        for &id in ids {
+            let mut p = self.piece(id, unparse_special)?;
+            if remove_space {
+                p = p.strip_prefix(b" ").unwrap_or(p);
+            }
+            remove_space = false;
+            text.extend_from_slice(p);
+        }
+        if v.clean_spaces {
+            detokenize::clean_spaces(&mut text);
+        }
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// Whether `id` ends generation.
+    pub fn is_eog(&self, id: i32) -> bool {
+        self.vocab.is_eog(id)
+    }
+
+    /// The text of the BOS and EOS tokens, as chat templates are given
+    /// them (empty when the vocabulary has none).
+    pub fn bos_eos_text(&self) -> (String, String) {
+        let text = |id: Option<i32>| {
+            id.and_then(|i| self.vocab.text_of(i))
+                .unwrap_or("")
+                .to_string()
+        };
+        (text(self.vocab.special.bos), text(self.vocab.special.eos))
+    }
+}
+
+#[cfg(test)]
+mod tests;
