@@ -7,8 +7,11 @@
 //! the weights; [`context::Context`] decodes batches through a KV cache
 //! ([`kv`]) and the scheduler. [`estimate`] predicts memory before a load:
 //! exactly, by a dry run of the real allocator, and as Ollama does.
+//! [`chat_template`] renders a conversation into a prompt as llama.cpp
+//! does, from the GGUF's Jinja chat template.
 
 pub mod batch;
+pub mod chat_template;
 pub mod context;
 pub mod desc;
 pub mod estimate;
