@@ -33,6 +33,13 @@
 //! - The result: when the vocabulary adds BOS itself, a BOS the template
 //!   wrote at the start is removed (and EOS at the end likewise):
 //!   [`ChatTemplate::with_added_tokens`].
+//! - Two of llama.cpp's per-family handlers change a plain conversation:
+//!   gpt-oss's (without a generation prompt, the last `<|return|>` becomes
+//!   `<|end|>`) and Ministral 3's (system and assistant content as a list
+//!   of one text block). Its other handlers differ only with tools,
+//!   reasoning content or a continued message, which ggraph does not pass.
+//!   Nor does it convert string content to typed blocks for templates that
+//!   take only those: none of the templates llama.cpp ships does.
 //!
 //! A template is arbitrary input, so the work is bounded: every render has
 //! a fuel budget (instructions and bytes made, scaled by the size of the
@@ -77,6 +84,12 @@ pub struct ChatTemplate {
     supports_system_role: bool,
     /// gpt-oss keeps the `developer` role
     keeps_developer_role: bool,
+    /// llama.cpp's gpt-oss handler: without a generation prompt, the last
+    /// `<|return|>` becomes `<|end|>`
+    gpt_oss: bool,
+    /// llama.cpp's Ministral 3 handler: system and assistant content as a
+    /// list of one text block
+    ministral_3: bool,
     /// StepFun: message text is trimmed before rendering
     trims_content: bool,
     strip_bos: bool,
@@ -105,6 +118,12 @@ impl ChatTemplate {
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
         let source = prepare_source(source);
         let keeps_developer_role = source.contains("<|channel|>");
+        // common_chat_try_specialized_template's first two tests, in order
+        let ministral_3 = ["[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]"]
+            .iter()
+            .all(|m| source.contains(m))
+            && !source.contains("[CALL_ID]");
+        let gpt_oss = !ministral_3 && source.contains("<|channel|>");
         let trims_content =
             source.contains("You have access to the following functions in JSONSchema format");
         let mut env = Environment::new();
@@ -129,6 +148,8 @@ impl ChatTemplate {
             eos_token: eos_token.to_string(),
             supports_system_role: true,
             keeps_developer_role,
+            gpt_oss,
+            ministral_3,
             trims_content,
             strip_bos: false,
             strip_eos: false,
@@ -185,12 +206,7 @@ impl ChatTemplate {
                 "messages",
                 messages
                     .iter()
-                    .map(|m| {
-                        Value::from_pairs([
-                            ("role", Value::from(m.role.as_str())),
-                            ("content", Value::from(m.content.as_str())),
-                        ])
-                    })
+                    .map(|m| self.message_value(m))
                     .collect::<Vec<_>>()
                     .into(),
             ),
@@ -219,7 +235,27 @@ impl ChatTemplate {
         if self.strip_eos && out.ends_with(&self.eos_token) {
             out.truncate(out.len() - self.eos_token.len());
         }
+        if self.gpt_oss
+            && !add_generation_prompt
+            && let Some(at) = out.rfind("<|return|>")
+        {
+            out.replace_range(at..at + "<|return|>".len(), "<|end|>");
+        }
         Ok(out)
+    }
+
+    /// A message as the template sees it: `{role, content}`.
+    fn message_value(&self, m: &ChatMessage) -> Value {
+        let text = Value::from(m.content.as_str());
+        let content = if self.ministral_3 && (m.role == "system" || m.role == "assistant") {
+            Value::from(vec![Value::from_pairs([
+                ("type", Value::from("text")),
+                ("text", text),
+            ])])
+        } else {
+            text
+        };
+        Value::from_pairs([("role", Value::from(m.role.as_str())), ("content", content)])
     }
 
     /// llama.cpp's workarounds on the messages, before they reach the
