@@ -3,6 +3,7 @@
 //! around these; tests and benches call them directly.
 
 use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph_core::util::format_bytes;
@@ -11,7 +12,7 @@ use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, DecodeError};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::llama::LlamaConfig;
-use ggraph_model::make::make_vocab;
+use ggraph_model::make::{make_vocab, vocab_header};
 
 /// The shapes [`preset`] knows.
 pub const SHAPES: [&str; 3] = ["tiny", "small", "8b-4l"];
@@ -36,7 +37,7 @@ pub fn preset(name: &str) -> Result<LlamaConfig> {
 /// Its vocabulary is [`make_vocab`]'s.
 pub fn random_model(shape: &str, weights: DType, seed: u64) -> Result<ModelDesc> {
     let mut desc = ModelDesc::random(preset(shape)?, weights, seed)?;
-    desc.tokens = Some(make_vocab(desc.config.n_vocab));
+    desc.metadata = Some(Arc::new(vocab_header(make_vocab(desc.config.n_vocab))?));
     Ok(desc)
 }
 
@@ -102,7 +103,9 @@ pub fn generate(
     n_predict: usize,
 ) -> std::result::Result<Generation, DecodeError> {
     let n_batch = ctx.params.n_batch;
-    generate_in(ctx, prompt, n_predict, n_batch, &mut |_, _| {})
+    generate_in(ctx, prompt, n_predict, n_batch, &mut |_, _| {}, &mut |_| {
+        true
+    })
 }
 
 /// [`generate`], decoding the prompt one ubatch (one graph) at a time and
@@ -117,7 +120,21 @@ pub fn generate_with(
     on_prompt: &mut dyn FnMut(u64, u64),
 ) -> std::result::Result<Generation, DecodeError> {
     let n_ubatch = ctx.params.n_ubatch;
-    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt)
+    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt, &mut |_| true)
+}
+
+/// [`generate_with`], calling `on_token(id)` with each token as it is
+/// chosen: a `false` answer (an end-of-generation token, say) stops the
+/// generation there, without that token.
+pub fn generate_streaming(
+    ctx: &mut Context,
+    prompt: &[i32],
+    n_predict: usize,
+    on_prompt: &mut dyn FnMut(u64, u64),
+    on_token: &mut dyn FnMut(i32) -> bool,
+) -> std::result::Result<Generation, DecodeError> {
+    let n_ubatch = ctx.params.n_ubatch;
+    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt, on_token)
 }
 
 fn generate_in(
@@ -126,6 +143,7 @@ fn generate_in(
     n_predict: usize,
     piece: usize,
     on_prompt: &mut dyn FnMut(u64, u64),
+    on_token: &mut dyn FnMut(i32) -> bool,
 ) -> std::result::Result<Generation, DecodeError> {
     if prompt.is_empty() {
         return Err(DecodeError::InvalidBatch(Error::InvalidArgument(
@@ -146,6 +164,9 @@ fn generate_in(
     let start = Instant::now();
     let mut next = argmax(ctx.logits());
     for i in 0..n_predict {
+        if !on_token(next) {
+            break;
+        }
         generated.push(next);
         if i + 1 == n_predict {
             break;

@@ -154,3 +154,77 @@ fn fit_always_gives_a_plan_and_says_what_limited_it() {
         "{layers_seen:?}"
     );
 }
+
+#[test]
+fn tokenize_prints_llama_tokenize_ids_and_llama_takes_the_same_prompt() {
+    let [ggraph, llama, ..] = BINS;
+    let path =
+        std::env::temp_dir().join(format!("ggraph-cli-tokenize-{}.gguf", std::process::id()));
+    let p = path.to_str().unwrap();
+    let made = run(ggraph, &["make-model", p, "--shape", "tiny"], &[]);
+    assert_eq!(made.status.code(), Some(0), "{}", text(&made.stderr));
+
+    let ids = run(ggraph, &["tokenize", p, "hello world</s>"], &[]);
+    assert_eq!(ids.status.code(), Some(0), "{}", text(&ids.stderr));
+    let ids = text(&ids.stdout);
+    assert!(
+        ids.starts_with("[1, ") && ids.ends_with(", 2]\n"),
+        "BOS first, </s> parsed: {ids}"
+    );
+    let plain = text(
+        &run(
+            ggraph,
+            &["tokenize", p, "hello world</s>", "--no-parse-special"],
+            &[],
+        )
+        .stdout,
+    );
+    assert!(
+        !plain.ends_with(", 2]\n") && plain.len() > ids.len(),
+        "{plain}"
+    );
+    let escaped = text(&run(ggraph, &["tokenize", p, r"a\nb"], &[]).stdout);
+    let literal = text(&run(ggraph, &["tokenize", p, r"a\nb", "--no-escape"], &[]).stdout);
+    assert_ne!(escaped, literal);
+
+    // -n 0 only processes the prompt: its ids, then its text
+    let o = run(
+        llama,
+        &[
+            p,
+            "--cpu-only",
+            "-p",
+            "hello world</s>",
+            "-n",
+            "0",
+            "--print-prompt-ids",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next().map(|l| format!("{l}\n")), Some(ids.clone()));
+    assert_eq!(
+        lines.next(),
+        Some(" hello world"),
+        "BOS and </s> are not text"
+    );
+    assert!(
+        text(&o.stderr).contains("generation 0 tokens"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // no chat template in this file: a clear error, not a guess
+    let o = run(llama, &[p, "--cpu-only", "--chat", "hi"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("chat template"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(llama, &[p, "--system", "be brief"], &[]);
+    assert_eq!(o.status.code(), Some(2), "--system needs --chat");
+    std::fs::remove_file(&path).ok();
+}

@@ -318,3 +318,83 @@ fn every_recorded_type_is_checked() {
         );
     }
 }
+
+#[test]
+fn the_prompts_tokenise_as_llama_cpp_tokenised_them() {
+    let Some(dir) = model_dir() else {
+        return;
+    };
+    let fixtures: Value = serde_json::from_str(FIXTURES).unwrap();
+    let h = ggraph::model::gguf::read_header(&dir.join(ORIGINAL), None).unwrap();
+    let t = ggraph::model::tokenizer::Tokenizer::from_header(&h).unwrap();
+    for p in fixtures["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(
+            t.encode(text, true, true).unwrap(),
+            ids(&p["ids"]),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn chat_renders_the_template_and_answers_until_the_end_of_turn() {
+    let Some(dir) = model_dir() else {
+        return;
+    };
+    // llama.cpp's llama-completion, greedy on this prompt, answers "The
+    // answer to this classic math problem is 4." and stops after 11 tokens
+    let model = dir.join("Q8_0.gguf");
+    let question = "What is 2+2?";
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_llama"))
+        .arg(&model)
+        .args([
+            "--cpu-only",
+            "--chat",
+            question,
+            "-n",
+            "40",
+            "--print-prompt-ids",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // the prompt is the template's rendering, tokenised with specials
+    let h = ggraph::model::gguf::read_header(&model, None).unwrap();
+    let t = ggraph::model::tokenizer::Tokenizer::from_header(&h).unwrap();
+    let (bos, eos) = t.bos_eos_text();
+    let source = h.opt_str("tokenizer.chat_template").unwrap().unwrap();
+    let template = ggraph::model::chat_template::ChatTemplate::new(source, &bos, &eos).unwrap();
+    let rendered = template
+        .render(
+            &[ggraph::model::chat_template::ChatMessage::new(
+                "user", question,
+            )],
+            true,
+        )
+        .unwrap();
+    let want: Vec<String> = t
+        .encode(&rendered, true, true)
+        .unwrap()
+        .iter()
+        .map(i32::to_string)
+        .collect();
+    let mut lines = stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("[{}]", want.join(", ")).as_str())
+    );
+    let answer: String = lines.collect::<Vec<_>>().join("\n");
+    assert!(answer.contains('4'), "{answer}");
+    // it stopped at <|im_end|>, before the 40 tokens
+    let generated = stderr
+        .split("generation ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap();
+    assert!(generated < 40, "{stderr}");
+}

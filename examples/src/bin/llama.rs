@@ -11,9 +11,11 @@ use clap::error::ErrorKind;
 use clap_complete::Shell;
 use ggraph::context::Context;
 use ggraph::logs::Verbosity;
+use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
 use ggraph::model::estimate::exact::{FitRequest, check_fits, fit};
+use ggraph::model::loaded::Model as LoadedModel;
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::tokenizer::Tokenizer;
+use ggraph::model::tokenizer::{StreamDecoder, Tokenizer};
 use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
 use ggraph::{DType, logs, runner, tool, values};
@@ -56,18 +58,37 @@ struct Cli {
     /// Seed of the random model
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]
     seed: u64,
-    /// The prompt, tokenised with the model's vocabulary
-    #[arg(short = 'p', long, value_name = "TEXT", allow_hyphen_values = true)]
+    /// The prompt, tokenised with the model's own tokenizer (BOS as the
+    /// vocabulary asks, control tokens such as <|im_start|> recognised)
+    #[arg(short = 'p', long, value_name = "TEXT", allow_hyphen_values = true,
+          conflicts_with_all = ["prompt_ids", "chat"])]
     prompt: Option<String>,
-    /// The prompt as token ids, e.g. 1,300,301 (before --prompt)
-    #[arg(long = "prompt-ids", value_name = "IDS", value_parser = token_ids)]
+    /// The prompt as token ids, e.g. 1,300,301
+    #[arg(long = "prompt-ids", value_name = "IDS", value_parser = token_ids,
+          conflicts_with = "chat")]
     prompt_ids: Option<TokenIds>,
+    /// A user message, rendered with the model's chat template
+    /// (tokenizer.chat_template) and answered until an end-of-turn token
+    #[arg(long, value_name = "MSG", allow_hyphen_values = true)]
+    chat: Option<String>,
+    /// A system message before the --chat message
+    #[arg(
+        long,
+        value_name = "MSG",
+        allow_hyphen_values = true,
+        requires = "chat"
+    )]
+    system: Option<String>,
+    /// Print the prompt's token ids ([1, 2, 3]) before the text
+    #[arg(long = "print-prompt-ids")]
+    print_prompt_ids: bool,
     /// N pseudo-random prompt tokens (for timing), without --prompt or
     /// --prompt-ids
     #[arg(long = "random-prompt", value_name = "N", default_value_t = 8,
           value_parser = values::count)]
     random_prompt: usize,
-    /// Tokens to generate
+    /// Tokens to generate at most (generation also stops at an
+    /// end-of-generation token); 0 only processes the prompt
     #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 32,
           value_parser = values::count)]
     n_predict: usize,
@@ -107,6 +128,47 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Text on stdout now, not at the next newline.
+fn emit(text: &str) {
+    use std::io::Write;
+    if text.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
+/// The --chat prompt: the model's chat template around the messages,
+/// with the assistant's turn opened.
+fn chat_prompt(
+    model: &LoadedModel,
+    tokenizer: Option<&Tokenizer>,
+    system: Option<&str>,
+    user: &str,
+) -> Result<String, String> {
+    let source = model
+        .metadata
+        .as_deref()
+        .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
+        .ok_or("this model has no chat template (tokenizer.chat_template): use --prompt")?;
+    let (bos, eos) = tokenizer.map(Tokenizer::bos_eos_text).unwrap_or_default();
+    let template = ChatTemplate::new(source, &bos, &eos).map_err(|e| e.to_string())?;
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(ChatMessage {
+            role: "system".into(),
+            content: s.into(),
+        });
+    }
+    messages.push(ChatMessage {
+        role: "user".into(),
+        content: user.into(),
+    });
+    template
+        .render(&messages, true)
+        .map_err(|e| format!("the chat template: {e}"))
 }
 
 fn run(a: &Cli) -> Result<(), String> {
@@ -159,39 +221,71 @@ fn run(a: &Cli) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     progress.finish();
     eprintln!("loaded in {:.2} s", t.elapsed().as_secs_f64());
-    // the tokenizer is needed for --prompt and to print text; a vocabulary
-    // it cannot read only matters for --prompt
-    let tokenizer = match &model.tokens {
-        Some(t) => match Tokenizer::for_vocab(t.clone(), &model.vocab) {
-            Ok(t) => Some(t),
-            Err(e) if a.prompt.is_some() => {
-                return Err(format!("{e} (--prompt-ids)"));
-            }
-            Err(_) => None,
-        },
+    // the tokenizer is needed for --prompt and --chat, and to print text;
+    // a vocabulary it cannot read only matters for those
+    let wants_text = a.prompt.is_some() || a.chat.is_some();
+    let tokenizer = match model.tokenizer() {
+        Ok(t) => Some(t),
+        Err(e) if wants_text => return Err(format!("{e} (--prompt-ids takes token ids)")),
+        Err(_) => None,
+    };
+    let chat_prompt = match &a.chat {
+        Some(msg) => Some(chat_prompt(
+            &model,
+            tokenizer.as_ref(),
+            a.system.as_deref(),
+            msg,
+        )?),
         None => None,
     };
     let n_vocab = model.config.n_vocab;
     let mut ctx = Context::new(Arc::new(model), params).map_err(|e| e.to_string())?;
+    let text_prompt = a.prompt.as_deref().or(chat_prompt.as_deref());
     let prompt: Vec<i32> = if let Some(ids) = &a.prompt_ids {
         ids.0.clone()
-    } else if let Some(text) = &a.prompt {
-        let t = tokenizer
-            .as_ref()
-            .ok_or("this model has no vocabulary: use --prompt-ids")?;
-        t.encode(text)
+    } else if let (Some(text), Some(t)) = (text_prompt, &tokenizer) {
+        t.encode(text, true, true).map_err(|e| e.to_string())?
     } else {
         runner::random_prompt(a.random_prompt, n_vocab, 42)
     };
+    if a.print_prompt_ids {
+        let ids: Vec<String> = prompt.iter().map(i32::to_string).collect();
+        println!("[{}]", ids.join(", "));
+    }
+    // the text streams to stdout as it is made: the prompt's (not for
+    // --chat, whose prompt is the template's), then each token's piece,
+    // a character once its last byte is there
+    let mut stream = StreamDecoder::new();
+    if let (Some(t), None) = (&tokenizer, &a.chat) {
+        let text = t.decode(&prompt, false, false).map_err(|e| e.to_string())?;
+        emit(&text);
+    }
     // a bar for prompts that take more than one graph
     let mut progress = Progress::tokens("prompt", ctx.params.n_ubatch as u64);
-    let g = runner::generate_with(&mut ctx, &prompt, a.n_predict, &mut |done, total| {
-        progress.update(done, total)
-    })
+    let mut on_token = |id: i32| {
+        let Some(t) = &tokenizer else {
+            return true;
+        };
+        if t.is_eog(id) {
+            return false;
+        }
+        if let Ok(piece) = t.piece(id, false) {
+            emit(&stream.push(piece));
+        }
+        true
+    };
+    let g = runner::generate_streaming(
+        &mut ctx,
+        &prompt,
+        a.n_predict,
+        &mut |done, total| progress.update(done, total),
+        &mut on_token,
+    )
     .map_err(|e| e.to_string())?;
     progress.finish();
-    if let Some(t) = &tokenizer {
-        println!("{}{}", t.decode(&prompt), t.decode(&g.generated));
+    if tokenizer.is_some() {
+        emit(&stream.finish());
+        println!();
     }
     if a.print_ids {
         let ids: Vec<String> = g.generated.iter().map(|i| i.to_string()).collect();

@@ -1,5 +1,5 @@
 //! Subcommands of `ggraph` for model files: `plan`, `estimate`, `header`,
-//! `check`, `make-model`.
+//! `check`, `make-model`, `tokenize`.
 
 use std::process::ExitCode;
 
@@ -10,6 +10,7 @@ pub mod header;
 pub mod make;
 pub mod model;
 pub mod plan;
+pub mod tokenize;
 
 /// `ggraph`'s subcommands on model files (`devices` and `completions` are
 /// the binary's own).
@@ -46,6 +47,14 @@ pub enum ModelCommand {
     /// runner's tokenizer round-trips), for tests, benches and splitting
     /// experiments.
     MakeModel(make::MakeArgs),
+    /// A text's token ids with the model's own tokenizer
+    ///
+    /// Prints the ids as llama.cpp's `llama-tokenize --ids` does
+    /// (`[1, 2, 3]`): BOS and EOS where the vocabulary adds them, control
+    /// tokens written in the text recognised (unless --no-parse-special).
+    /// MODEL is a .gguf, a header prefix or a header JSON holding the
+    /// vocabulary.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 impl ModelCommand {
@@ -57,6 +66,7 @@ impl ModelCommand {
             ModelCommand::Header(_) => "header",
             ModelCommand::Check(_) => "check",
             ModelCommand::MakeModel(_) => "make-model",
+            ModelCommand::Tokenize(_) => "tokenize",
         }
     }
 
@@ -68,6 +78,7 @@ impl ModelCommand {
             ModelCommand::Header(a) => header::render(a),
             ModelCommand::Check(a) => check::render(a),
             ModelCommand::MakeModel(a) => make::render(a),
+            ModelCommand::Tokenize(a) => tokenize::render(a),
         }
     }
 
