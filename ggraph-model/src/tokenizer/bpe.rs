@@ -10,6 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::pretokenize::PreTokenizer;
 use super::vocab::Vocab;
 
 #[derive(Clone, Copy)]
@@ -43,12 +44,12 @@ pub(crate) struct BpeSession {
 }
 
 impl BpeSession {
-    /// The tokens of `word` (already in the byte-level alphabet), appended
-    /// to `out`.
-    pub fn tokenize_word(&mut self, v: &Vocab, word: &str, out: &mut Vec<i32>) {
-        if v.ignore_merges
-            && let Some(id) = v.id_of(word)
-        {
+    /// The tokens of `word` (in the byte-level alphabet, or raw UTF-8
+    /// with `▁` for spaces when the pre-tokenizer is not byte-level),
+    /// appended to `out`.
+    pub fn tokenize_word(&mut self, v: &Vocab, pre: &PreTokenizer, word: &str, out: &mut Vec<i32>) {
+        let whole = v.ignore_merges || (pre.whole_newlines && word.bytes().all(|b| b == b'\n'));
+        if whole && let Some(id) = v.id_of(word) {
             out.push(id);
             return;
         }
@@ -99,11 +100,16 @@ impl BpeSession {
                 // a symbol that is no token: its bytes, where a byte is one
                 let text = &word.as_bytes()[s.start as usize..(s.start + s.len) as usize];
                 for &b in text {
-                    if b.is_ascii()
-                        && let Some(id) = v.id_of(std::str::from_utf8(&[b]).unwrap_or(""))
-                    {
-                        out.push(id);
-                    }
+                    let id = if pre.byte_level {
+                        if b.is_ascii() {
+                            v.id_of(std::str::from_utf8(&[b]).unwrap_or(""))
+                        } else {
+                            None
+                        }
+                    } else {
+                        v.id_of(&format!("<0x{b:02X}>"))
+                    };
+                    out.extend(id);
                 }
             }
             i = s.next;

@@ -47,8 +47,9 @@ pub(crate) fn piece(v: &Vocab, id: i32) -> Vec<u8> {
         return t.text.as_bytes().to_vec();
     }
     if t.attr.has(TokenAttr::NORMAL) {
-        return match v.kind {
+        return match &v.kind {
             VocabKind::Spm => t.text.replace(SPACE_MARK, " ").into_bytes(),
+            VocabKind::Bpe(pre) if !pre.byte_level => t.text.replace(SPACE_MARK, " ").into_bytes(),
             VocabKind::Bpe(_) => byte_level_bytes(&t.text),
         };
     }

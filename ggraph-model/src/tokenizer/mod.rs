@@ -101,11 +101,19 @@ impl Tokenizer {
                 for f in &frags {
                     match f {
                         Fragment::Text(r) => {
-                            let s = &text[r.clone()];
-                            for w in pre.split(s)? {
+                            let s = if pre.byte_level {
+                                std::borrow::Cow::Borrowed(&text[r.clone()])
+                            } else {
+                                std::borrow::Cow::Owned(text[r.clone()].replace(' ', "\u{2581}"))
+                            };
+                            for w in pre.split(&s)? {
                                 word.clear();
-                                byte_level::encode(s[w].as_bytes(), &mut word);
-                                session.tokenize_word(v, &word, &mut out);
+                                if pre.byte_level {
+                                    byte_level::encode(s[w].as_bytes(), &mut word);
+                                } else {
+                                    word.push_str(&s[w]);
+                                }
+                                session.tokenize_word(v, pre, &word, &mut out);
                             }
                         }
                         Fragment::Token(id) => out.push(*id),

@@ -88,6 +88,7 @@ const MINICPM5: &[&str] = &[
     r"\p{N}{1,3}",
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ];
+const NEWLINES: &[&str] = &["[^\n]+|[\n]+"];
 const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"];
 
 /// One family of pre-tokenizers: the names `tokenizer.ggml.pre` gives it,
@@ -104,6 +105,14 @@ struct Family {
     add_bos: bool,
     /// The family has no BOS token unless the file names one.
     no_default_bos: bool,
+    /// BPE over the byte-level alphabet (GPT-2's); otherwise over raw
+    /// UTF-8 with spaces as `▁` and `<0xXX>` byte pieces (Gemma 4).
+    byte_level: bool,
+    /// A word of newlines only that is a token is that token (Gemma 4).
+    whole_newlines: bool,
+    /// BOS is added even when the file says not to (llama.cpp's Gemma 4
+    /// workaround).
+    force_bos: bool,
 }
 
 const fn family(names: &'static [&'static str], regexes: &'static [&'static str]) -> Family {
@@ -114,6 +123,17 @@ const fn family(names: &'static [&'static str], regexes: &'static [&'static str]
         ignore_merges: false,
         add_bos: false,
         no_default_bos: false,
+        byte_level: true,
+        whole_newlines: false,
+        force_bos: false,
+    }
+}
+
+/// BPE over raw UTF-8 with `▁` for spaces, split at newlines only.
+const fn spm_style(f: Family) -> Family {
+    Family {
+        byte_level: false,
+        ..f
     }
 }
 
@@ -244,6 +264,12 @@ const FAMILIES: &[Family] = &[
     keep_spaces(family(&["ufakzeka"], UFAKZEKA)),
     keep_spaces(family(&["laguna"], LAGUNA)),
     family(&["exaone-moe"], EXAONE_MOE),
+    Family {
+        whole_newlines: true,
+        force_bos: true,
+        ..spm_style(family(&["gemma4", "granite-embed-multi-311m"], NEWLINES))
+    },
+    keep_spaces(spm_style(family(&["sarvam-moe"], NEWLINES))),
 ];
 
 /// Pre-tokenizers llama.cpp knows that ggraph does not run: hand-written
@@ -255,9 +281,6 @@ const NOT_RUN: &[&str] = &[
     "tiny_aya",
     "cohere2moe",
     "superbpe",
-    "gemma4",
-    "granite-embed-multi-311m",
-    "sarvam-moe",
     "whitespace",
 ];
 
@@ -270,6 +293,9 @@ pub struct PreTokenizer {
     pub(crate) ignore_merges: bool,
     pub(crate) add_bos: bool,
     pub(crate) no_default_bos: bool,
+    pub(crate) byte_level: bool,
+    pub(crate) whole_newlines: bool,
+    pub(crate) force_bos: bool,
 }
 
 impl PreTokenizer {
@@ -301,6 +327,9 @@ impl PreTokenizer {
             ignore_merges: f.ignore_merges,
             add_bos: f.add_bos,
             no_default_bos: f.no_default_bos,
+            byte_level: f.byte_level,
+            whole_newlines: f.whole_newlines,
+            force_bos: f.force_bos,
         })
     }
 

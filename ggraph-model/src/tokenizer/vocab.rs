@@ -274,10 +274,22 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
                 special,
             })
         }
+        "gemma4" => {
+            let pre = PreTokenizer::named("gemma4")?;
+            Ok(Flags {
+                add_bos: pre.add_bos,
+                add_eos: false,
+                add_space_prefix: false,
+                clean_spaces: pre.clean_spaces,
+                ignore_merges: pre.ignore_merges,
+                kind: VocabKind::Bpe(pre),
+                special: SpecialTokens::default(),
+            })
+        }
         other => Err(Error::Unsupported {
             device: "ggraph's tokenizer".into(),
             what: format!(
-                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece) and 'gpt2' (byte-level BPE) vocabularies; give the prompt as token ids"
+                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece), 'gpt2' (BPE) and 'gemma4' vocabularies; give the prompt as token ids"
             ),
         }),
     }
@@ -362,7 +374,7 @@ impl Vocab {
             (VocabKind::Spm, _) => Vec::new(),
             (VocabKind::Bpe(_), None) => {
                 return Err(vocab_error(
-                    "a 'gpt2' vocabulary without 'tokenizer.ggml.merges'",
+                    "a BPE vocabulary without 'tokenizer.ggml.merges'",
                 ));
             }
             (VocabKind::Bpe(_), Some(a)) => match a.values() {
@@ -414,6 +426,11 @@ impl Vocab {
         }
         if let Some(b) = opt_bool(h, "tokenizer.ggml.add_eos_token") {
             add_eos = b;
+        }
+        if let VocabKind::Bpe(pre) = &flags.kind
+            && pre.force_bos
+        {
+            add_bos = true;
         }
         let name = h
             .opt_str("general.name")
