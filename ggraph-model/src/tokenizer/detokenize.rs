@@ -18,8 +18,7 @@ fn byte_of_piece(text: &str) -> u8 {
 
 /// The bytes of a byte-level BPE piece; a character outside the byte
 /// alphabet is spelled out as llama.cpp does.
-fn byte_level_bytes(text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
+fn byte_level_bytes(text: &str, out: &mut Vec<u8>) {
     for c in text.chars() {
         match byte_level::char_byte(c) {
             Some(b) => out.push(b),
@@ -34,29 +33,25 @@ fn byte_level_bytes(text: &str) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
-/// A token's piece with special tokens rendered (their text).
-pub(crate) fn piece(v: &Vocab, id: i32) -> Vec<u8> {
+/// A token's piece with special tokens rendered (their text), appended
+/// to `out`.
+pub(crate) fn append_piece(v: &Vocab, id: i32, out: &mut Vec<u8>) {
     let t = &v.tokens[id as usize];
     let special = TokenAttr::UNKNOWN
         .with(TokenAttr::CONTROL)
         .with(TokenAttr::USER_DEFINED);
     if t.attr.has(special) {
-        return t.text.as_bytes().to_vec();
+        out.extend_from_slice(t.text.as_bytes());
+    } else if t.attr.has(TokenAttr::NORMAL) {
+        match &v.kind {
+            VocabKind::Bpe(pre) if pre.byte_level => byte_level_bytes(&t.text, out),
+            _ => out.extend_from_slice(t.text.replace(SPACE_MARK, " ").as_bytes()),
+        }
+    } else if t.attr.has(TokenAttr::BYTE) {
+        out.push(byte_of_piece(&t.text));
     }
-    if t.attr.has(TokenAttr::NORMAL) {
-        return match &v.kind {
-            VocabKind::Spm => t.text.replace(SPACE_MARK, " ").into_bytes(),
-            VocabKind::Bpe(pre) if !pre.byte_level => t.text.replace(SPACE_MARK, " ").into_bytes(),
-            VocabKind::Bpe(_) => byte_level_bytes(&t.text),
-        };
-    }
-    if t.attr.has(TokenAttr::BYTE) {
-        return vec![byte_of_piece(&t.text)];
-    }
-    Vec::new()
 }
 
 /// llama.cpp's `clean_up_tokenization_spaces`: no space before `?!.,`, none

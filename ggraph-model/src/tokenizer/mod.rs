@@ -14,6 +14,7 @@ mod detokenize;
 pub mod pretokenize;
 mod special;
 mod spm;
+mod text_index;
 mod vocab;
 
 use aho_corasick::AhoCorasick;
@@ -30,20 +31,26 @@ pub use vocab::{SpecialTokens, TokenAttr, Vocab, VocabKind};
 pub struct Tokenizer {
     vocab: Vocab,
     specials: Option<AhoCorasick>,
-    /// Each token's piece, special tokens rendered.
-    pieces: Vec<Box<[u8]>>,
+    /// Every token's piece, special tokens rendered, end to end; token
+    /// `i`'s is `pieces[piece_ends[i - 1]..piece_ends[i]]`.
+    pieces: Vec<u8>,
+    piece_ends: Vec<u32>,
 }
 
 impl Tokenizer {
     pub fn new(vocab: Vocab) -> Tokenizer {
         let specials = special::finder(&vocab);
-        let pieces = (0..vocab.n_tokens() as i32)
-            .map(|id| detokenize::piece(&vocab, id).into_boxed_slice())
-            .collect();
+        let mut pieces = Vec::new();
+        let mut piece_ends = Vec::with_capacity(vocab.n_tokens());
+        for id in 0..vocab.n_tokens() as i32 {
+            detokenize::append_piece(&vocab, id, &mut pieces);
+            piece_ends.push(pieces.len() as u32);
+        }
         Tokenizer {
             vocab,
             specials,
             pieces,
+            piece_ends,
         }
     }
 
@@ -140,7 +147,13 @@ impl Tokenizer {
         if !special && self.vocab.attr(id).has(hidden) {
             return Ok(&[]);
         }
-        Ok(&self.pieces[id as usize])
+        let i = id as usize;
+        let start = if i == 0 {
+            0
+        } else {
+            self.piece_ends[i - 1] as usize
+        };
+        Ok(&self.pieces[start..self.piece_ends[i] as usize])
     }
 
     /// The text of `ids`, as llama.cpp's `llama_detokenize`: with

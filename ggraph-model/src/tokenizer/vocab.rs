@@ -4,11 +4,40 @@
 //! that steer tokenisation (BOS/EOS, space prefix, space cleaning).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use ggraph_core::error::{Error, Result};
 
 use super::pretokenize::PreTokenizer;
+use super::text_index::TextIndex;
 use crate::gguf::{ArrayValues, GgufHeader};
+
+/// The hash of a pair of token ids: a multiply per id (FxHash's), as
+/// the merge table is looked up for every pair of adjacent symbols.
+#[derive(Default)]
+pub(crate) struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(b as u64);
+        }
+    }
+
+    fn write_i32(&mut self, i: i32) {
+        self.add(i as u32 as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl PairHasher {
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
 
 /// A token's attributes (llama.cpp's `llama_token_attr` bits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,9 +125,9 @@ pub struct Vocab {
     pub(crate) tokens: Vec<TokenData>,
     /// Piece text to id; for a text that appears twice, the later id (as
     /// llama.cpp's map keeps it).
-    pub(crate) ids: HashMap<String, i32>,
+    index: TextIndex,
     /// BPE: (left id, right id) to (rank, id of the merged piece or -1).
-    pub(crate) merges: HashMap<(i32, i32), (u32, i32)>,
+    pub(crate) merges: HashMap<(i32, i32), (u32, i32), BuildHasherDefault<PairHasher>>,
     pub special: SpecialTokens,
     /// Tokens that end generation.
     pub(crate) eog: HashSet<i32>,
@@ -370,15 +399,15 @@ impl Vocab {
                 t.len()
             )));
         }
-        let merges: Vec<String> = match (&flags.kind, h.opt_array("tokenizer.ggml.merges")?) {
-            (VocabKind::Spm, _) => Vec::new(),
+        let merges: &[String] = match (&flags.kind, h.opt_array("tokenizer.ggml.merges")?) {
+            (VocabKind::Spm, _) => &[],
             (VocabKind::Bpe(_), None) => {
                 return Err(vocab_error(
                     "a BPE vocabulary without 'tokenizer.ggml.merges'",
                 ));
             }
             (VocabKind::Bpe(_), Some(a)) => match a.values() {
-                Some(ArrayValues::String(v)) => v.clone(),
+                Some(ArrayValues::String(v)) => v,
                 _ => {
                     return Err(vocab_error(format!(
                         "'tokenizer.ggml.merges' has type {}, expected array[string]",
@@ -438,7 +467,7 @@ impl Vocab {
             .flatten()
             .unwrap_or("")
             .to_lowercase();
-        let mut v = Vocab::assemble(tokens, &merges, flags, special, add_bos, add_eos)?;
+        let mut v = Vocab::assemble(tokens, merges, flags, special, add_bos, add_eos)?;
         if name.contains("phi-3") || name.contains("phi3") {
             v.strip_spaces_after_specials();
         }
@@ -475,11 +504,9 @@ impl Vocab {
                 "the vocabulary asks for an EOS token (add_eos_token) but names none",
             ));
         }
-        let mut ids = HashMap::with_capacity(tokens.len());
-        for (i, t) in tokens.iter().enumerate() {
-            ids.insert(t.text.clone(), i as i32);
-        }
-        let mut merge_ranks = HashMap::with_capacity(merges.len());
+        let index = TextIndex::new(&tokens);
+        let id_of = |parts: &[&[u8]]| index.find(&tokens, parts);
+        let mut merge_ranks = HashMap::with_capacity_and_hasher(merges.len(), Default::default());
         for (rank, m) in merges.iter().enumerate() {
             // split at the first space after the first byte, as llama.cpp
             // does; a merge with no space pairs two empty texts
@@ -488,18 +515,19 @@ impl Vocab {
                 Some(p) => (&m[..p], &m[p + 1..]),
                 None => ("", ""),
             };
-            let (Some(&l), Some(&r)) = (ids.get(left), ids.get(right)) else {
+            let (left, right) = (left.as_bytes(), right.as_bytes());
+            let (Some(l), Some(r)) = (id_of(&[left]), id_of(&[right])) else {
                 // a merge of texts that are no tokens can never apply to
                 // pieces that are
                 continue;
             };
-            let merged = ids.get(&format!("{left}{right}")).copied().unwrap_or(-1);
+            let merged = id_of(&[left, right]).unwrap_or(-1);
             merge_ranks.entry((l, r)).or_insert((rank as u32, merged));
         }
         let mut v = Vocab {
             kind: flags.kind,
             tokens,
-            ids,
+            index,
             merges: merge_ranks,
             special,
             eog: HashSet::new(),
@@ -529,24 +557,22 @@ impl Vocab {
     /// tokens by their text, the end-of-generation set, tokens that must be
     /// control tokens whatever their type says.
     fn find_specials_by_text(&mut self) {
-        let find = |texts: &[&str], ids: &HashMap<String, i32>| -> Option<i32> {
-            texts.iter().find_map(|t| ids.get(*t).copied())
-        };
+        let by_text: [(Slot, &[&str]); 8] = [
+            (|s| &mut s.eot, EOT_TEXTS),
+            (|s| &mut s.eom, &["<|eom_id|>"]),
+            (|s| &mut s.fim_pre, FIM_PRE_TEXTS),
+            (|s| &mut s.fim_suf, FIM_SUF_TEXTS),
+            (|s| &mut s.fim_mid, FIM_MID_TEXTS),
+            (|s| &mut s.fim_pad, FIM_PAD_TEXTS),
+            (|s| &mut s.fim_rep, FIM_REP_TEXTS),
+            (|s| &mut s.fim_sep, FIM_SEP_TEXTS),
+        ];
         let mut make_control = Vec::new();
-        for (slot, texts) in [
-            (&mut self.special.eot, EOT_TEXTS),
-            (&mut self.special.eom, &["<|eom_id|>"][..]),
-            (&mut self.special.fim_pre, FIM_PRE_TEXTS),
-            (&mut self.special.fim_suf, FIM_SUF_TEXTS),
-            (&mut self.special.fim_mid, FIM_MID_TEXTS),
-            (&mut self.special.fim_pad, FIM_PAD_TEXTS),
-            (&mut self.special.fim_rep, FIM_REP_TEXTS),
-            (&mut self.special.fim_sep, FIM_SEP_TEXTS),
-        ] {
-            if slot.is_none()
-                && let Some(id) = find(texts, &self.ids)
+        for (slot, texts) in by_text {
+            if slot(&mut self.special).is_none()
+                && let Some(id) = texts.iter().find_map(|t| self.id_of(t))
             {
-                *slot = Some(id);
+                *slot(&mut self.special) = Some(id);
                 make_control.push(id);
             }
         }
@@ -569,13 +595,13 @@ impl Vocab {
         .flatten()
         .collect();
         for text in EOG_TEXTS {
-            if let Some(&id) = self.ids.get(*text) {
+            if let Some(id) = self.id_of(text) {
                 eog.insert(id);
                 self.set_attr(id, self.attr(id).with(TokenAttr::CONTROL));
             }
         }
         for text in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(&id) = self.ids.get(text) {
+            if let Some(id) = self.id_of(text) {
                 self.set_attr(id, TokenAttr::USER_DEFINED);
             }
         }
@@ -586,21 +612,21 @@ impl Vocab {
         );
         // o200k_harmony and solar-open: "<|end|>" ends a message, not the
         // generation
-        let has = |t: &str| self.ids.get(t).is_some_and(|id| eog.contains(id));
+        let has = |t: &str| self.id_of(t).is_some_and(|id| eog.contains(&id));
         let (ret, call, flush) = (
             has("<|return|>"),
             has("<|call|>") || has("<|calls|>"),
             has("<|flush|>"),
         );
         let normal_s = has("<|tool_response>") || has("<|plamo:eos|>");
-        if let Some(&end) = self.ids.get("<|end|>")
+        if let Some(end) = self.id_of("<|end|>")
             && eog.contains(&end)
             && ((ret && call) || (call && flush))
         {
             eog.remove(&end);
             self.set_attr(end, TokenAttr::USER_DEFINED);
         }
-        if let Some(&s) = self.ids.get("</s>")
+        if let Some(s) = self.id_of("</s>")
             && normal_s
             && eog.remove(&s)
         {
@@ -615,11 +641,11 @@ impl Vocab {
         for i in self.special_order.clone() {
             self.set_attr(i, self.attr(i).with(TokenAttr::RSTRIP));
         }
-        if let Some(&id) = self.ids.get("</s>") {
+        if let Some(id) = self.id_of("</s>") {
             self.set_attr(id, self.attr(id).with(TokenAttr::RSTRIP));
         }
         for t in ["<unk>", "<s>", "<|endoftext|>"] {
-            if let Some(&id) = self.ids.get(t) {
+            if let Some(id) = self.id_of(t) {
                 self.set_attr(id, self.attr(id).without(TokenAttr::RSTRIP));
             }
         }
@@ -650,7 +676,7 @@ impl Vocab {
 
     /// The id of a piece's text.
     pub fn id_of(&self, text: &str) -> Option<i32> {
-        self.ids.get(text).copied()
+        self.index.find(&self.tokens, &[text.as_bytes()])
     }
 
     /// A token's text as the vocabulary stores it (`None` outside it).
