@@ -2,8 +2,6 @@
 //! open-addressing table of ids, hashed by their text. A text can be
 //! looked up in parts (a merge's left and right), with no allocation.
 
-use super::vocab::TokenData;
-
 /// FNV-1a over the parts in turn: the hash of the parts is the hash of
 /// their concatenation.
 fn hash(parts: &[&[u8]]) -> u64 {
@@ -35,17 +33,18 @@ pub(crate) struct TextIndex {
 }
 
 impl TextIndex {
-    /// The index of `tokens`' texts; of two equal texts the later id wins,
+    /// The index of the texts of `tokens`; of two equal texts the later id wins,
     /// as llama.cpp's map keeps it.
-    pub fn new(tokens: &[TokenData]) -> TextIndex {
+    pub fn new<T: AsRef<str>>(tokens: &[T]) -> TextIndex {
         let n = (tokens.len() * 2).next_power_of_two().max(16);
         let mut index = TextIndex { slots: vec![-1; n] };
         for (id, t) in tokens.iter().enumerate() {
             let mask = index.slots.len() - 1;
-            let mut at = hash(&[t.text.as_bytes()]) as usize & mask;
+            let text = t.as_ref();
+            let mut at = hash(&[text.as_bytes()]) as usize & mask;
             loop {
                 let s = index.slots[at];
-                if s < 0 || tokens[s as usize].text == t.text {
+                if s < 0 || tokens[s as usize].as_ref() == text {
                     index.slots[at] = id as i32;
                     break;
                 }
@@ -56,7 +55,7 @@ impl TextIndex {
     }
 
     /// The id of the text that is `parts` joined.
-    pub fn find(&self, tokens: &[TokenData], parts: &[&[u8]]) -> Option<i32> {
+    pub fn find<T: AsRef<str>>(&self, tokens: &[T], parts: &[&[u8]]) -> Option<i32> {
         if self.slots.is_empty() {
             return None;
         }
@@ -67,7 +66,7 @@ impl TextIndex {
             if s < 0 {
                 return None;
             }
-            if equals(&tokens[s as usize].text, parts) {
+            if equals(tokens[s as usize].as_ref(), parts) {
                 return Some(s);
             }
             at = (at + 1) & mask;

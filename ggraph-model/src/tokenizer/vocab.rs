@@ -99,6 +99,12 @@ pub(crate) struct TokenData {
     pub attr: TokenAttr,
 }
 
+impl AsRef<str> for TokenData {
+    fn as_ref(&self) -> &str {
+        &self.text
+    }
+}
+
 /// The special tokens a vocabulary names (absent ones are `None`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
