@@ -44,7 +44,16 @@
 //! A template is arbitrary input, so the work is bounded: every render has
 //! a fuel budget (instructions and bytes made, scaled by the size of the
 //! messages) and a recursion limit, so that a runaway loop ends in an error
-//! rather than a hang, and `tojson` refuses values nested too deep.
+//! rather than a hang; printing a list or map, `string`, `trim` and
+//! `tojson` pay for every item first and refuse values nested too deep;
+//! `str.format` takes `{}` placeholders only, as llama.cpp's does.
+//!
+//! Two holes remain in minijinja 3.1's fuel, both out of reach of a
+//! template that llama.cpp renders: a list added to itself in a loop
+//! (`{% set ns.l = ns.l + ns.l %}` 33 times) is copied out (2^33 items)
+//! before it is paid for, and a list repeated lazily (`[x] * 10**8`, which
+//! llama.cpp refuses) is turned into text by `~` and by minijinja's string
+//! filters (`lower`, `replace`, ...) without paying for its items.
 
 mod builtins;
 

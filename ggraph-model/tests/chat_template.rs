@@ -152,3 +152,90 @@ fn the_real_gguf_template_is_in_the_fixtures() {
     assert_eq!(text(gguf, "bos"), "<|im_start|>");
     assert_eq!(text(gguf, "eos"), "<|im_end|>");
 }
+
+/// The fuel of a render grows with the conversation: a long one through
+/// every fixture template renders (or fails as its short form does), it
+/// does not run out.
+#[test]
+fn a_long_conversation_does_not_run_out_of_fuel() {
+    let fx = fixtures();
+    let now = NaiveDateTime::parse_from_str(text(&fx, "now"), "%Y-%m-%dT%H:%M:%S")
+        .expect("'now' is a date and time");
+    let turn = "All work and no play makes Jack a dull boy. ".repeat(40);
+    let mut messages = vec![ChatMessage::new("system", "You are a helpful assistant.")];
+    for _ in 0..500 {
+        messages.push(ChatMessage::new("user", turn.as_str()));
+        messages.push(ChatMessage::new("assistant", turn.as_str()));
+    }
+    messages.push(ChatMessage::new("user", "And now?"));
+    for t in fx["templates"].as_array().expect("templates is a list") {
+        let name = text(t, "name");
+        let short_renders = t["cases"]
+            .as_array()
+            .expect("cases is a list")
+            .iter()
+            .any(|c| c["messages"] == "system_user_assistant_user" && c.get("rendered").is_some());
+        if !short_renders {
+            continue;
+        }
+        let template = ChatTemplate::new(text(t, "source"), text(t, "bos"), text(t, "eos"))
+            .expect("the fixture template parses");
+        let out = template
+            .render_at(&messages, true, now)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(out.len() > 1000 * turn.len(), "{name}: {} bytes", out.len());
+    }
+}
+
+/// Templates written to exhaust time, memory or the stack: each ends,
+/// quickly, in an error or a bounded output, never a panic or a hang.
+#[test]
+fn hostile_templates_end_quickly() {
+    let hostile = [
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        "{{ 'a' * 1000000000000 }}",
+        "{{ range(1000000000000000000) | length }}",
+        "{{ messages * 100000000 }}",
+        "{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% set ns = namespace(x=1) %}{% set ns.x = ns %}{{ ns }}{{ ns | tojson }}",
+        "{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(0) }}",
+        "{{ 'a' | indent(1000000000000) }}",
+        "{{ 'a' | center(1000000000000) }}",
+        "{{ '{:>1000000000}'.format(1) }}",
+        "{{ '%1000000000d' | format(1) }}",
+        "{{ 'abc'.replace('', 'x' * 1000000) }}",
+        "{{ ('x' * 1000000).split('') }}",
+        "{{ range(100000) | batch(1000000000000) | list | length }}",
+        "{{ range(100000) | tojson(indent=1000000000000) }}",
+        "{{ range(100000) | list | tojson(indent=100000) }}",
+        "{{ 9223372036854775807 + 1 }}{{ -9223372036854775807 - 10 }}{{ 10 // 0 }}",
+        "{{ 2 ** 100000000 }}",
+        "{{ 1e308 * 1e308 }}{{ (1e308 * 1e308) | int }}",
+        "{{ strftime_now('%Y' * 10000) }}",
+        "{{ raise_exception() }}{{ raise_exception(none) }}",
+        "{{ messages[9223372036854775807] }}{{ messages[-9223372036854775807:] }}",
+    ];
+    let deep_brackets = format!("{{{{ {}1{} }}}}", "[".repeat(5000), "]".repeat(5000));
+    let deep_ifs = format!(
+        "{}x{}",
+        "{% if true %}".repeat(5000),
+        "{% endif %}".repeat(5000)
+    );
+    let deep_parens = format!("{{{{ {}1{} }}}}", "(".repeat(100000), ")".repeat(100000));
+    let messages = [ChatMessage::new("user", "Hi")];
+    for source in hostile.iter().copied().chain([
+        deep_brackets.as_str(),
+        deep_ifs.as_str(),
+        deep_parens.as_str(),
+    ]) {
+        let start = std::time::Instant::now();
+        let result =
+            ChatTemplate::new(source, "<s>", "</s>").and_then(|t| t.render(&messages, true));
+        let took = start.elapsed();
+        let shown: String = source.chars().take(80).collect();
+        assert!(took.as_secs_f64() < 10.0, "{shown}: {took:?}");
+        if let Ok(out) = result {
+            assert!(out.len() < 1 << 28, "{shown}: {} bytes", out.len());
+        }
+    }
+}

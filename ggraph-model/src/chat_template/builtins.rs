@@ -23,6 +23,7 @@ pub(super) fn install(env: &mut Environment<'static>) {
     env.set_formatter(format_value);
     env.set_unknown_method_callback(python_method);
     env.add_filter("trim", trim);
+    env.add_filter("string", string);
     env.add_filter("tojson", tojson);
     env.add_function("tojson", tojson);
     env.add_function("raise_exception", raise_exception);
@@ -54,30 +55,42 @@ pub(super) fn strftime(now: NaiveDateTime, format: &str) -> Result<String, Error
     Ok(out)
 }
 
-fn raise_exception(msg: Value) -> Result<Value, Error> {
+fn raise_exception(state: &State, msg: Value) -> Result<Value, Error> {
     Err(Error::new(
         ErrorKind::InvalidOperation,
-        format!("Jinja Exception: {}", plain_string(&msg)),
+        format!("Jinja Exception: {}", plain_string(state, &msg)?),
     ))
 }
 
 /// What `{{ value }}` prints: Python's `True`, `False` and `None`, and
-/// floats as llama.cpp prints them; the rest as minijinja does (strings
-/// unescaped: nothing is auto-escaped).
+/// floats as llama.cpp prints them; strings as they are (nothing is
+/// auto-escaped); lists and maps as minijinja prints them, within the fuel
+/// left ([`bounded_display`]).
 fn format_value(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
     let text = match value.kind() {
-        ValueKind::Bool | ValueKind::None => plain_string(value),
-        ValueKind::Number if !value.is_integer() => plain_string(value),
-        _ => return minijinja::escape_formatter(out, state, value),
+        ValueKind::String | ValueKind::Undefined => {
+            return minijinja::escape_formatter(out, state, value);
+        }
+        _ => plain_string(state, value)?,
     };
     out.write_str(&text)
         .map_err(|_| Error::new(ErrorKind::WriteFailure, "cannot write the output"))
 }
 
+/// `value | string`: [`plain_string`].
+fn string(state: &State, value: Value) -> Result<Value, Error> {
+    if value.kind() == ValueKind::String {
+        return Ok(value);
+    }
+    plain_string(state, &value).map(Value::from)
+}
+
 /// A value as llama.cpp's `as_string` makes it: strings as they are,
-/// `True`/`False`, `None`, floats with six decimals less trailing zeros.
-fn plain_string(value: &Value) -> String {
-    match value.kind() {
+/// `True`/`False`, `None`, floats with six decimals less trailing zeros;
+/// other values as minijinja displays them, but no longer than the fuel
+/// left pays for.
+fn plain_string(state: &State, value: &Value) -> Result<String, Error> {
+    Ok(match value.kind() {
         ValueKind::Undefined => String::new(),
         ValueKind::None => "None".to_string(),
         ValueKind::Bool => if value.is_true() { "True" } else { "False" }.to_string(),
@@ -85,10 +98,91 @@ fn plain_string(value: &Value) -> String {
             Ok(x) => float_string(x),
             Err(_) => value.to_string(),
         },
+        ValueKind::Number => value.to_string(),
         _ => match value.as_str() {
             Some(s) => s.to_string(),
-            None => value.to_string(),
+            None => bounded_display(state, value)?,
         },
+    })
+}
+
+/// The most a value may print as when no fuel is set.
+const MAX_DISPLAY_BYTES: u64 = 1 << 20;
+
+/// `value`'s `Display`, paid for before it is made: a unit of fuel per
+/// item of every list and map in it and per byte of the text. minijinja
+/// builds this text before it charges for it, and a lazy list
+/// (`[x] * 10**8`) is free to make but slow to print (its printing goes on
+/// through every item even after the output refused them).
+fn bounded_display(state: &State, value: &Value) -> Result<String, Error> {
+    charge_items(state, value, 0)?;
+    let limit = match state.fuel_levels() {
+        Some((_, remaining)) => remaining,
+        None => MAX_DISPLAY_BYTES,
+    };
+    let mut out = Capped {
+        text: String::new(),
+        left: usize::try_from(limit).unwrap_or(usize::MAX),
+    };
+    if write!(out, "{value}").is_err() {
+        return Err(Error::new(
+            ErrorKind::OutOfFuel,
+            format!(
+                "a {} prints longer than the fuel left pays for",
+                value.kind()
+            ),
+        ));
+    }
+    state.consume_fuel(out.text.len() as u64)?;
+    Ok(out.text)
+}
+
+/// Charges a unit of fuel per item of every sized list and map in
+/// `value`, each list's length up front (so that a huge one fails at
+/// once), and refuses values nested deeper than [`MAX_JSON_DEPTH`] (a
+/// namespace can hold itself).
+fn charge_items(state: &State, value: &Value, depth: usize) -> Result<(), Error> {
+    if depth > MAX_JSON_DEPTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("a value nested deeper than {MAX_JSON_DEPTH} levels"),
+        ));
+    }
+    if !matches!(
+        value.kind(),
+        ValueKind::Seq | ValueKind::Iterable | ValueKind::Map
+    ) {
+        return Ok(());
+    }
+    // an iterable of unknown length prints as a placeholder, not its items
+    let Some(len) = value.len() else {
+        return Ok(());
+    };
+    state.consume_fuel(len as u64)?;
+    let is_map = value.kind() == ValueKind::Map;
+    for item in value.try_iter()? {
+        if is_map {
+            charge_items(state, &item, depth + 1)?;
+            let v = value.get_item(&item)?;
+            charge_items(state, &v, depth + 1)?;
+        } else {
+            charge_items(state, &item, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// A string that refuses to grow past `left` more bytes.
+struct Capped {
+    text: String,
+    left: usize,
+}
+
+impl Write for Capped {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.left = self.left.checked_sub(s.len()).ok_or(std::fmt::Error)?;
+        self.text.push_str(s);
+        Ok(())
     }
 }
 
@@ -115,15 +209,22 @@ fn c_non_finite(x: f64) -> String {
 
 /// `value | trim` and `trim(chars)`: llama.cpp's `strip`, on ASCII
 /// whitespace (C's `isspace`), not Unicode's.
-fn trim(value: Value, chars: Option<Value>) -> String {
-    let s = plain_string(&value);
-    strip(&s, chars.as_ref(), true, true).to_string()
+fn trim(state: &State, value: Value, chars: Option<Value>) -> Result<String, Error> {
+    let s = plain_string(state, &value)?;
+    Ok(strip(state, &s, chars.as_ref(), true, true)?.to_string())
 }
 
-fn strip<'a>(s: &'a str, chars: Option<&Value>, left: bool, right: bool) -> &'a str {
-    let chars: Option<Vec<char>> = chars
-        .filter(|c| !c.is_undefined() && !c.is_none())
-        .map(|c| plain_string(c).chars().collect());
+fn strip<'a>(
+    state: &State,
+    s: &'a str,
+    chars: Option<&Value>,
+    left: bool,
+    right: bool,
+) -> Result<&'a str, Error> {
+    let chars: Option<Vec<char>> = match chars.filter(|c| !c.is_undefined() && !c.is_none()) {
+        Some(c) => Some(plain_string(state, c)?.chars().collect()),
+        None => None,
+    };
     let matches = |c: char| match &chars {
         Some(set) => set.contains(&c),
         None => is_c_space(c),
@@ -135,11 +236,11 @@ fn strip<'a>(s: &'a str, chars: Option<&Value>, left: bool, right: bool) -> &'a 
     if right {
         out = out.trim_end_matches(matches);
     }
-    out
+    Ok(out)
 }
 
 /// Python methods on values: llama.cpp's `strip`, `lstrip`, `rstrip`,
-/// `split` and `rsplit` on strings, minijinja-contrib's pycompat for the
+/// `split`, `rsplit` and `format` on strings, minijinja-contrib's pycompat for the
 /// rest (`startswith`, `replace`, `items`, `get`, ...).
 fn python_method(
     state: &mut State,
@@ -153,13 +254,13 @@ fn python_method(
                 let (chars,): (Option<Value>,) = from_args(args)?;
                 let left = method != "rstrip";
                 let right = method != "lstrip";
-                return Ok(Value::from(strip(s, chars.as_ref(), left, right)));
+                return Ok(Value::from(strip(state, s, chars.as_ref(), left, right)?));
             }
             "split" | "rsplit" => {
                 let (sep, maxsplit): (Option<Value>, Option<i64>) = from_args(args)?;
                 // llama.cpp splits at single spaces when no separator is given
                 let sep = match sep.filter(|v| !v.is_undefined() && !v.is_none()) {
-                    Some(v) => plain_string(&v),
+                    Some(v) => plain_string(state, &v)?,
                     None => " ".to_string(),
                 };
                 if sep.is_empty() {
@@ -168,10 +269,40 @@ fn python_method(
                 let parts = split(s, &sep, maxsplit.unwrap_or(-1), method == "rsplit");
                 return Ok(Value::from(parts));
             }
+            // llama.cpp's: `{}` placeholders only (no widths, which could
+            // ask for gigabytes)
+            "format" => return format_braces(state, s, args).map(Value::from),
             _ => {}
         }
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// `str.format(*args)` with `{}` placeholders only, as llama.cpp has it.
+fn format_braces(state: &State, fmt: &str, args: &[Value]) -> Result<String, Error> {
+    let mut out = String::with_capacity(fmt.len());
+    let mut args = args.iter();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '{' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() != Some('}') {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "format() only supports simple '{}' placeholders (as in llama.cpp)",
+            ));
+        }
+        let arg = args.next().ok_or_else(|| {
+            Error::new(
+                ErrorKind::MissingArgument,
+                "format() has more '{}' placeholders than arguments",
+            )
+        })?;
+        out.push_str(&plain_string(state, arg)?);
+    }
+    Ok(out)
 }
 
 /// Python's `str.split(sep, maxsplit)` (or `rsplit`) with a separator.
@@ -238,7 +369,7 @@ fn tojson(
     let mut seps = Vec::new();
     if matches!(separators.kind(), ValueKind::Seq) {
         for s in separators.try_iter()? {
-            seps.push(plain_string(&s));
+            seps.push(plain_string(state, &s)?);
         }
     }
     let item_sep = seps.first().cloned().unwrap_or_else(|| {
@@ -292,42 +423,35 @@ impl JsonWriter<'_, '_, '_> {
                 self.out.push_str(&c_default_float(x));
             }
             ValueKind::String => self.write_string(value.as_str().unwrap_or_default()),
-            ValueKind::Seq | ValueKind::Iterable => {
-                let items: Vec<Value> = value.try_iter()?.collect();
-                self.out.push('[');
-                if !items.is_empty() {
-                    self.newline();
-                    for (i, item) in items.iter().enumerate() {
-                        self.pad(level + 1)?;
-                        self.write(item, level + 1)?;
-                        if i + 1 < items.len() {
-                            self.out.push_str(self.item_sep);
-                        }
-                        self.newline();
-                    }
-                    self.pad(level)?;
+            ValueKind::Seq | ValueKind::Iterable | ValueKind::Map => {
+                // a lazy list can be huge: pay for its items before walking it
+                if let Some(len) = value.len() {
+                    self.state.consume_fuel(len as u64)?;
                 }
-                self.out.push(']');
-            }
-            ValueKind::Map => {
-                let keys: Vec<Value> = value.try_iter()?.collect();
-                self.out.push('{');
-                if !keys.is_empty() {
+                let is_map = value.kind() == ValueKind::Map;
+                self.out.push(if is_map { '{' } else { '[' });
+                let mut any = false;
+                for item in value.try_iter()? {
+                    if any {
+                        self.out.push_str(self.item_sep);
+                    }
                     self.newline();
-                    for (i, key) in keys.iter().enumerate() {
-                        self.pad(level + 1)?;
-                        self.write_string(&plain_string(key));
+                    self.pad(level + 1)?;
+                    if is_map {
+                        self.write_string(&plain_string(self.state, &item)?);
                         self.out.push_str(self.key_sep);
-                        let item = value.get_item(key)?;
+                        let v = value.get_item(&item)?;
+                        self.write(&v, level + 1)?;
+                    } else {
                         self.write(&item, level + 1)?;
-                        if i + 1 < keys.len() {
-                            self.out.push_str(self.item_sep);
-                        }
-                        self.newline();
                     }
+                    any = true;
+                }
+                if any {
+                    self.newline();
                     self.pad(level)?;
                 }
-                self.out.push('}');
+                self.out.push(if is_map { '}' } else { ']' });
             }
             _ => self.out.push_str("null"),
         }
