@@ -367,7 +367,9 @@ fn chat_renders_the_template_and_answers_until_the_end_of_turn() {
     let t = ggraph::model::tokenizer::Tokenizer::from_header(&h).unwrap();
     let (bos, eos) = t.bos_eos_text();
     let source = h.opt_str("tokenizer.chat_template").unwrap().unwrap();
-    let template = ggraph::model::chat_template::ChatTemplate::new(source, &bos, &eos).unwrap();
+    let template = ggraph::model::chat_template::ChatTemplate::new(source, &bos, &eos)
+        .unwrap()
+        .with_added_tokens(t.vocab().add_bos, t.vocab().add_eos);
     let rendered = template
         .render(
             &[ggraph::model::chat_template::ChatMessage::new(

@@ -154,7 +154,12 @@ fn chat_prompt(
         .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
         .ok_or("this model has no chat template (tokenizer.chat_template): use --prompt")?;
     let (bos, eos) = tokenizer.map(Tokenizer::bos_eos_text).unwrap_or_default();
-    let template = ChatTemplate::new(source, &bos, &eos).map_err(|e| e.to_string())?;
+    // a BOS or EOS the tokenizer adds is taken off the rendering's ends, as
+    // llama.cpp does, so that the prompt does not get two
+    let adds = tokenizer.map_or((false, false), |t| (t.vocab().add_bos, t.vocab().add_eos));
+    let template = ChatTemplate::new(source, &bos, &eos)
+        .map_err(|e| e.to_string())?
+        .with_added_tokens(adds.0, adds.1);
     let mut messages = Vec::new();
     if let Some(s) = system {
         messages.push(ChatMessage {
