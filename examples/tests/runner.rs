@@ -148,7 +148,7 @@ fn a_llama_in_every_quantised_type_matches_the_f64_reference() {
     // in the type asked for (no fallback)
     let config = LlamaConfig::dense(512, 256, 1, 4, 2, 512);
     for t in DType::QUANTIZED {
-        let mut desc = ModelDesc::random(config.clone(), t, 5).unwrap();
+        let desc = ModelDesc::random(config.clone(), t, 5).unwrap();
         assert!(
             desc.tensors
                 .iter()

@@ -93,7 +93,7 @@ pub(crate) fn clean_spaces(text: &mut Vec<u8>) {
                 total -= 1;
             } else if i + 2 < n3 {
                 let x2 = t[i + 2];
-                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                if matches!(x1, b'r' | b'v') && x2 == b'e' {
                     total -= 1;
                 }
             }

@@ -341,10 +341,11 @@ impl PreTokenizer {
 
     /// `text` cut into words: byte ranges that cover it in order.
     pub fn split(&self, text: &str) -> Result<Vec<std::ops::Range<usize>>> {
-        let mut pieces = vec![0..text.len()];
         if text.is_empty() {
             return Ok(Vec::new());
         }
+        let mut pieces = Vec::with_capacity(text.len() / 4);
+        pieces.push(0..text.len());
         for re in &self.regexes {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for r in pieces {

@@ -627,7 +627,8 @@ impl Vocab {
         let normal_s = has("<|tool_response>") || has("<|plamo:eos|>");
         if let Some(end) = self.id_of("<|end|>")
             && eog.contains(&end)
-            && ((ret && call) || (call && flush))
+            && call
+            && (ret || flush)
         {
             eog.remove(&end);
             self.set_attr(end, TokenAttr::USER_DEFINED);
