@@ -1,6 +1,6 @@
 //! The GGUF reader on arbitrary bytes: it must never panic, and whatever
-//! it accepts must re-encode, survive JSON and be estimated without a
-//! panic.
+//! it accepts must re-encode, survive JSON, be estimated and give a
+//! tokenizer (or an error) without a panic.
 //!
 //!     scripts/fuzz 600 gguf_header
 //!
@@ -9,6 +9,7 @@
 
 use ggraph_model::estimate::{EstimateRequest, estimate};
 use ggraph_model::gguf::{GgufWriter, JsonOptions, header_from_json, parse_header};
+use ggraph_model::tokenizer::Tokenizer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -29,4 +30,8 @@ fuzz_target!(|data: &[u8]| {
         ..EstimateRequest::default()
     };
     let _ = estimate(&h, &req).to_json();
+    if let Ok(t) = Tokenizer::from_header(&h) {
+        let ids = t.encode("Hello <s> world</s>\n", true, true).unwrap_or_default();
+        let _ = t.decode(&ids, true, true);
+    }
 });
