@@ -47,6 +47,7 @@ pub(crate) fn append_piece(v: &Vocab, id: i32, out: &mut Vec<u8>) {
     } else if t.attr.has(TokenAttr::NORMAL) {
         match &v.kind {
             VocabKind::Bpe(pre) if pre.byte_level => byte_level_bytes(&t.text, out),
+            VocabKind::Bpe(pre) if !pre.escape_spaces => out.extend_from_slice(t.text.as_bytes()),
             _ => out.extend_from_slice(t.text.replace(SPACE_MARK, " ").as_bytes()),
         }
     } else if t.attr.has(TokenAttr::BYTE) {

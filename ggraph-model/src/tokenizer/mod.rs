@@ -108,10 +108,10 @@ impl Tokenizer {
                 for f in &frags {
                     match f {
                         Fragment::Text(r) => {
-                            let s = if pre.byte_level {
-                                std::borrow::Cow::Borrowed(&text[r.clone()])
-                            } else {
+                            let s = if pre.escape_spaces {
                                 std::borrow::Cow::Owned(text[r.clone()].replace(' ', "\u{2581}"))
+                            } else {
+                                std::borrow::Cow::Borrowed(&text[r.clone()])
                             };
                             for w in pre.split(&s)? {
                                 word.clear();

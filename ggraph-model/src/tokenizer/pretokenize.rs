@@ -88,6 +88,8 @@ const MINICPM5: &[&str] = &[
     r"\p{N}{1,3}",
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ];
+/// llama.cpp's `\d` (std::wregex in the C locale) is ASCII only.
+const SUPERBPE: &[&str] = &[r"\p{N}+", r"(?=([0-9]{3})+(?![0-9]))"];
 const NEWLINES: &[&str] = &["[^\n]+|[\n]+"];
 const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"];
 
@@ -108,6 +110,8 @@ struct Family {
     /// BPE over the byte-level alphabet (GPT-2's); otherwise over raw
     /// UTF-8 with spaces as `▁` and `<0xXX>` byte pieces (Gemma 4).
     byte_level: bool,
+    /// Spaces become `▁` before the split (Gemma 4, Sarvam).
+    escape_spaces: bool,
     /// A word of newlines only that is a token is that token (Gemma 4).
     whole_newlines: bool,
     /// BOS is added even when the file says not to (llama.cpp's Gemma 4
@@ -124,6 +128,7 @@ const fn family(names: &'static [&'static str], regexes: &'static [&'static str]
         add_bos: false,
         no_default_bos: false,
         byte_level: true,
+        escape_spaces: false,
         whole_newlines: false,
         force_bos: false,
     }
@@ -133,6 +138,7 @@ const fn family(names: &'static [&'static str], regexes: &'static [&'static str]
 const fn spm_style(f: Family) -> Family {
     Family {
         byte_level: false,
+        escape_spaces: true,
         ..f
     }
 }
@@ -270,19 +276,17 @@ const FAMILIES: &[Family] = &[
         ..spm_style(family(&["gemma4", "granite-embed-multi-311m"], NEWLINES))
     },
     keep_spaces(spm_style(family(&["sarvam-moe"], NEWLINES))),
+    Family {
+        byte_level: false,
+        ..family(&["whitespace"], &[r"\S+"])
+    },
+    keep_spaces(family(&["superbpe"], SUPERBPE)),
 ];
 
-/// Pre-tokenizers llama.cpp knows that ggraph does not run: hand-written
-/// splitters with no regex equivalent, or BPE over raw UTF-8 rather than
-/// bytes.
-const NOT_RUN: &[&str] = &[
-    "kimi-k2",
-    "afmoe",
-    "tiny_aya",
-    "cohere2moe",
-    "superbpe",
-    "whitespace",
-];
+/// Pre-tokenizers llama.cpp knows that ggraph does not run: llama.cpp
+/// splits with hand-written code there that no regex here reproduces
+/// (Kimi K2's Han and case rules, AFMoE's and Tiny Aya's digit groups).
+const NOT_RUN: &[&str] = &["kimi-k2", "afmoe", "tiny_aya", "cohere2moe"];
 
 /// A named pre-tokenizer with its compiled regexes.
 #[derive(Clone, Debug)]
@@ -294,6 +298,7 @@ pub struct PreTokenizer {
     pub(crate) add_bos: bool,
     pub(crate) no_default_bos: bool,
     pub(crate) byte_level: bool,
+    pub(crate) escape_spaces: bool,
     pub(crate) whole_newlines: bool,
     pub(crate) force_bos: bool,
 }
@@ -328,6 +333,7 @@ impl PreTokenizer {
             add_bos: f.add_bos,
             no_default_bos: f.no_default_bos,
             byte_level: f.byte_level,
+            escape_spaces: f.escape_spaces,
             whole_newlines: f.whole_newlines,
             force_bos: f.force_bos,
         })
