@@ -38,7 +38,7 @@ const SPARK2_5: &[&str] = &[
     r"\p{N}",
 ];
 const YOUTU: &[&str] = &[
-    "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
+    "[\u{ac00}-\u{d7a3}\u{3131}-\u{318e}]+|[\u{ff01}\u{2026}\u{201c}\u{201d}\u{2018}\u{2019}\u{2014}\u{ff1a}\u{ff1b}\u{ff0c}\u{3001}-\u{303f}\u{fe30}-\u{fe4f}]+|[\u{3105}-\u{312f}]+|[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ];
 const DEEPSEEK_CODER: &[&str] = &[
