@@ -330,6 +330,16 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
     }
 }
 
+/// A per-token array, when present, must have a value for every token.
+fn one_per_token(key: &str, len: Option<usize>, n: usize) -> Result<()> {
+    match len {
+        Some(len) if len < n => Err(vocab_error(format!(
+            "'{key}' has {len} values for {n} tokens"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// An optional key of the wrong type counts as absent, as llama.cpp's
 /// optional getters treat it (after a warning there).
 fn opt_bool(h: &GgufHeader, key: &str) -> Option<bool> {
@@ -377,18 +387,11 @@ impl Vocab {
                 }
             },
         };
-        if let Some(s) = &scores
-            && s.len() < n
-        {
-            return Err(vocab_error(format!(
-                "'tokenizer.ggml.scores' has {} values for {n} tokens",
-                s.len()
-            )));
-        }
-        let types: Option<Vec<i32>> = match h.opt_array("tokenizer.ggml.token_type")? {
+        one_per_token("tokenizer.ggml.scores", scores.as_ref().map(Vec::len), n)?;
+        let types: Option<&[i32]> = match h.opt_array("tokenizer.ggml.token_type")? {
             None => None,
             Some(a) => match a.values() {
-                Some(ArrayValues::I32(v)) => Some(v.clone()),
+                Some(ArrayValues::I32(v)) => Some(v),
                 _ => {
                     return Err(vocab_error(format!(
                         "'tokenizer.ggml.token_type' has type {}, expected array[int32]",
@@ -397,14 +400,7 @@ impl Vocab {
                 }
             },
         };
-        if let Some(t) = &types
-            && t.len() < n
-        {
-            return Err(vocab_error(format!(
-                "'tokenizer.ggml.token_type' has {} values for {n} tokens",
-                t.len()
-            )));
-        }
+        one_per_token("tokenizer.ggml.token_type", types.map(<[i32]>::len), n)?;
         let merges: &[String] = match (&flags.kind, h.opt_array("tokenizer.ggml.merges")?) {
             (VocabKind::Spm, _) => &[],
             (VocabKind::Bpe(_), None) => {
