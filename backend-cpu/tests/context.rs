@@ -12,13 +12,13 @@ use ggraph_core::backend::{BufferType, Device, DeviceKind, MemoryInfo, Stream};
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{DType, Result, quant};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::{
+    Attention, BuildShape, FreshWeights, ModelConfig, build_graph, causal_mask,
+};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, ContextParams, DecodeError};
 use ggraph_model::desc::{ModelDesc, TensorSpec};
 use ggraph_model::kv::FreshCache;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshWeights, LlamaConfig, build_llama, causal_mask,
-};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::PlacementOptions;
 
@@ -32,7 +32,7 @@ fn model_with_layers(
     n_layer: usize,
 ) -> Arc<Model> {
     let desc = ModelDesc::random(
-        LlamaConfig::dense(101, 64, n_layer, 4, 2, 96),
+        ModelConfig::dense(101, 64, n_layer, 4, 2, 96),
         DType::Q8_0,
         3,
     )
@@ -47,7 +47,7 @@ fn model_with_layers(
 /// more or less than without them).
 fn model_with_rope_freqs(cpu: Arc<dyn Device>) -> Arc<Model> {
     let mut desc =
-        ModelDesc::random(LlamaConfig::dense(101, 64, 1, 4, 2, 96), DType::Q8_0, 3).unwrap();
+        ModelDesc::random(ModelConfig::dense(101, 64, 1, 4, 2, 96), DType::Q8_0, 3).unwrap();
     let n = desc.config.n_rot / 2;
     desc.tensors.push(TensorSpec {
         name: "rope_freqs.weight".into(),
@@ -162,7 +162,7 @@ impl KvCase {
     /// cache needs (it rotates each head's K in place).
     fn context(&self, n_layer: usize) -> Context {
         let desc = ModelDesc::random(
-            LlamaConfig::dense(101, 128, n_layer, 4, 2, 96),
+            ModelConfig::dense(101, 128, n_layer, 4, 2, 96),
             DType::Q8_0,
             5,
         )
@@ -505,7 +505,7 @@ fn a_compute_failure_rolls_the_ubatch_back() {
 #[test]
 fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_computes_it() {
     // F32 weights and cache: the CPU computes in f32, the reference in f64
-    let desc = ModelDesc::random(LlamaConfig::dense(101, 64, 2, 4, 2, 96), DType::F32, 7).unwrap();
+    let desc = ModelDesc::random(ModelConfig::dense(101, 64, 2, 4, 2, 96), DType::F32, 7).unwrap();
     let prompt = PROMPT;
     let outputs = [2, 7, 8]; // in both ubatches (8 + 1 tokens)
     let mut ctx = Context::new(
@@ -526,7 +526,7 @@ fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_comp
     assert_eq!(ctx.embeddings().len(), outputs.len() * n_embd);
 
     // the reference: the whole prompt in one graph, every token an output
-    let lg = build_llama(
+    let lg = build_graph(
         &desc.config,
         &BuildShape::prompt(prompt.len(), Attention::Standard),
         &mut FreshWeights { dtype: DType::F32 },
@@ -542,7 +542,7 @@ fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_comp
     inputs.insert(lg.inputs.positions, i32_bytes(&positions));
     let mask = quant::quantize(
         g.tensor(lg.inputs.kq_mask).dtype,
-        &causal_mask(&positions, &cells),
+        &causal_mask(&positions, &cells, 0),
     )
     .unwrap();
     inputs.insert(lg.inputs.kq_mask, mask);

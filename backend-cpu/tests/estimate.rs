@@ -7,13 +7,13 @@ use std::sync::Arc;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
 use ggraph_model::gguf::{ModelFile, read_header};
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
-use ggraph_model::make::{llama_gguf, make_vocab};
+use ggraph_model::make::{make_vocab, model_gguf};
 use ggraph_model::placement::{GpuLayers, PlacementOptions, SplitMode};
 
 /// A GGUF file in the temporary directory, removed when dropped (a
@@ -42,8 +42,8 @@ impl Drop for TempGguf {
 /// A small random llama written as a GGUF file.
 fn gguf(name: &str) -> TempGguf {
     let desc =
-        ModelDesc::random(LlamaConfig::dense(512, 128, 4, 4, 2, 256), DType::Q4_0, 5).unwrap();
-    let w = llama_gguf(&desc, make_vocab(512)).unwrap();
+        ModelDesc::random(ModelConfig::dense(512, 128, 4, 4, 2, 256), DType::Q4_0, 5).unwrap();
+    let w = model_gguf(&desc, make_vocab(512)).unwrap();
     let path = std::env::temp_dir().join(format!(
         "ggraph-estimate-{}-{name}.gguf",
         std::process::id()

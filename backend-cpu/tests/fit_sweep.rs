@@ -8,10 +8,10 @@ use std::sync::Arc;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::estimate::exact::{Fit, FitRequest, exact_estimate, fit};
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::PlacementOptions;
 
@@ -104,7 +104,7 @@ fn check_real_load(desc: &ModelDesc, f: &Fit, n_gpus: usize, bytes: u64, margin:
 
 #[test]
 fn a_fit_always_gives_a_plan_that_loads_and_offloads_more_as_memory_grows() {
-    let config = LlamaConfig::dense(512, 128, 4, 4, 2, 256);
+    let config = ModelConfig::dense(512, 128, 4, 4, 2, 256);
     let desc = ModelDesc::random(config, DType::Q4_0, 5).unwrap();
     let need = everything_on_one_gpu(&desc);
     let margin = 4 << 10;
@@ -157,7 +157,7 @@ fn a_fit_always_gives_a_plan_that_loads_and_offloads_more_as_memory_grows() {
 /// output layer on the host and says what limited it.
 #[test]
 fn a_gpu_smaller_than_the_output_weight_keeps_the_output_on_the_host() {
-    let desc = ModelDesc::random(LlamaConfig::llama3_8b(32), DType::Q4_0, 1)
+    let desc = ModelDesc::random(ModelConfig::llama3_8b(32), DType::Q4_0, 1)
         .unwrap()
         .without_data();
     let p = ContextParams {
@@ -199,7 +199,7 @@ fn a_gpu_smaller_than_the_output_weight_keeps_the_output_on_the_host() {
 /// failing, and says so.
 #[test]
 fn devices_too_small_for_anything_leave_everything_on_the_host() {
-    let config = LlamaConfig::dense(512, 128, 4, 4, 2, 256);
+    let config = ModelConfig::dense(512, 128, 4, 4, 2, 256);
     let desc = ModelDesc::random(config, DType::Q4_0, 5)
         .unwrap()
         .without_data();

@@ -12,8 +12,8 @@ use ggraph_core::ir::Graph;
 use ggraph_core::util::Rng;
 use ggraph_core::{DType, Error, exec};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
 use ggraph_model::kv::{FreshCache, KvLayout};
-use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 use proptest::prelude::*;
 
 fn fill_inputs(g: &Graph, leafs: &[ggraph_core::TensorId], seed: u64) {
@@ -61,10 +61,10 @@ proptest! {
 }
 
 fn llama_graph(
-    config: &LlamaConfig,
+    config: &ModelConfig,
     n_tokens: usize,
     n_kv: usize,
-) -> (ggraph_model::llama::LlamaGraph, BuildShape) {
+) -> (ggraph_model::arch::ModelGraph, BuildShape) {
     let kv = KvLayout {
         kv_size: 64,
         k_type: DType::F16,
@@ -72,7 +72,7 @@ fn llama_graph(
     };
     let shape = BuildShape::cached(n_tokens, n_tokens, n_kv, Attention::Standard, kv);
     (
-        build_llama(
+        build_graph(
             config,
             &shape,
             &mut FreshWeights { dtype: DType::Q8_0 },
@@ -85,7 +85,7 @@ fn llama_graph(
 
 #[test]
 fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
-    let config = LlamaConfig::dense(97, 64, 3, 4, 2, 96);
+    let config = ModelConfig::dense(97, 64, 3, 4, 2, 96);
     let (lg, shape) = llama_graph(&config, 7, 20);
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let bt = cpu.buffer_type();
@@ -116,7 +116,7 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
 
 #[test]
 fn device_out_of_memory_leaves_the_allocator_usable() {
-    let config = LlamaConfig::dense(97, 64, 2, 4, 2, 96);
+    let config = ModelConfig::dense(97, 64, 2, 4, 2, 96);
     let sim = SimDevice::new(0, SimConfig::gpu(64 << 10));
     let bt = sim.buffer_type();
     let mut alloc = GraphAllocator::single(bt.clone());
@@ -177,7 +177,7 @@ fn device_out_of_memory_leaves_the_allocator_usable() {
 
 #[test]
 fn a_32_layer_model_takes_a_few_dozen_device_allocations() {
-    let config = LlamaConfig::dense(512, 128, 32, 4, 2, 256);
+    let config = ModelConfig::dense(512, 128, 32, 4, 2, 256);
     let (lg, _) = llama_graph(&config, 16, 64);
     let mut g = lg.graph.clone();
     // a device whose buffers are at most 256 KiB: weights and compute

@@ -11,10 +11,10 @@ use ggraph_core::ir::Op;
 use ggraph_core::sched::Cause;
 use ggraph_core::{DType, Error};
 use ggraph_cpu::{CPU_BUFFER_TYPE, CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{
     GpuLayers, Home, OverrideTarget, PlacementOptions, PlacementPlan, ROW_ALIGN, SplitMode,
@@ -26,7 +26,7 @@ const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
 /// Four layers wide enough that every row-split matrix, attn_k and attn_v
 /// (64 rows) included, has rows for at least two devices at ROW_ALIGN.
 fn desc(moe: bool) -> ModelDesc {
-    let mut c = LlamaConfig::dense(128, 128, 4, 8, 4, 256);
+    let mut c = ModelConfig::dense(128, 128, 4, 8, 4, 256);
     if moe {
         c.n_expert = 4;
         c.n_expert_used = 2;

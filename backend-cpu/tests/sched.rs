@@ -11,20 +11,20 @@ use ggraph_core::ir::{Graph, OpKind, TensorId};
 use ggraph_core::sched::{BackendSpec, Cause, EvalCallback, OffloadPolicy, SchedConfig, Scheduler};
 use ggraph_core::{DType, Error};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
-use ggraph_model::kv::FreshCache;
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
+use ggraph_model::arch::{
+    Attention, BuildShape, FreshWeights, ModelConfig, ModelGraph, build_graph,
 };
+use ggraph_model::kv::FreshCache;
 
 struct Fixture {
-    lg: LlamaGraph,
+    lg: ModelGraph,
     data: HashMap<TensorId, Vec<u8>>,
 }
 
 fn fixture(n_layer: usize, n_tokens: usize) -> Fixture {
-    let config = LlamaConfig::dense(97, 64, n_layer, 4, 2, 96);
+    let config = ModelConfig::dense(97, 64, n_layer, 4, 2, 96);
     let shape = BuildShape::prompt(n_tokens, Attention::Standard);
-    let lg = build_llama(
+    let lg = build_graph(
         &config,
         &shape,
         &mut FreshWeights { dtype: DType::Q8_0 },
@@ -38,7 +38,7 @@ fn fixture(n_layer: usize, n_tokens: usize) -> Fixture {
 /// Layer of a weight by name; the output weights count as the last layer
 /// plus one (as in llama.cpp's n_gpu_layers).
 fn layer_of(name: &str, n_layer: usize) -> usize {
-    LlamaConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
+    ModelConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
         0
     } else {
         n_layer

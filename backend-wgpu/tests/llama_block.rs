@@ -10,21 +10,21 @@ use ggraph_conformance::nmse;
 use ggraph_conformance::{reference, testing};
 use ggraph_core::backend::Device;
 use ggraph_core::{DType, exec};
+use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
 use ggraph_model::kv::{FreshCache, KvLayout};
-use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
-fn small_config() -> LlamaConfig {
-    LlamaConfig::dense(97, 64, 2, 4, 2, 96)
+fn small_config() -> ModelConfig {
+    ModelConfig::dense(97, 64, 2, 4, 2, 96)
 }
 
 /// Runs the model on `device`: (nmse against the reference, logits).
 fn run(
     device: &dyn Device,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     shape: BuildShape,
     weights: DType,
 ) -> (f64, Vec<f32>) {
-    let lg = build_llama(
+    let lg = build_graph(
         config,
         &shape,
         &mut FreshWeights { dtype: weights },
@@ -51,7 +51,7 @@ fn no_cache(n_tokens: usize, attention: Attention) -> BuildShape {
 
 fn close_to_cpu(
     dev: &dyn Device,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     shape: impl Fn() -> BuildShape,
     w: DType,
 ) -> f64 {
@@ -159,7 +159,7 @@ fn a_kv_cache_with_earlier_cells_is_read_and_written() {
         return;
     };
     // head_dim 32, so that a Q8_0 cache row holds whole blocks
-    let cfg = LlamaConfig::dense(97, 64, 2, 2, 1, 96);
+    let cfg = ModelConfig::dense(97, 64, 2, 2, 1, 96);
     for (attention, v_type) in [
         (Attention::Standard, DType::F16),
         (Attention::Flash, DType::Q8_0),

@@ -11,10 +11,10 @@ use ggraph_conformance::testing::mixed::mixed_llama;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::CpuDevice;
+use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
-use ggraph_model::llama::{Attention, LlamaConfig};
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{PlacementOptions, SplitMode};
 use ggraph_wgpu::WgpuDevice;
@@ -41,7 +41,7 @@ fn a_llama_block_split_between_the_cpu_and_one_or_two_wgpu_devices_matches_the_c
 }
 
 fn desc() -> ModelDesc {
-    ModelDesc::random(LlamaConfig::dense(160, 64, 4, 4, 2, 128), DType::Q8_0, 17).unwrap()
+    ModelDesc::random(ModelConfig::dense(160, 64, 4, 4, 2, 128), DType::Q8_0, 17).unwrap()
 }
 
 fn params() -> ContextParams {

@@ -10,10 +10,10 @@ use ggraph_core::alloc::VirtualBufferType;
 use ggraph_core::backend::BufferType;
 use ggraph_core::ir::{Graph, TensorData};
 use ggraph_core::{DType, Result};
-use ggraph_model::kv::{FreshCache, KvLayout};
-use ggraph_model::llama::{
-    Attention, BuildShape, FreshWeights, LlamaConfig, LlamaGraph, build_llama,
+use ggraph_model::arch::{
+    Attention, BuildShape, FreshWeights, ModelConfig, ModelGraph, build_graph,
 };
+use ggraph_model::kv::{FreshCache, KvLayout};
 
 /// Median of `runs` timings of `f`, in microseconds.
 pub fn median_us(runs: usize, mut f: impl FnMut()) -> f64 {
@@ -35,8 +35,8 @@ pub fn llama8b_graph(
     weights: DType,
     attention: Attention,
     mask_type: DType,
-) -> Result<(LlamaConfig, BuildShape, LlamaGraph)> {
-    let config = LlamaConfig::llama3_8b(32);
+) -> Result<(ModelConfig, BuildShape, ModelGraph)> {
+    let config = ModelConfig::llama3_8b(32);
     let kv = KvLayout {
         kv_size: 4096,
         k_type: DType::F16,
@@ -44,7 +44,7 @@ pub fn llama8b_graph(
     };
     let mut shape = BuildShape::cached(512, 512, 4096, attention, kv);
     shape.mask_type = mask_type;
-    let lg = build_llama(
+    let lg = build_graph(
         &config,
         &shape,
         &mut FreshWeights { dtype: weights },
@@ -56,7 +56,7 @@ pub fn llama8b_graph(
 /// Binds the KV cache tensors of a llama graph to virtual memory named
 /// `buft_name` (a dry run: the cache is "already placed", as a model
 /// runner's cache would be).
-pub fn bind_cache_virtual(graph: &mut Graph, lg: &LlamaGraph, like: &dyn BufferType) -> Result<()> {
+pub fn bind_cache_virtual(graph: &mut Graph, lg: &ModelGraph, like: &dyn BufferType) -> Result<()> {
     let vb = VirtualBufferType::like(like);
     for (k, v) in &lg.caches {
         for c in [*k, *v] {

@@ -9,8 +9,8 @@ use clap::ValueEnum;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use ggraph_model::arch::Attention;
 use ggraph_model::context::ContextParams;
-use ggraph_model::llama::Attention;
 use ggraph_model::placement::{GpuLayers, Override, PlacementOptions, SplitMode, TensorSplit};
 
 use crate::values;

@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
+use ggraph_model::arch::ModelConfig;
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, DecodeError};
 use ggraph_model::desc::ModelDesc;
-use ggraph_model::llama::LlamaConfig;
 use ggraph_model::make::{make_vocab, vocab_header};
 
 /// The shapes [`preset`] knows.
@@ -20,11 +20,11 @@ pub const SHAPES: [&str; 3] = ["tiny", "small", "8b-4l"];
 /// A random-weight model shape by name: `tiny` (tests), `small` (n_embd
 /// 512, 8 layers, 8 heads, n_ff 1408, vocab 32000: the CPU issue's bench
 /// model), `8b-4l` (llama-3-8B layer shapes, 4 layers).
-pub fn preset(name: &str) -> Result<LlamaConfig> {
+pub fn preset(name: &str) -> Result<ModelConfig> {
     Ok(match name {
-        "tiny" => LlamaConfig::dense(512, 64, 2, 4, 2, 128),
-        "small" => LlamaConfig::dense(32000, 512, 8, 8, 8, 1408),
-        "8b-4l" => LlamaConfig::llama3_8b(4),
+        "tiny" => ModelConfig::dense(512, 64, 2, 4, 2, 128),
+        "small" => ModelConfig::dense(32000, 512, 8, 8, 8, 1408),
+        "8b-4l" => ModelConfig::llama3_8b(4),
         other => {
             return Err(Error::InvalidArgument(format!(
                 "unknown model shape '{other}' (tiny, small, 8b-4l)"

@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use ggraph::batch::Batch;
 use ggraph::context::{Context, ContextParams};
-use ggraph::model::llama::Attention;
+use ggraph::model::arch::Attention;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};

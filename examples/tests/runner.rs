@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use ggraph::backend::Device;
 use ggraph::context::{Context, ContextParams};
+use ggraph::model::arch::{
+    Attention, BuildShape, FreshWeights, ModelConfig, build_graph, causal_mask,
+};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::gguf::ModelFile;
 use ggraph::model::kv::FreshCache;
-use ggraph::model::llama::{
-    Attention, BuildShape, FreshWeights, LlamaConfig, build_llama, causal_mask,
-};
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::make::{llama_gguf, make_vocab};
+use ggraph::model::make::{make_vocab, model_gguf};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, TensorId, quant, runner};
 use ggraph_conformance::nmse;
@@ -26,7 +26,7 @@ const PROMPT: [i32; 7] = [1, 345, 302, 420, 38, 99, 101];
 
 fn write_random_gguf(name: &str) -> std::path::PathBuf {
     let desc = runner::random_model("tiny", DType::Q8_0, 11).unwrap();
-    let w = llama_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
+    let w = model_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
     let path =
         std::env::temp_dir().join(format!("ggraph-runner-{}-{name}.gguf", std::process::id()));
     std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
@@ -62,7 +62,7 @@ fn context(desc: &ModelDesc, devices: &[Arc<dyn Device>]) -> Context {
 /// The prompt's last logits by the f64 evaluator, from the file's bytes.
 fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f64> {
     let shape = BuildShape::prompt(prompt.len(), Attention::Standard);
-    let lg = build_llama(
+    let lg = build_graph(
         &desc.config,
         &shape,
         &mut FreshWeights { dtype: DType::F32 },
@@ -85,7 +85,7 @@ fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f
         lg.inputs.kq_mask,
         quant::quantize(
             g.tensor(lg.inputs.kq_mask).dtype,
-            &causal_mask(&positions, &cells),
+            &causal_mask(&positions, &cells, 0),
         )
         .unwrap(),
     );
@@ -146,7 +146,7 @@ fn the_runner_matches_the_f64_reference_and_repeats_itself() {
 fn a_llama_in_every_quantised_type_matches_the_f64_reference() {
     // rows of 256 and 512 values: whole super-blocks, so every matrix is
     // in the type asked for (no fallback)
-    let config = LlamaConfig::dense(512, 256, 1, 4, 2, 512);
+    let config = ModelConfig::dense(512, 256, 1, 4, 2, 512);
     for t in DType::QUANTIZED {
         let desc = ModelDesc::random(config.clone(), t, 5).unwrap();
         assert!(
@@ -155,7 +155,7 @@ fn a_llama_in_every_quantised_type_matches_the_f64_reference() {
                 .all(|s| s.shape.len() == 1 || s.dtype == t),
             "{t}: a matrix fell back to another type"
         );
-        let w = llama_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
+        let w = model_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
         let path = std::env::temp_dir().join(format!(
             "ggraph-runner-{}-{}.gguf",
             std::process::id(),

@@ -8,11 +8,9 @@
 
 use std::sync::Arc;
 
+use crate::arch::{Attention, BuildShape, GraphInputs, ModelGraph, build_graph, rope_freq_factors};
 use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
 use crate::kv::{KvCache, KvLayout, Slot, TokenPlace};
-use crate::llama::{
-    Attention, BuildShape, LlamaGraph, LlamaInputs, build_llama, rope_freq_factors, rope_params,
-};
 use crate::loaded::{LoadMode, Model};
 use ggraph_core::backend::Device;
 use ggraph_core::dtype::DType;
@@ -91,7 +89,7 @@ struct GraphKey {
 
 struct Built {
     key: GraphKey,
-    inputs: LlamaInputs,
+    inputs: GraphInputs,
     logits: ggraph_core::ir::TensorId,
     embeddings: ggraph_core::ir::TensorId,
 }
@@ -238,10 +236,10 @@ impl Context {
         )
     }
 
-    fn build(&mut self, key: GraphKey) -> Result<LlamaGraph> {
+    fn build(&mut self, key: GraphKey) -> Result<ModelGraph> {
         let shape = self.shape(key);
         let model = self.model.clone();
-        let mut lg = build_llama(&model.config, &shape, &mut &*model, &mut self.cache)?;
+        let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut self.cache)?;
         if key.embeddings {
             // kept, not overwritten by later nodes, to be read back
             lg.graph.set_output(lg.embeddings)?;
@@ -430,7 +428,7 @@ impl Context {
     fn set_inputs(
         &self,
         g: &Graph,
-        inputs: &LlamaInputs,
+        inputs: &GraphInputs,
         batch: &SaneBatch,
         ub: &[usize],
         places: &[TokenPlace],
@@ -442,7 +440,11 @@ impl Context {
         g.write_i32(inputs.tokens, &tokens)?;
         let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
         g.write_i32(inputs.positions, &pos)?;
-        g.write_f32(inputs.kq_mask, &self.cache.mask(places, key.n_kv))?;
+        g.write_f32(inputs.kq_mask, &self.cache.mask(places, key.n_kv, 0))?;
+        if let Some(m) = inputs.kq_mask_swa {
+            let n_swa = self.model.config.n_swa;
+            g.write_f32(m, &self.cache.mask(places, key.n_kv, n_swa))?;
+        }
         let cells: Vec<i32> = slot.cells.iter().map(|&c| c as i32).collect();
         if let Some(k) = inputs.k_idx {
             g.write_i32(k, &cells)?;
@@ -471,7 +473,7 @@ impl Context {
         // the rope of the model's K, frequency factors included
         let (graph, shifts) =
             self.cache
-                .shift_graph(c.head_dim, c.n_head_kv, rope_params(c), &mut |b| {
+                .shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
                     rope_freq_factors(b, c, &mut &*model)
                 })?;
         self.side.alloc_graph(graph)?;

@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
+use super::arch::{ModelConfig, check_tensors, read_config};
 use super::gguf::{GgufHeader, ModelFile};
-use super::llama::LlamaConfig;
-use super::llama::llama_config;
 use super::tokenizer::Tokenizer;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
@@ -33,7 +32,7 @@ impl TensorSpec {
     /// weights count as layer `n_layer` (as llama.cpp counts them); the
     /// embedding and anything else as `None`.
     pub fn layer(&self, n_layer: usize) -> Option<usize> {
-        LlamaConfig::layer_of(&self.name)
+        ModelConfig::layer_of(&self.name)
             .or_else(|| self.name.starts_with("output").then_some(n_layer))
     }
 
@@ -57,7 +56,7 @@ pub enum WeightData {
 /// A model: its hyperparameters and tensors.
 #[derive(Clone)]
 pub struct ModelDesc {
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub tensors: Vec<TensorSpec>,
     pub data: WeightData,
     /// The GGUF metadata the model came from: its vocabulary and chat
@@ -84,7 +83,7 @@ fn name_seed(seed: u64, name: &str) -> u64 {
 impl ModelDesc {
     /// The tensors of a GGUF header (with the file's data, if any).
     pub fn from_header(h: &GgufHeader, file: Option<Arc<ModelFile>>) -> Result<ModelDesc> {
-        let config = llama_config(h)?;
+        let config = read_config(h)?;
         let mut tensors = Vec::with_capacity(h.tensors().len());
         for t in h.tensors() {
             let dtype = t.ggml_type.dtype().ok_or_else(|| Error::Unsupported {
@@ -97,6 +96,12 @@ impl ModelDesc {
                 shape: t.shape.iter().map(|&d| d as usize).collect(),
             });
         }
+        check_tensors(
+            &config,
+            tensors
+                .iter()
+                .map(|t| (t.name.as_str(), t.shape.as_slice())),
+        )?;
         let data = match file {
             Some(f) if f.has_data() => WeightData::File(f),
             _ => WeightData::None,
@@ -120,10 +125,10 @@ impl ModelDesc {
         ModelDesc::from_header(&file.header().clone(), Some(file))
     }
 
-    /// A llama of `config` with random weights of `dtype` (norms in F32;
+    /// A model of `config` with random weights of `dtype` (norms in F32;
     /// matrices whose rows are not whole blocks of `dtype` in the type
     /// llama-quantize falls back to, [`DType::for_row_len`]).
-    pub fn random(config: LlamaConfig, dtype: DType, seed: u64) -> Result<ModelDesc> {
+    pub fn random(config: ModelConfig, dtype: DType, seed: u64) -> Result<ModelDesc> {
         config.validate()?;
         let tensors = config
             .weight_shapes()

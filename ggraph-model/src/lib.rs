@@ -10,6 +10,7 @@
 //! [`chat_template`] renders a conversation into a prompt as llama.cpp
 //! does, from the GGUF's Jinja chat template.
 
+pub mod arch;
 pub mod batch;
 pub mod chat_template;
 pub mod context;
@@ -17,7 +18,6 @@ pub mod desc;
 pub mod estimate;
 pub mod gguf;
 pub mod kv;
-pub mod llama;
 pub mod loaded;
 pub mod make;
 pub mod ollama;

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::arch::{ModelConfig, WeightSource};
 use super::desc::{ModelDesc, WeightData};
-use super::llama::{LlamaConfig, WeightSource};
 use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
 use ggraph_core::alloc::{RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
@@ -33,7 +33,7 @@ struct Loaded {
 
 /// A model on its devices.
 pub struct Model {
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub plan: PlacementPlan,
     /// GPU-class devices in placement order.
     pub devices: Vec<Arc<dyn Device>>,

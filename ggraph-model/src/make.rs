@@ -1,4 +1,4 @@
-//! Writing a model description as a llama GGUF: the metadata llama.cpp
+//! Writing a model description as a GGUF of its architecture: the metadata llama.cpp
 //! reads, a vocabulary, and the tensors' bytes. Used to make small
 //! random-weight models for tests and benches.
 
@@ -132,9 +132,11 @@ pub fn bpe_vocab_header(pre: &str) -> Result<GgufHeader> {
     GgufHeader::new(3, kv, vec![]).map_err(Error::InvalidArgument)
 }
 
-/// The GGUF of a llama model description with its tensors' bytes
-/// (generated or from its file) and the vocabulary `tokens`.
-pub fn llama_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
+/// The GGUF of a model description with its tensors' bytes (generated
+/// or from its file) and the vocabulary `tokens`: the `{arch}.*` keys
+/// llama.cpp reads for its architecture, so that reading it back gives
+/// the same configuration.
+pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     let c = &desc.config;
     if tokens.len() != c.n_vocab {
         return Err(Error::InvalidArgument(format!(
@@ -143,29 +145,51 @@ pub fn llama_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
             c.n_vocab
         )));
     }
+    let arch = c.arch.name;
+    let key = |k: &str| format!("{arch}.{k}");
     let mut w = GgufWriter::new();
     let u = |x: usize| Value::U32(x as u32);
-    w.kv("general.architecture", "llama")
-        .kv("general.name", "ggraph random llama")
-        .kv("llama.block_count", u(c.n_layer))
-        .kv("llama.context_length", u(4096))
-        .kv("llama.embedding_length", u(c.n_embd))
-        .kv("llama.feed_forward_length", u(c.n_ff))
-        .kv("llama.attention.head_count", u(c.n_head))
-        .kv("llama.attention.head_count_kv", u(c.n_head_kv))
-        .kv("llama.attention.key_length", u(c.head_dim))
-        .kv("llama.attention.value_length", u(c.head_dim))
+    w.kv("general.architecture", arch)
+        .kv("general.name", format!("ggraph random {arch}").as_str())
+        .kv(key("block_count"), u(c.n_layer))
+        .kv(key("context_length"), u(4096))
+        .kv(key("embedding_length"), u(c.n_embd))
+        .kv(key("feed_forward_length"), u(c.n_ff))
+        .kv(key("attention.head_count"), u(c.n_head))
+        .kv(key("attention.head_count_kv"), u(c.n_head_kv))
+        .kv(key("attention.key_length"), u(c.head_dim))
+        .kv(key("attention.value_length"), u(c.head_dim))
         .kv(
-            "llama.attention.layer_norm_rms_epsilon",
+            key("attention.layer_norm_rms_epsilon"),
             Value::F32(c.rms_eps),
         )
-        .kv("llama.rope.freq_base", Value::F32(c.rope_freq_base))
-        .kv("llama.rope.dimension_count", u(c.n_rot))
-        .kv("llama.vocab_size", u(c.n_vocab));
+        .kv(key("rope.freq_base"), Value::F32(c.rope_freq_base))
+        .kv(key("rope.dimension_count"), u(c.n_rot))
+        .kv(key("vocab_size"), u(c.n_vocab));
+    if c.rope_freq_scale != 1.0 {
+        w.kv(
+            key("rope.scaling.factor"),
+            Value::F32(1.0 / c.rope_freq_scale),
+        );
+    }
     if c.is_moe() {
-        w.kv("llama.expert_count", u(c.n_expert))
-            .kv("llama.expert_used_count", u(c.n_expert_used))
-            .kv("llama.expert_feed_forward_length", u(c.n_ff_expert));
+        w.kv(key("expert_count"), u(c.n_expert))
+            .kv(key("expert_used_count"), u(c.n_expert_used))
+            .kv(key("expert_feed_forward_length"), u(c.n_ff_expert));
+    }
+    if c.has_swa() {
+        w.kv(key("attention.sliding_window"), u(c.n_swa))
+            .kv(
+                key("attention.sliding_window_pattern"),
+                Value::from(ArrayValues::Bool(c.swa_layers.clone())),
+            )
+            .kv(key("rope.freq_base_swa"), Value::F32(c.rope_freq_base_swa));
+    }
+    if c.attn_softcap > 0.0 {
+        w.kv(key("attn_logit_softcapping"), Value::F32(c.attn_softcap));
+    }
+    if c.final_softcap > 0.0 {
+        w.kv(key("final_logit_softcapping"), Value::F32(c.final_softcap));
     }
     for (k, v) in vocab_kv(tokens) {
         w.kv(k, v);

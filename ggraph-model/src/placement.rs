@@ -443,11 +443,11 @@ fn by_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llama::LlamaConfig;
+    use crate::arch::ModelConfig;
     use ggraph_core::dtype::DType;
 
     fn model() -> ModelDesc {
-        ModelDesc::random(LlamaConfig::dense(1000, 64, 8, 4, 2, 128), DType::F32, 1).unwrap()
+        ModelDesc::random(ModelConfig::dense(1000, 64, 8, 4, 2, 128), DType::F32, 1).unwrap()
     }
 
     #[test]
@@ -532,7 +532,7 @@ mod tests {
     #[test]
     fn the_default_layer_split_follows_free_memory() {
         let m =
-            ModelDesc::random(LlamaConfig::dense(64, 64, 16, 4, 2, 128), DType::F32, 1).unwrap();
+            ModelDesc::random(ModelConfig::dense(64, 64, 16, 4, 2, 128), DType::F32, 1).unwrap();
         let gib = 1u64 << 30;
         for free in [
             vec![3 * gib, gib],
@@ -549,7 +549,7 @@ mod tests {
     fn uneven_layers_are_split_by_bytes_not_counts() {
         // layers 0 and 1 in f32, the others in q4_0 (about 7 times smaller)
         let mut m =
-            ModelDesc::random(LlamaConfig::dense(64, 64, 8, 4, 2, 128), DType::F32, 1).unwrap();
+            ModelDesc::random(ModelConfig::dense(64, 64, 8, 4, 2, 128), DType::F32, 1).unwrap();
         for t in &mut m.tensors {
             if t.is_matrix() && !t.name.starts_with("blk.0.") && !t.name.starts_with("blk.1.") {
                 t.dtype = DType::Q4_0;
@@ -708,7 +708,7 @@ mod tests {
 
     #[test]
     fn moe_experts_can_stay_on_the_host() {
-        let mut c = LlamaConfig::dense(100, 64, 3, 4, 2, 128);
+        let mut c = ModelConfig::dense(100, 64, 3, 4, 2, 128);
         c.n_expert = 4;
         c.n_expert_used = 2;
         let m = ModelDesc::random(c, DType::F32, 1).unwrap();

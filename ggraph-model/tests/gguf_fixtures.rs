@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
+use ggraph_model::arch::read_config;
 use ggraph_model::estimate::EstimateRequest;
 use ggraph_model::gguf::{
     ArrayValues, GgufHeader, GgufWriter, JsonOptions, ModelFile, Value, header_from_json,
     parse_header,
 };
-use ggraph_model::llama::llama_config;
 use ggraph_model::ollama;
 use serde_json::Value as Json;
 
@@ -211,7 +211,7 @@ fn headers_survive_a_trip_through_json() {
 fn the_tiny_llama_reads_as_a_llama_config() {
     let file = ModelFile::open(fixture_path("tiny_llama", "gguf")).unwrap();
     let h: &GgufHeader = file.header();
-    let c = llama_config(h).unwrap();
+    let c = read_config(h).unwrap();
     assert_eq!(
         (
             c.n_vocab,

@@ -9,11 +9,11 @@ use ggraph_conformance::{reference, testing};
 use ggraph_core::backend::Device;
 use ggraph_core::{DType, exec};
 use ggraph_gpu::emulator::EmuRuntime;
+use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
 use ggraph_model::kv::{FreshCache, KvLayout};
-use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
-fn run(device: Arc<dyn Device>, config: &LlamaConfig, shape: BuildShape, weights: DType) -> f64 {
-    let lg = build_llama(
+fn run(device: Arc<dyn Device>, config: &ModelConfig, shape: BuildShape, weights: DType) -> f64 {
+    let lg = build_graph(
         config,
         &shape,
         &mut FreshWeights { dtype: weights },
@@ -47,7 +47,7 @@ fn emu() -> Arc<dyn Device> {
 
 #[test]
 fn llama_block_on_the_emulated_gpu_matches_the_f64_reference() {
-    let cfg = LlamaConfig::dense(97, 64, 2, 4, 2, 96);
+    let cfg = ModelConfig::dense(97, 64, 2, 4, 2, 96);
     for attention in [Attention::Standard, Attention::Flash] {
         // 12 tokens: the batched (BLAS / tiled) mul_mat path, not mat-vec
         let e = run(emu(), &cfg, no_cache(12, attention), DType::F32);
@@ -66,11 +66,11 @@ fn quantised_llama_weights_on_the_emulated_gpu() {
         (DType::Q5_1, 12),
         (DType::IQ4_NL, 3),
     ] {
-        let cfg = LlamaConfig::dense(97, 64, 1, 4, 2, 96);
+        let cfg = ModelConfig::dense(97, 64, 1, 4, 2, 96);
         let e = run(emu(), &cfg, no_cache(tokens, Attention::Standard), w);
         assert!(e < 1e-6, "{w}: nmse {e}");
     }
-    let mut cfg = LlamaConfig::dense(97, 256, 1, 4, 2, 512);
+    let mut cfg = ModelConfig::dense(97, 256, 1, 4, 2, 512);
     cfg.n_rot = 64;
     for w in [
         DType::Q2_K,
@@ -87,7 +87,7 @@ fn quantised_llama_weights_on_the_emulated_gpu() {
 
 #[test]
 fn kv_cache_and_mixture_of_experts_on_the_emulated_gpu() {
-    let cfg = LlamaConfig::dense(97, 64, 1, 2, 1, 96);
+    let cfg = ModelConfig::dense(97, 64, 1, 2, 1, 96);
     let kv = KvLayout {
         kv_size: 16,
         k_type: DType::F16,
@@ -98,7 +98,7 @@ fn kv_cache_and_mixture_of_experts_on_the_emulated_gpu() {
     let e = run(emu(), &cfg, shape, DType::F32);
     assert!(e < 1e-6, "kv cache: nmse {e}");
 
-    let mut moe = LlamaConfig::dense(97, 64, 1, 4, 2, 96);
+    let mut moe = ModelConfig::dense(97, 64, 1, 4, 2, 96);
     moe.n_expert = 4;
     moe.n_expert_used = 2;
     moe.n_ff_expert = 32;

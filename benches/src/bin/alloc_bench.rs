@@ -12,7 +12,7 @@ use ggraph_core::alloc::{GraphAllocator, Strategy, liveness};
 use ggraph_core::backend::{BufferType, Device};
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::CpuDevice;
-use ggraph_model::llama::Attention;
+use ggraph_model::arch::Attention;
 
 fn main() -> ggraph_core::Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();

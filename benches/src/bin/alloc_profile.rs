@@ -8,7 +8,7 @@ use ggraph_core::DType;
 use ggraph_core::alloc::{GraphAllocator, Strategy};
 use ggraph_core::backend::{BufferType, Device};
 use ggraph_cpu::CpuDevice;
-use ggraph_model::llama::Attention;
+use ggraph_model::arch::Attention;
 
 fn main() -> ggraph_core::Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();

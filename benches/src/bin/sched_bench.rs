@@ -17,7 +17,7 @@ use ggraph_core::ir::{Graph, TensorData};
 use ggraph_core::sched::{BackendSpec, HostPerf, OffloadPolicy, SchedConfig, Scheduler};
 use ggraph_core::util::format_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
-use ggraph_model::llama::{Attention, LlamaConfig};
+use ggraph_model::arch::{Attention, ModelConfig};
 
 struct Case {
     label: &'static str,
@@ -104,7 +104,7 @@ fn main() -> ggraph_core::Result<()> {
         };
         let mut graph: Graph = lg.graph.clone();
         bind_graph_weights_by(&mut graph, |_, name| {
-            let layer = LlamaConfig::layer_of(name).or(if name.starts_with("token_embd") {
+            let layer = ModelConfig::layer_of(name).or(if name.starts_with("token_embd") {
                 Some(0)
             } else {
                 None

@@ -11,7 +11,7 @@ use ggraph_core::backend::{BufferType, BufferUsage, Device};
 use ggraph_core::ir::TensorData;
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
-use ggraph_model::llama::{Attention, LlamaConfig};
+use ggraph_model::arch::{Attention, ModelConfig};
 
 fn main() -> ggraph_core::Result<()> {
     let (_, _, lg) = llama8b_graph(DType::Q4_0, Attention::Standard, DType::F32)?;
@@ -23,7 +23,7 @@ fn main() -> ggraph_core::Result<()> {
     let gpu_from = if cpu_only { usize::MAX } else { 16 };
     let mut graph = lg.graph.clone();
     bind_graph_weights_by(&mut graph, |_, name| {
-        if LlamaConfig::layer_of(name).unwrap_or(32) >= gpu_from {
+        if ModelConfig::layer_of(name).unwrap_or(32) >= gpu_from {
             sim_v.clone()
         } else {
             cpu_v.clone()

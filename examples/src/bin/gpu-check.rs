@@ -206,8 +206,8 @@ fn mixed_cpu_gpu_llama(d: &Arc<dyn Device>) -> bool {
     let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
     let mut ok = true;
     for attention in [
-        ggraph::model::llama::Attention::Standard,
-        ggraph::model::llama::Attention::Flash,
+        ggraph::model::arch::Attention::Standard,
+        ggraph::model::arch::Attention::Flash,
     ] {
         match conformance::testing::mixed::mixed_llama(
             std::slice::from_ref(d),

@@ -15,8 +15,8 @@ use ggraph_conformance::{reference, testing};
 use ggraph_core::backend::Device;
 use ggraph_core::ir::Graph;
 use ggraph_core::{DType, Result, TensorId, exec};
+use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
 use ggraph_model::kv::FreshCache;
-use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 /// What a sample run measured.
 pub struct SampleRun {
@@ -42,8 +42,8 @@ pub fn sample_bound(weights: DType) -> f64 {
 }
 
 /// The sample model: 4 layers, n_embd 256, 8 heads (4 KV heads), 32 tokens.
-pub fn sample_config() -> (LlamaConfig, BuildShape) {
-    let config = LlamaConfig::dense(1000, 256, 4, 8, 4, 512);
+pub fn sample_config() -> (ModelConfig, BuildShape) {
+    let config = ModelConfig::dense(1000, 256, 4, 8, 4, 512);
     let shape = BuildShape::prompt(32, Attention::Standard);
     (config, shape)
 }
@@ -62,7 +62,7 @@ impl Sample {
     /// evaluates the reference.
     pub fn new(weights: DType) -> Result<Sample> {
         let (config, shape) = sample_config();
-        let lg = build_llama(
+        let lg = build_graph(
             &config,
             &shape,
             &mut FreshWeights { dtype: weights },

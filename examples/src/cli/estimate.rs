@@ -135,9 +135,9 @@ fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String
 
     use ggraph::backend::Device;
     use ggraph::context::ContextParams;
+    use ggraph::model::arch::Attention;
     use ggraph::model::desc::ModelDesc;
     use ggraph::model::estimate::exact::{FitRequest, fit};
-    use ggraph::model::llama::Attention;
     use ggraph::model::placement::{GpuLayers, PlacementOptions};
 
     let desc = ModelDesc::from_header(&model.header, None).map_err(|e| e.to_string())?;

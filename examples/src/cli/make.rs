@@ -1,14 +1,15 @@
-//! `ggraph make-model OUT.gguf`: a random-weight llama GGUF of any shape,
-//! for tests, benches and splitting experiments.
+//! `ggraph make-model OUT.gguf`: a random-weight GGUF of any architecture
+//! ggraph builds and any shape, for tests, benches and splitting
+//! experiments.
 
 use std::io::Write;
 
 use clap::builder::PossibleValuesParser;
 use ggraph::DType;
+use ggraph::model::arch::{ModelConfig, arch_by_name, arch_names};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::gguf::GgmlType;
-use ggraph::model::llama::LlamaConfig;
-use ggraph::model::make::{llama_gguf, make_vocab};
+use ggraph::model::make::{make_vocab, model_gguf};
 use ggraph::progress::Progress;
 use ggraph::runner::SHAPES;
 use ggraph::util::format_bytes;
@@ -22,6 +23,12 @@ pub struct MakeArgs {
     /// The file to write
     #[arg(value_name = "OUT.gguf")]
     pub out: String,
+    /// The architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
+    /// phi3), with its defaults (gemma's sliding window and soft-caps,
+    /// qwen3moe's experts, phi3's partial rope)
+    #[arg(long, value_name = "ARCH", default_value = "llama",
+          value_parser = PossibleValuesParser::new(arch_names()))]
+    pub arch: String,
     /// The shape the options below change: tiny, small (n_embd 512, 8
     /// layers, vocab 32000) or 8b-4l (llama-3-8B layers, 4 of them)
     #[arg(long, value_name = "NAME", default_value = "tiny",
@@ -45,10 +52,10 @@ pub struct MakeArgs {
     /// Vocabulary size [default: the shape's]
     #[arg(long = "n-vocab", value_name = "N", value_parser = values::count)]
     pub n_vocab: Option<usize>,
-    /// Experts per layer (mixture of experts)
-    #[arg(long = "n-expert", value_name = "N", default_value_t = 0,
-          value_parser = values::count)]
-    pub n_expert: usize,
+    /// Experts per layer (mixture of experts) [default: the
+    /// architecture's: 8 for qwen3moe, else none]
+    #[arg(long = "n-expert", value_name = "N", value_parser = values::count)]
+    pub n_expert: Option<usize>,
     /// Experts used per token [default: 2, at most --n-expert]
     #[arg(long = "n-expert-used", value_name = "N", value_parser = values::count)]
     pub n_expert_used: Option<usize>,
@@ -67,7 +74,10 @@ pub fn render(a: &MakeArgs) -> Result<String, Failure> {
     let base = ggraph::runner::preset(&a.shape).map_err(|e| Failure::usage(e.to_string()))?;
     let n_embd = a.n_embd.unwrap_or(base.n_embd);
     let n_head = a.n_head.unwrap_or(base.n_head);
-    let mut c = LlamaConfig::dense(
+    let arch = arch_by_name(&a.arch)
+        .ok_or_else(|| Failure::usage(format!("unknown architecture '{}'", a.arch)))?;
+    let mut c = ModelConfig::new(
+        arch,
         a.n_vocab.unwrap_or(base.n_vocab),
         n_embd,
         a.n_layer.unwrap_or(base.n_layer),
@@ -75,19 +85,26 @@ pub fn render(a: &MakeArgs) -> Result<String, Failure> {
         a.n_head_kv.unwrap_or(base.n_head_kv),
         a.n_ff.unwrap_or(base.n_ff),
     );
-    c.rope_freq_base = base.rope_freq_base;
-    c.n_expert = a.n_expert;
-    c.n_expert_used = a
-        .n_expert_used
-        .unwrap_or(if c.n_expert > 0 { 2.min(c.n_expert) } else { 0 });
+    if arch.name == "llama" {
+        c.rope_freq_base = base.rope_freq_base;
+    }
+    if let Some(n) = a.n_expert {
+        c.n_expert = n;
+        c.n_ff_expert = c.n_ff;
+    }
+    c.n_expert_used = a.n_expert_used.unwrap_or(if c.n_expert > 0 {
+        c.n_expert_used.clamp(1, 2).min(c.n_expert)
+    } else {
+        0
+    });
     let weights = a.weights;
     let desc = ModelDesc::random(c, weights, a.seed).map_err(|e| Failure::usage(e.to_string()))?;
-    // the header from llama_gguf, the tensors added here one by one: making
+    // the header from model_gguf, the tensors added here one by one: making
     // a large model's random weights takes a while
     let mut header_only = desc.clone();
     header_only.tensors.clear();
     let mut w =
-        llama_gguf(&header_only, make_vocab(desc.config.n_vocab)).map_err(Failure::other)?;
+        model_gguf(&header_only, make_vocab(desc.config.n_vocab)).map_err(Failure::other)?;
     let total = desc.total_bytes();
     let mut progress = Progress::bytes(format!("making {out}"));
     let mut done = 0u64;
@@ -112,7 +129,8 @@ pub fn render(a: &MakeArgs) -> Result<String, Failure> {
     }
     progress.finish();
     Ok(format!(
-        "wrote {out}: llama, {} layers, n_embd {}, {} heads ({} KV), n_ff {}, vocab {}, {} weights, {}\n",
+        "wrote {out}: {}, {} layers, n_embd {}, {} heads ({} KV), n_ff {}, vocab {}, {} weights, {}\n",
+        desc.config.arch.name,
         desc.config.n_layer,
         desc.config.n_embd,
         desc.config.n_head,

@@ -359,7 +359,7 @@ mod tests {
     }
 
     #[test]
-    fn make_model_writes_what_llama_gguf_makes() {
+    fn make_model_writes_what_model_gguf_makes() {
         let out = temp("made.gguf");
         let t = run(&[
             "make-model",
@@ -375,7 +375,7 @@ mod tests {
         .unwrap();
         assert!(t.contains("2 layers") && t.contains("Q8_0"), "{t}");
         let t = ggraph::runner::preset("tiny").unwrap();
-        let mut c = ggraph::model::llama::LlamaConfig::dense(
+        let mut c = ggraph::model::arch::ModelConfig::dense(
             t.n_vocab,
             t.n_embd,
             2,
@@ -385,7 +385,7 @@ mod tests {
         );
         c.rope_freq_base = t.rope_freq_base;
         let desc = ggraph::model::desc::ModelDesc::random(c, ggraph::DType::Q8_0, 5).unwrap();
-        let want = ggraph::model::make::llama_gguf(
+        let want = ggraph::model::make::model_gguf(
             &desc,
             ggraph::model::make::make_vocab(desc.config.n_vocab),
         )
@@ -394,7 +394,7 @@ mod tests {
         .unwrap();
         assert!(
             std::fs::read(&out).unwrap() == want,
-            "the file differs from llama_gguf's"
+            "the file differs from model_gguf's"
         );
         std::fs::remove_file(out).ok();
     }

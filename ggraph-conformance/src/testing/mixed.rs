@@ -13,8 +13,8 @@ use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::Graph;
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
+use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
 use ggraph_model::kv::FreshCache;
-use ggraph_model::llama::{Attention, BuildShape, FreshWeights, LlamaConfig, build_llama};
 
 /// What the mixed check found.
 #[derive(Clone, Debug)]
@@ -49,9 +49,9 @@ pub fn mixed_llama(
     weights: DType,
     attention: Attention,
 ) -> Result<MixedCheck> {
-    let config = LlamaConfig::dense(97, 64, 4, 4, 2, 96);
+    let config = ModelConfig::dense(97, 64, 4, 4, 2, 96);
     let shape = BuildShape::prompt(7, attention);
-    let lg = build_llama(
+    let lg = build_graph(
         &config,
         &shape,
         &mut FreshWeights { dtype: weights },
@@ -60,7 +60,7 @@ pub fn mixed_llama(
     let data = super::llama_leaf_data(&lg, &lg.graph, &config, &shape, 23)?;
     let n_layer = config.n_layer;
     let home = |name: &str| -> Arc<dyn Device> {
-        let layer = LlamaConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
+        let layer = ModelConfig::layer_of(name).unwrap_or(if name.starts_with("token_embd") {
             0
         } else {
             n_layer

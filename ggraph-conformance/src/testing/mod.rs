@@ -8,7 +8,7 @@ use ggraph_core::error::Result;
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::quant;
 use ggraph_core::util::Rng;
-use ggraph_model::llama::{BuildShape, LlamaConfig, LlamaGraph, causal_mask};
+use ggraph_model::arch::{BuildShape, ModelConfig, ModelGraph, causal_mask};
 
 pub mod mixed;
 pub mod random_graph;
@@ -28,9 +28,9 @@ pub fn bytes_of(graph: &Graph, id: TensorId, values: &[f32]) -> Result<Vec<u8>> 
 /// cache cells for the ubatch at the end of the visible cache, and random
 /// earlier cache contents.
 pub fn llama_leaf_data(
-    lg: &LlamaGraph,
+    lg: &ModelGraph,
     graph: &Graph,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     shape: &BuildShape,
     seed: u64,
 ) -> Result<HashMap<TensorId, Vec<u8>>> {
@@ -50,7 +50,9 @@ pub fn llama_leaf_data(
         } else if leaf == lg.inputs.positions {
             positions.iter().map(|p| *p as f32).collect()
         } else if leaf == lg.inputs.kq_mask {
-            causal_mask(&positions, &cell_pos)
+            causal_mask(&positions, &cell_pos, 0)
+        } else if Some(leaf) == lg.inputs.kq_mask_swa {
+            causal_mask(&positions, &cell_pos, config.n_swa)
         } else if Some(leaf) == lg.inputs.out_ids {
             // the last n_outputs tokens
             (n_tokens - n..n_tokens).map(|i| i as f32).collect()

@@ -10,7 +10,7 @@
 //! - [`GgufHeader`] holds the checked metadata and tensor infos, with typed
 //!   getters ([`GgufHeader::hparam_u32`], [`GgufHeader::layer_u32s`], ...);
 //!   architectures read their hyperparameters through them
-//!   ([`crate::llama::llama_config`]).
+//!   ([`crate::arch::read_config`]).
 //! - [`json`] converts a header to and from JSON; [`GgufWriter`] writes
 //!   files and header prefixes.
 //!

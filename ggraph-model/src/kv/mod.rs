@@ -166,12 +166,15 @@ impl KvCache {
 
     /// The attention mask of a ubatch over the first `n_kv` cells: 0 where
     /// the cell is used, shares a sequence with the token and is not after
-    /// it; -inf elsewhere. Row-major [n_kv, tokens.len()].
-    pub fn mask(&self, tokens: &[TokenPlace], n_kv: usize) -> Vec<f32> {
+    /// it (and, with a sliding window `n_swa` > 0, less than `n_swa`
+    /// positions before it); -inf elsewhere. Row-major [n_kv, tokens.len()].
+    pub fn mask(&self, tokens: &[TokenPlace], n_kv: usize, n_swa: usize) -> Vec<f32> {
         let mut m = Vec::with_capacity(tokens.len() * n_kv);
         for t in tokens {
             for c in &self.cells.cells()[..n_kv] {
-                let visible = c.pos.is_some_and(|p| p <= t.pos) && c.seqs & t.seqs != 0;
+                let in_window = |p: i32| n_swa == 0 || ((t.pos - p) as usize) < n_swa;
+                let visible =
+                    c.pos.is_some_and(|p| p <= t.pos && in_window(p)) && c.seqs & t.seqs != 0;
                 m.push(if visible { 0.0 } else { f32::NEG_INFINITY });
             }
         }
@@ -192,16 +195,16 @@ impl KvCache {
     /// A graph that applies every pending shift to K: each cell's K rows
     /// are rotated by its shift (rope composes: rotating a row for
     /// position p by d more gives position p + d), with the same rope as
-    /// the model's: `rope` and the frequency factors `freq_factors` adds
-    /// to the graph (e.g. the model's `rope_freqs.weight` through
-    /// [`crate::llama::rope_freq_factors`]; `None` for none). Run
+    /// the model's: `rope(layer)` and the frequency factors `freq_factors`
+    /// adds to the graph (e.g. the model's `rope_freqs.weight` through
+    /// [`crate::arch::rope_freq_factors`]; `None` for none). Run
     /// it, then `cells.clear_shifts()`. The graph's input `kv_shift` (I32,
     /// one per cell) is filled with `cells.shifts()`.
     pub fn shift_graph(
         &self,
         head_dim: usize,
         n_head_kv: usize,
-        rope: RopeParams,
+        rope: &dyn Fn(usize) -> RopeParams,
         freq_factors: &mut dyn FnMut(&mut GraphBuilder) -> Result<Option<TensorId>>,
     ) -> Result<(Graph, TensorId)> {
         let mut b = GraphBuilder::new();
@@ -220,7 +223,7 @@ impl KvCache {
             } else {
                 b.cast(view, DType::F32)?
             };
-            let rotated = b.rope_ext(src, shifts, factors, rope)?;
+            let rotated = b.rope_ext(src, shifts, factors, rope(il))?;
             let back = b.cpy(rotated, view)?;
             b.expand(back)?;
         }

@@ -1,0 +1,199 @@
+//! Every architecture against llama.cpp: one small random-weight GGUF per
+//! architecture (`ggraph-model/tests/fixtures/arch/`, written with the
+//! PyPI `gguf` package by its `make_models.py`) and what llama.cpp 0.3.36
+//! computed on it (`expected.json`, by its `make-fixtures`): the logits of
+//! a 20-token prompt's last position and 12 greedy tokens, with flash
+//! attention on and off.
+//!
+//! llama.cpp's two attention paths differ (its F16 rounding of Q, of the
+//! softmax or of the V accumulator): by `spread`, the largest |logit on -
+//! off| of a file. ggraph computes attention in F32 over the same F16
+//! cache, so its logits are held to llama.cpp's within `SPREADS` spreads;
+//! every greedy step of these files has a top-2 margin far above that, so
+//! the greedy tokens must be llama.cpp's exactly.
+//!
+//! Each model then runs split over the CPU and two simulated GPUs (layer
+//! split, then row split), with the same greedy tokens as on the CPU alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggraph::Device;
+use ggraph::batch::Batch;
+use ggraph::context::{Context, ContextParams};
+use ggraph::model::arch::{ARCHITECTURES, Attention};
+use ggraph::model::desc::ModelDesc;
+use ggraph::model::loaded::{LoadMode, Model};
+use ggraph::model::placement::{PlacementOptions, SplitMode};
+use ggraph::{DType, runner};
+use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
+use serde_json::Value;
+
+const EXPECTED: &str = include_str!("../../ggraph-model/tests/fixtures/arch/expected.json");
+
+/// How far ggraph's logits may be from llama.cpp's, in units of the
+/// file's flash attention spread.
+const SPREADS: f32 = 2.0;
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ggraph-model/tests/fixtures/arch")
+}
+
+fn ids(v: &Value) -> Vec<i32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap() as i32)
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn params(attention: Attention) -> ContextParams {
+    ContextParams {
+        n_ctx: 64,
+        n_batch: 64,
+        n_ubatch: 64,
+        attention,
+        // llama.cpp's default cache types
+        k_type: DType::F16,
+        v_type: DType::F16,
+        ..ContextParams::default()
+    }
+}
+
+fn open(arch: &str) -> ModelDesc {
+    let path = fixture_dir().join(format!("{arch}.gguf"));
+    runner::open_model(path.to_str().unwrap()).unwrap()
+}
+
+fn context(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    opts: &PlacementOptions,
+    attention: Attention,
+) -> Context {
+    let model = Model::load(desc, devices, CpuDevice::new(), opts, LoadMode::Real, None).unwrap();
+    Context::new(Arc::new(model), params(attention)).unwrap()
+}
+
+/// The last position's logits of `prompt`, decoded as one batch.
+fn last_logits(ctx: &mut Context, prompt: &[i32]) -> Vec<f32> {
+    ctx.decode(&Batch::tokens(prompt)).unwrap();
+    ctx.logits().to_vec()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn greedy(ctx: &mut Context, prompt: &[i32], n: usize) -> Vec<i32> {
+    runner::generate(ctx, prompt, n).unwrap().generated
+}
+
+fn check(arch: &str) {
+    let expected: Value = serde_json::from_str(EXPECTED).unwrap();
+    let prompt = ids(&expected["prompt"]);
+    let want = &expected["models"][arch];
+    let spread = want["fa_on_off_max_abs_diff"].as_f64().unwrap() as f32;
+    let desc = open(arch);
+    assert_eq!(desc.config.arch.name, arch);
+    let want_greedy = ids(&want["fa_off"]["greedy"]);
+    assert_eq!(want_greedy, ids(&want["fa_on"]["greedy"]));
+    let bound = SPREADS * spread;
+    for attention in [Attention::Standard, Attention::Flash] {
+        let mut ctx = context(&desc, &[], &PlacementOptions::default(), attention);
+        let logits = last_logits(&mut ctx, &prompt);
+        let (off, on) = (
+            floats(&want["fa_off"]["last_logits"]),
+            floats(&want["fa_on"]["last_logits"]),
+        );
+        let d = max_diff(&logits, &off).min(max_diff(&logits, &on));
+        eprintln!(
+            "{arch} {attention:?}: max |logit - llama.cpp| {d:.5} (llama.cpp's own spread {spread:.5})"
+        );
+        assert!(
+            d <= bound,
+            "{arch} {attention:?}: logits {d} from llama.cpp's, more than {SPREADS} x its spread {spread}"
+        );
+        let mut ctx = context(&desc, &[], &PlacementOptions::default(), attention);
+        let got = greedy(&mut ctx, &prompt, want_greedy.len());
+        assert_eq!(got, want_greedy, "{arch} {attention:?}: greedy tokens");
+    }
+
+    // the same tokens split over the CPU and two simulated GPUs
+    let sims = || -> Vec<Arc<dyn Device>> {
+        (0..2)
+            .map(|i| SimDevice::new(i, SimConfig::gpu(64 << 20)) as Arc<dyn Device>)
+            .collect()
+    };
+    for split in [SplitMode::Layer, SplitMode::Row] {
+        let opts = PlacementOptions {
+            split_mode: split,
+            ..PlacementOptions::default()
+        };
+        let mut ctx = context(&desc, &sims(), &opts, Attention::Standard);
+        let got = greedy(&mut ctx, &prompt, want_greedy.len());
+        assert_eq!(
+            got, want_greedy,
+            "{arch}: split by {split:?} over two simulated GPUs"
+        );
+    }
+}
+
+#[test]
+fn every_architecture_has_a_fixture() {
+    let expected: Value = serde_json::from_str(EXPECTED).unwrap();
+    for a in ARCHITECTURES {
+        assert!(
+            expected["models"][a.name].is_object(),
+            "no llama.cpp fixture for {}",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn llama_matches_llama_cpp() {
+    check("llama");
+}
+
+#[test]
+fn qwen2_matches_llama_cpp() {
+    check("qwen2");
+}
+
+#[test]
+fn qwen3_matches_llama_cpp() {
+    check("qwen3");
+}
+
+#[test]
+fn qwen3moe_matches_llama_cpp() {
+    check("qwen3moe");
+}
+
+#[test]
+fn gemma2_matches_llama_cpp() {
+    check("gemma2");
+}
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    check("gemma3");
+}
+
+#[test]
+fn phi3_matches_llama_cpp() {
+    check("phi3");
+}

@@ -1,0 +1,308 @@
+//! The pieces decoder layers are made of: norms, Q/K/V projections,
+//! attention over the KV cache with its variants (sliding window,
+//! soft-capping), the FFN (gated, fused or a mixture of experts), and
+//! soft-capping. Each architecture's [`ArchSpec`] picks among them.
+
+use ggraph_core::error::Result;
+use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
+
+use super::config::{FfnKind, ModelConfig};
+use super::shape::{Attention, BuildShape};
+use super::weights::{WeightSource, required};
+use crate::kv::CacheSource;
+
+/// `x` RMS-normalised along its rows, times `weight`.
+pub fn rms_norm(b: &mut GraphBuilder, x: TensorId, weight: TensorId, eps: f32) -> Result<TensorId> {
+    let n = b.rms_norm(x, eps)?;
+    b.mul(n, weight)
+}
+
+/// The norm weight `name` of layer `il` applied to `x`.
+pub fn layer_norm(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+    il: usize,
+    name: &str,
+    x: TensorId,
+) -> Result<TensorId> {
+    let shape = b.tensor(x)?.ne[0];
+    let w = required(weights, b, &format!("blk.{il}.{name}.weight"), &[shape])?;
+    rms_norm(b, x, w, c.rms_eps)
+}
+
+/// `w · x`, plus the bias `bias_name` when the model has it.
+fn linear(
+    b: &mut GraphBuilder,
+    weights: &mut dyn WeightSource,
+    w: TensorId,
+    x: TensorId,
+    bias_name: &str,
+) -> Result<TensorId> {
+    let y = b.mul_mat(w, x)?;
+    let rows = b.tensor(y)?.ne[0];
+    match weights.weight(b, bias_name, &[rows])? {
+        Some(bias) => b.add(y, bias),
+        None => Ok(y),
+    }
+}
+
+/// `cap * tanh(x / cap)`.
+pub fn softcap(b: &mut GraphBuilder, x: TensorId, cap: f32) -> Result<TensorId> {
+    let s = b.scale(x, 1.0 / cap)?;
+    let t = b.unary(UnaryOp::Tanh, s)?;
+    b.scale(t, cap)
+}
+
+/// Q [hd, n_head, T] and K [hd, n_head_kv, T] (roped, normalised per head
+/// where the architecture does) and V [n_embd_kv, T] of layer `il`.
+fn qkv(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+    il: usize,
+    cur: TensorId,
+    positions: TensorId,
+    rope_freqs: Option<TensorId>,
+) -> Result<(TensorId, TensorId, TensorId)> {
+    let (e, hd, n_tokens) = (c.n_embd, c.head_dim, b.tensor(cur)?.ne[1]);
+    let (nq, nkv) = (c.n_head * hd, c.n_embd_kv());
+    let name = |s: &str| format!("blk.{il}.{s}");
+    let (q, k, v) = if c.fused_qkv {
+        let w = required(weights, b, &name("attn_qkv.weight"), &[e, nq + 2 * nkv])?;
+        let qkv = linear(b, weights, w, cur, &name("attn_qkv.bias"))?;
+        let row = b.tensor(qkv)?.nb[1];
+        let part = |b: &mut GraphBuilder, width: usize, offset: usize| -> Result<TensorId> {
+            let v = b.view_2d(qkv, width, n_tokens, row, offset * 4)?;
+            b.cont(v)
+        };
+        (part(b, nq, 0)?, part(b, nkv, nq)?, part(b, nkv, nq + nkv)?)
+    } else {
+        let wq = required(weights, b, &name("attn_q.weight"), &[e, nq])?;
+        let wk = required(weights, b, &name("attn_k.weight"), &[e, nkv])?;
+        let wv = required(weights, b, &name("attn_v.weight"), &[e, nkv])?;
+        (
+            linear(b, weights, wq, cur, &name("attn_q.bias"))?,
+            linear(b, weights, wk, cur, &name("attn_k.bias"))?,
+            linear(b, weights, wv, cur, &name("attn_v.bias"))?,
+        )
+    };
+    let mut q = b.reshape(q, &[hd, c.n_head, n_tokens])?;
+    let mut k = b.reshape(k, &[hd, c.n_head_kv, n_tokens])?;
+    if c.arch.qk_norm {
+        q = layer_norm(b, c, weights, il, "attn_q_norm", q)?;
+        k = layer_norm(b, c, weights, il, "attn_k_norm", k)?;
+    }
+    let rope = c.rope(il);
+    let q = b.rope_ext(q, positions, rope_freqs, rope)?;
+    let k = b.rope_ext(k, positions, rope_freqs, rope)?;
+    Ok((q, k, v))
+}
+
+/// The graph inputs attention reads besides Q, K and V.
+pub struct AttentionInputs {
+    pub positions: TensorId,
+    /// The causal mask, and the sliding-window one (for SWA layers).
+    pub kq_mask: TensorId,
+    pub kq_mask_swa: Option<TensorId>,
+    /// Cache cells the ubatch writes (K, V), with a cache.
+    pub k_idx: Option<TensorId>,
+    pub v_idx: Option<TensorId>,
+    pub rope_freqs: Option<TensorId>,
+}
+
+/// Layer `il`'s self-attention on the normalised `cur`: projections,
+/// rope, the cache's write and read, attention, and the output
+/// projection. Records the layer's cache tensors in `caches`.
+pub fn self_attention(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    shape: &BuildShape,
+    weights: &mut dyn WeightSource,
+    cache: &mut dyn CacheSource,
+    inputs: &AttentionInputs,
+    il: usize,
+    cur: TensorId,
+    caches: &mut Vec<(TensorId, TensorId)>,
+) -> Result<TensorId> {
+    let (hd, n_head, n_head_kv) = (c.head_dim, c.n_head, c.n_head_kv);
+    let (n_tokens, n_kv, n_embd_kv) = (shape.n_tokens, shape.n_kv, c.n_embd_kv());
+    let transposed_v = shape.attention == Attention::Standard;
+    let (q, k, v) = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
+
+    // keys and values the attention reads: [hd, n_kv, n_head_kv]
+    let (k_all, v_all) = match (&shape.kv, inputs.k_idx, inputs.v_idx) {
+        (Some(kv), Some(ki), Some(vi)) => {
+            let (kc, vc) = cache.layer_cache(b, il, kv, n_embd_kv)?;
+            caches.push((kc, vc));
+            let k2 = b.reshape(k, &[n_embd_kv, n_tokens])?;
+            let wk = b.set_rows(kc, k2, ki)?;
+            b.expand(wk)?;
+            let wv = if transposed_v {
+                // the cache holds V transposed: element (e, cell) at
+                // e * kv_size + cell. Seen as [1, kv_size, n_embd_kv] it
+                // has one-value rows per cell in every plane e, and V seen
+                // as [1, n_tokens, n_embd_kv] (a strided view) writes them
+                // with the same per-token indices
+                let es = 4; // v is F32
+                let planes = b.reshape(vc, &[1, kv.kv_size, n_embd_kv])?;
+                let vt = b.view_3d(v, [1, n_tokens, n_embd_kv], n_embd_kv * es, es, 0)?;
+                b.set_rows(planes, vt, vi)?
+            } else {
+                b.set_rows(vc, v, vi)?
+            };
+            b.expand(wv)?;
+            let ek = kv.k_type.row_size(hd).unwrap_or(0);
+            let k_row = kv.k_type.row_size(n_embd_kv).unwrap_or(0);
+            let k_view = b.view_3d(kc, [hd, n_head_kv, n_kv], ek, k_row, 0)?;
+            let k_view = b.permute(k_view, [0, 2, 1, 3])?;
+            let v_view = if transposed_v {
+                // [n_kv, hd, n_head_kv] rows along the cells
+                let es = kv.v_type.type_size();
+                b.view_3d(
+                    vc,
+                    [n_kv, hd, n_head_kv],
+                    kv.kv_size * es,
+                    kv.kv_size * es * hd,
+                    0,
+                )?
+            } else {
+                let ev = kv.v_type.row_size(hd).unwrap_or(0);
+                let v_row = kv.v_type.row_size(n_embd_kv).unwrap_or(0);
+                let vv = b.view_3d(vc, [hd, n_head_kv, n_kv], ev, v_row, 0)?;
+                b.permute(vv, [0, 2, 1, 3])?
+            };
+            (k_view, v_view)
+        }
+        _ => {
+            let kp = b.permute(k, [0, 2, 1, 3])?;
+            let v3 = b.reshape(v, &[hd, n_head_kv, n_tokens])?;
+            let vp = if transposed_v {
+                let vt = b.permute(v3, [1, 2, 0, 3])?;
+                b.cont(vt)?
+            } else {
+                b.permute(v3, [0, 2, 1, 3])?
+            };
+            (kp, vp)
+        }
+    };
+    let mask = match inputs.kq_mask_swa {
+        Some(m) if c.is_swa(il) => m,
+        _ => inputs.kq_mask,
+    };
+    let qp = b.permute(q, [0, 2, 1, 3])?;
+    let attn = match shape.attention {
+        Attention::Standard => {
+            let mut kq = b.mul_mat(k_all, qp)?;
+            let mut scale = c.attention_scale;
+            if c.attn_softcap > 0.0 {
+                // the cap applies to the scaled scores, as in llama.cpp
+                kq = b.scale(kq, c.attention_scale)?;
+                kq = softcap(b, kq, c.attn_softcap)?;
+                scale = 1.0;
+            }
+            let kq = b.soft_max_ext(kq, Some(mask), scale, 0.0)?;
+            let kqv = b.mul_mat(v_all, kq)?;
+            let merged = b.permute(kqv, [0, 2, 1, 3])?;
+            let merged = b.cont(merged)?;
+            b.reshape(merged, &[n_head * hd, n_tokens])?
+        }
+        Attention::Flash => {
+            let o = b.flash_attn_ext(
+                qp,
+                k_all,
+                v_all,
+                Some(mask),
+                c.attention_scale,
+                0.0,
+                c.attn_softcap,
+            )?;
+            b.reshape(o, &[n_head * hd, n_tokens])?
+        }
+    };
+    let wo_name = format!("blk.{il}.attn_output.weight");
+    let wo = required(weights, b, &wo_name, &[n_head * hd, c.n_embd])?;
+    linear(b, weights, wo, attn, &format!("blk.{il}.attn_output.bias"))
+}
+
+/// Layer `il`'s feed-forward network on the normalised `cur`.
+pub fn ffn(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+    il: usize,
+    cur: TensorId,
+) -> Result<TensorId> {
+    if c.is_moe() {
+        return moe_ffn(b, c, weights, il, cur);
+    }
+    let name = |s: &str| format!("blk.{il}.{s}.weight");
+    let (e, f) = (c.n_embd, c.n_ff);
+    let h = match c.arch.ffn {
+        FfnKind::Split(op) => {
+            let gate = required(weights, b, &name("ffn_gate"), &[e, f])?;
+            let up = required(weights, b, &name("ffn_up"), &[e, f])?;
+            let g = b.mul_mat(gate, cur)?;
+            let u = b.mul_mat(up, cur)?;
+            b.glu_split(op, g, u)?
+        }
+        FfnKind::Fused(op) => {
+            let up = required(weights, b, &name("ffn_up"), &[e, 2 * f])?;
+            let gu = b.mul_mat(up, cur)?;
+            b.glu(op, gu, false)?
+        }
+    };
+    let down = required(weights, b, &name("ffn_down"), &[f, e])?;
+    b.mul_mat(down, h)
+}
+
+/// Mixture of experts: route each token to its top experts by softmax
+/// probability, weight their gated outputs by those (renormalised)
+/// probabilities, and sum.
+fn moe_ffn(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+    il: usize,
+    cur: TensorId,
+) -> Result<TensorId> {
+    let name = |s: &str| format!("blk.{il}.{s}.weight");
+    let (e, f, x, k) = (c.n_embd, c.n_ff_expert, c.n_expert, c.n_expert_used);
+    let n_tokens = b.tensor(cur)?.ne[1];
+    let gate_inp = required(weights, b, &name("ffn_gate_inp"), &[e, x])?;
+    let gate_exps = required(weights, b, &name("ffn_gate_exps"), &[e, f, x])?;
+    let up_exps = required(weights, b, &name("ffn_up_exps"), &[e, f, x])?;
+    let down_exps = required(weights, b, &name("ffn_down_exps"), &[f, e, x])?;
+
+    let logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
+    let probs = b.soft_max(logits)?;
+    let selected = b.top_k(probs, k)?; // [k, n_tokens]
+    let probs3 = b.reshape(probs, &[1, x, n_tokens])?;
+    let weights = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
+    let weights2 = b.reshape(weights, &[k, n_tokens])?;
+    let sum = b.sum_rows(weights2)?; // [1, n_tokens]
+    let weights2 = b.div(weights2, sum)?;
+    let weights = b.reshape(weights2, &[1, k, n_tokens])?;
+
+    let cur3 = b.reshape(cur, &[e, 1, n_tokens])?;
+    let g = b.mul_mat_id(gate_exps, cur3, selected)?; // [f, k, n_tokens]
+    let u = b.mul_mat_id(up_exps, cur3, selected)?;
+    let op = match c.arch.ffn {
+        FfnKind::Split(op) | FfnKind::Fused(op) => op,
+    };
+    let h = b.glu_split(op, g, u)?;
+    let experts = b.mul_mat_id(down_exps, h, selected)?; // [e, k, n_tokens]
+    let experts = b.mul(experts, weights)?;
+    // sum over the k selected experts
+    let row = b.tensor(experts)?.nb[1];
+    let plane = b.tensor(experts)?.nb[2];
+    let mut out = b.view_2d(experts, e, n_tokens, plane, 0)?;
+    for j in 1..k {
+        let v = b.view_2d(experts, e, n_tokens, plane, j * row)?;
+        out = b.add(out, v)?;
+    }
+    if k == 1 {
+        out = b.cont(out)?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,397 @@
+//! What an architecture is ([`ArchSpec`]: its variations of the decoder,
+//! as data) and the numbers of one model of it ([`ModelConfig`]), with
+//! the weights such a model has.
+
+use std::fmt;
+
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GluOp, RopeMode, RopeParams};
+
+use crate::gguf::{ArrayValues, GgufHeader, meta_error};
+
+/// How a layer's feed-forward network is made (when it is not a mixture
+/// of experts: a model with experts always routes them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnKind {
+    /// `ffn_gate` and `ffn_up`, the gate's activation times up, `ffn_down`.
+    Split(GluOp),
+    /// Gate and up in one matrix `ffn_up` of twice the width (first half
+    /// the gate), then `ffn_down` (phi3).
+    Fused(GluOp),
+}
+
+/// One architecture as data: how its decoder layers differ from llama's,
+/// and the hyperparameters only it reads. The graph builder
+/// (`arch/decoder.rs`) and the weight list ([`ModelConfig::weights`])
+/// follow it, so placement, estimates and loading need no special cases.
+pub struct ArchSpec {
+    /// `general.architecture`, the prefix of its hyperparameter keys.
+    pub name: &'static str,
+    /// The rotary embedding's layout.
+    pub rope: RopeMode,
+    /// Q and K each RMS-normalised per head before the rope (qwen3,
+    /// gemma3).
+    pub qk_norm: bool,
+    /// Its models carry Q, K and V in one matrix `attn_qkv` (a file may
+    /// still hold them apart, or fused for another architecture: the
+    /// file decides, [`ModelConfig::fused_qkv`]).
+    pub fused_qkv: bool,
+    /// Its models carry Q, K and V biases (qwen2).
+    pub qkv_bias: bool,
+    /// RMS norms after the attention and after the FFN, before each
+    /// residual add (gemma2, gemma3).
+    pub post_norms: bool,
+    pub ffn: FfnKind,
+    /// Token embeddings scaled by sqrt(n_embd) (gemma).
+    pub embed_scale: bool,
+    /// The logits always come from the token embeddings (gemma2); else
+    /// from `output.weight`, or the token embeddings when it is absent.
+    pub tied_output: bool,
+    /// Reads the hyperparameters only this architecture has, after the
+    /// common ones (`arch/hparams.rs`).
+    pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
+    /// Sets this architecture's defaults on a new model's numbers
+    /// (random models, `make-model`).
+    pub defaults: fn(&mut ModelConfig),
+}
+
+impl fmt::Debug for ArchSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for ArchSpec {
+    fn eq(&self, other: &ArchSpec) -> bool {
+        self.name == other.name
+    }
+}
+
+/// Whether a model of the architecture has a weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// The loader refuses a file without it.
+    Required,
+    /// Its models carry it (random models have it); a file may not.
+    Usual,
+    /// Read when present.
+    Optional,
+}
+
+/// A weight an architecture may read: GGUF name and ggml shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WeightDecl {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub presence: Presence,
+}
+
+/// The hyperparameters of a model of some architecture.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: &'static ArchSpec,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_ff: usize,
+    /// Per-head dimension (n_embd / n_head unless the model says otherwise).
+    pub head_dim: usize,
+    pub rope_freq_base: f32,
+    pub rope_freq_scale: f32,
+    /// Rotated dimensions per head (fewer than head_dim: partial rotary).
+    pub n_rot: usize,
+    pub rms_eps: f32,
+    /// Experts per MoE layer (0 for a dense model).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    /// Expert FFN width.
+    pub n_ff_expert: usize,
+    /// Q, K and V come from one matrix `attn_qkv`.
+    pub fused_qkv: bool,
+    /// The window of the sliding-window layers, in positions: a token
+    /// sees the cells less than `n_swa` positions before it (0: none).
+    pub n_swa: usize,
+    /// Per layer: whether it attends over the sliding window only.
+    pub swa_layers: Vec<bool>,
+    /// The rope of the sliding-window layers.
+    pub rope_freq_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    /// Attention scores capped as `c * tanh(s / c)` (0: not capped).
+    pub attn_softcap: f32,
+    /// Logits capped the same way (0: not capped).
+    pub final_softcap: f32,
+    /// The factor on the attention scores (1 / sqrt(head_dim) for most).
+    pub attention_scale: f32,
+}
+
+impl ModelConfig {
+    /// A model of `arch` with head_dim = n_embd / n_head, rope base 10000
+    /// and the architecture's defaults.
+    pub fn new(
+        arch: &'static ArchSpec,
+        n_vocab: usize,
+        n_embd: usize,
+        n_layer: usize,
+        n_head: usize,
+        n_head_kv: usize,
+        n_ff: usize,
+    ) -> ModelConfig {
+        let head_dim = n_embd / n_head.max(1);
+        let mut c = ModelConfig {
+            arch,
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            n_ff,
+            head_dim,
+            rope_freq_base: 10000.0,
+            rope_freq_scale: 1.0,
+            n_rot: head_dim,
+            rms_eps: 1e-5,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_expert: n_ff,
+            fused_qkv: arch.fused_qkv,
+            n_swa: 0,
+            swa_layers: vec![false; n_layer],
+            rope_freq_base_swa: 10000.0,
+            rope_freq_scale_swa: 1.0,
+            attn_softcap: 0.0,
+            final_softcap: 0.0,
+            attention_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+        };
+        (arch.defaults)(&mut c);
+        c
+    }
+
+    /// Sets head_dim (and with it the rotated dimensions and the
+    /// attention scale that follow from it).
+    pub fn with_head_dim(mut self, head_dim: usize) -> ModelConfig {
+        self.head_dim = head_dim;
+        self.n_rot = head_dim;
+        self.attention_scale = 1.0 / (head_dim.max(1) as f32).sqrt();
+        self
+    }
+
+    /// Makes every `n_pattern`-th layer global and the others attend over
+    /// a window of `n_swa` positions (llama.cpp's `set_swa_pattern`:
+    /// with pattern 2, layers 0, 2, ... slide; 0 makes every layer slide).
+    pub fn set_swa_pattern(&mut self, n_swa: usize, n_pattern: usize) {
+        self.n_swa = n_swa;
+        self.swa_layers = (0..self.n_layer)
+            .map(|il| n_pattern == 0 || il % n_pattern < n_pattern - 1)
+            .collect();
+    }
+
+    /// Reads the sliding-window layers as llama.cpp does: the window
+    /// `n_swa`, then `attention.sliding_window_pattern` either as one flag
+    /// per layer or as a period (`default_pattern` when absent).
+    pub fn read_swa_pattern(
+        &mut self,
+        h: &GgufHeader,
+        n_swa: usize,
+        default_pattern: usize,
+    ) -> Result<()> {
+        let key = h.arch_key("attention.sliding_window_pattern")?;
+        if let Some(a) = h.opt_array(&key)? {
+            let flags = match a.values() {
+                Some(ArrayValues::Bool(v)) => v.clone(),
+                _ => {
+                    return Err(meta_error(format!(
+                        "'{key}' must be a period or one bool per layer"
+                    )));
+                }
+            };
+            if flags.len() != self.n_layer {
+                return Err(meta_error(format!(
+                    "'{key}' has {} flags for {} layers",
+                    flags.len(),
+                    self.n_layer
+                )));
+            }
+            self.n_swa = n_swa;
+            self.swa_layers = flags;
+            return Ok(());
+        }
+        let n_pattern = h.opt_u32(&key)?.map_or(default_pattern, |p| p as usize);
+        self.set_swa_pattern(n_swa, n_pattern);
+        Ok(())
+    }
+
+    /// K (and V) row width of one layer: head_dim * n_head_kv.
+    pub fn n_embd_kv(&self) -> usize {
+        self.head_dim * self.n_head_kv
+    }
+
+    pub fn is_moe(&self) -> bool {
+        self.n_expert > 0
+    }
+
+    /// Whether layer `il` attends over the sliding window only.
+    pub fn is_swa(&self, il: usize) -> bool {
+        self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Whether any layer attends over a sliding window.
+    pub fn has_swa(&self) -> bool {
+        (0..self.n_layer).any(|il| self.is_swa(il))
+    }
+
+    /// The rope of layer `il`'s Q and K (and of the cache's K shift).
+    pub fn rope(&self, il: usize) -> RopeParams {
+        let (base, scale) = if self.is_swa(il) {
+            (self.rope_freq_base_swa, self.rope_freq_scale_swa)
+        } else {
+            (self.rope_freq_base, self.rope_freq_scale)
+        };
+        RopeParams::new(self.n_rot, self.arch.rope)
+            .freq_base(base)
+            .freq_scale(scale)
+    }
+
+    /// Checks that the numbers fit together.
+    pub fn validate(&self) -> Result<()> {
+        let arch = self.arch.name;
+        let bad = |m: String| Err(Error::InvalidArgument(format!("{arch} config: {m}")));
+        if self.n_head == 0 || self.n_head_kv == 0 || self.n_head % self.n_head_kv != 0 {
+            return bad(format!(
+                "n_head {} must be a positive multiple of n_head_kv {}",
+                self.n_head, self.n_head_kv
+            ));
+        }
+        if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
+            return bad(format!(
+                "n_rot {} must be even and at most head_dim {}",
+                self.n_rot, self.head_dim
+            ));
+        }
+        if self.n_embd == 0 || self.n_vocab == 0 || self.head_dim == 0 {
+            return bad("n_embd, n_vocab and head_dim must be positive".into());
+        }
+        if self.is_moe() && (self.n_expert_used == 0 || self.n_expert_used > self.n_expert) {
+            return bad(format!(
+                "n_expert_used {} must be in 1..={}",
+                self.n_expert_used, self.n_expert
+            ));
+        }
+        if self.is_moe() && self.n_ff_expert == 0 {
+            return bad("n_ff_expert must be positive".into());
+        }
+        if self.swa_layers.len() != self.n_layer {
+            return bad(format!(
+                "{} sliding-window flags for {} layers",
+                self.swa_layers.len(),
+                self.n_layer
+            ));
+        }
+        for (what, x) in [
+            ("attn_softcap", self.attn_softcap),
+            ("final_softcap", self.final_softcap),
+        ] {
+            if !(x.is_finite() && x >= 0.0) {
+                return bad(format!("{what} {x} must be finite and not negative"));
+            }
+        }
+        if !(self.attention_scale.is_finite() && self.attention_scale > 0.0) {
+            return bad(format!(
+                "attention scale {} must be positive",
+                self.attention_scale
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every weight a model of this configuration may have, in GGUF
+    /// order: name, ggml shape and whether it must be there.
+    pub fn weights(&self) -> Vec<WeightDecl> {
+        use Presence::*;
+        let a = self.arch;
+        let (e, hd, q, kv) = (
+            self.n_embd,
+            self.head_dim,
+            self.n_head * self.head_dim,
+            self.n_embd_kv(),
+        );
+        let mut w = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, presence: Presence| {
+            w.push(WeightDecl {
+                name,
+                shape,
+                presence,
+            })
+        };
+        let bias = if a.qkv_bias { Usual } else { Optional };
+        add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
+        add("rope_freqs.weight".into(), vec![self.n_rot / 2], Optional);
+        for i in 0..self.n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            add(p("attn_norm.weight"), vec![e], Required);
+            if self.fused_qkv {
+                add(p("attn_qkv.weight"), vec![e, q + 2 * kv], Required);
+                add(p("attn_qkv.bias"), vec![q + 2 * kv], bias);
+            } else {
+                add(p("attn_q.weight"), vec![e, q], Required);
+                add(p("attn_k.weight"), vec![e, kv], Required);
+                add(p("attn_v.weight"), vec![e, kv], Required);
+                add(p("attn_q.bias"), vec![q], bias);
+                add(p("attn_k.bias"), vec![kv], bias);
+                add(p("attn_v.bias"), vec![kv], bias);
+            }
+            if a.qk_norm {
+                add(p("attn_q_norm.weight"), vec![hd], Required);
+                add(p("attn_k_norm.weight"), vec![hd], Required);
+            }
+            add(p("attn_output.weight"), vec![q, e], Required);
+            add(p("attn_output.bias"), vec![e], Optional);
+            if a.post_norms {
+                add(p("post_attention_norm.weight"), vec![e], Required);
+            }
+            add(p("ffn_norm.weight"), vec![e], Required);
+            if self.is_moe() {
+                let (f, x) = (self.n_ff_expert, self.n_expert);
+                add(p("ffn_gate_inp.weight"), vec![e, x], Required);
+                add(p("ffn_gate_exps.weight"), vec![e, f, x], Required);
+                add(p("ffn_up_exps.weight"), vec![e, f, x], Required);
+                add(p("ffn_down_exps.weight"), vec![f, e, x], Required);
+            } else {
+                let f = self.n_ff;
+                match a.ffn {
+                    FfnKind::Split(_) => {
+                        add(p("ffn_gate.weight"), vec![e, f], Required);
+                        add(p("ffn_up.weight"), vec![e, f], Required);
+                    }
+                    FfnKind::Fused(_) => add(p("ffn_up.weight"), vec![e, 2 * f], Required),
+                }
+                add(p("ffn_down.weight"), vec![f, e], Required);
+            }
+            if a.post_norms {
+                add(p("post_ffw_norm.weight"), vec![e], Required);
+            }
+        }
+        add("output_norm.weight".into(), vec![e], Required);
+        if !a.tied_output {
+            add("output.weight".into(), vec![e, self.n_vocab], Usual);
+            add("output.bias".into(), vec![self.n_vocab], Optional);
+        }
+        w
+    }
+
+    /// The weights a model of this configuration carries (required and
+    /// usual), as a random model has them: GGUF name and ggml shape.
+    pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        self.weights()
+            .into_iter()
+            .filter(|w| w.presence != Presence::Optional)
+            .map(|w| (w.name, w.shape))
+            .collect()
+    }
+
+    /// The layer a weight belongs to (None for embedding and output).
+    pub fn layer_of(name: &str) -> Option<usize> {
+        name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+    }
+}

@@ -1,0 +1,222 @@
+//! The decoder graph every architecture builds: token embeddings, the
+//! layers, the output norm and the logits. An [`ArchSpec`]'s flags choose
+//! the blocks (`blocks.rs`); nothing here names an architecture.
+//!
+//! [`ArchSpec`]: super::config::ArchSpec
+
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
+
+use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, softcap};
+use super::config::ModelConfig;
+use super::shape::BuildShape;
+use super::weights::{WeightSource, required, rope_freq_factors};
+use crate::kv::CacheSource;
+
+/// Input leafs of a model's graph.
+#[derive(Clone, Debug)]
+pub struct GraphInputs {
+    /// I32 [n_tokens] token ids.
+    pub tokens: TensorId,
+    /// I32 [n_tokens] positions.
+    pub positions: TensorId,
+    /// [n_kv, n_tokens] attention mask (0 or -inf), F16 or F32.
+    pub kq_mask: TensorId,
+    /// The same for the sliding-window layers, which also mask the cells
+    /// `n_swa` or more positions before the token (present when the model
+    /// has such layers).
+    pub kq_mask_swa: Option<TensorId>,
+    /// I32 [n_outputs] rows of the last layer to keep (absent when every
+    /// token outputs).
+    pub out_ids: Option<TensorId>,
+    /// I32 [n_tokens] cache cells the ubatch writes (with a cache).
+    pub k_idx: Option<TensorId>,
+    /// I32 [n_tokens] cache cells the ubatch writes in V (the same cells as
+    /// K; a separate input so that K and V may live on different devices).
+    pub v_idx: Option<TensorId>,
+}
+
+/// A built graph and where its pieces are.
+pub struct ModelGraph {
+    pub graph: Graph,
+    pub inputs: GraphInputs,
+    /// F32 [n_vocab, n_outputs].
+    pub logits: TensorId,
+    /// F32 [n_embd, n_outputs]: the output norm's result, the rows the
+    /// logits are computed from (llama.cpp's `result_norm`, its
+    /// embeddings). Not a graph output unless marked as one.
+    pub embeddings: TensorId,
+    /// Per layer (k, v) cache tensors.
+    pub caches: Vec<(TensorId, TensorId)>,
+    /// Last node of each layer (the residual output).
+    pub layer_outputs: Vec<TensorId>,
+}
+
+/// Builds the graph of model `config` for one ubatch.
+pub fn build_graph(
+    config: &ModelConfig,
+    shape: &BuildShape,
+    weights: &mut dyn WeightSource,
+    cache: &mut dyn CacheSource,
+) -> Result<ModelGraph> {
+    config.validate()?;
+    if shape.n_outputs == 0 || shape.n_outputs > shape.n_tokens {
+        return Err(Error::InvalidArgument(format!(
+            "n_outputs {} must be in 1..={}",
+            shape.n_outputs, shape.n_tokens
+        )));
+    }
+    if shape.kv.is_none() && shape.n_kv != shape.n_tokens {
+        return Err(Error::InvalidArgument(
+            "without a cache, n_kv must equal n_tokens".into(),
+        ));
+    }
+    if let Some(kv) = &shape.kv
+        && (shape.n_kv > kv.kv_size || shape.n_kv < shape.n_tokens.min(kv.kv_size))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "n_kv {} must be in n_tokens..=kv_size ({}..={})",
+            shape.n_kv, shape.n_tokens, kv.kv_size
+        )));
+    }
+    if !matches!(shape.mask_type, DType::F32 | DType::F16) {
+        return Err(Error::InvalidArgument(format!(
+            "the attention mask is F32 or F16, not {}",
+            shape.mask_type
+        )));
+    }
+    let c = config;
+    let (n_tokens, n_kv) = (shape.n_tokens, shape.n_kv);
+    let mut b = GraphBuilder::new();
+    let rope_freqs = rope_freq_factors(&mut b, c, weights)?;
+
+    let tokens = b.input("inp_tokens", DType::I32, &[n_tokens])?;
+    let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;
+    let kq_mask = b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?;
+    let kq_mask_swa = if c.has_swa() {
+        Some(b.input("kq_mask_swa", shape.mask_type, &[n_kv, n_tokens])?)
+    } else {
+        None
+    };
+    let out_ids = if shape.n_outputs < n_tokens {
+        Some(b.input("inp_out_ids", DType::I32, &[shape.n_outputs])?)
+    } else {
+        None
+    };
+    let (k_idx, v_idx) = match shape.kv {
+        Some(_) => {
+            let k = b.input("kv_idx_k", DType::I32, &[n_tokens])?;
+            let v = b.input("kv_idx_v", DType::I32, &[n_tokens])?;
+            (Some(k), Some(v))
+        }
+        None => (None, None),
+    };
+    let attn_inputs = AttentionInputs {
+        positions,
+        kq_mask,
+        kq_mask_swa,
+        k_idx,
+        v_idx,
+        rope_freqs,
+    };
+
+    let tok_embd = required(weights, &mut b, "token_embd.weight", &[c.n_embd, c.n_vocab])?;
+    let mut inp = b.get_rows(tok_embd, tokens)?;
+    b.set_name(inp, "inp_embd")?;
+    if c.arch.embed_scale {
+        inp = b.scale(inp, (c.n_embd as f32).sqrt())?;
+    }
+    let mut caches = Vec::new();
+    let mut layer_outputs = Vec::new();
+
+    for il in 0..c.n_layer {
+        let cur = layer_norm(&mut b, c, weights, il, "attn_norm", inp)?;
+        let mut cur = self_attention(
+            &mut b,
+            c,
+            shape,
+            weights,
+            cache,
+            &attn_inputs,
+            il,
+            cur,
+            &mut caches,
+        )?;
+        if il == c.n_layer - 1
+            && let Some(ids) = out_ids
+        {
+            cur = b.get_rows(cur, ids)?;
+            inp = b.get_rows(inp, ids)?;
+        }
+        if c.arch.post_norms {
+            cur = layer_norm(&mut b, c, weights, il, "post_attention_norm", cur)?;
+        }
+        let ffn_inp = b.add(cur, inp)?;
+        let cur = layer_norm(&mut b, c, weights, il, "ffn_norm", ffn_inp)?;
+        let mut cur = ffn(&mut b, c, weights, il, cur)?;
+        if c.arch.post_norms {
+            cur = layer_norm(&mut b, c, weights, il, "post_ffw_norm", cur)?;
+        }
+        inp = b.add(cur, ffn_inp)?;
+        b.set_name(inp, &format!("l_out-{il}"))?;
+        layer_outputs.push(inp);
+    }
+    if c.n_layer == 0
+        && let Some(ids) = out_ids
+    {
+        inp = b.get_rows(inp, ids)?;
+    }
+    let out_norm = required(weights, &mut b, "output_norm.weight", &[c.n_embd])?;
+    let norm = rms_norm(&mut b, inp, out_norm, c.rms_eps)?;
+    b.set_name(norm, "result_norm")?;
+    let output = if c.arch.tied_output {
+        None
+    } else {
+        weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?
+    };
+    let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
+    if output.is_some()
+        && let Some(bias) = weights.weight(&mut b, "output.bias", &[c.n_vocab])?
+    {
+        logits = b.add(logits, bias)?;
+    }
+    if c.final_softcap > 0.0 {
+        logits = softcap(&mut b, logits, c.final_softcap)?;
+    }
+    b.set_name(logits, "result_output")?;
+    b.set_output(logits)?;
+    Ok(ModelGraph {
+        graph: b.build(),
+        inputs: GraphInputs {
+            tokens,
+            positions,
+            kq_mask,
+            kq_mask_swa,
+            out_ids,
+            k_idx,
+            v_idx,
+        },
+        logits,
+        embeddings: norm,
+        caches,
+        layer_outputs,
+    })
+}
+
+/// Fills a causal mask for tokens at `positions` attending to cells at
+/// `cell_positions` (None = empty cell): 0 where the cell's position is at
+/// or before the token's (and, with a window `n_swa` > 0, less than
+/// `n_swa` before it), -inf elsewhere. Row-major [n_kv, n_tokens].
+pub fn causal_mask(positions: &[i32], cell_positions: &[Option<i32>], n_swa: usize) -> Vec<f32> {
+    let mut m = Vec::with_capacity(positions.len() * cell_positions.len());
+    for &p in positions {
+        for c in cell_positions {
+            m.push(match c {
+                Some(cp) if *cp <= p && (n_swa == 0 || ((p - cp) as usize) < n_swa) => 0.0,
+                _ => f32::NEG_INFINITY,
+            });
+        }
+    }
+    m
+}

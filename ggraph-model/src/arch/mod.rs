@@ -1,0 +1,40 @@
+//! Model architectures as data. Each file beside this one describes one
+//! architecture as llama.cpp defines it (an [`ArchSpec`]: its variations
+//! of the decoder layer, and the hyperparameters only it reads); the
+//! registry lists them; one decoder builder (`decoder.rs`) makes every
+//! architecture's graph from shared blocks (`blocks.rs`).
+//!
+//! A GGUF header gives a [`ModelConfig`] ([`read_config`]), whose
+//! [`ModelConfig::weights`] names every tensor with its shape, so
+//! placement, estimates, loading and `make-model` work for every
+//! architecture alike. Adding an architecture: one file with its
+//! `ArchSpec`, and one line in `registry.rs`.
+
+mod blocks;
+mod config;
+mod decoder;
+mod gemma2;
+mod gemma3;
+mod hparams;
+mod llama;
+mod phi3;
+mod qwen2;
+mod qwen3;
+mod qwen3moe;
+mod registry;
+mod shape;
+mod weights;
+
+pub use config::{ArchSpec, FfnKind, ModelConfig, Presence, WeightDecl};
+pub use decoder::{GraphInputs, ModelGraph, build_graph, causal_mask};
+pub use gemma2::GEMMA2;
+pub use gemma3::GEMMA3;
+pub use hparams::{MAX_LAYERS, check_tensors, read_config};
+pub use llama::LLAMA;
+pub use phi3::PHI3;
+pub use qwen2::QWEN2;
+pub use qwen3::QWEN3;
+pub use qwen3moe::QWEN3MOE;
+pub use registry::{ARCHITECTURES, arch_by_name, arch_names};
+pub use shape::{Attention, BuildShape};
+pub use weights::{FreshWeights, WeightSource, rope_freq_factors};

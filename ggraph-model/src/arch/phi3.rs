@@ -1,0 +1,43 @@
+//! phi3: llama's layers with Q, K and V in one matrix (`attn_qkv`), gate
+//! and up in one (`ffn_up`, twice the width), and a NeoX rope over part
+//! of each head (`rope.dimension_count`). llama.cpp turns phi3's sliding
+//! window off; so does ggraph.
+
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GluOp, RopeMode};
+
+use super::config::{ArchSpec, FfnKind, ModelConfig};
+use crate::gguf::GgufHeader;
+
+pub static PHI3: ArchSpec = ArchSpec {
+    name: "phi3",
+    rope: RopeMode::Neox,
+    qk_norm: false,
+    fused_qkv: true,
+    qkv_bias: false,
+    post_norms: false,
+    ffn: FfnKind::Fused(GluOp::Swiglu),
+    embed_scale: false,
+    tied_output: false,
+    read,
+    defaults,
+};
+
+fn read(h: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
+    // the 128k-context models pick long or short rope factors by context
+    // length and scale attention (LongRoPE): not built here
+    for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+        if h.tensor(t).is_some() {
+            return Err(Error::Unsupported {
+                device: "ggraph".into(),
+                what: format!("phi3 with LongRoPE factors ('{t}', the 128k-context models)"),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn defaults(c: &mut ModelConfig) {
+    // three quarters of each head rotated, as phi-4-mini has it
+    c.n_rot = c.head_dim * 3 / 4 / 2 * 2;
+}

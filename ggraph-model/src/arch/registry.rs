@@ -1,0 +1,25 @@
+//! Every architecture ggraph builds. Adding one: a file beside this one
+//! with its [`ArchSpec`], and a line here.
+
+use super::config::ArchSpec;
+use super::gemma2::GEMMA2;
+use super::gemma3::GEMMA3;
+use super::llama::LLAMA;
+use super::phi3::PHI3;
+use super::qwen2::QWEN2;
+use super::qwen3::QWEN3;
+use super::qwen3moe::QWEN3MOE;
+
+/// The architectures, by `general.architecture` name.
+pub static ARCHITECTURES: [&ArchSpec; 7] =
+    [&LLAMA, &QWEN2, &QWEN3, &QWEN3MOE, &GEMMA2, &GEMMA3, &PHI3];
+
+/// The architecture named `name`, if ggraph builds it.
+pub fn arch_by_name(name: &str) -> Option<&'static ArchSpec> {
+    ARCHITECTURES.iter().copied().find(|a| a.name == name)
+}
+
+/// The names of the architectures, for messages and help.
+pub fn arch_names() -> Vec<&'static str> {
+    ARCHITECTURES.iter().map(|a| a.name).collect()
+}

@@ -1,0 +1,66 @@
+//! The shape of one graph build: how attention is computed, the ubatch,
+//! and the cache it sees.
+
+use ggraph_core::dtype::DType;
+
+use crate::kv::KvLayout;
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attention {
+    /// kq = k·q, softmax with mask, v·kq: materialises the score matrix.
+    /// With a KV cache, V is stored transposed (as llama.cpp does).
+    Standard,
+    /// One fused flash_attn_ext per layer; V is stored row-major.
+    Flash,
+}
+
+/// The shape of one graph build: a ubatch over some visible cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildShape {
+    /// Tokens in the ubatch.
+    pub n_tokens: usize,
+    /// Tokens whose logits are computed (the last layer keeps only these).
+    pub n_outputs: usize,
+    /// Cells the attention looks at (n_tokens without a cache).
+    pub n_kv: usize,
+    pub attention: Attention,
+    /// The cache; None attends only to the ubatch's own tokens.
+    pub kv: Option<KvLayout>,
+    /// Type of the attention mask: F16 (exact for 0 and -inf, half the
+    /// bytes) or F32 (as ggml builds it for standard attention).
+    pub mask_type: DType,
+}
+
+impl BuildShape {
+    /// A ubatch that attends only to itself (no cache), every token
+    /// producing logits.
+    pub fn prompt(n_tokens: usize, attention: Attention) -> BuildShape {
+        BuildShape {
+            n_tokens,
+            n_outputs: n_tokens,
+            n_kv: n_tokens,
+            attention,
+            kv: None,
+            mask_type: DType::F16,
+        }
+    }
+
+    /// A ubatch over `n_kv` visible cells of a cache.
+    pub fn cached(
+        n_tokens: usize,
+        n_outputs: usize,
+        n_kv: usize,
+        attention: Attention,
+        kv: KvLayout,
+    ) -> BuildShape {
+        BuildShape {
+            n_tokens,
+            n_outputs,
+            n_kv,
+            attention,
+            kv: Some(kv),
+            mask_type: DType::F16,
+        }
+    }
+}

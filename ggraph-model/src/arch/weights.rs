@@ -1,0 +1,72 @@
+//! Where a graph's weights come from: a loaded model's tensors, or fresh
+//! leafs for tests and benches. Weights use GGUF's tensor names.
+
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GraphBuilder, TensorId};
+
+use super::config::ModelConfig;
+
+/// Provides the model's weights to the graph.
+pub trait WeightSource {
+    /// The leaf for weight `name` of ggml shape `shape`; an error if the
+    /// model's tensor has another shape. `None` for optional weights the
+    /// model does not have.
+    fn weight(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<TensorId>>;
+}
+
+/// Fresh (unbound) weight leafs of one type, norms in F32, no optional
+/// weights (rope factors, biases): for tests and
+/// benches that fill or merely plan them.
+pub struct FreshWeights {
+    pub dtype: DType,
+}
+
+impl WeightSource for FreshWeights {
+    fn weight(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<TensorId>> {
+        if name == "rope_freqs.weight" || name.ends_with(".bias") {
+            return Ok(None);
+        }
+        let dtype =
+            if shape.len() == 1 || name.contains("norm") || name.ends_with("gate_inp.weight") {
+                DType::F32
+            } else {
+                self.dtype
+            };
+        b.weight(name, dtype, shape).map(Some)
+    }
+}
+
+/// Fetches a required weight: an error names it when the source has none.
+pub(super) fn required(
+    weights: &mut dyn WeightSource,
+    b: &mut GraphBuilder,
+    name: &str,
+    shape: &[usize],
+) -> Result<TensorId> {
+    weights
+        .weight(b, name, shape)?
+        .ok_or_else(|| Error::InvalidArgument(format!("model has no tensor '{name}'")))
+}
+
+/// The model's rope frequency factors (`rope_freqs.weight`, n_rot / 2
+/// values that divide each pair's frequency; llama 3.1 and later carry
+/// them), or `None` when the model has none. Every rope over Q or K uses
+/// them, the K shift of the cache included.
+pub fn rope_freq_factors(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+) -> Result<Option<TensorId>> {
+    weights.weight(b, "rope_freqs.weight", &[c.n_rot / 2])
+}

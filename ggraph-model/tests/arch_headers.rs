@@ -1,0 +1,199 @@
+//! Every architecture's header as llama.cpp reads it, and malformed ones
+//! refused with an error that names what is wrong: a missing key, head
+//! counts that do not divide, a tensor of the wrong shape, a missing or a
+//! foreign tensor. The headers are those of the llama.cpp fixtures
+//! (`fixtures/arch/`, see its README).
+
+use std::path::PathBuf;
+
+use ggraph_model::arch::{ARCHITECTURES, ModelConfig, read_config};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::gguf::{GgufHeader, TensorInfo, Value, read_header};
+
+fn header(arch: &str) -> GgufHeader {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/arch")
+        .join(format!("{arch}.gguf"));
+    read_header(&path, None).unwrap()
+}
+
+fn config(arch: &str) -> ModelConfig {
+    read_config(&header(arch)).unwrap()
+}
+
+fn rebuilt(
+    h: &GgufHeader,
+    kv: impl Fn(&str, &Value) -> Option<Value>,
+    tensors: impl Fn(&TensorInfo) -> Option<TensorInfo>,
+) -> GgufHeader {
+    let kv = h
+        .kv()
+        .iter()
+        .filter_map(|(k, v)| kv(k, v).map(|v| (k.clone(), v)))
+        .collect();
+    let tensors = h.tensors().iter().filter_map(tensors).collect();
+    GgufHeader::new(h.version(), kv, tensors).unwrap()
+}
+
+fn refused(h: &GgufHeader) -> String {
+    match ModelDesc::from_header(h, None) {
+        Ok(_) => panic!("a malformed header was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn every_fixture_reads_as_its_architecture() {
+    for a in ARCHITECTURES {
+        let h = header(a.name);
+        let c = read_config(&h).unwrap();
+        assert_eq!(c.arch, a);
+        let desc = ModelDesc::from_header(&h, None).unwrap();
+        assert_eq!(desc.tensors.len(), h.tensors().len());
+    }
+}
+
+#[test]
+fn architecture_keys_are_read_as_llama_cpp_reads_them() {
+    let c = config("llama");
+    assert_eq!((c.head_dim, c.n_rot, c.rope_freq_base), (16, 16, 500000.0));
+    assert!(!c.has_swa());
+
+    assert_eq!(config("qwen3").head_dim, 32);
+    let c = config("qwen3moe");
+    assert_eq!((c.n_expert, c.n_expert_used, c.n_ff_expert), (8, 2, 32));
+
+    // gemma2: pattern 2 (layers 0 and 2 slide), the window, both caps,
+    // the sliding layers' rope base equal to the global one
+    let c = config("gemma2");
+    assert_eq!(c.swa_layers, [true, false, true, false]);
+    assert_eq!(c.n_swa, 6);
+    assert_eq!((c.attn_softcap, c.final_softcap), (2.0, 6.0));
+    assert_eq!(c.rope_freq_base_swa, c.rope_freq_base);
+    assert_eq!(c.attention_scale, 0.25);
+    assert_eq!(c.rope(0), c.rope(1));
+
+    // gemma3: five sliding layers to one global, its own rope base
+    let c = config("gemma3");
+    assert_eq!(c.swa_layers, [true, true, true, true, true, false]);
+    assert_eq!((c.rope_freq_base, c.rope_freq_base_swa), (1e6, 1e4));
+    assert_eq!(c.rope(0).freq_base, 1e4);
+    assert_eq!(c.rope(5).freq_base, 1e6);
+    assert_eq!(c.final_softcap, 0.0);
+
+    // phi3: fused Q/K/V, a rope over 8 of 16 dimensions
+    let c = config("phi3");
+    assert!(c.fused_qkv);
+    assert_eq!((c.head_dim, c.n_rot), (16, 8));
+}
+
+#[test]
+fn a_missing_key_is_named() {
+    for a in ARCHITECTURES {
+        let key = format!("{}.embedding_length", a.name);
+        let h = rebuilt(
+            &header(a.name),
+            |k, v| (k != key).then(|| v.clone()),
+            |t| Some(t.clone()),
+        );
+        let e = refused(&h);
+        assert!(e.contains(&key), "{}: {e}", a.name);
+    }
+}
+
+#[test]
+fn head_counts_that_do_not_divide_are_refused() {
+    for a in ARCHITECTURES {
+        let key = format!("{}.attention.head_count", a.name);
+        let h = rebuilt(
+            &header(a.name),
+            |k, v| Some(if k == key { Value::U32(3) } else { v.clone() }),
+            |t| Some(t.clone()),
+        );
+        let e = refused(&h);
+        assert!(
+            e.contains("n_head 3") && e.contains("n_head_kv 2"),
+            "{}: {e}",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn a_tensor_of_the_wrong_shape_is_named_with_both_shapes() {
+    for a in ARCHITECTURES {
+        let h = rebuilt(
+            &header(a.name),
+            |_, v| Some(v.clone()),
+            |t| {
+                Some(if t.name == "blk.1.attn_output.weight" {
+                    let mut s = t.shape.clone();
+                    s[0] -= 1;
+                    TensorInfo::new(&t.name, t.ggml_type, s, t.offset).unwrap()
+                } else {
+                    t.clone()
+                })
+            },
+        );
+        let e = refused(&h);
+        assert!(
+            e.contains("blk.1.attn_output.weight") && e.contains("shape"),
+            "{}: {e}",
+            a.name
+        );
+    }
+}
+
+#[test]
+fn a_missing_or_foreign_tensor_is_named() {
+    for a in ARCHITECTURES {
+        let h = rebuilt(
+            &header(a.name),
+            |_, v| Some(v.clone()),
+            |t| (t.name != "blk.1.ffn_norm.weight").then(|| t.clone()),
+        );
+        let e = refused(&h);
+        assert!(
+            e.contains("blk.1.ffn_norm.weight") && e.contains("missing"),
+            "{}: {e}",
+            a.name
+        );
+
+        let h = rebuilt(
+            &header(a.name),
+            |_, v| Some(v.clone()),
+            |t| {
+                Some(if t.name == "output_norm.weight" {
+                    TensorInfo::new(
+                        "blk.0.mystery.weight",
+                        t.ggml_type,
+                        t.shape.clone(),
+                        t.offset,
+                    )
+                    .unwrap()
+                } else {
+                    t.clone()
+                })
+            },
+        );
+        let e = refused(&h);
+        assert!(e.contains("blk.0.mystery.weight"), "{}: {e}", a.name);
+    }
+}
+
+#[test]
+fn an_architecture_ggraph_does_not_build_is_named_with_those_it_does() {
+    let h = rebuilt(
+        &header("llama"),
+        |k, v| {
+            Some(if k == "general.architecture" {
+                Value::from("mamba")
+            } else {
+                v.clone()
+            })
+        },
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("mamba") && e.contains("gemma3"), "{e}");
+}
