@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
-use ggraph_model::arch::{Attention, ModelConfig};
+use ggraph_model::arch::{ARCHITECTURES, Attention, ModelConfig};
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
@@ -41,8 +41,12 @@ impl Drop for TempGguf {
 
 /// A small random llama written as a GGUF file.
 fn gguf(name: &str) -> TempGguf {
-    let desc =
-        ModelDesc::random(ModelConfig::dense(512, 128, 4, 4, 2, 256), DType::Q4_0, 5).unwrap();
+    gguf_of(name, ModelConfig::dense(512, 128, 4, 4, 2, 256))
+}
+
+/// A small random model of `config` written as a GGUF file.
+fn gguf_of(name: &str, config: ModelConfig) -> TempGguf {
+    let desc = ModelDesc::random(config, DType::Q4_0, 5).unwrap();
     let w = model_gguf(&desc, make_vocab(512)).unwrap();
     let path = std::env::temp_dir().join(format!(
         "ggraph-estimate-{}-{name}.gguf",
@@ -64,9 +68,15 @@ fn params(attention: Attention) -> ContextParams {
 
 #[test]
 fn the_estimate_equals_what_loading_and_reserving_allocate() {
-    let path = gguf("equal");
-    let header_only = ModelDesc::from_header(&read_header(&path, None).unwrap(), None).unwrap();
-    let with_data = ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap();
+    for arch in ARCHITECTURES {
+        let config = ModelConfig::new(arch, 512, 128, 4, 4, 2, 256);
+        estimate_equals_allocation(&gguf_of(&format!("equal-{}", arch.name), config));
+    }
+}
+
+fn estimate_equals_allocation(path: &TempGguf) {
+    let header_only = ModelDesc::from_header(&read_header(path, None).unwrap(), None).unwrap();
+    let with_data = ModelDesc::from_file(ModelFile::open(path).unwrap()).unwrap();
     for (mode, attention) in [
         (SplitMode::Layer, Attention::Standard),
         (SplitMode::Row, Attention::Flash),
@@ -129,7 +139,7 @@ fn the_estimate_equals_what_loading_and_reserving_allocate() {
         assert_eq!(host.weights, weights_host);
         assert_eq!(host.kv, kv_host);
         assert_eq!(host.compute, *ctx.compute_bytes().last().unwrap());
-        println!("{mode:?}:\n{}", est.table());
+        println!("{} {mode:?}:\n{}", with_data.config.arch.name, est.table());
     }
 }
 

@@ -150,7 +150,9 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     let mut w = GgufWriter::new();
     let u = |x: usize| Value::U32(x as u32);
     w.kv("general.architecture", arch)
-        .kv("general.name", format!("ggraph random {arch}").as_str())
+        // not the architecture's name: llama.cpp reads a vocabulary whose
+        // model is named "phi3" as phi-3's (and then wants its special tokens)
+        .kv("general.name", "ggraph random weights")
         .kv(key("block_count"), u(c.n_layer))
         .kv(key("context_length"), u(4096))
         .kv(key("embedding_length"), u(c.n_embd))

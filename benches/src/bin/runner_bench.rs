@@ -7,13 +7,21 @@
 //! `--types Q4_0,F16` keeps some weight types; `--prompt N --gen N` change
 //! the token counts (for profiling; the peers' figures are for 512/128);
 //! `--profile` prints the CPU kernels' time per op after each phase.
+//!
+//! `--archs` instead runs every architecture ggraph builds on the small
+//! shape (Q4_0 unless `--types` says otherwise): each model is written to
+//! a GGUF, which ggraph loads and, with `--llama-bench PATH` (llama.cpp's
+//! `llama-bench`, built from the llama-cpp-python sdist), llama.cpp
+//! measures in the same run (`-t THREADS -p 512 -n 128 -fa 1`).
 
 use std::sync::Arc;
 
 use ggraph::backend::Device;
 use ggraph::context::{Context, ContextParams};
-use ggraph::model::arch::Attention;
+use ggraph::model::arch::{ARCHITECTURES, Attention, ModelConfig};
+use ggraph::model::desc::ModelDesc;
 use ggraph::model::loaded::{LoadMode, Model};
+use ggraph::model::make::{make_vocab, model_gguf};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
 use ggraph_benches::cpu_timing::print_memory_bandwidth;
@@ -27,9 +35,19 @@ use ggraph_cpu::CpuDevice;
 /// empty context, `n_gen` tokens decoded one at a time.
 fn run(shape: &str, weights: DType, n_prompt: usize, n_gen: usize) -> ggraph::Result<(f64, f64)> {
     let desc = runner::random_model(shape, weights, 1)?;
+    run_desc(&desc, shape, n_prompt, n_gen)
+}
+
+fn run_desc(
+    desc: &ModelDesc,
+    shape: &str,
+    n_prompt: usize,
+    n_gen: usize,
+) -> ggraph::Result<(f64, f64)> {
+    let weights = desc.config.arch.name;
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let model = Arc::new(Model::load(
-        &desc,
+        desc,
         &[],
         cpu,
         &PlacementOptions::default(),
@@ -110,6 +128,10 @@ fn main() -> ggraph::Result<()> {
         })
     };
     let (n_prompt, n_gen) = (count("--prompt", 512)?, count("--gen", 128)?);
+    if std::env::args().any(|a| a == "--archs") {
+        let types = types.unwrap_or(vec![DType::Q4_0]);
+        return arch_table(&types, n_prompt, n_gen, arg("--llama-bench"));
+    }
     println!(
         "llama runner on the CPU ({} threads), prompt {n_prompt} / generation {n_gen} tokens/s",
         rayon_threads()
@@ -147,6 +169,118 @@ fn main() -> ggraph::Result<()> {
     }
     print_memory_bandwidth("after");
     Ok(())
+}
+
+/// Every architecture on the small shape, ggraph next to llama-bench on
+/// the same GGUF.
+fn arch_table(
+    types: &[DType],
+    n_prompt: usize,
+    n_gen: usize,
+    llama_bench: Option<String>,
+) -> ggraph::Result<()> {
+    let threads = rayon_threads();
+    println!(
+        "architectures on the small shape, CPU ({threads} threads), prompt {n_prompt} / generation {n_gen} tokens/s{}",
+        if llama_bench.is_some() {
+            ", llama-bench on the same files"
+        } else {
+            " (no --llama-bench: ggraph only)"
+        }
+    );
+    println!(
+        "{:<18} {:>10} {:>13} {:>10} {:>13}",
+        "model", "ggraph pp", "llama.cpp pp", "ggraph tg", "llama.cpp tg"
+    );
+    let dir = std::env::temp_dir().join(format!("ggraph-arch-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| ggraph::Error::InvalidArgument(e.to_string()))?;
+    for &weights in types {
+        for arch in ARCHITECTURES {
+            let p = runner::preset("small")?;
+            let c = ModelConfig::new(
+                arch,
+                p.n_vocab,
+                p.n_embd,
+                p.n_layer,
+                p.n_head,
+                p.n_head_kv,
+                p.n_ff,
+            );
+            let random = ModelDesc::random(c, weights, 1)?;
+            let path = dir.join(format!("{}-{weights}.gguf", arch.name));
+            let bytes = model_gguf(&random, make_vocab(random.config.n_vocab))?.to_bytes()?;
+            std::fs::write(&path, bytes)
+                .map_err(|e| ggraph::Error::InvalidArgument(format!("{}: {e}", path.display())))?;
+            let file = path.to_string_lossy().to_string();
+            let desc = runner::open_model(&file)?;
+            let (pp, tg) = run_desc(&desc, "small", n_prompt, n_gen)?;
+            let (lpp, ltg) = match &llama_bench {
+                Some(bin) => llama_bench_figures(bin, &file, threads, n_prompt, n_gen),
+                None => (None, None),
+            };
+            let cell = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+            println!(
+                "{:<18} {:>10.1} {:>13} {:>10.1} {:>13}",
+                format!("{} {weights}", arch.name),
+                pp,
+                cell(lpp),
+                tg,
+                cell(ltg)
+            );
+            std::fs::remove_file(&path).ok();
+        }
+    }
+    std::fs::remove_dir(&dir).ok();
+    Ok(())
+}
+
+/// llama-bench's prompt and generation tokens/s on `file` (its JSON
+/// output's `avg_ts`), or `None` where it failed (said on stderr).
+fn llama_bench_figures(
+    bin: &str,
+    file: &str,
+    threads: usize,
+    n_prompt: usize,
+    n_gen: usize,
+) -> (Option<f64>, Option<f64>) {
+    let out = std::process::Command::new(bin)
+        .args([
+            "-m",
+            file,
+            "-t",
+            &threads.to_string(),
+            "-fa",
+            "1",
+            "-o",
+            "json",
+        ])
+        .args(["-p", &n_prompt.to_string(), "-n", &n_gen.to_string()])
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => {
+            eprintln!(
+                "llama-bench on {file}: {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("failed")
+            );
+            return (None, None);
+        }
+        Err(e) => {
+            eprintln!("llama-bench ({bin}): {e}");
+            return (None, None);
+        }
+    };
+    let rows: Vec<ggraph::model::serde_json::Value> =
+        ggraph::model::serde_json::from_slice(&out).unwrap_or_default();
+    let speed = |prompt: bool| {
+        rows.iter()
+            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
+            .and_then(|r| r["avg_ts"].as_f64())
+    };
+    (speed(true), speed(false))
 }
 
 fn rayon_threads() -> usize {

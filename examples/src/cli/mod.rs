@@ -400,6 +400,43 @@ mod tests {
     }
 
     #[test]
+    fn make_model_writes_every_architecture_and_plan_reads_it_back() {
+        use ggraph::model::arch::{ARCHITECTURES, ModelConfig, read_config};
+        for a in ARCHITECTURES {
+            let out = temp(&format!("made-{}.gguf", a.name));
+            let t = run(&["make-model", &out, "--arch", a.name, "--weights", "f16"])
+                .ok()
+                .unwrap();
+            assert!(t.contains(a.name), "{t}");
+            // the file reads back as the architecture's defaults on the
+            // tiny shape
+            let file = ggraph::model::gguf::ModelFile::open(&out).unwrap();
+            let got = read_config(file.header()).unwrap();
+            let p = ggraph::runner::preset("tiny").unwrap();
+            let mut want =
+                ModelConfig::new(a, p.n_vocab, p.n_embd, 2, p.n_head, p.n_head_kv, p.n_ff);
+            if a.name == "llama" {
+                want.rope_freq_base = p.rope_freq_base;
+            }
+            assert_eq!(got, want, "{}", a.name);
+            let plan = run(&[
+                "plan",
+                &out,
+                "--ctx",
+                "64",
+                "--gpu-free",
+                "64MiB",
+                "--gpu-free",
+                "64MiB",
+            ])
+            .ok()
+            .unwrap();
+            assert!(plan.contains("sim:1"), "{}: {plan}", a.name);
+            std::fs::remove_file(out).ok();
+        }
+    }
+
+    #[test]
     fn check_reads_every_tensor_and_names_types_ggraph_does_not_compute() {
         let Ok(t) = run(&["check", &fixture("all_types.gguf")]) else {
             panic!()

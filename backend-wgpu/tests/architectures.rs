@@ -1,0 +1,106 @@
+//! Every architecture split over two lavapipe devices: the llama.cpp
+//! fixture models (`ggraph-model/tests/fixtures/arch/`, one per
+//! architecture) decoded with their layers over two wgpu devices and the
+//! CPU give the CPU's greedy tokens, which are llama.cpp's
+//! (`examples/tests/architectures.rs` checks those against
+//! `expected.json`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggraph_core::DType;
+use ggraph_core::backend::Device;
+use ggraph_cpu::CpuDevice;
+use ggraph_model::arch::{ARCHITECTURES, Attention};
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::gguf::ModelFile;
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::{PlacementOptions, SplitMode};
+use ggraph_wgpu::WgpuDevice;
+
+const PROMPT: [i32; 20] = [
+    1, 51, 88, 125, 162, 199, 236, 273, 25, 62, 99, 136, 173, 210, 247, 284, 36, 73, 110, 147,
+];
+
+fn open(arch: &str) -> ModelDesc {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ggraph-model/tests/fixtures/arch")
+        .join(format!("{arch}.gguf"));
+    ModelDesc::from_file(ModelFile::open(&path).unwrap()).unwrap()
+}
+
+/// Six greedy tokens after the prompt.
+fn greedy(model: Model, attention: Attention) -> Vec<i32> {
+    let params = ContextParams {
+        n_ctx: 64,
+        n_batch: 64,
+        n_ubatch: 64,
+        attention,
+        k_type: DType::F16,
+        v_type: DType::F16,
+        ..ContextParams::default()
+    };
+    let mut ctx = Context::new(Arc::new(model), params).unwrap();
+    ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..6 {
+        let l = ctx.logits();
+        let next = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as i32;
+        tokens.push(next);
+        ctx.decode(&Batch::tokens(&[next])).unwrap();
+    }
+    tokens
+}
+
+#[test]
+fn every_architecture_split_over_two_wgpu_devices_gives_the_cpu_tokens() {
+    let Some(first) = common::device_or_skip("architectures over wgpu") else {
+        return;
+    };
+    let second = WgpuDevice::open(0).expect("a second device on the same adapter");
+    let devices: Vec<Arc<dyn Device>> = vec![first, second];
+    let opts = PlacementOptions {
+        split_mode: SplitMode::Layer,
+        ..PlacementOptions::default()
+    };
+    for a in ARCHITECTURES {
+        let desc = open(a.name);
+        for attention in [Attention::Standard, Attention::Flash] {
+            let cpu = Model::load(
+                &desc,
+                &[],
+                CpuDevice::new(),
+                &PlacementOptions::default(),
+                LoadMode::Real,
+                None,
+            )
+            .unwrap();
+            let want = greedy(cpu, attention);
+            let split = Model::load(
+                &desc,
+                &devices,
+                CpuDevice::new(),
+                &opts,
+                LoadMode::Real,
+                None,
+            )
+            .unwrap();
+            let on_gpus = split
+                .weight_bytes()
+                .iter()
+                .filter(|(n, b)| n.starts_with("wgpu") && *b > 0)
+                .count();
+            assert_eq!(on_gpus, 2, "{}: weights on both wgpu devices", a.name);
+            assert_eq!(
+                greedy(split, attention),
+                want,
+                "{} {attention:?}: split over two wgpu devices",
+                a.name
+            );
+        }
+    }
+}
