@@ -53,6 +53,7 @@ fn model_with_rope_freqs(cpu: Arc<dyn Device>) -> Arc<Model> {
         name: "rope_freqs.weight".into(),
         dtype: DType::F32,
         shape: vec![n],
+        copy_of: None,
     });
     load(desc, &[], cpu)
 }

@@ -443,3 +443,61 @@ fn the_kv_cache_follows_its_layer_or_stays_on_the_host_without_offload_kqv() {
         assert!(e < 1e-9, "offload_kqv {offload_kqv}: nmse {e}");
     }
 }
+
+/// A model with tied embeddings reads its logits from a copy of the token
+/// embeddings on the output layer's device (as llama.cpp duplicates them),
+/// so the output mul_mat runs there; on the host alone the copy is the
+/// embeddings' own memory, and the logits are the same either way.
+#[test]
+fn tied_embeddings_are_copied_to_the_output_device_and_shared_on_the_host() {
+    let c = ModelConfig::new(&ggraph_model::arch::GEMMA2, 128, 128, 4, 8, 4, 256);
+    let desc = ModelDesc::random(c, DType::Q8_0, 9).unwrap();
+    let embd = desc.tensor("token_embd.weight").unwrap().nbytes();
+    let out = desc.tensor("output.weight").unwrap();
+    assert_eq!(out.copy_of.as_deref(), Some("token_embd.weight"));
+
+    let host = Model::load(
+        &desc,
+        &[],
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    let i = desc
+        .tensors
+        .iter()
+        .position(|t| t.name == "output.weight")
+        .unwrap();
+    assert!(host.plan.shared_with[i].is_some(), "one copy on the host");
+    assert_eq!(host.plan.weight_bytes[0], desc.total_bytes());
+
+    let sims: Vec<Arc<dyn Device>> = (0..2)
+        .map(|i| SimDevice::new(i, SimConfig::gpu(64 << 20)) as Arc<dyn Device>)
+        .collect();
+    let opts = PlacementOptions {
+        split_mode: SplitMode::Layer,
+        ..PlacementOptions::default()
+    };
+    let split = Model::load(&desc, &sims, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+    assert_eq!(
+        split.plan.home_of(&desc, "output.weight"),
+        Some(Home::Device(1))
+    );
+    assert_eq!(
+        split.plan.home_of(&desc, "token_embd.weight"),
+        Some(Home::Host)
+    );
+    assert_eq!(split.plan.shared_with[i], None);
+    let total: u64 = split.plan.weight_bytes.iter().sum();
+    assert_eq!(
+        total,
+        desc.total_bytes() + embd,
+        "the copy is allocated once more"
+    );
+
+    let want: Vec<f64> = logits(host).iter().map(|&x| x as f64).collect();
+    let e = nmse(&logits(split), &want);
+    assert!(e < 1e-6, "{e}");
+}

@@ -19,6 +19,12 @@ pub struct TensorSpec {
     pub dtype: DType,
     /// ggml order: shape[0] is the row length.
     pub shape: Vec<usize>,
+    /// A second copy of another tensor of the model, under this name: the
+    /// token embeddings as the output matrix of a model with tied
+    /// embeddings, so that the logits are computed where the output layer
+    /// lives (llama.cpp duplicates them the same way). Where both copies
+    /// land in the same buffer type, they share memory.
+    pub copy_of: Option<String>,
 }
 
 impl TensorSpec {
@@ -34,6 +40,12 @@ impl TensorSpec {
     pub fn layer(&self, n_layer: usize) -> Option<usize> {
         ModelConfig::layer_of(&self.name)
             .or_else(|| self.name.starts_with("output").then_some(n_layer))
+    }
+
+    /// The name of the tensor whose bytes this one holds: its own, or
+    /// that of the tensor it copies.
+    pub fn stored_as(&self) -> &str {
+        self.copy_of.as_deref().unwrap_or(&self.name)
     }
 
     /// A 2-D matrix a mul_mat reads (rows can be split across devices).
@@ -74,6 +86,26 @@ pub(crate) fn tokenizer_of(metadata: Option<&GgufHeader>) -> Result<Tokenizer> {
     }
 }
 
+/// `tensors` with the output matrix a model with tied embeddings reads:
+/// a copy of the token embeddings named `output.weight`.
+fn with_output_copy(mut tensors: Vec<TensorSpec>) -> Vec<TensorSpec> {
+    let has_output = tensors.iter().any(|t| t.name == OUTPUT);
+    if let Some(embd) = tensors.iter().find(|t| t.name == EMBEDDINGS)
+        && !has_output
+    {
+        let copy = TensorSpec {
+            name: OUTPUT.into(),
+            copy_of: Some(EMBEDDINGS.into()),
+            ..embd.clone()
+        };
+        tensors.push(copy);
+    }
+    tensors
+}
+
+const EMBEDDINGS: &str = "token_embd.weight";
+const OUTPUT: &str = "output.weight";
+
 fn name_seed(seed: u64, name: &str) -> u64 {
     name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -94,6 +126,7 @@ impl ModelDesc {
                 name: t.name.clone(),
                 dtype,
                 shape: t.shape.iter().map(|&d| d as usize).collect(),
+                copy_of: None,
             });
         }
         check_tensors(
@@ -102,6 +135,7 @@ impl ModelDesc {
                 .iter()
                 .map(|t| (t.name.as_str(), t.shape.as_slice())),
         )?;
+        let tensors = with_output_copy(tensors);
         let data = match file {
             Some(f) if f.has_data() => WeightData::File(f),
             _ => WeightData::None,
@@ -143,9 +177,11 @@ impl ModelDesc {
                     name,
                     dtype: t,
                     shape,
+                    copy_of: None,
                 }
             })
             .collect();
+        let tensors = with_output_copy(tensors);
         Ok(ModelDesc {
             config,
             tensors,
@@ -166,21 +202,26 @@ impl ModelDesc {
         self.tensors.iter().find(|t| t.name == name)
     }
 
+    /// Bytes of the model's tensors as stored (copies not counted).
     pub fn total_bytes(&self) -> u64 {
-        self.tensors.iter().map(|t| t.nbytes()).sum()
+        self.tensors
+            .iter()
+            .filter(|t| t.copy_of.is_none())
+            .map(|t| t.nbytes())
+            .sum()
     }
 
     /// Bytes of a tensor's data, as stored (for `Random`: generated).
     pub fn bytes_of(&self, t: &TensorSpec) -> Result<Vec<u8>> {
         match &self.data {
-            WeightData::File(f) => Ok(f.tensor_data(&t.name)?.to_vec()),
+            WeightData::File(f) => Ok(f.tensor_data(t.stored_as())?.to_vec()),
             WeightData::Random { seed } => {
-                let mut rng = Rng::new(name_seed(*seed, &t.name));
+                let mut rng = Rng::new(name_seed(*seed, t.stored_as()));
                 let n: usize = t.shape.iter().product();
                 let values: Vec<f32> = if t.shape.len() == 1 {
                     rng.vec(n, 0.8, 1.2)
                 } else {
-                    let a = if t.name.starts_with("token_embd") {
+                    let a = if t.stored_as().starts_with("token_embd") {
                         1.0
                     } else {
                         1.5 / (t.shape[0] as f32).sqrt()

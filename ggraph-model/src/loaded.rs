@@ -102,6 +102,9 @@ impl Model {
         let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
         let mut rows: Vec<usize> = Vec::new();
         for (i, home) in plan.homes.iter().enumerate() {
+            if plan.shared_with[i].is_some() {
+                continue;
+            }
             let key = match home {
                 Home::Host => None,
                 Home::Device(d) => Some(*d),
@@ -167,13 +170,37 @@ impl Model {
                 );
             }
         }
+        for (i, src) in plan.shared_with.iter().enumerate() {
+            if let Some(src) = src {
+                let (t, data) = (
+                    &desc.tensors[i],
+                    tensors[&desc.tensors[*src].name].data.clone(),
+                );
+                tensors.insert(
+                    t.name.clone(),
+                    Loaded {
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                        data,
+                    },
+                );
+            }
+        }
         if mode == LoadMode::Real {
-            let total = desc.total_bytes();
+            let total: u64 = (desc.tensors.iter().zip(&plan.shared_with))
+                .filter(|(_, shared)| shared.is_none())
+                .map(|(t, _)| t.nbytes())
+                .sum();
             let mut done = 0u64;
-            for t in &desc.tensors {
+            for (t, shared) in desc.tensors.iter().zip(&plan.shared_with) {
+                if shared.is_some() {
+                    continue;
+                }
                 let dst = &tensors[&t.name].data;
                 match &desc.data {
-                    WeightData::File(f) => dst.buffer.write(dst.offset, f.tensor_data(&t.name)?)?,
+                    WeightData::File(f) => dst
+                        .buffer
+                        .write(dst.offset, f.tensor_data(t.stored_as())?)?,
                     _ => dst.buffer.write(dst.offset, &desc.bytes_of(t)?)?,
                 }
                 done += t.nbytes();

@@ -196,7 +196,9 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     for (k, v) in vocab_kv(tokens) {
         w.kv(k, v);
     }
-    for t in &desc.tensors {
+    // a copy is the file's tensor under a second name, not a tensor of
+    // the file
+    for t in desc.tensors.iter().filter(|t| t.copy_of.is_none()) {
         let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
         w.tensor(&t.name, GgmlType::from(t.dtype), &shape, desc.bytes_of(t)?)?;
     }

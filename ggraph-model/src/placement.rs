@@ -147,6 +147,9 @@ pub struct PlacementPlan {
     pub row_split: Vec<f64>,
     /// The tensors each override matched, in override order.
     pub override_matches: Vec<Vec<String>>,
+    /// Per tensor: the tensor whose memory it shares, for a copy
+    /// (`TensorSpec::copy_of`) placed in the same home as what it copies.
+    pub shared_with: Vec<Option<usize>>,
     /// Weight bytes on the host (index 0) and on each device (1..).
     pub weight_bytes: Vec<u64>,
     pub main_device: usize,
@@ -317,8 +320,24 @@ pub fn plan_placement_named(
         };
         homes.push(home);
     }
+    // a copy in the same home as its source is the same memory
+    let shared_with: Vec<Option<usize>> = desc
+        .tensors
+        .iter()
+        .zip(&homes)
+        .map(|(t, h)| {
+            let src = desc
+                .tensors
+                .iter()
+                .position(|s| Some(&s.name) == t.copy_of.as_ref())?;
+            (*h == homes[src] && *h != Home::Rows).then_some(src)
+        })
+        .collect();
     let mut weight_bytes = vec![0u64; n_devices + 1];
-    for (t, h) in desc.tensors.iter().zip(&homes) {
+    for ((t, h), shared) in desc.tensors.iter().zip(&homes).zip(&shared_with) {
+        if shared.is_some() {
+            continue;
+        }
         match h {
             Home::Host => weight_bytes[0] += t.nbytes(),
             Home::Device(d) => weight_bytes[d + 1] += t.nbytes(),
@@ -352,6 +371,7 @@ pub fn plan_placement_named(
         kv_device,
         row_split,
         override_matches,
+        shared_with,
         weight_bytes,
         main_device: opts.main_device,
         op_offload: opts.op_offload,

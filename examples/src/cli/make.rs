@@ -108,7 +108,7 @@ pub fn render(a: &MakeArgs) -> Result<String, Failure> {
     let total = desc.total_bytes();
     let mut progress = Progress::bytes(format!("making {out}"));
     let mut done = 0u64;
-    for t in &desc.tensors {
+    for t in desc.tensors.iter().filter(|t| t.copy_of.is_none()) {
         let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
         let bytes = desc.bytes_of(t).map_err(Failure::other)?;
         w.tensor(&t.name, GgmlType::from(t.dtype), &shape, bytes)

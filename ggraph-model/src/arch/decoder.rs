@@ -170,15 +170,11 @@ pub fn build_graph(
     let out_norm = required(weights, &mut b, "output_norm.weight", &[c.n_embd])?;
     let norm = rms_norm(&mut b, inp, out_norm, c.rms_eps)?;
     b.set_name(norm, "result_norm")?;
-    let output = if c.arch.tied_output {
-        None
-    } else {
-        weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?
-    };
+    // a model with tied embeddings has its copy of the token embeddings
+    // as `output.weight` (`ModelDesc`), on the output layer's device
+    let output = weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?;
     let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
-    if output.is_some()
-        && let Some(bias) = weights.weight(&mut b, "output.bias", &[c.n_vocab])?
-    {
+    if let Some(bias) = weights.weight(&mut b, "output.bias", &[c.n_vocab])? {
         logits = b.add(logits, bias)?;
     }
     if c.final_softcap > 0.0 {
