@@ -273,7 +273,7 @@ fn k_rows(ctx: &Context, first: usize, n: usize) -> Vec<f32> {
     let t = ctx.cache.layout().k_type;
     let n_embd_kv = ctx.model().config.n_embd_kv();
     let row = t.row_size(n_embd_kv).unwrap();
-    let k = &ctx.cache.layer(0).k;
+    let k = &ctx.cache.layer(0).unwrap().k;
     let mut bytes = vec![0u8; row * n];
     k.buffer
         .read(k.offset + (row * first) as u64, &mut bytes)

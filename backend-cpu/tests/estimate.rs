@@ -130,8 +130,7 @@ fn estimate_equals_allocation(path: &TempGguf) {
             .map(|(_, b)| b)
             .sum();
         let kv_host: u64 = ctx
-            .cache
-            .bytes_per_buffer_type()
+            .kv_bytes_per_buffer_type()
             .iter()
             .filter(|(n, _)| n == "CPU")
             .map(|(_, b)| b)

@@ -98,7 +98,7 @@ fn check_real_load(desc: &ModelDesc, f: &Fit, n_gpus: usize, bytes: u64, margin:
             .sum()
     };
     assert_eq!(host.weights, on_host(model.weight_bytes()));
-    assert_eq!(host.kv, on_host(ctx.cache.bytes_per_buffer_type()));
+    assert_eq!(host.kv, on_host(ctx.kv_bytes_per_buffer_type()));
     assert_eq!(host.compute, *ctx.compute_bytes().last().unwrap());
 }
 

@@ -419,7 +419,7 @@ fn the_kv_cache_follows_its_layer_or_stays_on_the_host_without_offload_kqv() {
             .collect();
         let mut ctx = Context::new(Arc::new(m), params()).unwrap();
         let cache_bt: Vec<String> = (0..n_layer)
-            .map(|il| ctx.cache.layer(il).buffer_type.clone())
+            .map(|il| ctx.cache.layer(il).unwrap().buffer_type.clone())
             .collect();
         if offload_kqv {
             assert_eq!(cache_bt, layer_bt, "each layer's cache on its device");
@@ -432,7 +432,7 @@ fn the_kv_cache_follows_its_layer_or_stays_on_the_host_without_offload_kqv() {
                 cache_bt.iter().all(|n| n == CPU_BUFFER_TYPE),
                 "without offload_kqv the cache is on the host: {cache_bt:?}"
             );
-            let bytes = ctx.cache.bytes_per_buffer_type();
+            let bytes = ctx.kv_bytes_per_buffer_type();
             assert!(bytes.iter().all(|(n, _)| n == CPU_BUFFER_TYPE), "{bytes:?}");
         }
         ctx.decode(&Batch::tokens(&PROMPT)).unwrap();

@@ -215,6 +215,10 @@ pub struct ContextArgs {
     #[arg(long = "flash-attn", visible_alias = "fa", value_name = "MODE", value_enum,
           default_value_t = FlashAttn::Auto)]
     pub flash_attn: FlashAttn,
+    /// Sliding-window layers keep every cell (a full-size cache, as
+    /// llama.cpp's --swa-full) instead of a cache of their window
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
 }
 
 impl ContextArgs {
@@ -249,6 +253,7 @@ impl ContextArgs {
             attention,
             k_type: kv,
             v_type: kv,
+            swa_full: self.swa_full,
             ..d
         })
     }

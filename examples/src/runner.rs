@@ -225,7 +225,7 @@ impl DeviceMemory {
 pub fn device_memory(ctx: &Context) -> Vec<DeviceMemory> {
     let model = ctx.model();
     let weights = model.weight_bytes();
-    let kv = ctx.cache.bytes_per_buffer_type();
+    let kv = ctx.kv_bytes_per_buffer_type();
     let compute = ctx.compute_bytes();
     ctx.devices()
         .iter()

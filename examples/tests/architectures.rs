@@ -197,3 +197,96 @@ fn gemma3_matches_llama_cpp() {
 fn phi3_matches_llama_cpp() {
     check("phi3");
 }
+
+/// The sliding-window layers' own cache (256 cells here, for a window of
+/// 6) reuses the cells that fall out of the window: 299 tokens decode
+/// through it with the tokens and logits of the full-size cache
+/// (`swa_full`, llama.cpp's `--swa-full`), in less memory.
+#[test]
+fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
+    let desc = open("gemma3");
+    let run = |swa_full: bool| {
+        let model = Model::load(
+            &desc,
+            &[],
+            CpuDevice::new(),
+            &PlacementOptions::default(),
+            LoadMode::Real,
+            None,
+        )
+        .unwrap();
+        let params = ContextParams {
+            n_ctx: 512,
+            n_batch: 64,
+            n_ubatch: 16,
+            swa_full,
+            ..params(Attention::Flash)
+        };
+        let mut ctx = Context::new(Arc::new(model), params).unwrap();
+        let expected: Value = serde_json::from_str(EXPECTED).unwrap();
+        let prompt = ids(&expected["prompt"]);
+        let g = runner::generate(&mut ctx, &prompt, 280).unwrap();
+        let kv: u64 = ctx.kv_bytes_per_buffer_type().iter().map(|(_, b)| b).sum();
+        (g.generated, ctx.logits().to_vec(), kv, ctx)
+    };
+    let (full_tokens, full_logits, full_kv, full) = run(true);
+    let (tokens, logits, kv, ctx) = run(false);
+    assert!(full.swa_cache.is_none());
+    let swa = ctx
+        .swa_cache
+        .as_ref()
+        .expect("gemma3 has sliding-window layers");
+    assert_eq!(swa.layout().kv_size, 256);
+    assert_eq!(ctx.cache.n_layers_held(), 1);
+    assert_eq!(swa.n_layers_held(), 5);
+    // the prompt and 279 generated tokens (the 280th is not decoded) in
+    // 256 cells: out-of-window cells were written over
+    assert_eq!(ctx.cache.cells.used(), 299);
+    assert_eq!(swa.cells.used(), 256);
+    assert_eq!(tokens, full_tokens);
+    let d = max_diff(&logits, &full_logits);
+    assert!(d < 1e-3, "last logits differ by {d}");
+    assert!(kv < full_kv, "{kv} bytes of cache, {full_kv} with swa_full");
+}
+
+/// Sequence operations reach both caches of a model with sliding-window
+/// layers: removing, shifting (K rotated with each layer's rope) and
+/// defragmenting give the logits of the same operations on one full-size
+/// cache.
+#[test]
+fn sequence_operations_apply_to_the_sliding_window_cache_too() {
+    let desc = open("gemma2");
+    let run = |swa_full: bool| {
+        let model = Model::load(
+            &desc,
+            &[],
+            CpuDevice::new(),
+            &PlacementOptions::default(),
+            LoadMode::Real,
+            None,
+        )
+        .unwrap();
+        let params = ContextParams {
+            n_ctx: 512,
+            n_batch: 64,
+            n_ubatch: 16,
+            swa_full,
+            ..params(Attention::Standard)
+        };
+        let mut ctx = Context::new(Arc::new(model), params).unwrap();
+        assert_eq!(ctx.swa_cache.is_some(), !swa_full);
+        let prompt: Vec<i32> = (0..40).map(|i| 3 + (i * 7) % 280).collect();
+        ctx.decode(&Batch::tokens(&prompt)).unwrap();
+        ctx.seq_rm(Some(0), Some(0), Some(8)).unwrap();
+        ctx.seq_add(0, Some(8), None, -8).unwrap();
+        ctx.decode(&Batch::tokens(&[77])).unwrap();
+        let shifted = ctx.logits().to_vec();
+        ctx.defragment().unwrap();
+        ctx.decode(&Batch::tokens(&[78])).unwrap();
+        (shifted, ctx.logits().to_vec())
+    };
+    let (full_shifted, full_after) = run(true);
+    let (shifted, after) = run(false);
+    let d = max_diff(&shifted, &full_shifted).max(max_diff(&after, &full_after));
+    assert!(d < 1e-3, "logits differ by {d}");
+}

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelGraph, build_graph, rope_freq_factors};
 use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
-use crate::kv::{KvCache, KvLayout, Slot, TokenPlace};
+use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, Slot, TokenPlace};
 use crate::loaded::{LoadMode, Model};
 use ggraph_core::backend::Device;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::Graph;
+use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 use ggraph_core::sched::{BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
 
 /// Context settings.
@@ -41,6 +41,11 @@ pub struct ContextParams {
     /// result, n_embd values per token (llama.cpp's embeddings, without
     /// pooling).
     pub embeddings: bool,
+    /// Sliding-window layers keep every cell, in the main cache (llama.cpp's
+    /// `--swa-full`); else they have a cache of their own, of the window
+    /// times the sequences plus a ubatch, whose cells out of the window are
+    /// reused.
+    pub swa_full: bool,
 }
 
 impl Default for ContextParams {
@@ -58,6 +63,7 @@ impl Default for ContextParams {
             n_copies: 1,
             offload_policy: OffloadPolicy::Device,
             embeddings: false,
+            swa_full: false,
         }
     }
 }
@@ -84,6 +90,8 @@ struct GraphKey {
     n_tokens: usize,
     n_outputs: usize,
     n_kv: usize,
+    /// Cells of the sliding-window cache looked at (0 without one).
+    n_kv_swa: usize,
     embeddings: bool,
 }
 
@@ -118,7 +126,11 @@ pub struct ContextStats {
 pub struct Context {
     model: Arc<Model>,
     pub params: ContextParams,
+    /// The cache of every layer, or of the full-attention layers when the
+    /// sliding-window layers have their own.
     pub cache: KvCache,
+    /// The sliding-window layers' own cache (see `ContextParams::swa_full`).
+    pub swa_cache: Option<KvCache>,
     sched: Scheduler,
     /// Runs the cache's own graphs (shifts, defragmentation) over the same
     /// devices, so that they do not disturb the decode graph's plan.
@@ -150,14 +162,36 @@ impl Context {
             k_type: params.k_type,
             v_type: params.v_type,
         };
+        let separate_swa = c.has_swa() && !params.swa_full;
+        let transposed_v = params.attention == Attention::Standard;
         let cache = KvCache::new(
             c.n_layer,
+            &|il| !(separate_swa && c.is_swa(il)),
             c.n_embd_kv(),
             layout,
-            params.attention == Attention::Standard,
+            transposed_v,
             params.n_seq_max,
+            0,
             &|il| model.kv_buffer_type(il),
         )?;
+        let swa_cache = if separate_swa {
+            let swa_layout = KvLayout {
+                kv_size: swa_cache_size(c.n_swa, &params),
+                ..layout
+            };
+            Some(KvCache::new(
+                c.n_layer,
+                &|il| c.is_swa(il),
+                c.n_embd_kv(),
+                swa_layout,
+                transposed_v,
+                params.n_seq_max,
+                c.n_swa,
+                &|il| model.kv_buffer_type(il),
+            )?)
+        } else {
+            None
+        };
         let backends = |op_offload: bool| -> Vec<BackendSpec> {
             model
                 .devices
@@ -186,6 +220,7 @@ impl Context {
             model,
             params,
             cache,
+            swa_cache,
             sched,
             side,
             built: None,
@@ -198,6 +233,7 @@ impl Context {
             n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_kv: ctx.params.n_ctx,
+            n_kv_swa: ctx.swa_cache.as_ref().map_or(0, |s| s.layout().kv_size),
             embeddings: ctx.params.embeddings,
         })?;
         ctx.sched.reserve(worst.graph)?;
@@ -227,19 +263,33 @@ impl Context {
     }
 
     fn shape(&self, key: GraphKey) -> BuildShape {
-        BuildShape::cached(
+        let shape = BuildShape::cached(
             key.n_tokens,
             key.n_outputs,
             key.n_kv,
             self.params.attention,
             self.cache.layout(),
-        )
+        );
+        match &self.swa_cache {
+            Some(swa) => shape.with_swa_cache(key.n_kv_swa, swa.layout()),
+            None => shape,
+        }
+    }
+
+    /// Every cache of the context: the main one, then the sliding-window
+    /// layers' own.
+    fn caches_mut(&mut self) -> impl Iterator<Item = &mut KvCache> {
+        std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut())
     }
 
     fn build(&mut self, key: GraphKey) -> Result<ModelGraph> {
         let shape = self.shape(key);
         let model = self.model.clone();
-        let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut self.cache)?;
+        let mut caches = Caches {
+            main: &mut self.cache,
+            swa: self.swa_cache.as_mut(),
+        };
+        let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut caches)?;
         if key.embeddings {
             // kept, not overwritten by later nodes, to be read back
             lg.graph.set_output(lg.embeddings)?;
@@ -255,6 +305,8 @@ impl Context {
             n_tokens,
             n_outputs: n_tokens,
             n_kv: n_kv.clamp(n_tokens, self.params.n_ctx),
+            n_kv_swa: (self.swa_cache.as_ref())
+                .map_or(0, |s| n_kv.clamp(n_tokens, s.layout().kv_size)),
             embeddings: self.params.embeddings,
         };
         let lg = self.build(key)?;
@@ -314,7 +366,7 @@ impl Context {
         self.logits.clear();
         self.embeddings.clear();
         self.output_ids.clear();
-        if self.cache.cells.has_shift() {
+        if self.caches_mut().any(|c| c.cells.has_shift()) {
             self.apply_shift().map_err(DecodeError::Compute)?;
         }
         for ub in ubatches {
@@ -329,24 +381,26 @@ impl Context {
         ub: &[usize],
     ) -> std::result::Result<(), DecodeError> {
         let places: Vec<TokenPlace> = ub.iter().map(|&i| batch.places[i]).collect();
-        let free = self.cache.cells.size() - self.cache.cells.used();
-        let cells = self
-            .cache
-            .cells
-            .find_slot(ub.len())
-            .ok_or(DecodeError::CacheFull {
-                needed: ub.len(),
-                free,
-            })?;
-        let slot = self
-            .cache
-            .cells
-            .apply(cells, &places)
-            .map_err(DecodeError::InvalidBatch)?;
-        match self.run_ubatch(batch, ub, &places, &slot) {
+        let slot = claim(&mut self.cache.cells, &places)?;
+        let swa_slot = match self
+            .swa_cache
+            .as_mut()
+            .map(|s| claim(&mut s.cells, &places))
+        {
+            Some(Err(e)) => {
+                self.cache.cells.rollback(slot);
+                return Err(e);
+            }
+            Some(Ok(s)) => Some(s),
+            None => None,
+        };
+        match self.run_ubatch(batch, ub, &places, &slot, swa_slot.as_ref()) {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.cache.cells.rollback(slot);
+                if let (Some(swa), Some(s)) = (self.swa_cache.as_mut(), swa_slot) {
+                    swa.cells.rollback(s);
+                }
                 Err(e)
             }
         }
@@ -358,12 +412,15 @@ impl Context {
         ub: &[usize],
         places: &[TokenPlace],
         slot: &Slot,
+        swa_slot: Option<&Slot>,
     ) -> std::result::Result<(), DecodeError> {
         let outputs: Vec<usize> = ub.iter().copied().filter(|&i| batch.outputs[i]).collect();
+        let pad = self.params.n_kv_pad;
         let key = GraphKey {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
-            n_kv: self.cache.n_kv(self.params.n_kv_pad).max(ub.len()),
+            n_kv: self.cache.n_kv(pad).max(ub.len()),
+            n_kv_swa: (self.swa_cache.as_ref()).map_or(0, |s| s.n_kv(pad).max(ub.len())),
             embeddings: self.params.embeddings,
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
@@ -391,8 +448,18 @@ impl Context {
         }
         let built = self.built.as_ref().expect("set above");
         let g = self.sched.graph().expect("allocated");
-        self.set_inputs(g, &built.inputs, batch, ub, places, slot, &outputs, key)
-            .map_err(DecodeError::Compute)?;
+        self.set_inputs(
+            g,
+            &built.inputs,
+            batch,
+            ub,
+            places,
+            slot,
+            swa_slot,
+            &outputs,
+            key,
+        )
+        .map_err(DecodeError::Compute)?;
         match self.sched.compute() {
             Ok(()) => {}
             Err(Error::Aborted) => return Err(DecodeError::Aborted),
@@ -433,6 +500,7 @@ impl Context {
         ub: &[usize],
         places: &[TokenPlace],
         slot: &Slot,
+        swa_slot: Option<&Slot>,
         outputs: &[usize],
         key: GraphKey,
     ) -> Result<()> {
@@ -443,7 +511,17 @@ impl Context {
         g.write_f32(inputs.kq_mask, &self.cache.mask(places, key.n_kv, 0))?;
         if let Some(m) = inputs.kq_mask_swa {
             let n_swa = self.model.config.n_swa;
-            g.write_f32(m, &self.cache.mask(places, key.n_kv, n_swa))?;
+            let mask = match &self.swa_cache {
+                Some(swa) => swa.mask(places, key.n_kv_swa, n_swa),
+                None => self.cache.mask(places, key.n_kv, n_swa),
+            };
+            g.write_f32(m, &mask)?;
+        }
+        if let Some(s) = swa_slot {
+            let cells: Vec<i32> = s.cells.iter().map(|&c| c as i32).collect();
+            for idx in [inputs.k_idx_swa, inputs.v_idx_swa].into_iter().flatten() {
+                g.write_i32(idx, &cells)?;
+            }
         }
         let cells: Vec<i32> = slot.cells.iter().map(|&c| c as i32).collect();
         if let Some(k) = inputs.k_idx {
@@ -466,43 +544,117 @@ impl Context {
         Ok(())
     }
 
-    /// Rotates K by every cell's pending shift.
+    /// Rotates K by every cell's pending shift, in every cache.
     fn apply_shift(&mut self) -> Result<()> {
         let model = self.model.clone();
         let c = &model.config;
-        // the rope of the model's K, frequency factors included
-        let (graph, shifts) =
-            self.cache
-                .shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
-                    rope_freq_factors(b, c, &mut &*model)
-                })?;
-        self.side.alloc_graph(graph)?;
-        self.side
-            .graph()
-            .expect("allocated")
-            .write_i32(shifts, &self.cache.cells.shifts())?;
-        self.side.compute()?;
-        self.cache.cells.clear_shifts();
+        let side = &mut self.side;
+        for cache in std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut()) {
+            if cache.cells.has_shift() && cache.n_layers_held() > 0 {
+                // the rope of the model's K, frequency factors included
+                let (graph, shifts) =
+                    cache.shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
+                        rope_freq_factors(b, c, &mut &*model)
+                    })?;
+                side.alloc_graph(graph)?;
+                side.graph()
+                    .expect("allocated")
+                    .write_i32(shifts, &cache.cells.shifts())?;
+                side.compute()?;
+            }
+            cache.cells.clear_shifts();
+        }
         Ok(())
     }
 
-    /// Packs the used cells at the front of the cache: runs the moves
+    /// Packs the used cells at the front of each cache: runs the moves
     /// on every layer's K and V through a scheduler, then updates the
     /// cells. Returns the number of cells moved.
     pub fn defragment(&mut self) -> Result<usize> {
-        let moves = self.cache.cells.defrag_plan();
-        if moves.is_empty() {
-            return Ok(0);
+        let side = &mut self.side;
+        let mut moved = 0;
+        for cache in std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut()) {
+            let moves = cache.cells.defrag_plan();
+            if moves.is_empty() {
+                continue;
+            }
+            if cache.n_layers_held() > 0 {
+                let (graph, inputs) = cache.defrag_graph(&moves)?;
+                side.alloc_graph(graph)?;
+                cache.fill_defrag_inputs(side.graph().expect("allocated"), &inputs, &moves)?;
+                side.compute()?;
+            }
+            cache.cells.apply_moves(&moves);
+            moved += moves.len();
         }
-        let (graph, inputs) = self.cache.defrag_graph(&moves)?;
-        self.side.alloc_graph(graph)?;
-        self.cache
-            .fill_defrag_inputs(self.side.graph().expect("allocated"), &inputs, &moves)?;
-        self.side.compute()?;
-        self.cache.cells.apply_moves(&moves);
-        // the next graph sees new cells: shapes may change
-        self.built = None;
-        Ok(moves.len())
+        if moved > 0 {
+            // the next graph sees new cells: shapes may change
+            self.built = None;
+        }
+        Ok(moved)
+    }
+
+    /// Removes sequence `s` (every sequence for `None`) from positions
+    /// [p0, p1) of every cache.
+    pub fn seq_rm(&mut self, s: Option<SeqId>, p0: Option<i32>, p1: Option<i32>) -> Result<()> {
+        self.caches_mut()
+            .try_for_each(|c| c.cells.seq_rm(s, p0, p1))
+    }
+
+    /// Adds sequence `dst` to the cells of `src` in [p0, p1), in every
+    /// cache.
+    pub fn seq_cp(
+        &mut self,
+        src: SeqId,
+        dst: SeqId,
+        p0: Option<i32>,
+        p1: Option<i32>,
+    ) -> Result<()> {
+        self.caches_mut()
+            .try_for_each(|c| c.cells.seq_cp(src, dst, p0, p1))
+    }
+
+    /// Keeps only sequence `s`, in every cache.
+    pub fn seq_keep(&mut self, s: SeqId) -> Result<()> {
+        self.caches_mut().try_for_each(|c| c.cells.seq_keep(s))
+    }
+
+    /// Shifts the positions of sequence `s` in [p0, p1) by `delta` in
+    /// every cache (K is rotated before the next decode).
+    pub fn seq_add(
+        &mut self,
+        s: SeqId,
+        p0: Option<i32>,
+        p1: Option<i32>,
+        delta: i32,
+    ) -> Result<()> {
+        self.caches_mut()
+            .try_for_each(|c| c.cells.seq_add(s, p0, p1, delta))
+    }
+
+    /// Divides the positions of sequence `s` in [p0, p1) by `d` in every
+    /// cache.
+    pub fn seq_div(&mut self, s: SeqId, p0: Option<i32>, p1: Option<i32>, d: i32) -> Result<()> {
+        self.caches_mut()
+            .try_for_each(|c| c.cells.seq_div(s, p0, p1, d))
+    }
+
+    /// Empties every cache.
+    pub fn clear_cache(&mut self) {
+        self.caches_mut().for_each(|c| c.cells.clear());
+    }
+
+    /// Bytes of KV cache memory per buffer type, every cache together.
+    pub fn kv_bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        let caches = std::iter::once(&self.cache).chain(self.swa_cache.as_ref());
+        for (name, bytes) in caches.flat_map(|c| c.bytes_per_buffer_type()) {
+            match out.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, b)) => *b += bytes,
+                None => out.push((name, bytes)),
+            }
+        }
+        out
     }
 
     /// The devices the context runs on, GPU-class first, then the CPU.
@@ -510,5 +662,50 @@ impl Context {
         let mut d = self.model.devices.clone();
         d.push(self.model.cpu.clone());
         d
+    }
+}
+
+/// Finds cells for a ubatch's tokens in `cells` and claims them.
+fn claim(cells: &mut Cells, places: &[TokenPlace]) -> std::result::Result<Slot, DecodeError> {
+    let free = cells.size() - cells.used();
+    let found = cells
+        .find_slot(places.len())
+        .ok_or(DecodeError::CacheFull {
+            needed: places.len(),
+            free,
+        })?;
+    cells
+        .apply(found, places)
+        .map_err(DecodeError::InvalidBatch)
+}
+
+/// Cells of the sliding-window layers' own cache, as llama.cpp sizes it:
+/// the window of every sequence plus a ubatch, rounded up to 256, at most
+/// the context.
+fn swa_cache_size(n_swa: usize, params: &ContextParams) -> usize {
+    let want = n_swa
+        .saturating_mul(params.n_seq_max)
+        .saturating_add(params.n_ubatch);
+    want.div_ceil(256).saturating_mul(256).min(params.n_ctx)
+}
+
+/// The caches a graph reads: each layer's from the cache that holds it.
+struct Caches<'a> {
+    main: &'a mut KvCache,
+    swa: Option<&'a mut KvCache>,
+}
+
+impl CacheSource for Caches<'_> {
+    fn layer_cache(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        kv: &KvLayout,
+        n_embd_kv: usize,
+    ) -> Result<(TensorId, TensorId)> {
+        match self.swa.as_deref_mut() {
+            Some(swa) if swa.layer(layer).is_some() => swa.layer_cache(b, layer, kv, n_embd_kv),
+            _ => self.main.layer_cache(b, layer, kv, n_embd_kv),
+        }
     }
 }

@@ -12,7 +12,8 @@
 //! shape (Q4_0 unless `--types` says otherwise): each model is written to
 //! a GGUF, which ggraph loads and, with `--llama-bench PATH` (llama.cpp's
 //! `llama-bench`, built from the llama-cpp-python sdist), llama.cpp
-//! measures in the same run (`-t THREADS -p 512 -n 128 -fa 1`).
+//! measures in the same run (`-t THREADS -p 512 -n 128 -fa 1`), the two
+//! in turn `--rounds N` times (3), medians printed.
 
 use std::sync::Arc;
 
@@ -130,7 +131,8 @@ fn main() -> ggraph::Result<()> {
     let (n_prompt, n_gen) = (count("--prompt", 512)?, count("--gen", 128)?);
     if std::env::args().any(|a| a == "--archs") {
         let types = types.unwrap_or(vec![DType::Q4_0]);
-        return arch_table(&types, n_prompt, n_gen, arg("--llama-bench"));
+        let rounds = count("--rounds", 3)?.max(1);
+        return arch_table(&types, n_prompt, n_gen, rounds, arg("--llama-bench"));
     }
     println!(
         "llama runner on the CPU ({} threads), prompt {n_prompt} / generation {n_gen} tokens/s",
@@ -177,11 +179,12 @@ fn arch_table(
     types: &[DType],
     n_prompt: usize,
     n_gen: usize,
+    rounds: usize,
     llama_bench: Option<String>,
 ) -> ggraph::Result<()> {
     let threads = rayon_threads();
     println!(
-        "architectures on the small shape, CPU ({threads} threads), prompt {n_prompt} / generation {n_gen} tokens/s{}",
+        "architectures on the small shape, CPU ({threads} threads), prompt {n_prompt} / generation {n_gen} tokens/s, medians of {rounds} rounds{}",
         if llama_bench.is_some() {
             ", llama-bench on the same files"
         } else {
@@ -213,18 +216,31 @@ fn arch_table(
                 .map_err(|e| ggraph::Error::InvalidArgument(format!("{}: {e}", path.display())))?;
             let file = path.to_string_lossy().to_string();
             let desc = runner::open_model(&file)?;
-            let (pp, tg) = run_desc(&desc, "small", n_prompt, n_gen)?;
-            let (lpp, ltg) = match &llama_bench {
-                Some(bin) => llama_bench_figures(bin, &file, threads, n_prompt, n_gen),
-                None => (None, None),
+            // the two in turn, `rounds` times; the medians
+            let mut figures: [Vec<f64>; 4] = Default::default();
+            for _ in 0..rounds {
+                let (pp, tg) = run_desc(&desc, "small", n_prompt, n_gen)?;
+                figures[0].push(pp);
+                figures[2].push(tg);
+                if let Some(bin) = &llama_bench
+                    && let (Some(lpp), Some(ltg)) =
+                        llama_bench_figures(bin, &file, threads, n_prompt, n_gen)
+                {
+                    figures[1].push(lpp);
+                    figures[3].push(ltg);
+                }
+            }
+            let cell = |x: &mut Vec<f64>| match median(x) {
+                Some(v) => format!("{v:.1}"),
+                None => "-".into(),
             };
-            let cell = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
+            let [pp, lpp, tg, ltg] = &mut figures;
             println!(
-                "{:<18} {:>10.1} {:>13} {:>10.1} {:>13}",
+                "{:<18} {:>10} {:>13} {:>10} {:>13}",
                 format!("{} {weights}", arch.name),
-                pp,
+                cell(pp),
                 cell(lpp),
-                tg,
+                cell(tg),
                 cell(ltg)
             );
             std::fs::remove_file(&path).ok();
@@ -232,6 +248,11 @@ fn arch_table(
     }
     std::fs::remove_dir(&dir).ok();
     Ok(())
+}
+
+fn median(x: &mut [f64]) -> Option<f64> {
+    x.sort_by(f64::total_cmp);
+    x.get(x.len() / 2).copied()
 }
 
 /// llama-bench's prompt and generation tokens/s on `file` (its JSON

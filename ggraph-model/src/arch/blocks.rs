@@ -108,6 +108,9 @@ pub struct AttentionInputs {
     /// Cache cells the ubatch writes (K, V), with a cache.
     pub k_idx: Option<TensorId>,
     pub v_idx: Option<TensorId>,
+    /// The same in the sliding-window layers' own cache, with one.
+    pub k_idx_swa: Option<TensorId>,
+    pub v_idx_swa: Option<TensorId>,
     pub rope_freqs: Option<TensorId>,
 }
 
@@ -126,12 +129,17 @@ pub fn self_attention(
     caches: &mut Vec<(TensorId, TensorId)>,
 ) -> Result<TensorId> {
     let (hd, n_head, n_head_kv) = (c.head_dim, c.n_head, c.n_head_kv);
-    let (n_tokens, n_kv, n_embd_kv) = (shape.n_tokens, shape.n_kv, c.n_embd_kv());
+    let (n_tokens, n_embd_kv) = (shape.n_tokens, c.n_embd_kv());
     let transposed_v = shape.attention == Attention::Standard;
     let (q, k, v) = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
 
+    // a sliding-window layer with a cache of its own reads that one
+    let (n_kv, kv, k_idx, v_idx) = match shape.swa {
+        Some(s) if c.is_swa(il) => (s.n_kv, Some(s.kv), inputs.k_idx_swa, inputs.v_idx_swa),
+        _ => (shape.n_kv, shape.kv, inputs.k_idx, inputs.v_idx),
+    };
     // keys and values the attention reads: [hd, n_kv, n_head_kv]
-    let (k_all, v_all) = match (&shape.kv, inputs.k_idx, inputs.v_idx) {
+    let (k_all, v_all) = match (&kv, k_idx, v_idx) {
         (Some(kv), Some(ki), Some(vi)) => {
             let (kc, vc) = cache.layer_cache(b, il, kv, n_embd_kv)?;
             caches.push((kc, vc));

@@ -25,7 +25,7 @@ pub struct GraphInputs {
     pub kq_mask: TensorId,
     /// The same for the sliding-window layers, which also mask the cells
     /// `n_swa` or more positions before the token (present when the model
-    /// has such layers).
+    /// has such layers): [n_kv of their cache, n_tokens].
     pub kq_mask_swa: Option<TensorId>,
     /// I32 [n_outputs] rows of the last layer to keep (absent when every
     /// token outputs).
@@ -35,6 +35,10 @@ pub struct GraphInputs {
     /// I32 [n_tokens] cache cells the ubatch writes in V (the same cells as
     /// K; a separate input so that K and V may live on different devices).
     pub v_idx: Option<TensorId>,
+    /// The cells of the sliding-window layers' own cache, when they have
+    /// one (K, V).
+    pub k_idx_swa: Option<TensorId>,
+    pub v_idx_swa: Option<TensorId>,
 }
 
 /// A built graph and where its pieces are.
@@ -72,13 +76,19 @@ pub fn build_graph(
             "without a cache, n_kv must equal n_tokens".into(),
         ));
     }
-    if let Some(kv) = &shape.kv
-        && (shape.n_kv > kv.kv_size || shape.n_kv < shape.n_tokens.min(kv.kv_size))
-    {
-        return Err(Error::InvalidArgument(format!(
-            "n_kv {} must be in n_tokens..=kv_size ({}..={})",
-            shape.n_kv, shape.n_tokens, kv.kv_size
-        )));
+    let caches_seen = shape.kv.map(|kv| (shape.n_kv, kv)).into_iter();
+    for (n_kv, kv) in caches_seen.chain(shape.swa.map(|s| (s.n_kv, s.kv))) {
+        if n_kv > kv.kv_size || n_kv < shape.n_tokens.min(kv.kv_size) {
+            return Err(Error::InvalidArgument(format!(
+                "n_kv {n_kv} must be in n_tokens..=kv_size ({}..={})",
+                shape.n_tokens, kv.kv_size
+            )));
+        }
+    }
+    if shape.swa.is_some() && shape.kv.is_none() {
+        return Err(Error::InvalidArgument(
+            "a sliding-window cache needs the main cache".into(),
+        ));
     }
     if !matches!(shape.mask_type, DType::F32 | DType::F16) {
         return Err(Error::InvalidArgument(format!(
@@ -95,7 +105,8 @@ pub fn build_graph(
     let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;
     let kq_mask = b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?;
     let kq_mask_swa = if c.has_swa() {
-        Some(b.input("kq_mask_swa", shape.mask_type, &[n_kv, n_tokens])?)
+        let n_kv_swa = shape.swa.map_or(n_kv, |s| s.n_kv);
+        Some(b.input("kq_mask_swa", shape.mask_type, &[n_kv_swa, n_tokens])?)
     } else {
         None
     };
@@ -112,12 +123,22 @@ pub fn build_graph(
         }
         None => (None, None),
     };
+    let (k_idx_swa, v_idx_swa) = match shape.swa {
+        Some(_) => {
+            let k = b.input("kv_idx_k_swa", DType::I32, &[n_tokens])?;
+            let v = b.input("kv_idx_v_swa", DType::I32, &[n_tokens])?;
+            (Some(k), Some(v))
+        }
+        None => (None, None),
+    };
     let attn_inputs = AttentionInputs {
         positions,
         kq_mask,
         kq_mask_swa,
         k_idx,
         v_idx,
+        k_idx_swa,
+        v_idx_swa,
         rope_freqs,
     };
 
@@ -192,6 +213,8 @@ pub fn build_graph(
             out_ids,
             k_idx,
             v_idx,
+            k_idx_swa,
+            v_idx_swa,
         },
         logits,
         embeddings: norm,

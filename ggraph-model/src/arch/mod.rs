@@ -36,5 +36,5 @@ pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3moe::QWEN3MOE;
 pub use registry::{ARCHITECTURES, arch_by_name, arch_names};
-pub use shape::{Attention, BuildShape};
+pub use shape::{Attention, BuildShape, SwaCache};
 pub use weights::{FreshWeights, WeightSource, rope_freq_factors};

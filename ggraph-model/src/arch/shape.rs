@@ -27,6 +27,9 @@ pub struct BuildShape {
     pub attention: Attention,
     /// The cache; None attends only to the ubatch's own tokens.
     pub kv: Option<KvLayout>,
+    /// The sliding-window layers' own cache and the cells of it they look
+    /// at, when they have one (else they share `kv`).
+    pub swa: Option<SwaCache>,
     /// Type of the attention mask: F16 (exact for 0 and -inf, half the
     /// bytes) or F32 (as ggml builds it for standard attention).
     pub mask_type: DType,
@@ -42,6 +45,7 @@ impl BuildShape {
             n_kv: n_tokens,
             attention,
             kv: None,
+            swa: None,
             mask_type: DType::F16,
         }
     }
@@ -60,7 +64,23 @@ impl BuildShape {
             n_kv,
             attention,
             kv: Some(kv),
+            swa: None,
             mask_type: DType::F16,
         }
     }
+
+    /// The same, with the sliding-window layers over `n_kv` cells of
+    /// their own cache `kv`.
+    pub fn with_swa_cache(mut self, n_kv: usize, kv: KvLayout) -> BuildShape {
+        self.swa = Some(SwaCache { n_kv, kv });
+        self
+    }
+}
+
+/// The sliding-window layers' cache in one graph build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwaCache {
+    /// Cells the attention looks at.
+    pub n_kv: usize,
+    pub kv: KvLayout,
 }

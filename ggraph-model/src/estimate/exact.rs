@@ -148,7 +148,7 @@ pub fn exact_estimate(
     let ctx = Context::new(model.clone(), params.clone())?;
     let n_layer = model.config.n_layer;
     let weights = model.weight_bytes();
-    let kv = ctx.cache.bytes_per_buffer_type();
+    let kv = ctx.kv_bytes_per_buffer_type();
     let compute = ctx.compute_bytes();
     let of = |list: &[(String, u64)], name: &str| {
         list.iter()

@@ -75,6 +75,8 @@ pub struct Cells {
     /// Where the next slot search starts.
     head: usize,
     used: usize,
+    /// The sliding window of the layers these cells serve (0: none).
+    n_swa: usize,
 }
 
 /// A position range [p0, p1); `None` ends are open.
@@ -94,7 +96,17 @@ impl Cells {
             n_seq_max,
             head: 0,
             used: 0,
+            n_swa: 0,
         })
+    }
+
+    /// Cells of sliding-window layers with window `n_swa` (0: none): a
+    /// cell of one sequence that no later token of it can see (`n_swa` or
+    /// more positions before the sequence's next position) may be written
+    /// over, as llama.cpp's SWA cache does.
+    pub fn with_window(mut self, n_swa: usize) -> Cells {
+        self.n_swa = n_swa;
+        self
     }
 
     pub fn size(&self) -> usize {
@@ -312,14 +324,39 @@ impl Cells {
         }
     }
 
+    /// Which cells a new token may take: the empty ones, and with a
+    /// window the cells out of it (see [`Cells::with_window`]).
+    fn free_cells(&self) -> Vec<bool> {
+        let next: Vec<Option<i32>> = (0..self.n_seq_max as SeqId)
+            .map(|s| self.seq_pos_max(s).map(|p| p + 1))
+            .collect();
+        self.cells
+            .iter()
+            .map(|c| {
+                if c.is_empty() {
+                    return true;
+                }
+                if self.n_swa == 0 || c.seqs.count_ones() != 1 {
+                    return false;
+                }
+                let seq = c.seqs.trailing_zeros() as usize;
+                match (c.pos, next.get(seq).copied().flatten()) {
+                    (Some(p), Some(n)) => (n - p) as i64 >= self.n_swa as i64,
+                    _ => false,
+                }
+            })
+            .collect()
+    }
+
     /// Finds cells for `tokens`: one contiguous run from the search head
-    /// when there is one, any empty cells otherwise. Changes nothing.
+    /// when there is one, any free cells otherwise. Changes nothing.
     pub fn find_slot(&self, n: usize) -> Option<Vec<usize>> {
         let size = self.cells.len();
         if n == 0 {
             return Some(Vec::new());
         }
-        if n > size - self.used {
+        let free = self.free_cells();
+        if n > free.iter().filter(|&&f| f).count() {
             return None;
         }
         // a contiguous run, searched from the head and wrapping once
@@ -331,7 +368,7 @@ impl Cells {
                 start = 0;
                 continue;
             }
-            match (start..start + n).find(|&i| !self.cells[i].is_empty()) {
+            match (start..start + n).find(|&i| !free[i]) {
                 None => return Some((start..start + n).collect()),
                 Some(busy) => {
                     tried += busy + 1 - start;
@@ -340,12 +377,7 @@ impl Cells {
             }
         }
         // scattered
-        Some(
-            (0..size)
-                .filter(|&i| self.cells[i].is_empty())
-                .take(n)
-                .collect(),
-        )
+        Some((0..size).filter(|&i| free[i]).take(n).collect())
     }
 
     /// Writes `tokens` into `cells` and returns the slot (with what the
@@ -366,10 +398,8 @@ impl Cells {
                 )));
             }
         }
-        if let Some(&c) = cells
-            .iter()
-            .find(|&&c| c >= self.cells.len() || !self.cells[c].is_empty())
-        {
+        let free = self.free_cells();
+        if let Some(&c) = cells.iter().find(|&&c| c >= self.cells.len() || !free[c]) {
             return Err(Error::InvalidArgument(format!("cell {c} is not free")));
         }
         let previous = cells.iter().map(|&c| self.cells[c]).collect();
@@ -458,6 +488,28 @@ mod tests {
             .collect();
         let at = cells.find_slot(tokens.len()).expect("room");
         cells.apply(at, &tokens).unwrap()
+    }
+
+    #[test]
+    fn a_window_lets_cells_out_of_it_be_reused_and_rolled_back() {
+        // window 3: after positions 0..6 of sequence 0, the next position
+        // 6 sees 4 and 5 only; cells of 0..3 (and, for sequence 0, not a
+        // cell shared with sequence 1) are free
+        let mut c = Cells::new(6, 2).unwrap().with_window(3);
+        place(&mut c, 0, 0..6);
+        c.seq_cp(0, 1, Some(2), Some(3)).unwrap();
+        assert_eq!(c.used(), 6);
+        assert_eq!(c.find_slot(3), Some(vec![0, 1, 3]));
+        assert_eq!(c.find_slot(4), None, "the shared cell and 4, 5 stay");
+        let slot = place(&mut c, 0, 6..9);
+        assert_eq!(slot.cells, vec![0, 1, 3]);
+        assert_eq!(c.cell(3).pos, Some(8));
+        c.rollback(slot);
+        assert_eq!(c.cell(3).pos, Some(3), "rolled back to what it held");
+        // without a window nothing in use is free
+        let mut plain = Cells::new(6, 2).unwrap();
+        place(&mut plain, 0, 0..6);
+        assert_eq!(plain.find_slot(1), None);
     }
 
     #[test]

@@ -33,20 +33,26 @@ pub struct KvCache {
     /// cell), as standard attention reads it.
     transposed_v: bool,
     n_embd_kv: usize,
-    layers: Vec<LayerKv>,
+    /// Per model layer: its K and V, for the layers this cache holds.
+    layers: Vec<Option<LayerKv>>,
     buffers: Vec<Arc<dyn Buffer>>,
 }
 
 impl KvCache {
-    /// A cache of `layout.kv_size` cells for `n_layer` layers of K and V
-    /// rows of `n_embd_kv` values, each layer in the buffer type
-    /// `layer_buft` picks (one allocation per buffer type), zeroed.
+    /// A cache of `layout.kv_size` cells for the layers `holds` picks of
+    /// `n_layer`, K and V rows of `n_embd_kv` values, each layer in the
+    /// buffer type `layer_buft` picks (one allocation per buffer type),
+    /// zeroed. With a sliding window `n_swa` > 0 its cells hold only the
+    /// sliding-window layers' keys: a cell out of the window of its
+    /// sequence's next position is reused (`Cells::with_window`).
     pub fn new(
         n_layer: usize,
+        holds: &dyn Fn(usize) -> bool,
         n_embd_kv: usize,
         layout: KvLayout,
         transposed_v: bool,
         n_seq_max: usize,
+        n_swa: usize,
         layer_buft: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<KvCache> {
         for (what, t) in [("K", layout.k_type), ("V", layout.v_type)] {
@@ -83,7 +89,7 @@ impl KvCache {
         );
         // group the layers by buffer type, then one packing per type
         let mut groups: Vec<(Arc<dyn BufferType>, Vec<usize>)> = Vec::new();
-        for il in 0..n_layer {
+        for il in (0..n_layer).filter(|&il| holds(il)) {
             let bt = layer_buft(il);
             match groups.iter_mut().find(|(b, _)| b.name() == bt.name()) {
                 Some((_, v)) => v.push(il),
@@ -116,14 +122,11 @@ impl KvCache {
             buffers.extend(packed.buffers);
         }
         Ok(KvCache {
-            cells: Cells::new(layout.kv_size, n_seq_max)?,
+            cells: Cells::new(layout.kv_size, n_seq_max)?.with_window(n_swa),
             layout,
             transposed_v,
             n_embd_kv,
-            layers: layers
-                .into_iter()
-                .map(|l| l.expect("every layer grouped"))
-                .collect(),
+            layers,
             buffers,
         })
     }
@@ -136,12 +139,24 @@ impl KvCache {
         self.transposed_v
     }
 
+    /// Layers of the model (held here or not).
     pub fn n_layer(&self) -> usize {
         self.layers.len()
     }
 
-    pub fn layer(&self, il: usize) -> &LayerKv {
-        &self.layers[il]
+    /// Layer `il`'s K and V, if this cache holds the layer.
+    pub fn layer(&self, il: usize) -> Option<&LayerKv> {
+        self.layers.get(il)?.as_ref()
+    }
+
+    /// How many layers this cache holds.
+    pub fn n_layers_held(&self) -> usize {
+        self.held().count()
+    }
+
+    /// The layers this cache holds.
+    fn held(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.layers.len()).filter(|&il| self.layers[il].is_some())
     }
 
     /// Bytes of cache memory per buffer type.
@@ -183,7 +198,9 @@ impl KvCache {
 
     /// The leaf of layer `il`'s K or V cache in a graph.
     fn leaf(&self, b: &mut GraphBuilder, il: usize, v: bool) -> Result<TensorId> {
-        let l = &self.layers[il];
+        let l = self.layer(il).ok_or_else(|| {
+            Error::InvalidArgument(format!("this KV cache does not hold layer {il}"))
+        })?;
         let (name, dtype, data) = if v {
             (format!("cache_v_l{il}"), self.layout.v_type, l.v.clone())
         } else {
@@ -215,7 +232,7 @@ impl KvCache {
         let es = kt
             .row_size(head_dim)
             .ok_or_else(|| Error::InvalidArgument("head_dim is not whole K blocks".into()))?;
-        for il in 0..self.layers.len() {
+        for il in self.held() {
             let k = self.leaf(&mut b, il, false)?;
             let view = b.view_3d(k, [head_dim, n_head_kv, size], es, es * n_head_kv, 0)?;
             let src = if kt == DType::F32 || kt == DType::F16 {
@@ -242,7 +259,7 @@ impl KvCache {
         let to_planes = b.input("defrag_to_planes", DType::I32, &[m, 1])?;
         let size = self.layout.kv_size;
         let mut uses_planes = false;
-        for il in 0..self.layers.len() {
+        for il in self.held() {
             let k = self.leaf(&mut b, il, false)?;
             let rows = b.get_rows(k, from)?;
             let w = b.set_rows(k, rows, to)?;
@@ -312,12 +329,12 @@ impl CacheSource for KvCache {
         kv: &KvLayout,
         n_embd_kv: usize,
     ) -> Result<(TensorId, TensorId)> {
-        if *kv != self.layout || n_embd_kv != self.n_embd_kv || layer >= self.layers.len() {
+        if *kv != self.layout || n_embd_kv != self.n_embd_kv || self.layer(layer).is_none() {
             return Err(Error::InvalidArgument(format!(
-                "the graph wants a cache of {kv:?} x {n_embd_kv} for layer {layer}; this cache is {:?} x {} for {} layers",
+                "the graph wants a cache of {kv:?} x {n_embd_kv} for layer {layer}; this cache is {:?} x {} for layers {:?}",
                 self.layout,
                 self.n_embd_kv,
-                self.layers.len()
+                self.held().collect::<Vec<_>>()
             )));
         }
         Ok((self.leaf(b, layer, false)?, self.leaf(b, layer, true)?))
