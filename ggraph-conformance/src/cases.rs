@@ -713,6 +713,22 @@ fn flash_attn_cases(c: &mut Cases) {
             cb.b.flash_attn_ext(q, k, v, Some(m), 1.0 / 128f32.sqrt(), 8.0, 0.0)
         },
     );
+    // generation with soft-capped scores (gemma2) at the head sizes the
+    // backends have fast decode paths for, some keys masked
+    for d in [64usize, 128] {
+        c.add(
+            OpKind::FlashAttnExt,
+            format!("flash_attn_ext[F16,d={d},n_q=1,n_kv=70,softcap]"),
+            5e-4,
+            move |cb| {
+                let q = cb.input(DType::F32, &[d, 1, 4, 1])?;
+                let k = cb.input(DType::F16, &[d, 70, 2, 1])?;
+                let v = cb.input(DType::F16, &[d, 70, 2, 1])?;
+                let m = cb.filled(DType::F16, &[70, 1], Fill::Causal { n_kv: 70, n_q: 60 })?;
+                cb.b.flash_attn_ext(q, k, v, Some(m), 1.0 / (d as f32).sqrt(), 0.0, 2.0)
+            },
+        );
+    }
     c.add(
         OpKind::FlashAttnExt,
         "flash_attn_ext[F16,no_mask,softcap]".into(),

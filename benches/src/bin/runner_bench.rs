@@ -72,7 +72,7 @@ fn run_desc(
     let profile = std::env::args().any(|a| a == "--profile");
     let mut pp_ctx = context(n_prompt + 1)?;
     runner::generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
-    pp_ctx.cache.cells.clear();
+    pp_ctx.clear_cache();
     if profile {
         ggraph_cpu::profile::start();
     }

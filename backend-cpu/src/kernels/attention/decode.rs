@@ -256,7 +256,7 @@ impl Work<'_> {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if isa >= Isa::Avx512 && p.softcap == 0.0 && f16_rows(k) && f16_rows(v) {
+        if isa >= Isa::Avx512 && f16_rows(k) && f16_rows(v) {
             // SAFETY: the processor has AVX-512 F (checked by `active`);
             // K and V are F16 with packed rows.
             match (d, dv) {
@@ -266,7 +266,7 @@ impl Work<'_> {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if isa >= Isa::Avx2 && p.softcap == 0.0 && f16_rows(k) && f16_rows(v) {
+        if isa >= Isa::Avx2 && f16_rows(k) && f16_rows(v) {
             // SAFETY: the processor has AVX2, FMA and F16C (checked by
             // `active`); K and V are F16 with packed rows.
             match (d, dv) {
@@ -421,11 +421,15 @@ impl Work<'_> {
                                     }
                                 })
                             };
-                            let mut sv = _mm512_mask_blend_ps(
-                                live,
-                                _mm512_set1_ps(f32::NEG_INFINITY),
-                                lane_sums(&parts),
-                            );
+                            let mut sums = lane_sums(&parts);
+                            if self.p.softcap != 0.0 {
+                                let mut a = [0f32; 16];
+                                _mm512_storeu_ps(a.as_mut_ptr(), sums);
+                                softcap(&mut a, self.p.softcap);
+                                sums = _mm512_loadu_ps(a.as_ptr());
+                            }
+                            let mut sv =
+                                _mm512_mask_blend_ps(live, _mm512_set1_ps(f32::NEG_INFINITY), sums);
                             let mut scores = [0f32; CHUNK];
                             if let Some(m) = self.mask_row(&hd, is, h, i, j0) {
                                 let m = _mm512_maskz_loadu_ps(live, m.as_ptr());
@@ -539,6 +543,9 @@ impl Work<'_> {
                                     scores[8 * half..].as_mut_ptr(),
                                     lane_sums8(&parts),
                                 );
+                            }
+                            if self.p.softcap != 0.0 {
+                                softcap(&mut scores[..nk], self.p.softcap);
                             }
                             scores[nk..].fill(f32::NEG_INFINITY);
                             if let Some(m) = self.mask_row(&hd, is, h, i, j0) {
@@ -710,8 +717,7 @@ impl RowStep<'_> {
             *sj = dot::<M>(q, &k[j * ks..j * ks + d]);
         }
         if self.softcap != 0.0 {
-            let cap = self.softcap;
-            s.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+            softcap(s, self.softcap);
         }
         if let Some(m) = self.mask {
             s.iter_mut().zip(m).for_each(|(x, m)| *x += m);
@@ -794,4 +800,10 @@ mod tests {
             assert_eq!(got[j], v.iter().sum::<f32>(), "lane {j}");
         }
     }
+}
+
+/// Scaled scores capped as `cap * tanh(s / cap)` (ggml's logit soft-cap).
+#[inline]
+fn softcap(scores: &mut [f32], cap: f32) {
+    scores.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
 }
