@@ -208,3 +208,24 @@ fn an_architecture_ggraph_does_not_build_is_named_with_those_it_does() {
     let e = refused(&h);
     assert!(e.contains("mamba") && e.contains("gemma3"), "{e}");
 }
+
+/// Ollama's estimate reads every architecture's header, with its own
+/// per-architecture rules (gemma's sliding-window layers sized by the
+/// window).
+#[test]
+fn ollamas_estimate_reads_every_architecture() {
+    use ggraph_model::estimate::EstimateRequest;
+    use ggraph_model::ollama;
+    for a in ARCHITECTURES {
+        let h = header(a.name);
+        let e = ollama::estimate(&h, &EstimateRequest::default()).unwrap();
+        assert_eq!(e.architecture, a.name);
+        assert_eq!(e.kv.len(), config(a.name).n_layer, "{}", a.name);
+    }
+    let e = ollama::estimate(&header("gemma3"), &EstimateRequest::default()).unwrap();
+    assert!(
+        e.kv[0] < e.kv[5],
+        "a sliding layer's cache is the window's: {:?}",
+        e.kv
+    );
+}

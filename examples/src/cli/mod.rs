@@ -436,6 +436,56 @@ mod tests {
         }
     }
 
+    /// Each architecture's header (the llama.cpp fixtures'), as JSON, with
+    /// one flaw: `plan` names it.
+    #[test]
+    fn plan_names_what_is_wrong_with_a_malformed_header_of_each_architecture() {
+        use ggraph::model::arch::ARCHITECTURES;
+        use ggraph::model::gguf::json::header_to_json;
+        use ggraph::model::gguf::{JsonOptions, read_header};
+        use ggraph::model::serde_json::Value;
+        for a in ARCHITECTURES {
+            let path = format!(
+                "{}/../ggraph-model/tests/fixtures/arch/{}.gguf",
+                env!("CARGO_MANIFEST_DIR"),
+                a.name
+            );
+            let h = read_header(std::path::Path::new(&path), None).unwrap();
+            let good = header_to_json(&h, &JsonOptions::default());
+            let flaws: [(&str, &dyn Fn(&mut Value)); 3] = [
+                ("embedding_length", &|j| {
+                    let kv = j["kv"].as_object_mut().unwrap();
+                    kv.retain(|k, _| !k.ends_with(".embedding_length"));
+                }),
+                ("n_head 3", &|j| {
+                    let key = format!("{}.attention.head_count", a.name);
+                    j["kv"][key.as_str()] = 3.into();
+                }),
+                ("blk.1.attn_output.weight", &|j| {
+                    for t in j["tensors"].as_array_mut().unwrap() {
+                        if t["name"] == "blk.1.attn_output.weight" {
+                            t["shape"][0] = 63.into();
+                        }
+                    }
+                }),
+            ];
+            for (named, flaw) in flaws {
+                let mut j = good.clone();
+                flaw(&mut j);
+                let file = temp(&format!("flawed-{}.json", a.name));
+                std::fs::write(&file, j.to_string()).unwrap();
+                let e = run(&["plan", &file]).err().unwrap();
+                assert!(
+                    e.code == 1 && e.msg.contains(named),
+                    "{} {named}: {}",
+                    a.name,
+                    e.msg
+                );
+                std::fs::remove_file(file).ok();
+            }
+        }
+    }
+
     #[test]
     fn check_reads_every_tensor_and_names_types_ggraph_does_not_compute() {
         let Ok(t) = run(&["check", &fixture("all_types.gguf")]) else {

@@ -54,8 +54,9 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
     let c = &desc.config;
     let _ = writeln!(
         out,
-        "model    {}: llama, {} layers, n_embd {}, {} heads ({} KV), n_ff {}, vocab {}, {} of weights",
+        "model    {}: {}, {} layers, n_embd {}, {} heads ({} KV), n_ff {}, vocab {}, {} of weights",
         model.path.display(),
+        c.arch.name,
         c.n_layer,
         c.n_embd,
         c.n_head,
