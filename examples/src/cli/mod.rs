@@ -452,7 +452,8 @@ mod tests {
             );
             let h = read_header(std::path::Path::new(&path), None).unwrap();
             let good = header_to_json(&h, &JsonOptions::default());
-            let flaws: [(&str, &dyn Fn(&mut Value)); 3] = [
+            type Flaw<'a> = &'a dyn Fn(&mut Value);
+            let flaws: [(&str, Flaw); 3] = [
                 ("embedding_length", &|j| {
                     let kv = j["kv"].as_object_mut().unwrap();
                     kv.retain(|k, _| !k.ends_with(".embedding_length"));
