@@ -1,5 +1,6 @@
 //! Every architecture ggraph builds. Adding one: a file beside this one
-//! with its [`ArchSpec`], and a line here.
+//! with its [`ArchSpec`] (and its `mod` line in `mod.rs`), and its entry
+//! here.
 
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
