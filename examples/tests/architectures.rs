@@ -83,6 +83,11 @@ fn context(
     Context::new(Arc::new(model), params(attention)).unwrap()
 }
 
+fn on_the_cpu(desc: &ModelDesc) -> Model {
+    let opts = PlacementOptions::default();
+    Model::load(desc, &[], CpuDevice::new(), &opts, LoadMode::Real, None).unwrap()
+}
+
 /// The last position's logits of `prompt`, decoded as one batch.
 fn last_logits(ctx: &mut Context, prompt: &[i32]) -> Vec<f32> {
     ctx.decode(&Batch::tokens(prompt)).unwrap();
@@ -206,15 +211,7 @@ fn phi3_matches_llama_cpp() {
 fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
     let desc = open("gemma3");
     let run = |swa_full: bool| {
-        let model = Model::load(
-            &desc,
-            &[],
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap();
+        let model = on_the_cpu(&desc);
         let params = ContextParams {
             n_ctx: 512,
             n_batch: 64,
@@ -257,15 +254,7 @@ fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
 fn sequence_operations_apply_to_the_sliding_window_cache_too() {
     let desc = open("gemma2");
     let run = |swa_full: bool| {
-        let model = Model::load(
-            &desc,
-            &[],
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap();
+        let model = on_the_cpu(&desc);
         let params = ContextParams {
             n_ctx: 512,
             n_batch: 64,
