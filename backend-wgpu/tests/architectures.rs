@@ -1,7 +1,7 @@
 //! Every architecture split over two lavapipe devices: the llama.cpp
 //! fixture models (`ggraph-model/tests/fixtures/arch/`, one per
-//! architecture) decoded with their layers over two wgpu devices and the
-//! CPU give the CPU's greedy tokens, which are llama.cpp's
+//! architecture) decoded with their layers (or their matrices' rows) over
+//! two wgpu devices and the CPU give the CPU's greedy tokens, which are llama.cpp's
 //! (`examples/tests/architectures.rs` checks those against
 //! `expected.json`).
 
@@ -63,13 +63,17 @@ fn every_architecture_split_over_two_wgpu_devices_gives_the_cpu_tokens() {
     };
     let second = WgpuDevice::open(0).expect("a second device on the same adapter");
     let devices: Vec<Arc<dyn Device>> = vec![first, second];
-    let opts = PlacementOptions {
-        split_mode: SplitMode::Layer,
-        ..PlacementOptions::default()
-    };
     for a in ARCHITECTURES {
         let desc = open(a.name);
-        for attention in [Attention::Standard, Attention::Flash] {
+        for (split_mode, attention) in [
+            (SplitMode::Layer, Attention::Standard),
+            (SplitMode::Layer, Attention::Flash),
+            (SplitMode::Row, Attention::Flash),
+        ] {
+            let opts = PlacementOptions {
+                split_mode,
+                ..PlacementOptions::default()
+            };
             let cpu = Model::load(
                 &desc,
                 &[],
@@ -98,7 +102,7 @@ fn every_architecture_split_over_two_wgpu_devices_gives_the_cpu_tokens() {
             assert_eq!(
                 greedy(split, attention),
                 want,
-                "{} {attention:?}: split over two wgpu devices",
+                "{} {attention:?}: split by {split_mode:?} over two wgpu devices",
                 a.name
             );
         }
