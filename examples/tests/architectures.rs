@@ -107,11 +107,16 @@ fn greedy(ctx: &mut Context, prompt: &[i32], n: usize) -> Vec<i32> {
 }
 
 fn check(arch: &str) {
+    check_fixture(arch, arch);
+}
+
+/// The fixture `name`, a model of architecture `arch`.
+fn check_fixture(name: &str, arch: &str) {
     let expected: Value = serde_json::from_str(EXPECTED).unwrap();
     let prompt = ids(&expected["prompt"]);
-    let want = &expected["models"][arch];
+    let want = &expected["models"][name];
     let spread = want["fa_on_off_max_abs_diff"].as_f64().unwrap() as f32;
-    let desc = open(arch);
+    let desc = open(name);
     assert_eq!(desc.config.arch.name, arch);
     let want_greedy = ids(&want["fa_off"]["greedy"]);
     assert_eq!(want_greedy, ids(&want["fa_on"]["greedy"]));
@@ -201,6 +206,13 @@ fn gemma3_matches_llama_cpp() {
 #[test]
 fn phi3_matches_llama_cpp() {
     check("phi3");
+}
+
+/// phi-3.5's LongRoPE: the long factors (the context is past the original
+/// one) and the rope's attention factor.
+#[test]
+fn phi3_with_longrope_matches_llama_cpp() {
+    check_fixture("phi3_longrope", "phi3");
 }
 
 /// The sliding-window layers' own cache (256 cells here, for a window of

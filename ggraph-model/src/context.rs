@@ -269,11 +269,17 @@ impl Context {
             key.n_kv,
             self.params.attention,
             self.cache.layout(),
-        );
+        )
+        .with_ctx_per_seq(self.n_ctx_seq());
         match &self.swa_cache {
             Some(swa) => shape.with_swa_cache(key.n_kv_swa, swa.layout()),
             None => shape,
         }
+    }
+
+    /// The context of one sequence, as llama.cpp counts it for LongRoPE.
+    fn n_ctx_seq(&self) -> usize {
+        self.params.n_ctx / self.params.n_seq_max.max(1)
     }
 
     /// Every cache of the context: the main one, then the sliding-window
@@ -548,13 +554,14 @@ impl Context {
     fn apply_shift(&mut self) -> Result<()> {
         let model = self.model.clone();
         let c = &model.config;
+        let n_ctx_seq = self.n_ctx_seq();
         let side = &mut self.side;
         for cache in std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut()) {
             if cache.cells.has_shift() && cache.n_layers_held() > 0 {
                 // the rope of the model's K, frequency factors included
                 let (graph, shifts) =
                     cache.shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
-                        rope_freq_factors(b, c, &mut &*model)
+                        rope_freq_factors(b, c, n_ctx_seq, &mut &*model)
                     })?;
                 side.alloc_graph(graph)?;
                 side.graph()

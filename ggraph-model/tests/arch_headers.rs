@@ -96,6 +96,16 @@ fn architecture_keys_are_read_as_llama_cpp_reads_them() {
     let c = config("phi3");
     assert!(c.fused_qkv);
     assert_eq!((c.head_dim, c.n_rot), (16, 8));
+    assert_eq!((c.n_ctx_orig, c.rope_attn_factor), (4096, 1.0));
+
+    // phi-3.5's LongRoPE: the original context and the attention factor,
+    // and both factor tables read
+    let h = header("phi3_longrope");
+    let c = read_config(&h).unwrap();
+    assert_eq!((c.n_ctx_orig, c.rope_attn_factor), (32, 1.19));
+    assert_eq!(c.rope(0).attn_factor, 1.19);
+    let desc = ModelDesc::from_header(&h, None).unwrap();
+    assert!(desc.tensor("rope_factors_long.weight").is_some());
 }
 
 #[test]

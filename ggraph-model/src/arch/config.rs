@@ -124,6 +124,13 @@ pub struct ModelConfig {
     pub final_softcap: f32,
     /// The factor on the attention scores (1 / sqrt(head_dim) for most).
     pub attention_scale: f32,
+    /// The context the rope was trained for (`rope.scaling.
+    /// original_context_length`, else `context_length`; 0: unknown): past
+    /// it, a LongRoPE model's long frequency factors apply.
+    pub n_ctx_orig: usize,
+    /// The magnitude of the rope's cos and sin (`rope.scaling.attn_factor`,
+    /// LongRoPE models; 1 for the rest).
+    pub rope_attn_factor: f32,
 }
 
 impl ModelConfig {
@@ -163,6 +170,8 @@ impl ModelConfig {
             attn_softcap: 0.0,
             final_softcap: 0.0,
             attention_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
+            n_ctx_orig: 0,
+            rope_attn_factor: 1.0,
         };
         (arch.defaults)(&mut c);
         c
@@ -248,9 +257,11 @@ impl ModelConfig {
         } else {
             (self.rope_freq_base, self.rope_freq_scale)
         };
-        RopeParams::new(self.n_rot, self.arch.rope)
+        let mut rope = RopeParams::new(self.n_rot, self.arch.rope)
             .freq_base(base)
-            .freq_scale(scale)
+            .freq_scale(scale);
+        rope.attn_factor = self.rope_attn_factor;
+        rope
     }
 
     /// Checks that the numbers fit together.
@@ -296,6 +307,12 @@ impl ModelConfig {
                 return bad(format!("{what} {x} must be finite and not negative"));
             }
         }
+        if !(self.rope_attn_factor.is_finite() && self.rope_attn_factor > 0.0) {
+            return bad(format!(
+                "rope attention factor {} must be positive",
+                self.rope_attn_factor
+            ));
+        }
         if !(self.attention_scale.is_finite() && self.attention_scale > 0.0) {
             return bad(format!(
                 "attention scale {} must be positive",
@@ -327,6 +344,17 @@ impl ModelConfig {
         let bias = if a.qkv_bias { Usual } else { Optional };
         add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
         add("rope_freqs.weight".into(), vec![self.n_rot / 2], Optional);
+        // LongRoPE (phi-3.5): per-pair factors inside and past n_ctx_orig
+        add(
+            "rope_factors_long.weight".into(),
+            vec![self.n_rot / 2],
+            Optional,
+        );
+        add(
+            "rope_factors_short.weight".into(),
+            vec![self.n_rot / 2],
+            Optional,
+        );
         for i in 0..self.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
             add(p("attn_norm.weight"), vec![e], Required);

@@ -99,7 +99,7 @@ pub fn build_graph(
     let c = config;
     let (n_tokens, n_kv) = (shape.n_tokens, shape.n_kv);
     let mut b = GraphBuilder::new();
-    let rope_freqs = rope_freq_factors(&mut b, c, weights)?;
+    let rope_freqs = rope_freq_factors(&mut b, c, shape.n_ctx_seq, weights)?;
 
     let tokens = b.input("inp_tokens", DType::I32, &[n_tokens])?;
     let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;

@@ -103,6 +103,11 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
         None => n_ff,
     };
     c.fused_qkv = h.tensor("blk.0.attn_qkv.weight").is_some();
+    c.n_ctx_orig = match h.opt_hparam_u32("rope.scaling.original_context_length")? {
+        Some(n) => n as usize,
+        None => h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize,
+    };
+    c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     (arch.read)(h, &mut c)?;
     c.validate()?;
     Ok(c)

@@ -1,9 +1,11 @@
 //! phi3: llama's layers with Q, K and V in one matrix (`attn_qkv`), gate
 //! and up in one (`ffn_up`, twice the width), and a NeoX rope over part
-//! of each head (`rope.dimension_count`). llama.cpp turns phi3's sliding
-//! window off; so does ggraph.
+//! of each head (`rope.dimension_count`), with LongRoPE's factors where the
+//! model has them (phi-3.5: `rope_factors_short`, and `rope_factors_long`
+//! past the original context). llama.cpp turns phi3's sliding window off;
+//! so does ggraph.
 
-use ggraph_core::error::{Error, Result};
+use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
 use super::config::{ArchSpec, FfnKind, ModelConfig};
@@ -23,17 +25,7 @@ pub static PHI3: ArchSpec = ArchSpec {
     defaults,
 };
 
-fn read(h: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
-    // the 128k-context models pick long or short rope factors by context
-    // length and scale attention (LongRoPE): not built here
-    for t in ["rope_factors_long.weight", "rope_factors_short.weight"] {
-        if h.tensor(t).is_some() {
-            return Err(Error::Unsupported {
-                device: "ggraph".into(),
-                what: format!("phi3 with LongRoPE factors ('{t}', the 128k-context models)"),
-            });
-        }
-    }
+fn read(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 

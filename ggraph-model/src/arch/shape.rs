@@ -30,6 +30,8 @@ pub struct BuildShape {
     /// The sliding-window layers' own cache and the cells of it they look
     /// at, when they have one (else they share `kv`).
     pub swa: Option<SwaCache>,
+    /// The context of one sequence (LongRoPE picks its factors by it).
+    pub n_ctx_seq: usize,
     /// Type of the attention mask: F16 (exact for 0 and -inf, half the
     /// bytes) or F32 (as ggml builds it for standard attention).
     pub mask_type: DType,
@@ -46,6 +48,7 @@ impl BuildShape {
             attention,
             kv: None,
             swa: None,
+            n_ctx_seq: n_tokens,
             mask_type: DType::F16,
         }
     }
@@ -65,8 +68,15 @@ impl BuildShape {
             attention,
             kv: Some(kv),
             swa: None,
+            n_ctx_seq: kv.kv_size,
             mask_type: DType::F16,
         }
+    }
+
+    /// The same, for a cache shared by sequences of `n_ctx_seq` cells each.
+    pub fn with_ctx_per_seq(mut self, n_ctx_seq: usize) -> BuildShape {
+        self.n_ctx_seq = n_ctx_seq;
+        self
     }
 
     /// The same, with the sliding-window layers over `n_kv` cells of

@@ -34,7 +34,7 @@ impl WeightSource for FreshWeights {
         name: &str,
         shape: &[usize],
     ) -> Result<Option<TensorId>> {
-        if name == "rope_freqs.weight" || name.ends_with(".bias") {
+        if name.starts_with("rope_f") || name.ends_with(".bias") {
             return Ok(None);
         }
         let dtype =
@@ -59,14 +59,27 @@ pub(super) fn required(
         .ok_or_else(|| Error::InvalidArgument(format!("model has no tensor '{name}'")))
 }
 
-/// The model's rope frequency factors (`rope_freqs.weight`, n_rot / 2
-/// values that divide each pair's frequency; llama 3.1 and later carry
-/// them), or `None` when the model has none. Every rope over Q or K uses
-/// them, the K shift of the cache included.
+/// The model's rope frequency factors, n_rot / 2 values that divide each
+/// pair's frequency, as llama.cpp picks them: `rope_freqs.weight` (llama
+/// 3.1 and later), else LongRoPE's long factors when the context of a
+/// sequence, `n_ctx_seq`, is past the original one and its short factors
+/// otherwise (phi-3.5); `None` when the model has none. Every rope over Q
+/// or K uses them, the K shift of the cache included.
 pub fn rope_freq_factors(
     b: &mut GraphBuilder,
     c: &ModelConfig,
+    n_ctx_seq: usize,
     weights: &mut dyn WeightSource,
 ) -> Result<Option<TensorId>> {
-    weights.weight(b, "rope_freqs.weight", &[c.n_rot / 2])
+    let shape = [c.n_rot / 2];
+    if let Some(f) = weights.weight(b, "rope_freqs.weight", &shape)? {
+        return Ok(Some(f));
+    }
+    let long = c.n_ctx_orig > 0 && n_ctx_seq > c.n_ctx_orig;
+    let name = if long {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
+    };
+    weights.weight(b, name, &shape)
 }
