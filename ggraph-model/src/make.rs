@@ -154,7 +154,7 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
         // model is named "phi3" as phi-3's (and then wants its special tokens)
         .kv("general.name", "ggraph random weights")
         .kv(key("block_count"), u(c.n_layer))
-        .kv(key("context_length"), u(4096))
+        .kv(key("context_length"), u(c.n_ctx_orig))
         .kv(key("embedding_length"), u(c.n_embd))
         .kv(key("feed_forward_length"), u(c.n_ff))
         .kv(key("attention.head_count"), u(c.n_head))
@@ -168,6 +168,12 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
         .kv(key("rope.freq_base"), Value::F32(c.rope_freq_base))
         .kv(key("rope.dimension_count"), u(c.n_rot))
         .kv(key("vocab_size"), u(c.n_vocab));
+    if c.rope_attn_factor != 1.0 {
+        w.kv(
+            key("rope.scaling.attn_factor"),
+            Value::F32(c.rope_attn_factor),
+        );
+    }
     if c.rope_freq_scale != 1.0 {
         w.kv(
             key("rope.scaling.factor"),

@@ -125,8 +125,9 @@ pub struct ModelConfig {
     /// The factor on the attention scores (1 / sqrt(head_dim) for most).
     pub attention_scale: f32,
     /// The context the rope was trained for (`rope.scaling.
-    /// original_context_length`, else `context_length`; 0: unknown): past
-    /// it, a LongRoPE model's long frequency factors apply.
+    /// original_context_length`, else `context_length`; 0: unknown; 4096
+    /// for a new model): past it, a LongRoPE model's long frequency
+    /// factors apply.
     pub n_ctx_orig: usize,
     /// The magnitude of the rope's cos and sin (`rope.scaling.attn_factor`,
     /// LongRoPE models; 1 for the rest).
@@ -170,7 +171,7 @@ impl ModelConfig {
             attn_softcap: 0.0,
             final_softcap: 0.0,
             attention_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
-            n_ctx_orig: 0,
+            n_ctx_orig: 4096,
             rope_attn_factor: 1.0,
         };
         (arch.defaults)(&mut c);
