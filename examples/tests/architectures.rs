@@ -215,6 +215,19 @@ fn phi3_with_longrope_matches_llama_cpp() {
     check_fixture("phi3_longrope", "phi3");
 }
 
+/// A context of 512 cells on the CPU, ubatches of 16: the sliding-window
+/// layers' own cache (unless `swa_full`) is 256 cells, half of it.
+fn long_context(desc: &ModelDesc, swa_full: bool, attention: Attention) -> Context {
+    let params = ContextParams {
+        n_ctx: 512,
+        n_batch: 64,
+        n_ubatch: 16,
+        swa_full,
+        ..params(attention)
+    };
+    Context::new(Arc::new(on_the_cpu(desc)), params).unwrap()
+}
+
 /// The sliding-window layers' own cache (256 cells here, for a window of
 /// 6) reuses the cells that fall out of the window: 299 tokens decode
 /// through it with the tokens and logits of the full-size cache
@@ -223,15 +236,7 @@ fn phi3_with_longrope_matches_llama_cpp() {
 fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
     let desc = open("gemma3");
     let run = |swa_full: bool| {
-        let model = on_the_cpu(&desc);
-        let params = ContextParams {
-            n_ctx: 512,
-            n_batch: 64,
-            n_ubatch: 16,
-            swa_full,
-            ..params(Attention::Flash)
-        };
-        let mut ctx = Context::new(Arc::new(model), params).unwrap();
+        let mut ctx = long_context(&desc, swa_full, Attention::Flash);
         let expected: Value = serde_json::from_str(EXPECTED).unwrap();
         let prompt = ids(&expected["prompt"]);
         let g = runner::generate(&mut ctx, &prompt, 280).unwrap();
@@ -266,15 +271,7 @@ fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
 fn sequence_operations_apply_to_the_sliding_window_cache_too() {
     let desc = open("gemma2");
     let run = |swa_full: bool| {
-        let model = on_the_cpu(&desc);
-        let params = ContextParams {
-            n_ctx: 512,
-            n_batch: 64,
-            n_ubatch: 16,
-            swa_full,
-            ..params(Attention::Standard)
-        };
-        let mut ctx = Context::new(Arc::new(model), params).unwrap();
+        let mut ctx = long_context(&desc, swa_full, Attention::Standard);
         assert_eq!(ctx.swa_cache.is_some(), !swa_full);
         let prompt: Vec<i32> = (0..40).map(|i| 3 + (i * 7) % 280).collect();
         ctx.decode(&Batch::tokens(&prompt)).unwrap();

@@ -564,6 +564,7 @@ impl Context {
                         rope_freq_factors(b, c, n_ctx_seq, &mut &*model)
                     })?;
                 side.alloc_graph(graph)?;
+                // alloc_graph succeeded: the scheduler holds the graph
                 side.graph()
                     .expect("allocated")
                     .write_i32(shifts, &cache.cells.shifts())?;
@@ -588,6 +589,7 @@ impl Context {
             if cache.n_layers_held() > 0 {
                 let (graph, inputs) = cache.defrag_graph(&moves)?;
                 side.alloc_graph(graph)?;
+                // alloc_graph succeeded: the scheduler holds the graph
                 cache.fill_defrag_inputs(side.graph().expect("allocated"), &inputs, &moves)?;
                 side.compute()?;
             }

@@ -326,10 +326,8 @@ pub fn plan_placement_named(
         .iter()
         .zip(&homes)
         .map(|(t, h)| {
-            let src = desc
-                .tensors
-                .iter()
-                .position(|s| Some(&s.name) == t.copy_of.as_ref())?;
+            let source = t.copy_of.as_ref()?;
+            let src = desc.tensors.iter().position(|s| &s.name == source)?;
             (*h == homes[src] && *h != Home::Rows).then_some(src)
         })
         .collect();

@@ -55,6 +55,11 @@ pub struct ArchSpec {
     pub defaults: fn(&mut ModelConfig),
 }
 
+/// `ArchSpec::read` of an architecture with no keys of its own.
+pub fn no_keys_of_its_own(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
+    Ok(())
+}
+
 impl fmt::Debug for ArchSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name)

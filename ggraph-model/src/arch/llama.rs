@@ -3,11 +3,9 @@
 //! frequency factors (`rope_freqs.weight`, llama 3.1), logits from
 //! `output.weight` or, without it, the token embeddings.
 
-use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig};
-use crate::gguf::GgufHeader;
+use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
 
 pub static LLAMA: ArchSpec = ArchSpec {
     name: "llama",
@@ -19,13 +17,9 @@ pub static LLAMA: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
-    read,
+    read: no_keys_of_its_own,
     defaults,
 };
-
-fn read(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
-    Ok(())
-}
 
 fn defaults(_: &mut ModelConfig) {}
 

@@ -1,10 +1,8 @@
 //! qwen2: llama's layers with biases on Q, K and V and the NeoX rope.
 
-use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig};
-use crate::gguf::GgufHeader;
+use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
 
 pub static QWEN2: ArchSpec = ArchSpec {
     name: "qwen2",
@@ -16,15 +14,12 @@ pub static QWEN2: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
-    read,
+    read: no_keys_of_its_own,
     defaults,
 };
 
-fn read(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
-    Ok(())
-}
-
-fn defaults(c: &mut ModelConfig) {
+/// The qwen family's defaults: rope base 1e6, norm epsilon 1e-6.
+pub(super) fn defaults(c: &mut ModelConfig) {
     c.rope_freq_base = 1_000_000.0;
     c.rms_eps = 1e-6;
 }

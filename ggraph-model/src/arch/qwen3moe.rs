@@ -6,6 +6,7 @@ use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
 use super::config::{ArchSpec, FfnKind, ModelConfig};
+use super::qwen2;
 use crate::gguf::{GgufHeader, meta_error};
 
 pub static QWEN3MOE: ArchSpec = ArchSpec {
@@ -38,8 +39,7 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
 }
 
 fn defaults(c: &mut ModelConfig) {
-    c.rope_freq_base = 1_000_000.0;
-    c.rms_eps = 1e-6;
+    qwen2::defaults(c);
     c.n_expert = 8;
     c.n_expert_used = 2;
     c.n_ff_expert = c.n_ff / 2;

@@ -324,28 +324,39 @@ impl Cells {
         }
     }
 
-    /// Which cells a new token may take: the empty ones, and with a
-    /// window the cells out of it (see [`Cells::with_window`]).
-    fn free_cells(&self) -> Vec<bool> {
-        let next: Vec<Option<i32>> = (0..self.n_seq_max as SeqId)
-            .map(|s| self.seq_pos_max(s).map(|p| p + 1))
-            .collect();
-        self.cells
-            .iter()
-            .map(|c| {
-                if c.is_empty() {
-                    return true;
+    /// With a window: each sequence's next position (one past its
+    /// highest), in one pass over the cells; empty without a window.
+    fn next_positions(&self) -> Vec<Option<i32>> {
+        if self.n_swa == 0 {
+            return Vec::new();
+        }
+        let mut next = vec![None; self.n_seq_max];
+        for c in &self.cells {
+            let Some(p) = c.pos else { continue };
+            for (s, n) in next.iter_mut().enumerate() {
+                if c.seqs >> s & 1 == 1 {
+                    *n = Some(n.map_or(p + 1, |x: i32| x.max(p + 1)));
                 }
-                if self.n_swa == 0 || c.seqs.count_ones() != 1 {
-                    return false;
-                }
-                let seq = c.seqs.trailing_zeros() as usize;
-                match (c.pos, next.get(seq).copied().flatten()) {
-                    (Some(p), Some(n)) => (n - p) as i64 >= self.n_swa as i64,
-                    _ => false,
-                }
-            })
-            .collect()
+            }
+        }
+        next
+    }
+
+    /// Whether a new token may take `c`: an empty cell, or with a window
+    /// (`next` from [`Cells::next_positions`]) a cell of one sequence out
+    /// of it (see [`Cells::with_window`]).
+    fn is_free(&self, c: &Cell, next: &[Option<i32>]) -> bool {
+        if c.is_empty() {
+            return true;
+        }
+        if self.n_swa == 0 || c.seqs.count_ones() != 1 {
+            return false;
+        }
+        let seq = c.seqs.trailing_zeros() as usize;
+        match (c.pos, next.get(seq).copied().flatten()) {
+            (Some(p), Some(n)) => (n - p) as i64 >= self.n_swa as i64,
+            _ => false,
+        }
     }
 
     /// Finds cells for `tokens`: one contiguous run from the search head
@@ -355,8 +366,14 @@ impl Cells {
         if n == 0 {
             return Some(Vec::new());
         }
-        let free = self.free_cells();
-        if n > free.iter().filter(|&&f| f).count() {
+        let next = self.next_positions();
+        let free: Vec<bool> = self.cells.iter().map(|c| self.is_free(c, &next)).collect();
+        let n_free = if self.n_swa == 0 {
+            size - self.used
+        } else {
+            free.iter().filter(|&&f| f).count()
+        };
+        if n > n_free {
             return None;
         }
         // a contiguous run, searched from the head and wrapping once
@@ -398,8 +415,11 @@ impl Cells {
                 )));
             }
         }
-        let free = self.free_cells();
-        if let Some(&c) = cells.iter().find(|&&c| c >= self.cells.len() || !free[c]) {
+        let next = self.next_positions();
+        if let Some(&c) = cells
+            .iter()
+            .find(|&&c| c >= self.cells.len() || !self.is_free(&self.cells[c], &next))
+        {
             return Err(Error::InvalidArgument(format!("cell {c} is not free")));
         }
         let previous = cells.iter().map(|&c| self.cells[c]).collect();
