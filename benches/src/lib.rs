@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 pub mod cpu_timing;
+pub mod llama_bench;
 pub mod peers;
 
 use ggraph_core::alloc::VirtualBufferType;

@@ -10,6 +10,7 @@ pub use ggraph_core as core;
 pub use ggraph_core::*;
 pub use ggraph_model as model;
 pub use ggraph_model::{batch, context, kv};
+pub use ggraph_rpc as rpc;
 
 pub mod logs;
 pub mod options;

@@ -29,8 +29,12 @@ pub struct DeviceArgs {
     #[arg(long = "gpu-free", value_name = "BYTES", value_parser = values::size)]
     pub gpu_free: Vec<u64>,
     /// No GPU, found or simulated
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rpc")]
     pub cpu_only: bool,
+    /// The devices of llama.cpp `ggml-rpc-server`s, before the other GPUs
+    /// (as llama.cpp's --rpc)
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    pub rpc: Option<String>,
     /// CPU threads [default: one per core]
     #[arg(short = 't', long, value_name = "N", value_parser = values::count)]
     pub threads: Option<usize>,
@@ -49,17 +53,32 @@ impl DeviceArgs {
         if self.cpu_only {
             return Ok((Vec::new(), cpu));
         }
+        let mut gpus = self.rpc_devices()?;
         if !self.gpu_free.is_empty() {
-            let sims = self
-                .gpu_free
-                .iter()
-                .enumerate()
-                .map(|(i, &bytes)| SimDevice::new(i, SimConfig::gpu(bytes)) as Arc<dyn Device>)
-                .collect();
-            return Ok((sims, cpu));
+            gpus.extend(
+                self.gpu_free
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &bytes)| SimDevice::new(i, SimConfig::gpu(bytes)) as Arc<dyn Device>),
+            );
+        } else {
+            gpus.extend(found_gpus());
         }
-        Ok((found_gpus(), cpu))
+        Ok((gpus, cpu))
     }
+
+    /// The devices of the `--rpc` servers (none without the option).
+    pub fn rpc_devices(&self) -> Result<Vec<Arc<dyn Device>>, String> {
+        match &self.rpc {
+            Some(list) => rpc_devices(list),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The devices of the servers of an `--rpc` list.
+pub fn rpc_devices(list: &str) -> Result<Vec<Arc<dyn Device>>, String> {
+    ggraph_rpc::connect_all(list, ggraph_rpc::RpcOptions::default()).map_err(|e| e.to_string())
 }
 
 /// The GPU-class devices of every compiled-in backend.

@@ -26,6 +26,7 @@ use ggraph::model::make::{make_vocab, model_gguf};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
 use ggraph_benches::cpu_timing::print_memory_bandwidth;
+use ggraph_benches::llama_bench::llama_bench as run_llama_bench;
 use ggraph_benches::peers;
 use ggraph_cpu::CpuDevice;
 
@@ -224,7 +225,7 @@ fn arch_table(
                 figures[2].push(tg);
                 if let Some(bin) = &llama_bench
                     && let (Some(lpp), Some(ltg)) =
-                        llama_bench_figures(bin, &file, threads, n_prompt, n_gen)
+                        run_llama_bench(bin, &file, threads, n_prompt, n_gen, &[])
                 {
                     figures[1].push(lpp);
                     figures[3].push(ltg);
@@ -253,55 +254,6 @@ fn arch_table(
 fn median(x: &mut [f64]) -> Option<f64> {
     x.sort_by(f64::total_cmp);
     x.get(x.len() / 2).copied()
-}
-
-/// llama-bench's prompt and generation tokens/s on `file` (its JSON
-/// output's `avg_ts`), or `None` where it failed (said on stderr).
-fn llama_bench_figures(
-    bin: &str,
-    file: &str,
-    threads: usize,
-    n_prompt: usize,
-    n_gen: usize,
-) -> (Option<f64>, Option<f64>) {
-    let out = std::process::Command::new(bin)
-        .args([
-            "-m",
-            file,
-            "-t",
-            &threads.to_string(),
-            "-fa",
-            "1",
-            "-o",
-            "json",
-        ])
-        .args(["-p", &n_prompt.to_string(), "-n", &n_gen.to_string()])
-        .output();
-    let out = match out {
-        Ok(o) if o.status.success() => o.stdout,
-        Ok(o) => {
-            eprintln!(
-                "llama-bench on {file}: {}",
-                String::from_utf8_lossy(&o.stderr)
-                    .lines()
-                    .last()
-                    .unwrap_or("failed")
-            );
-            return (None, None);
-        }
-        Err(e) => {
-            eprintln!("llama-bench ({bin}): {e}");
-            return (None, None);
-        }
-    };
-    let rows: Vec<ggraph::model::serde_json::Value> =
-        ggraph::model::serde_json::from_slice(&out).unwrap_or_default();
-    let speed = |prompt: bool| {
-        rows.iter()
-            .find(|r| (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt)
-            .and_then(|r| r["avg_ts"].as_f64())
-    };
-    (speed(true), speed(false))
 }
 
 fn rayon_threads() -> usize {

@@ -42,6 +42,9 @@ struct DevicesArgs {
     /// Weights of the sample graph: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
     #[arg(long, value_name = "TYPE", default_value = "Q8_0", value_parser = values::dtype)]
     weights: DType,
+    /// Also the devices of llama.cpp `ggml-rpc-server`s
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    rpc: Option<String>,
 }
 
 // parsed once per run: the size of a variant does not matter
@@ -77,8 +80,8 @@ fn main() -> ExitCode {
     }
     logs::init(cli.log.log_level);
     match cli.command {
-        None => devices(cli.weights.unwrap_or(DType::Q8_0)),
-        Some(Command::Devices(d)) => devices(d.weights),
+        None => devices(cli.weights.unwrap_or(DType::Q8_0), None),
+        Some(Command::Devices(d)) => devices(d.weights, d.rpc.as_deref()),
         Some(Command::Model(m)) => m.run(),
         Some(Command::Completions { shell }) => {
             cli::out(&tool::completions::<Cli>(shell));
@@ -87,13 +90,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn devices(weights: DType) -> ExitCode {
+fn devices(weights: DType, rpc: Option<&str>) -> ExitCode {
     let start = Instant::now();
     let registry = ggraph::registry();
     for b in registry.backends() {
         println!("backend {:<6} {} device(s)", b.name(), b.devices().len());
     }
-    let devices: Vec<Arc<dyn Device>> = registry.devices();
+    let mut devices: Vec<Arc<dyn Device>> = registry.devices();
+    if let Some(list) = rpc {
+        match ggraph::options::rpc_devices(list) {
+            Ok(remote) => {
+                println!("backend {:<6} {} device(s)", "RPC", remote.len());
+                devices.extend(remote);
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     tracing::info!(
         "{} device(s) found in {:.2?}",
         devices.len(),

@@ -76,6 +76,11 @@ pub struct EstimateArgs {
     #[arg(long = "gpu-overhead", value_name = "BYTES", default_value = "0",
           value_parser = values::size)]
     pub gpu_overhead: u64,
+    /// The exact estimate also on the devices of llama.cpp
+    /// `ggml-rpc-server`s (before the --gpu-free GPUs; their memory is
+    /// what the servers report)
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    pub rpc: Option<String>,
     /// Layers to offload [default: as many as fit]
     #[arg(long = "num-gpu", value_name = "N", value_parser = layer_count)]
     pub num_gpu: Option<u32>,
@@ -108,7 +113,11 @@ pub fn render(a: &EstimateArgs) -> Result<String, Failure> {
     let req = a.request();
     let model = load(&a.model).map_err(Failure::other)?;
     let mut est = estimate(&model.header, &req);
-    let exact = exact(&model, &req);
+    let remote = match &a.rpc {
+        Some(list) => ggraph::options::rpc_devices(list).map_err(Failure::other)?,
+        None => Vec::new(),
+    };
+    let exact = exact(&model, &req, remote);
     est.exact = Some(match &exact {
         Ok((e, reason)) => {
             let mut j = e.to_json();
@@ -130,7 +139,11 @@ pub fn render(a: &EstimateArgs) -> Result<String, Failure> {
 /// ggraph's own figures for the request: a dry run on simulated GPUs with
 /// the `--gpu-free` memories, the layers fitted (or `--num-gpu`), less the
 /// GPU overhead.
-fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String), String> {
+fn exact(
+    model: &Loaded,
+    req: &EstimateRequest,
+    remote: Vec<std::sync::Arc<dyn ggraph::backend::Device>>,
+) -> Result<(ExactEstimate, String), String> {
     use std::sync::Arc;
 
     use ggraph::backend::Device;
@@ -141,14 +154,10 @@ fn exact(model: &Loaded, req: &EstimateRequest) -> Result<(ExactEstimate, String
     use ggraph::model::placement::{GpuLayers, PlacementOptions};
 
     let desc = ModelDesc::from_header(&model.header, None).map_err(|e| e.to_string())?;
-    let devices: Vec<Arc<dyn Device>> = req
-        .gpu_free
-        .iter()
-        .enumerate()
-        .map(|(i, &b)| {
-            ggraph_cpu::SimDevice::new(i, ggraph_cpu::SimConfig::gpu(b)) as Arc<dyn Device>
-        })
-        .collect();
+    let mut devices: Vec<Arc<dyn Device>> = remote;
+    devices.extend(req.gpu_free.iter().enumerate().map(|(i, &b)| {
+        ggraph_cpu::SimDevice::new(i, ggraph_cpu::SimConfig::gpu(b)) as Arc<dyn Device>
+    }));
     let kv = match req.kv_type {
         KvCacheType::F16 => ggraph::DType::F16,
         KvCacheType::Q8_0 => ggraph::DType::Q8_0,

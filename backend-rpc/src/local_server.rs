@@ -1,0 +1,122 @@
+//! A stock `ggml-rpc-server` started on this machine, for tests, benches
+//! and experiments: on 127.0.0.1, a free port, stopped when dropped.
+//!
+//! The binary is `GGRAPH_RPC_SERVER` if set, else the one
+//! `scripts/rpc-server` builds (`~/.cache/ggraph-llama/rpc-build/bin/`).
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running server process.
+pub struct LocalServer {
+    child: Child,
+    endpoint: String,
+}
+
+/// Where the server binary is expected.
+pub fn server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("GGRAPH_RPC_SERVER") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_default();
+    Path::new(&home).join(".cache/ggraph-llama/rpc-build/bin/ggml-rpc-server")
+}
+
+impl LocalServer {
+    /// Starts a server with `threads` CPU threads; with `cache_dir`, its
+    /// tensor cache (`-c`) lives there.
+    pub fn start(threads: usize, cache_dir: Option<&Path>) -> std::io::Result<LocalServer> {
+        LocalServer::start_on(free_port()?, threads, cache_dir)
+    }
+
+    /// The same on a given port (to bring a stopped server back where it
+    /// was).
+    pub fn start_on(
+        port: u16,
+        threads: usize,
+        cache_dir: Option<&Path>,
+    ) -> std::io::Result<LocalServer> {
+        let binary = server_binary();
+        let mut cmd = Command::new(&binary);
+        cmd.args([
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            &threads.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(dir) = cache_dir {
+            cmd.arg("-c").env("LLAMA_CACHE", dir);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", binary.display())))?;
+        let mut server = LocalServer {
+            child,
+            endpoint: format!("127.0.0.1:{port}"),
+        };
+        server.wait_listening()?;
+        Ok(server)
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn port(&self) -> u16 {
+        self.endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Stops the process (SIGKILL) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn wait_listening(&mut self) -> std::io::Result<()> {
+        let start = Instant::now();
+        // a probe that connects and closes costs the server one accept
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(std::io::Error::other(format!(
+                    "ggml-rpc-server exited at start: {status}"
+                )));
+            }
+            if TcpStream::connect(&self.endpoint).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        Err(std::io::Error::other(format!(
+            "ggml-rpc-server did not listen on {} within 20 s",
+            self.endpoint
+        )))
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

@@ -1,0 +1,324 @@
+//! Faults and bad input: a refused connection, a server of another
+//! version, replies of the wrong size, a server that stops answering, an
+//! allocation the server refuses, and a server killed in the middle of
+//! a model's run. Each is an error that names the server, in bounded
+//! time, and the client stays usable.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ggraph_core::backend::{BufferUsage, Device};
+use ggraph_core::{DType, Error};
+use ggraph_cpu::CpuDevice;
+use ggraph_model::arch::ModelConfig;
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::PlacementOptions;
+use ggraph_rpc::local_server::LocalServer;
+use ggraph_rpc::{RpcDevice, RpcOptions};
+
+fn quick() -> RpcOptions {
+    RpcOptions {
+        connect_timeout: Duration::from_secs(2),
+        io_timeout: Duration::from_secs(2),
+    }
+}
+
+/// A server played by a closure on one accepted connection.
+fn fake_server(serve: impl FnOnce(TcpStream) + Send + 'static) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    thread::spawn(move || {
+        if let Ok((socket, _)) = listener.accept() {
+            serve(socket);
+        }
+    });
+    endpoint
+}
+
+/// Reads one request; returns its command and payload.
+fn read_request(s: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).ok()?;
+    let len = u64::from_le_bytes(head[1..].try_into().unwrap()) as usize;
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).ok()?;
+    Some((head[0], payload))
+}
+
+fn reply(s: &mut TcpStream, bytes: &[u8]) {
+    let _ = s.write_all(&(bytes.len() as u64).to_le_bytes());
+    let _ = s.write_all(bytes);
+}
+
+fn hello_reply(major: u8, minor: u8, patch: u8) -> Vec<u8> {
+    let mut r = vec![major, minor, patch, 0];
+    r.extend_from_slice(&[0u8; 24]);
+    r
+}
+
+fn names_the_server(e: &impl std::fmt::Display, endpoint: &str) {
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("rpc:{endpoint}")), "{msg}");
+}
+
+#[test]
+fn a_refused_connection_is_an_error_naming_the_server() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let start = Instant::now();
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("nothing listens there");
+    };
+    names_the_server(&e, &endpoint);
+    assert!(e.to_string().contains("cannot connect"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_server_of_another_version_is_refused_with_both_versions_named() {
+    let endpoint = fake_server(|mut s| {
+        let (cmd, payload) = read_request(&mut s).unwrap();
+        assert_eq!((cmd, payload.len()), (14, 24), "HELLO first, 24 bytes");
+        reply(&mut s, &hello_reply(7, 1, 0));
+    });
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("7.1.0 is not a version this client knows");
+    };
+    names_the_server(&e, &endpoint);
+    let msg = e.to_string();
+    assert!(msg.contains("7.1.0") && msg.contains("7.0.0"), "{msg}");
+}
+
+#[test]
+fn a_reply_of_the_wrong_size_is_an_error_not_a_trusted_length() {
+    let endpoint = fake_server(|mut s| {
+        read_request(&mut s).unwrap();
+        reply(&mut s, &hello_reply(7, 0, 0));
+        let (cmd, _) = read_request(&mut s).unwrap();
+        assert_eq!(cmd, 15, "DEVICE_COUNT");
+        // claims a huge reply: the client must not allocate or wait for it
+        let _ = s.write_all(&(u64::MAX / 2).to_le_bytes());
+        thread::sleep(Duration::from_millis(200));
+    });
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("a reply of the wrong size");
+    };
+    names_the_server(&e, &endpoint);
+    assert!(e.to_string().contains("expected 4"), "{e}");
+}
+
+#[test]
+fn a_server_that_stops_answering_times_out() {
+    let endpoint = fake_server(|mut s| {
+        read_request(&mut s).unwrap();
+        reply(&mut s, &hello_reply(7, 0, 0));
+        read_request(&mut s).unwrap();
+        thread::sleep(Duration::from_secs(5));
+    });
+    let start = Instant::now();
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("no reply");
+    };
+    names_the_server(&e, &endpoint);
+    assert!(e.to_string().contains("timed out"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn a_server_that_closes_mid_hello_is_an_error() {
+    let endpoint = fake_server(|mut s| {
+        read_request(&mut s).unwrap();
+        let _ = s.write_all(&28u64.to_le_bytes());
+    });
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("half a reply");
+    };
+    names_the_server(&e, &endpoint);
+}
+
+#[test]
+fn an_allocation_the_server_refuses_is_out_of_memory_and_the_connection_lives_on() {
+    let Some(server) = common::server_or_skip("rpc allocation refused", None) else {
+        return;
+    };
+    let dev = RpcDevice::connect(server.endpoint(), quick())
+        .unwrap()
+        .remove(0);
+    let buft = dev.buffer_type();
+    let too_much = dev.memory().total_bytes * 64;
+    match buft.alloc(too_much, BufferUsage::Compute) {
+        Err(Error::OutOfMemory { buffer_type, .. }) => assert_eq!(buffer_type, dev.name()),
+        other => panic!("{:?}", other.map(|b| b.size())),
+    }
+    let b = buft.alloc(4096, BufferUsage::Compute).unwrap();
+    b.write(100, b"after a refusal").unwrap();
+    let mut back = [0u8; 15];
+    b.read(100, &mut back).unwrap();
+    assert_eq!(&back, b"after a refusal");
+}
+
+#[test]
+fn reads_and_writes_out_of_bounds_are_refused_before_the_wire() {
+    let Some(server) = common::server_or_skip("rpc bounds", None) else {
+        return;
+    };
+    let dev = RpcDevice::connect(server.endpoint(), quick())
+        .unwrap()
+        .remove(0);
+    let b = dev.buffer_type().alloc(256, BufferUsage::Compute).unwrap();
+    assert!(matches!(
+        b.write(250, &[0; 7]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let mut out = [0u8; 300];
+    assert!(matches!(
+        b.read(0, &mut out),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(b.fill(200, 57, 1), Err(Error::OutOfBounds { .. })));
+    // and the server is still there
+    b.fill(0, 256, 7).unwrap();
+    b.fill(8, 8, 1).unwrap();
+    let mut all = [0u8; 256];
+    b.read(0, &mut all).unwrap();
+    assert!(all[..8].iter().chain(&all[16..]).all(|&x| x == 7));
+    assert!(all[8..16].iter().all(|&x| x == 1));
+}
+
+fn small_model() -> ModelDesc {
+    ModelDesc::random(ModelConfig::dense(160, 64, 4, 4, 2, 128), DType::Q8_0, 5).unwrap()
+}
+
+fn params() -> ContextParams {
+    ContextParams {
+        n_ctx: 64,
+        n_batch: 16,
+        n_ubatch: 16,
+        ..ContextParams::default()
+    }
+}
+
+fn load(desc: &ModelDesc, server: &LocalServer) -> ggraph_core::Result<Model> {
+    let devices: Vec<Arc<dyn Device>> = RpcDevice::connect(server.endpoint(), quick())?
+        .into_iter()
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
+    Model::load(
+        desc,
+        &devices,
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+}
+
+#[test]
+fn a_server_killed_mid_run_fails_the_decode_rolls_the_cache_back_and_a_reload_works() {
+    let Some(mut server) = common::server_or_skip("rpc server killed", None) else {
+        return;
+    };
+    let desc = small_model();
+    let mut ctx = Context::new(Arc::new(load(&desc, &server).unwrap()), params()).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    let before = ctx.logits().to_vec();
+    let used = ctx.cache.cells.used();
+
+    server.kill();
+    let start = Instant::now();
+    let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
+        panic!("the server is gone");
+    };
+    names_the_server(&e, server.endpoint());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        ctx.cache.cells.used(),
+        used,
+        "the failed ubatch is rolled back"
+    );
+    // the context stays an object one can use: errors, never panics
+    assert!(ctx.decode(&Batch::tokens(&[5])).is_err());
+
+    // back on the same port: its memory is gone, so a reload is needed, and works
+    let server = LocalServer::start_on(server.port(), 2, None).unwrap();
+    let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
+        panic!("the weights on the server are gone");
+    };
+    assert!(e.to_string().contains("load the model again"), "{e}");
+    let mut again = Context::new(Arc::new(load(&desc, &server).unwrap()), params()).unwrap();
+    again.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    assert_eq!(
+        again.logits(),
+        &before[..],
+        "the same logits after the reload"
+    );
+}
+
+/// Answers the device queries of a one-device server, then hands the
+/// connection to `then`.
+fn fake_device_server(then: impl FnOnce(&mut TcpStream) + Send + 'static) -> String {
+    fake_server(move |mut s| {
+        read_request(&mut s).unwrap();
+        reply(&mut s, &hello_reply(7, 0, 0));
+        read_request(&mut s).unwrap();
+        reply(&mut s, &1u32.to_le_bytes());
+        read_request(&mut s).unwrap();
+        reply(&mut s, &32u64.to_le_bytes());
+        read_request(&mut s).unwrap();
+        reply(&mut s, &u64::MAX.to_le_bytes());
+        read_request(&mut s).unwrap();
+        let mut mem = (1u64 << 30).to_le_bytes().to_vec();
+        mem.extend_from_slice(&(1u64 << 30).to_le_bytes());
+        reply(&mut s, &mem);
+        then(&mut s);
+    })
+}
+
+#[test]
+fn an_allocation_smaller_than_asked_is_refused_and_freed() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let endpoint = fake_device_server(move |s| {
+        let (cmd, payload) = read_request(s).unwrap();
+        assert_eq!((cmd, payload.len()), (0, 12), "ALLOC_BUFFER");
+        let mut r = 0x1000u64.to_le_bytes().to_vec();
+        r.extend_from_slice(&10u64.to_le_bytes());
+        reply(s, &r);
+        let (cmd, _) = read_request(s).unwrap();
+        assert_eq!(cmd, 3, "BUFFER_GET_BASE");
+        reply(s, &0x7f00_0000u64.to_le_bytes());
+        let freed = read_request(s);
+        tx.send(freed).unwrap();
+    });
+    let dev = RpcDevice::connect(&endpoint, quick()).unwrap().remove(0);
+    let Err(e) = dev.buffer_type().alloc(4096, BufferUsage::Compute) else {
+        panic!("10 bytes are not the 4096 asked for");
+    };
+    names_the_server(&e, &endpoint);
+    assert!(e.to_string().contains("4096"), "{e}");
+    let freed = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        freed,
+        Some((4, 0x1000u64.to_le_bytes().to_vec())),
+        "FREE_BUFFER of it"
+    );
+}

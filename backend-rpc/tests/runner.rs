@@ -1,0 +1,164 @@
+//! A llama over the CPU and two stock servers, by layers and by rows,
+//! gives the CPU's greedy tokens; weights uploaded again come from the
+//! servers' caches.
+
+mod common;
+
+use std::sync::Arc;
+
+use ggraph_conformance::nmse;
+use ggraph_core::DType;
+use ggraph_core::backend::Device;
+use ggraph_cpu::CpuDevice;
+use ggraph_model::arch::{Attention, ModelConfig};
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::desc::ModelDesc;
+use ggraph_model::loaded::{LoadMode, Model};
+use ggraph_model::placement::{PlacementOptions, SplitMode};
+use ggraph_rpc::local_server::LocalServer;
+use ggraph_rpc::{RpcDevice, RpcOptions};
+
+/// The output matrix (32000 x 384 in Q8_0, 13 MB) is past the 10 MiB
+/// from which weights go through the servers' caches.
+fn desc() -> ModelDesc {
+    ModelDesc::random(
+        ModelConfig::dense(32000, 384, 4, 6, 2, 512),
+        DType::Q8_0,
+        23,
+    )
+    .unwrap()
+}
+
+fn params(attention: Attention) -> ContextParams {
+    ContextParams {
+        n_ctx: 64,
+        n_batch: 32,
+        n_ubatch: 8,
+        attention,
+        ..ContextParams::default()
+    }
+}
+
+/// Logits of a prompt's last token, then 6 greedy tokens.
+fn greedy(model: Model, attention: Attention) -> (Vec<f32>, Vec<i32>) {
+    let mut ctx = Context::new(Arc::new(model), params(attention)).unwrap();
+    ctx.decode(&Batch::tokens(&[5, 9, 100, 42, 7, 31000, 12, 8, 1000, 3]))
+        .unwrap();
+    let first = ctx.logits().to_vec();
+    let mut tokens = Vec::new();
+    for _ in 0..6 {
+        let l = ctx.logits();
+        let next = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as i32;
+        tokens.push(next);
+        ctx.decode(&Batch::tokens(&[next])).unwrap();
+    }
+    (first, tokens)
+}
+
+fn rpc_devices(servers: &[LocalServer]) -> (Vec<Arc<RpcDevice>>, Vec<Arc<dyn Device>>) {
+    let rpc: Vec<Arc<RpcDevice>> = servers
+        .iter()
+        .flat_map(|s| RpcDevice::connect(s.endpoint(), RpcOptions::default()).unwrap())
+        .collect();
+    let dyns = rpc.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
+    (rpc, dyns)
+}
+
+#[test]
+fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
+    let cache = [tempdir("a"), tempdir("b")];
+    let Some(first) = common::server_or_skip("rpc runner", Some(&cache[0])) else {
+        return;
+    };
+    let second = common::server_or_skip("rpc runner", Some(&cache[1])).unwrap();
+    let servers = [first, second];
+    let d = desc();
+    let (rpc, devices) = rpc_devices(&servers);
+    for attention in [Attention::Standard, Attention::Flash] {
+        let cpu_only = Model::load(
+            &d,
+            &[],
+            CpuDevice::new(),
+            &PlacementOptions::default(),
+            LoadMode::Real,
+            None,
+        )
+        .unwrap();
+        let (want_logits, want_tokens) = greedy(cpu_only, attention);
+        let want: Vec<f64> = want_logits.iter().map(|x| *x as f64).collect();
+        for mode in [SplitMode::Layer, SplitMode::Row] {
+            let opts = PlacementOptions {
+                split_mode: mode,
+                ..PlacementOptions::default()
+            };
+            let sent_before: u64 = rpc.iter().map(|d| d.traffic().bytes_sent).sum();
+            let m =
+                Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+            let on_servers: Vec<_> = m
+                .weight_bytes()
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("rpc:"))
+                .collect();
+            assert_eq!(on_servers.len(), 2, "{mode:?}: {:?}", m.weight_bytes());
+            let upload: u64 = rpc.iter().map(|d| d.traffic().bytes_sent).sum::<u64>() - sent_before;
+            let (logits, tokens) = greedy(m, attention);
+            let e = nmse(&logits, &want);
+            println!(
+                "{attention:?} {mode:?}: nmse {e:.2e}, upload {upload} bytes, tokens {tokens:?}"
+            );
+            assert!(e < 5e-4, "{attention:?} {mode:?}: nmse {e}");
+            assert_eq!(tokens, want_tokens, "{attention:?} {mode:?}: greedy tokens");
+        }
+    }
+}
+
+#[test]
+fn weights_uploaded_again_come_from_the_server_cache() {
+    let cache = tempdir("cache");
+    let Some(server) = common::server_or_skip("rpc cache", Some(&cache)) else {
+        return;
+    };
+    let d = desc();
+    let (rpc, devices) = rpc_devices(std::slice::from_ref(&server));
+    let mut uploads = Vec::new();
+    let mut logits = Vec::new();
+    for _ in 0..2 {
+        let before = rpc[0].traffic().bytes_sent;
+        let m = Model::load(
+            &d,
+            &devices,
+            CpuDevice::new(),
+            &PlacementOptions::default(),
+            LoadMode::Real,
+            None,
+        )
+        .unwrap();
+        uploads.push(rpc[0].traffic().bytes_sent - before);
+        logits.push(greedy(m, Attention::Flash));
+    }
+    println!(
+        "uploads: first {} bytes, again {} bytes",
+        uploads[0], uploads[1]
+    );
+    assert!(
+        uploads[1] + 10 * 1024 * 1024 < uploads[0],
+        "the output matrix came from the cache: {uploads:?}"
+    );
+    assert_eq!(logits[0], logits[1]);
+    let cached = std::fs::read_dir(cache.join("rpc")).unwrap().count();
+    assert!(cached >= 1, "the server stored the large weight");
+}
+
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ggraph-rpc-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
