@@ -53,6 +53,8 @@ pub struct Traffic {
     pub graphs_sent: u64,
     /// Graphs run again from the server's copy (GRAPH_RECOMPUTE).
     pub graphs_reused: u64,
+    /// Bytes of the graphs sent whole (part of `bytes_sent`).
+    pub graph_bytes: u64,
     /// Time spent in exchanges with the server: sending, and waiting
     /// for replies (and so for the graphs before them).
     pub wire_time: Duration,
@@ -215,6 +217,7 @@ impl Connection {
                 &[&payload],
                 Reply::None,
             )?;
+            st.traffic.graph_bytes += payload.len() as u64;
             st.stored_graphs.insert(device, payload);
             st.traffic.graphs_sent += 1;
         }

@@ -75,6 +75,7 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
     let servers = [first, second];
     let d = desc();
     let (rpc, devices) = rpc_devices(&servers);
+    let mut uploads: Vec<u64> = Vec::new();
     for attention in [Attention::Standard, Attention::Flash] {
         let cpu_only = Model::load(
             &d,
@@ -102,6 +103,7 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
                 .collect();
             assert_eq!(on_servers.len(), 2, "{mode:?}: {:?}", m.weight_bytes());
             let upload: u64 = rpc.iter().map(|d| d.traffic().bytes_sent).sum::<u64>() - sent_before;
+            uploads.push(upload);
             let (logits, tokens) = greedy(m, attention);
             let e = nmse(&logits, &want);
             println!(
@@ -111,6 +113,10 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
             assert_eq!(tokens, want_tokens, "{attention:?} {mode:?}: greedy tokens");
         }
     }
+    // the first load filled the servers' caches; the output matrix of
+    // the later layer-split loads came from them (row split cuts it in
+    // parts under 10 MiB)
+    assert!(uploads[2] + 10 * 1024 * 1024 < uploads[0], "{uploads:?}");
 }
 
 #[test]

@@ -56,8 +56,10 @@ fn io(e: std::io::Error) -> ggraph::Error {
 struct Figures {
     prompt: f64,
     generation: f64,
-    /// Bytes sent and received per generated token, all servers.
+    /// Bytes sent and received per generated token, all servers, and of
+    /// them the graphs' descriptions.
     bytes_per_token: f64,
+    graph_bytes_per_token: f64,
     /// Graphs per generated token, and how many of them were reused.
     graphs_per_token: f64,
     reused: f64,
@@ -65,14 +67,15 @@ struct Figures {
     wire_ms: f64,
 }
 
-fn traffic(rpc: &[Arc<RpcDevice>]) -> (u64, u64, u64, f64) {
-    rpc.iter().fold((0, 0, 0, 0.0), |(b, g, r, w), d| {
+fn traffic(rpc: &[Arc<RpcDevice>]) -> (u64, u64, u64, f64, u64) {
+    rpc.iter().fold((0, 0, 0, 0.0, 0), |(b, g, r, w, gb), d| {
         let t = d.traffic();
         (
             b + t.bytes_sent + t.bytes_received,
             g + t.graphs_sent + t.graphs_reused,
             r + t.graphs_reused,
             w + t.wire_time.as_secs_f64(),
+            gb + t.graph_bytes,
         )
     })
 }
@@ -128,6 +131,7 @@ fn measure(
         prompt: pp.prompt_tokens_per_s(),
         generation: tg.gen_tokens_per_s(),
         bytes_per_token: per(after.0, before.0),
+        graph_bytes_per_token: per(after.4, before.4),
         graphs_per_token: per(after.1, before.1),
         reused: per(after.2, before.2),
         wire_ms: 1e3 * (after.3 - before.3) / (n_gen + 1) as f64,
@@ -237,12 +241,13 @@ fn runs(
         ("CPU + 2, rows", &rpc[..], SplitMode::Row),
     ];
     println!(
-        "{:<22} {:>10} {:>10} {:>8} {:>12} {:>22} {:>16}",
+        "{:<22} {:>10} {:>10} {:>8} {:>12} {:>12} {:>22} {:>16}",
         "placement",
         "prompt",
         "generation",
         "vs CPU",
         "bytes/token",
+        "of graphs",
         "graphs/token",
         "ms/token on wire"
     );
@@ -261,12 +266,13 @@ fn runs(
         let base = *cpu_tg.get_or_insert(tg);
         let f = &figures[0];
         println!(
-            "{:<22} {:>10.1} {:>10.1} {:>7.0}% {:>12.0} {:>8.1} ({:>5.1} reused) {:>8.2}",
+            "{:<22} {:>10.1} {:>10.1} {:>7.0}% {:>12.0} {:>12.0} {:>8.1} ({:>5.1} reused) {:>8.2}",
             name,
             pp,
             tg,
             100.0 * tg / base,
             f.bytes_per_token,
+            f.graph_bytes_per_token,
             f.graphs_per_token,
             f.reused,
             f.wire_ms
