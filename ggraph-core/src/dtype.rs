@@ -21,21 +21,49 @@ pub const QK32: usize = 32;
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// IEEE 754 single precision, 4 bytes.
     F32,
+    /// IEEE 754 half precision, 2 bytes.
     F16,
+    /// bfloat16 (the top half of an f32), 2 bytes.
     BF16,
+    /// Signed 32-bit integer, 4 bytes: indices, positions, expert ids.
     I32,
+    /// Blocks of 32 signed bytes and an f16 scale: 34 bytes, 8.5 bits per value.
     Q8_0,
+    /// Blocks of 32 4-bit values and an f16 scale (`d * (q - 8)`): 18 bytes,
+    /// 4.5 bits per value.
     Q4_0,
+    /// Super-blocks of 256 4-bit values in 8 sub-blocks with 6-bit scales and
+    /// mins: 144 bytes, 4.5 bits per value.
     Q4_K,
+    /// Super-blocks of 256 6-bit values in 16 sub-blocks with 8-bit scales:
+    /// 210 bytes, 6.5625 bits per value.
     Q6_K,
+    /// Blocks of 32 4-bit values with an f16 scale and minimum (`d * q + m`):
+    /// 20 bytes, 5 bits per value.
     Q4_1,
+    /// Blocks of 32 5-bit values and an f16 scale (`d * (q - 16)`): 22 bytes,
+    /// 5.5 bits per value.
     Q5_0,
+    /// Blocks of 32 5-bit values with an f16 scale and minimum: 24 bytes, 6
+    /// bits per value.
     Q5_1,
+    /// Super-blocks of 256 2-bit values in 16 sub-blocks with 4-bit scales and
+    /// mins: 84 bytes, 2.625 bits per value.
     Q2_K,
+    /// Super-blocks of 256 3-bit values in 16 sub-blocks with 6-bit scales:
+    /// 110 bytes, 3.4375 bits per value.
     Q3_K,
+    /// Super-blocks of 256 5-bit values in 8 sub-blocks with 6-bit scales and
+    /// mins: 176 bytes, 5.5 bits per value.
     Q5_K,
+    /// Blocks of 32 4-bit indices into the fixed non-linear table
+    /// [`IQ4_VALUES`](crate::quant::IQ4_VALUES) and an f16 scale: 18 bytes,
+    /// 4.5 bits per value.
     IQ4_NL,
+    /// IQ4_NL's table in super-blocks of 256 with a 6-bit scale per 32
+    /// values: 136 bytes, 4.25 bits per value.
     IQ4_XS,
 }
 
@@ -157,10 +185,14 @@ impl DType {
         }
     }
 
+    /// Whether the type stores values in blocks of more than one (the
+    /// [`DType::QUANTIZED`] types).
     pub const fn is_quantized(self) -> bool {
         self.block_size() > 1
     }
 
+    /// Whether the type is one of [`DType::FLOATS`] (F32, F16, BF16), the
+    /// types elementwise ops take.
     pub const fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }

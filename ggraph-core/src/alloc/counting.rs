@@ -17,6 +17,7 @@ pub struct CountingBufferType {
 }
 
 impl CountingBufferType {
+    /// Wraps `inner` with both counters at 0.
     pub fn new(inner: Arc<dyn BufferType>) -> Arc<CountingBufferType> {
         Arc::new(CountingBufferType {
             inner,

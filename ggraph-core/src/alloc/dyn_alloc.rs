@@ -15,7 +15,9 @@ pub const MAX_CHUNKS: usize = 16;
 /// An address in planned memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Addr {
+    /// Which chunk (one future buffer), below [`MAX_CHUNKS`].
     pub chunk: u16,
+    /// Bytes from the chunk's start, a multiple of the alignment.
     pub offset: u64,
 }
 
@@ -42,6 +44,9 @@ pub struct DynAllocator {
 }
 
 impl DynAllocator {
+    /// An empty plan whose offsets are multiples of `alignment` bytes, in
+    /// chunks of at most `max_chunk_size` bytes (the buffer type's
+    /// `max_size`). Zeros count as 1.
     pub fn new(alignment: u64, max_chunk_size: u64) -> DynAllocator {
         DynAllocator {
             alignment: alignment.max(1),
@@ -50,6 +55,7 @@ impl DynAllocator {
         }
     }
 
+    /// Alignment of every offset and size, in bytes (at least 1).
     pub fn alignment(&self) -> u64 {
         self.alignment
     }

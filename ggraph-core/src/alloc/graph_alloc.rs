@@ -21,8 +21,12 @@ use crate::util::format_bytes;
 /// Where one tensor goes: a buffer type (by index), a chunk and an offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slot {
+    /// The buffer type, as an index into the allocator's list.
     pub buft: u16,
+    /// Chunk (which buffer of that type) and byte offset in it.
     pub addr: Addr,
+    /// Bytes reserved there, as the buffer type's `alloc_size` gives them;
+    /// an op run in place shares its source's slot.
     pub size: u64,
 }
 
@@ -102,6 +106,8 @@ pub struct GraphAllocator {
 pub type Assign<'a> = &'a dyn Fn(TensorId) -> usize;
 
 impl GraphAllocator {
+    /// An allocator over `bufts`, holding no memory yet; an [`Assign`]
+    /// function picks among them by index.
     pub fn new(bufts: Vec<Arc<dyn BufferType>>) -> GraphAllocator {
         let n = bufts.len();
         GraphAllocator {
@@ -124,10 +130,12 @@ impl GraphAllocator {
         self
     }
 
+    /// The buffer types, in the order [`Assign`] indexes them.
     pub fn buffer_types(&self) -> &[Arc<dyn BufferType>] {
         &self.bufts
     }
 
+    /// Counters of reserves, reuses and reallocations so far.
     pub fn stats(&self) -> AllocStats {
         self.stats
     }

@@ -20,21 +20,31 @@ pub const NO_BLOCK: u32 = u32::MAX;
 /// on it after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
+    /// Its buffer type, as an index into the allocator's list.
     pub buft: u16,
+    /// Bytes, as the buffer type's `alloc_size` gives them for the tensor
+    /// that opened the block (not yet aligned).
     pub size: u64,
+    /// Time step of the first write: 0 for a leaf, `i + 1` for node `i`.
     pub birth: u32,
+    /// Time step of the last read, inclusive; [`Liveness::end`] for a block
+    /// never freed while the graph runs (outputs, kept tensors).
     pub death: u32,
 }
 
 /// The blocks of a graph and the block of every tensor.
 #[derive(Clone, Debug)]
 pub struct Liveness {
+    /// Every block, in the order the pass opened them.
     pub blocks: Vec<Block>,
-    /// Block index per tensor index, or [`NO_BLOCK`].
+    /// Block index per tensor index, or `u32::MAX` for a tensor the
+    /// allocator does not place (views, weights, tensors with memory).
     pub block_of: Vec<u32>,
     /// One past the last time step.
     pub end: u32,
-    /// What the lifetimes were computed from (see [`structure`]).
+    /// What the lifetimes were computed from, by position (per leaf and
+    /// node: op, flags, buffer type, view base, sources): two graphs with
+    /// the same encoding have the same lifetimes.
     pub structure: Vec<u32>,
 }
 

@@ -24,7 +24,9 @@ pub const ROW_SPLIT: &str = "row-split";
 pub struct RowPart {
     /// Index of the device (in the split's device order).
     pub device: usize,
+    /// The matrix rows this device holds (row indices, end excluded).
     pub rows: Range<usize>,
+    /// Where those rows start in the device's memory; they are packed.
     pub data: TensorData,
 }
 
@@ -37,6 +39,8 @@ pub struct RowSplitBuffer {
 }
 
 impl RowSplitBuffer {
+    /// The devices' row ranges, in device order; together they cover every
+    /// row once. A device whose share rounds to no rows has no part.
     pub fn parts(&self) -> &[RowPart] {
         &self.parts
     }
@@ -46,6 +50,7 @@ impl RowSplitBuffer {
         &self.gather
     }
 
+    /// Bytes of one row of the matrix (ggml's `ggml_row_size`).
     pub fn row_bytes(&self) -> u64 {
         self.row_bytes
     }

@@ -28,6 +28,8 @@ impl VirtualBufferType {
         })
     }
 
+    /// A buffer type named `name` with this alignment and largest buffer (in
+    /// bytes), claiming host memory when `is_host`.
     pub fn new(name: &str, alignment: u64, max_size: u64, is_host: bool) -> Arc<VirtualBufferType> {
         Arc::new(VirtualBufferType {
             name: name.to_string(),

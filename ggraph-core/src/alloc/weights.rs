@@ -12,11 +12,16 @@ use crate::util::format_bytes;
 /// of every buffer. A plan only; nothing is allocated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackPlan {
+    /// Bytes of each buffer: the end of its last tensor (no trailing
+    /// padding).
     pub buffer_sizes: Vec<u64>,
+    /// Per tensor, in the order given: (buffer index, byte offset), the
+    /// offset a multiple of the alignment.
     pub placements: Vec<(usize, u64)>,
 }
 
 impl PackPlan {
+    /// Bytes of all buffers together.
     pub fn total_bytes(&self) -> u64 {
         self.buffer_sizes.iter().sum()
     }
@@ -57,7 +62,9 @@ pub fn plan_packing(alignment: u64, max_size: u64, sizes: &[(String, u64)]) -> R
 
 /// Packed weights: the buffers, and each tensor's address in order.
 pub struct PackedWeights {
+    /// The buffers allocated, one per buffer of the plan.
     pub buffers: Vec<Arc<dyn Buffer>>,
+    /// Each tensor's memory, in the order the sizes were given.
     pub placements: Vec<TensorData>,
 }
 

@@ -30,10 +30,12 @@ pub trait BufferType: Send + Sync {
     /// Whether the CPU can address this memory directly.
     fn is_host(&self) -> bool;
 
-    /// Allocates one buffer. Fails with [`Error::OutOfMemory`] when the
-    /// device cannot provide it.
+    /// Allocates one buffer of `size` bytes. Fails with
+    /// [`Error::OutOfMemory`](crate::Error::OutOfMemory) when the device
+    /// cannot provide it.
     fn alloc(&self, size: u64, usage: BufferUsage) -> Result<Arc<dyn Buffer>>;
 
+    /// `self`, for a backend to downcast to its own buffer type.
     fn as_any(&self) -> &dyn Any;
 }
 

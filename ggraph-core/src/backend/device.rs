@@ -13,9 +13,14 @@ use crate::ir::{Graph, OpKind, TensorId};
 /// devices when it spreads assignments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceKind {
+    /// The host processor; a scheduler needs one, since graph inputs start
+    /// there.
     Cpu,
+    /// A discrete GPU with its own memory.
     Gpu,
+    /// A GPU that shares the host's memory.
     IntegratedGpu,
+    /// Any other processor that computes ops (an NPU, a remote device).
     Accelerator,
 }
 
@@ -30,8 +35,11 @@ impl DeviceKind {
 /// from (a driver query, a declared budget, ...).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryInfo {
+    /// Bytes that can still be allocated.
     pub free_bytes: u64,
+    /// Bytes the device has (or is allowed) in all.
     pub total_bytes: u64,
+    /// Whether the figures come from the driver or from a declared budget.
     pub source: MemorySource,
 }
 
@@ -75,8 +83,13 @@ pub trait Device: Send + Sync {
     /// A longer human-readable description.
     fn description(&self) -> String;
 
+    /// What sort of processor this is: the scheduler needs a
+    /// [`DeviceKind::Cpu`] and prefers GPU-class devices.
     fn kind(&self) -> DeviceKind;
 
+    /// Free and total memory now, in bytes (ggml's
+    /// `ggml_backend_dev_memory`). Placement reads this before loading
+    /// weights, so it should be cheap.
     fn memory(&self) -> MemoryInfo;
 
     /// The buffer type of the device's own memory.
@@ -87,6 +100,8 @@ pub trait Device: Send + Sync {
         None
     }
 
+    /// Optional capabilities; the default claims none (synchronous copies,
+    /// no events, no pinned host memory).
     fn caps(&self) -> DeviceCaps {
         DeviceCaps::default()
     }
@@ -122,8 +137,9 @@ pub trait Device: Send + Sync {
 /// ggml's batch size at which a matrix op is worth offloading.
 pub const DEFAULT_OFFLOAD_MIN_BATCH: usize = 32;
 
-/// The batch rule of op offload: mul_mat with ne[1] >= min_batch, or
-/// mul_mat_id with ne[2] >= min_batch.
+/// The batch rule of op offload: a mul_mat node with `ne[1] >= min_batch`
+/// (columns of the activations), or a mul_mat_id node with `ne[2] >=
+/// min_batch` (tokens). Every other op is `false`.
 pub fn batch_offload_rule(graph: &Graph, node: TensorId, min_batch: usize) -> bool {
     let t = graph.tensor(node);
     match t.op.kind() {

@@ -22,19 +22,24 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with no backends.
     pub fn new() -> Registry {
         Registry::default()
     }
 
+    /// Adds a backend family; its devices follow those of the families
+    /// registered before it.
     pub fn register(&mut self, backend: Box<dyn BackendRegistration>) {
         self.backends.push(backend);
     }
 
+    /// The registered families, in registration order.
     pub fn backends(&self) -> impl Iterator<Item = &dyn BackendRegistration> {
         self.backends.iter().map(|b| b.as_ref())
     }
 
-    /// Every device of every backend, in registration order.
+    /// Every device of every backend, in registration order. Each call asks
+    /// the backends again.
     pub fn devices(&self) -> Vec<Arc<dyn Device>> {
         self.backends.iter().flat_map(|b| b.devices()).collect()
     }

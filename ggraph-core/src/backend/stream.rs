@@ -13,6 +13,7 @@ pub trait Event: Send + Sync {
     /// Blocks until the work before the event is done.
     fn synchronize(&self) -> Result<()>;
 
+    /// `self`, for a backend to downcast to its own event type.
     fn as_any(&self) -> &dyn Any;
 }
 

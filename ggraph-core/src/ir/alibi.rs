@@ -7,8 +7,13 @@
 /// odd powers of `m1`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AlibiBases {
+    /// `2^(-max_bias / n_head_log2)`: head `h < n_head_log2` has slope
+    /// `m0^(h + 1)`.
     pub m0: f32,
+    /// `2^(-max_bias / 2 / n_head_log2)`: head `h >= n_head_log2` has slope
+    /// `m1^(2 (h - n_head_log2) + 1)`.
     pub m1: f32,
+    /// The largest power of two not above the head count (1 for no heads).
     pub n_head_log2: u32,
 }
 

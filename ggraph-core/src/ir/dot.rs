@@ -10,8 +10,14 @@ use super::tensor::TensorId;
 /// default.
 #[derive(Clone, Debug, Default)]
 pub struct NodeStyle {
+    /// Fill colour as Graphviz takes it (`"#ffcc88"`, `"lightblue"`); `None`
+    /// draws white.
     pub color: Option<String>,
+    /// Key and label of a cluster: nodes with the same key are drawn in one
+    /// box with that label. `None` leaves the node outside any cluster.
     pub cluster: Option<(usize, String)>,
+    /// An extra line at the bottom of the node's record (a backend name or
+    /// the reason for a placement, say).
     pub note: Option<String>,
 }
 

@@ -21,10 +21,19 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The tensor with this id.
+    ///
+    /// Panics if `id` is not of this graph; [`Graph::get`] returns an error
+    /// instead.
     pub fn tensor(&self, id: TensorId) -> &Tensor {
         &self.tensors[id.index()]
     }
 
+    /// The tensor with this id, to change its name, flags or memory.
+    ///
+    /// Panics if `id` is not of this graph. Changing shape, strides, op or
+    /// sources bypasses the builder's checks; [`Graph::validate`] checks the
+    /// result.
     pub fn tensor_mut(&mut self, id: TensorId) -> &mut Tensor {
         &mut self.tensors[id.index()]
     }
@@ -47,6 +56,7 @@ impl Graph {
             .map(|(i, t)| (TensorId(i as u32), t))
     }
 
+    /// Size of the arena: every id of this graph is below it.
     pub fn n_tensors(&self) -> usize {
         self.tensors.len()
     }
@@ -61,13 +71,14 @@ impl Graph {
         &self.leafs
     }
 
-    /// Appends a tensor to the arena without making it a node; graph passes
-    /// use this to add copies.
     /// Makes room for `additional` more tensors (passes that add many).
     pub fn reserve_tensors(&mut self, additional: usize) {
         self.tensors.reserve(additional);
     }
 
+    /// Appends a tensor to the arena without making it a node or a leaf, and
+    /// returns its id; graph passes use this to add copies. Nothing is
+    /// checked: list it with [`Graph::set_nodes`] or [`Graph::set_leafs`].
     pub fn push_tensor(&mut self, t: Tensor) -> TensorId {
         let id = TensorId(self.tensors.len() as u32);
         self.tensors.push(t);
@@ -93,6 +104,7 @@ impl Graph {
         Ok(())
     }
 
+    /// Replaces the leaf list (graph passes that rewrite the graph).
     pub fn set_leafs(&mut self, leafs: Vec<TensorId>) {
         self.leafs = leafs;
     }
@@ -190,8 +202,11 @@ impl Graph {
         Ok(out)
     }
 
-    /// Writes logical values (ne[0] fastest), converting to the tensor's
+    /// Writes logical values (`ne[0]` fastest), converting to the tensor's
     /// type and honouring its strides. Other bytes of the span are kept.
+    ///
+    /// Errors if `values.len()` is not the element count, or with
+    /// [`Error::Unallocated`] if the tensor has no memory yet.
     pub fn write_f32(&self, id: TensorId, values: &[f32]) -> Result<()> {
         let t = self.get(id)?;
         if values.len() != t.nelements() {
@@ -221,7 +236,9 @@ impl Graph {
         self.write_bytes(id, &bytes)
     }
 
-    /// Reads logical values (ne[0] fastest) as f32, honouring strides.
+    /// Reads logical values (`ne[0]` fastest) as f32, honouring strides.
+    ///
+    /// Errors with [`Error::Unallocated`] if the tensor has no memory yet.
     pub fn read_f32(&self, id: TensorId) -> Result<Vec<f32>> {
         let mut out = vec![0f32; self.get(id)?.nelements()];
         self.read_f32_into(id, &mut out)?;

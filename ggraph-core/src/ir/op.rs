@@ -6,31 +6,44 @@
 use std::fmt;
 
 /// Elementwise binary ops; src1 is broadcast to src0 by repetition
-/// (every ne1[i] divides ne0[i]).
+/// (every `ne1[i]` divides `ne0[i]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
+    /// `a + b` (ggml's `add`).
     Add,
+    /// `a - b` (ggml's `sub`).
     Sub,
+    /// `a * b`, elementwise (ggml's `mul`; the matrix product is [`Op::MulMat`]).
     Mul,
+    /// `a / b` (ggml's `div`).
     Div,
 }
 
 /// Elementwise unary ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
+    /// `x * sigmoid(x)`, also called swish.
     Silu,
     /// The tanh approximation, as ggml's `gelu`.
     Gelu,
+    /// `max(x, 0)`.
     Relu,
+    /// `-x`.
     Neg,
+    /// `e^x`.
     Exp,
+    /// `1 / (1 + e^-x)`.
     Sigmoid,
+    /// Hyperbolic tangent.
     Tanh,
+    /// `x * x`.
     Sqr,
+    /// Square root; NaN for negative `x`.
     Sqrt,
 }
 
 impl UnaryOp {
+    /// Every unary op, in declaration order (for tests and capability tables).
     pub const ALL: [UnaryOp; 9] = [
         UnaryOp::Silu,
         UnaryOp::Gelu,
@@ -74,9 +87,9 @@ pub enum GluOp {
 /// Rotary embedding layouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RopeMode {
-    /// Rotates adjacent pairs (x[2i], x[2i+1]) (ggml mode 0, llama).
+    /// Rotates adjacent pairs (`x[2i]`, `x[2i+1]`) (ggml mode 0, llama).
     Normal,
-    /// Rotates (x[i], x[i + n_dims/2]) (ggml mode 2, GPT-NeoX, qwen).
+    /// Rotates (`x[i]`, `x[i + n_dims/2]`) (ggml mode 2, GPT-NeoX, qwen).
     Neox,
 }
 
@@ -95,16 +108,25 @@ impl RopeMode {
 pub struct RopeParams {
     /// Leading dimensions rotated; the rest are copied.
     pub n_dims: usize,
+    /// Which elements form the rotated pairs.
     pub mode: RopeMode,
     /// Training context length, for YaRN's correction dims.
     pub n_ctx_orig: usize,
+    /// Base of the rotation frequencies: pair `i` turns by
+    /// `pos * freq_base^(-2i / n_dims)` (10000 in the original RoPE).
     pub freq_base: f32,
+    /// Factor on every angle: 1 / the context extension factor for linear
+    /// scaling (position interpolation), 1 for none.
     pub freq_scale: f32,
     /// YaRN extrapolation mix; 0 disables YaRN.
     pub ext_factor: f32,
     /// Magnitude scale of cos and sin.
     pub attn_factor: f32,
+    /// YaRN: number of rotations over the training context above which a
+    /// pair is fully extrapolated (ggml's default 32).
     pub beta_fast: f32,
+    /// YaRN: number of rotations below which a pair is fully interpolated
+    /// (ggml's default 1).
     pub beta_slow: f32,
 }
 
@@ -124,11 +146,13 @@ impl RopeParams {
         }
     }
 
+    /// With [`RopeParams::freq_base`] set to `base`.
     pub fn freq_base(mut self, base: f32) -> Self {
         self.freq_base = base;
         self
     }
 
+    /// With [`RopeParams::freq_scale`] set to `scale`.
     pub fn freq_scale(mut self, scale: f32) -> Self {
         self.freq_scale = scale;
         self
@@ -170,7 +194,9 @@ impl RopeParams {
 /// Sort direction of `argsort`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SortOrder {
+    /// Smallest value first.
     Ascending,
+    /// Largest value first.
     Descending,
 }
 
@@ -185,7 +211,7 @@ pub enum Op {
     View,
     /// `reshape(a, ne)`: a contiguous tensor seen with another shape.
     Reshape,
-    /// `permute(a, axes)`: source dim i becomes dim axes[i].
+    /// `permute(a, axes)`: source dim `i` becomes dim `axes[i]`.
     Permute([usize; 4]),
     /// `transpose(a)`: dims 0 and 1 swapped.
     Transpose,
@@ -198,14 +224,20 @@ pub enum Op {
     Binary(BinaryOp),
     /// `a * scale + bias`.
     Scale {
+        /// Factor every element is multiplied by.
         scale: f32,
+        /// Added after scaling (0 for a plain `scale`).
         bias: f32,
     },
+    /// `op(a)`, elementwise; same shape and type as `a`.
     Unary(UnaryOp),
     /// One source: act(first half of each row) * second half (the halves
     /// exchanged when `swapped`). Two sources: act(a) * b.
     Glu {
+        /// The activation applied to the gated half.
         op: GluOp,
+        /// One-source form only: the activation takes the second half of
+        /// each row and the first half is the gate.
         swapped: bool,
     },
     /// `mul_mat(a, b)`: a [k, m, a2, a3] · b [k, n, b2, b3] → [m, n, b2, b3],
@@ -217,20 +249,25 @@ pub enum Op {
     MulMatId,
     /// x / sqrt(mean(x²) + eps) along rows.
     RmsNorm {
+        /// Added to the mean square to keep the division finite.
         eps: f32,
     },
     /// (x - mean) / sqrt(var + eps) along rows.
     Norm {
+        /// Added to the variance to keep the division finite.
         eps: f32,
     },
     /// `rope(a, pos[, freq_factors])`: a [head_dim, n_head, n_tokens, 1],
-    /// pos I32 [n_tokens], freq_factors F32 [n_dims/2].
+    /// pos I32 `[n_tokens]`, freq_factors F32 `[n_dims/2]`.
     Rope(RopeParams),
     /// softmax(a * scale + mask * slope) along rows; mask optional
     /// [ne0, >= ne1, m2, m3] broadcast over dims 2 and 3; slope is the ALiBi
     /// slope of the head (1 when max_bias is 0).
     SoftMax {
+        /// Factor on `a` before the mask is added.
         scale: f32,
+        /// ALiBi maximum bias; 0 gives every head slope 1 (see
+        /// [`alibi_slope`](crate::ir::alibi_slope)).
         max_bias: f32,
     },
     /// `cpy(a, b)`: a's values written into b (converting type); the result
@@ -239,22 +276,25 @@ pub enum Op {
     /// A contiguous copy of a, converting to the result's type (covers
     /// ggml's cont, dup and cast).
     Cont,
-    /// `set_rows(dst, src, idx)`: row r of src written to row idx[r] of dst
+    /// `set_rows(dst, src, idx)`: row `r` of src written to row `idx[r]` of dst
     /// (converting type); the result is a view of dst. dst [n, rows, d2, d3],
     /// src [n, m, s2, s3], idx I32 [m, i1, i2], s2 % i1 == 0, s3 % i2 == 0.
     SetRows,
     /// `concat(a, b, dim)`.
     Concat {
+        /// The dimension (0 to 3) along which `b` follows `a`.
         dim: usize,
     },
     /// Sum of each row: [n, a, b, c] → [1, a, b, c].
     SumRows,
     /// Indices that sort each row, I32.
     ArgSort {
+        /// Whether the first index points at the smallest or the largest value.
         order: SortOrder,
     },
     /// Indices of the k largest values of each row, largest first, I32.
     TopK {
+        /// Indices kept per row; the result's `ne[0]`.
         k: usize,
     },
     /// Fused attention (ggml's `flash_attn_ext`): q [d, n_q, n_head, n_seq],
@@ -263,11 +303,15 @@ pub enum Op {
     /// softmax(q·kᵀ * scale (softcapped) + mask * slope) · v, computed
     /// without materialising the score matrix.
     FlashAttnExt {
+        /// Factor on q·kᵀ, usually `1 / sqrt(d)`.
         scale: f32,
+        /// ALiBi maximum bias; 0 gives every head slope 1.
         max_bias: f32,
+        /// When not 0, scores become `softcap * tanh(score / softcap)`
+        /// before the mask is added (Gemma 2); 0 disables capping.
         softcap: f32,
     },
-    /// A copy of src[0] (same layout) in another device's memory, inserted
+    /// A copy of `src[0]` (same layout) in another device's memory, inserted
     /// by the scheduler where a split reads a tensor from another backend.
     /// Backends never compute it: the scheduler moves the bytes through
     /// the buffers' copy paths before the split runs.
@@ -277,33 +321,61 @@ pub enum Op {
 /// The op without its parameters, for capability tables and statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum OpKind {
+    /// [`Op::Leaf`].
     Leaf,
+    /// [`Op::View`].
     View,
+    /// [`Op::Reshape`].
     Reshape,
+    /// [`Op::Permute`].
     Permute,
+    /// [`Op::Transpose`].
     Transpose,
+    /// [`Op::GetRows`].
     GetRows,
+    /// [`Op::Binary`] with [`BinaryOp::Add`].
     Add,
+    /// [`Op::Binary`] with [`BinaryOp::Sub`].
     Sub,
+    /// [`Op::Binary`] with [`BinaryOp::Mul`].
     Mul,
+    /// [`Op::Binary`] with [`BinaryOp::Div`].
     Div,
+    /// [`Op::Scale`].
     Scale,
+    /// [`Op::Unary`], any [`UnaryOp`].
     Unary,
+    /// [`Op::Glu`], either [`GluOp`].
     Glu,
+    /// [`Op::MulMat`].
     MulMat,
+    /// [`Op::MulMatId`].
     MulMatId,
+    /// [`Op::RmsNorm`].
     RmsNorm,
+    /// [`Op::Norm`].
     Norm,
+    /// [`Op::Rope`].
     Rope,
+    /// [`Op::SoftMax`].
     SoftMax,
+    /// [`Op::Cpy`].
     Cpy,
+    /// [`Op::Cont`].
     Cont,
+    /// [`Op::SetRows`].
     SetRows,
+    /// [`Op::Concat`].
     Concat,
+    /// [`Op::SumRows`].
     SumRows,
+    /// [`Op::ArgSort`].
     ArgSort,
+    /// [`Op::TopK`].
     TopK,
+    /// [`Op::FlashAttnExt`].
     FlashAttnExt,
+    /// [`Op::Transfer`].
     Transfer,
 }
 
@@ -350,6 +422,8 @@ impl fmt::Display for OpKind {
 }
 
 impl Op {
+    /// The op without its parameters; the four binary ops each have their own
+    /// kind, the unary and GLU ops share one.
     pub fn kind(&self) -> OpKind {
         match self {
             Op::Leaf => OpKind::Leaf,
@@ -409,7 +483,7 @@ impl Op {
         )
     }
 
-    /// Ops whose result may take the memory of src[0] when it has no other
+    /// Ops whose result may take the memory of `src[0]` when it has no other
     /// consumer and the same layout (each output element depends only on
     /// input elements at or before its own position in its row).
     pub fn can_run_in_place(&self) -> bool {

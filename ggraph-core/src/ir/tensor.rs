@@ -14,6 +14,8 @@ use crate::memory::Buffer;
 pub struct TensorId(pub u32);
 
 impl TensorId {
+    /// The id as an index into per-tensor tables (`Vec`s sized by
+    /// [`Graph::n_tensors`](crate::ir::Graph::n_tensors)).
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -46,7 +48,9 @@ pub struct Flags {
 /// Where a tensor's bytes live: a buffer and a byte offset in it.
 #[derive(Clone)]
 pub struct TensorData {
+    /// The buffer holding the bytes; shared with every tensor placed in it.
     pub buffer: Arc<dyn Buffer>,
+    /// Byte offset of the tensor's first byte in `buffer`.
     pub offset: u64,
 }
 
@@ -60,7 +64,9 @@ impl fmt::Debug for TensorData {
 /// view itself: views of views are folded onto the base, as in ggml.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ViewOf {
+    /// The tensor that owns the memory.
     pub base: TensorId,
+    /// Bytes from the base's first byte to the view's first byte.
     pub offset: usize,
 }
 
@@ -68,17 +74,26 @@ pub struct ViewOf {
 /// memory is once placed.
 #[derive(Clone, Debug)]
 pub struct Tensor {
+    /// The user's name for the tensor, empty for most intermediate results.
     /// Shared, so that cloning a graph does not copy names.
     pub name: Arc<str>,
+    /// Element type; quantised types store `ne[0]` in whole blocks.
     pub dtype: DType,
     /// Number of elements per dimension, innermost first.
     pub ne: [usize; MAX_DIMS],
-    /// Stride in bytes per dimension. For quantised types nb[0] is the block
-    /// size in bytes and nb[1] the row size.
+    /// Stride in bytes per dimension. For quantised types `nb[0]` is the block
+    /// size in bytes and `nb[1]` the row size.
     pub nb: [usize; MAX_DIMS],
+    /// The op that computes the tensor; [`Op::Leaf`] for inputs, weights and
+    /// other tensors filled from outside.
     pub op: Op,
+    /// The op's operands, in the order [`Op`] lists them; empty for a leaf.
     pub src: SmallVec<[TensorId; 4]>,
+    /// The memory this tensor shares, if it is a view (views, reshapes,
+    /// permutes, transposes, and the results of `cpy` and `set_rows`);
+    /// `None` when the tensor owns its memory.
     pub view: Option<ViewOf>,
+    /// Its roles: input, output, weight, kept.
     pub flags: Flags,
     /// Memory of a tensor that owns it (not a view): set by an allocator or
     /// the model loader.
@@ -101,10 +116,12 @@ impl Tensor {
         }
     }
 
+    /// Number of elements, the product of `ne` (ggml's `ggml_nelements`).
     pub fn nelements(&self) -> usize {
         self.ne.iter().product()
     }
 
+    /// Number of rows, `ne[1] * ne[2] * ne[3]` (ggml's `ggml_nrows`).
     pub fn nrows(&self) -> usize {
         self.ne[1] * self.ne[2] * self.ne[3]
     }
@@ -114,16 +131,19 @@ impl Tensor {
         span_bytes(self.dtype, self.ne, self.nb)
     }
 
-    /// Bytes of one row of ne[0] values.
+    /// Bytes of one packed row of `ne[0]` values (ggml's `ggml_row_size`).
     pub fn row_bytes(&self) -> usize {
         self.ne[0] / self.dtype.block_size() * self.dtype.type_size()
     }
 
+    /// Whether the strides are those of a packed tensor of this shape, so its
+    /// `nbytes()` bytes hold exactly its elements in order (ggml's
+    /// `ggml_is_contiguous`). A tensor of at most one element always is.
     pub fn is_contiguous(&self) -> bool {
         self.nb == contiguous_strides(self.dtype, self.ne) || self.nelements() <= 1
     }
 
-    /// Rows are packed (nb[0] is the element size) though rows themselves
+    /// Rows are packed (`nb[0]` is the element size) though rows themselves
     /// may be strided.
     pub fn has_contiguous_rows(&self) -> bool {
         self.nb[0] == self.dtype.type_size() || self.ne[0] <= 1
@@ -134,10 +154,13 @@ impl Tensor {
         self.nb[0] > self.nb[1]
     }
 
+    /// Whether the tensor uses another tensor's memory ([`Tensor::view`] is set).
     pub fn is_view(&self) -> bool {
         self.view.is_some()
     }
 
+    /// Whether some dimension is 0, so the tensor has no elements and spans no
+    /// bytes.
     pub fn is_empty(&self) -> bool {
         self.nelements() == 0
     }

@@ -9,24 +9,39 @@ use crate::error::{Error, Result};
 /// What a buffer holds; used for accounting and reporting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BufferUsage {
+    /// Model parameters: written once at load, then only read.
     Weights,
+    /// Activations whose offsets the graph allocator plans; host memory for
+    /// them is faulted in up front.
     Compute,
+    /// Anything else (a KV cache, inputs, scratch memory).
     Any,
 }
 /// One allocation of some buffer type. Methods take `&self`: buffers are
 /// shared between graphs and streams, and ordering their use is the
 /// scheduler's job, as in ggml.
 pub trait Buffer: Send + Sync {
+    /// [`BufferType::name`](crate::backend::BufferType::name) of the type
+    /// that allocated it.
     fn buffer_type_name(&self) -> &str;
 
+    /// Size in bytes, as asked of the buffer type.
     fn size(&self) -> u64;
 
+    /// The usage it was allocated for.
     fn usage(&self) -> BufferUsage;
 
+    /// Copies `data` to bytes `offset..offset + data.len()`; later reads and
+    /// computes see them. [`Error::OutOfBounds`] if the range passes the end
+    /// (see [`check_range`]).
     fn write(&self, offset: u64, data: &[u8]) -> Result<()>;
 
+    /// Copies bytes `offset..offset + out.len()` into `out`; returns when
+    /// they are there. [`Error::OutOfBounds`] if the range passes the end.
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<()>;
 
+    /// Sets `len` bytes from `offset` to `value`. [`Error::OutOfBounds`] if
+    /// the range passes the end.
     fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()>;
 
     /// Copies `len` bytes from `src` into this buffer, if this buffer knows
@@ -47,6 +62,7 @@ pub trait Buffer: Send + Sync {
         None
     }
 
+    /// `self`, for a backend to downcast to its own buffer.
     fn as_any(&self) -> &dyn Any;
 }
 

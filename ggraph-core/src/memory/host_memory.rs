@@ -129,14 +129,19 @@ impl HostMemory {
         Layout::from_size_align(size.checked_add(HOST_ALIGNMENT)?, 16).ok()
     }
 
+    /// Size in bytes, as asked.
     pub fn len(&self) -> usize {
         self.size
     }
 
+    /// Whether the allocation has no bytes.
     pub fn is_empty(&self) -> bool {
         self.size == 0
     }
 
+    /// The first byte, aligned to [`HOST_ALIGNMENT`]; valid for `len()` bytes
+    /// while `self` lives. Writes through it must not race with other
+    /// access to the same bytes.
     pub fn as_ptr(&self) -> *mut u8 {
         match &self.storage {
             Storage::Heap { ptr, .. } => ptr.as_ptr(),
@@ -146,6 +151,8 @@ impl HostMemory {
         }
     }
 
+    /// Copies `data` to bytes `offset..offset + data.len()`;
+    /// [`Error::OutOfBounds`] if the range passes the end.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         check_range("write", offset, data.len() as u64, self.size as u64)?;
         // SAFETY: the range is inside the allocation.
@@ -159,6 +166,8 @@ impl HostMemory {
         Ok(())
     }
 
+    /// Copies bytes `offset..offset + out.len()` into `out`;
+    /// [`Error::OutOfBounds`] if the range passes the end.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         check_range("read", offset, out.len() as u64, self.size as u64)?;
         // SAFETY: the range is inside the allocation.
@@ -172,6 +181,8 @@ impl HostMemory {
         Ok(())
     }
 
+    /// Sets `len` bytes from `offset` to `value`; [`Error::OutOfBounds`] if
+    /// the range passes the end.
     pub fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
         check_range("fill", offset, len, self.size as u64)?;
         // SAFETY: the range is inside the allocation.

@@ -25,6 +25,7 @@ pub(crate) fn intern(name: &str) -> &'static str {
 pub struct BackendId(pub u16);
 
 impl BackendId {
+    /// The id as an index into per-backend tables.
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -33,15 +34,25 @@ impl BackendId {
 /// Which pass decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pass {
+    /// The user's placement, applied in pass 1 (see
+    /// [`Scheduler::set_tensor_backend`](crate::sched::Scheduler::set_tensor_backend)).
     Manual,
+    /// Pass 0: row-split rewrite and the placement of its gathers.
     RowSplit,
+    /// Pass 1: where memory, weights and inputs already are.
     WeightsLocation,
+    /// Pass 2: spreading to neighbours (or, with one backend, everything
+    /// left).
     Expansion,
+    /// Pass 3: moves to higher-priority backends, and fallbacks.
     Upgrade,
+    /// Pass 4: sources and views left, and the input copies.
     CopyInsertion,
 }
 
 impl Pass {
+    /// The pass's number, 0 to 4, as logs and [`Cause`]'s `Display` print
+    /// it; manual placements count as 0.
     pub fn number(self) -> u8 {
         match self {
             Pass::Manual | Pass::RowSplit => 0,
@@ -56,7 +67,11 @@ impl Pass {
 /// Direction of an expansion sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Direction {
+    /// From the first node to the last: nodes take the backend of an
+    /// assigned node before them.
     Down,
+    /// From the last node to the first: nodes take the backend of an
+    /// assigned node after them.
     Up,
 }
 
@@ -68,55 +83,91 @@ pub enum Cause {
     /// Gathers the row parts of a row-split weight on the device whose
     /// memory is `buffer_type` (the main device).
     RowSplitGather {
+        /// The row-split weight.
         weight: TensorId,
+        /// The main device's buffer type.
         buffer_type: &'static str,
     },
     /// Its memory already lives in a buffer of a type this backend owns.
-    Allocated { buffer_type: &'static str },
+    Allocated {
+        /// The buffer type of that memory.
+        buffer_type: &'static str,
+    },
     /// A view of a tensor whose memory lives there.
     ViewOfAllocated {
+        /// The view's base.
         base: TensorId,
+        /// The buffer type of the base's memory.
         buffer_type: &'static str,
     },
     /// A graph input: inputs start on the host.
     GraphInput,
     /// It reads a weight that lives there.
     WeightSource {
+        /// The first weight among its sources.
         weight: TensorId,
+        /// The buffer type of the weight's memory.
         buffer_type: &'static str,
     },
     /// Its weight is in host memory, and this device's op-offload policy
     /// asked for the op anyway.
     OpOffload {
+        /// The weight in host memory.
         weight: TensorId,
+        /// The policy's [`name`](crate::sched::OffloadPolicy::name).
         policy: &'static str,
     },
     /// Spread from an assigned neighbour so that chains stay together.
     Expanded {
+        /// The assigned node it took the backend from.
         from: TensorId,
+        /// The sweep's direction.
         direction: Direction,
+        /// Whether it was the first phase, in which only GPU-class backends
+        /// spread.
         gpu_phase: bool,
     },
     /// Moved from a lower-priority backend: this one runs the op and reads
     /// every source where it lies.
-    Upgraded { from: BackendId },
+    Upgraded {
+        /// The backend it was on before.
+        from: BackendId,
+    },
     /// Nothing claimed it; this backend supports the op and most of its
     /// sources' memory.
-    MostSupportedInputs { supported: usize, of: usize },
+    MostSupportedInputs {
+        /// Sources this backend reads where they lie.
+        supported: usize,
+        /// Sources in all.
+        of: usize,
+    },
     /// A source placed with the node that reads it.
-    SourceOfConsumer { consumer: TensorId },
+    SourceOfConsumer {
+        /// The first node found reading it.
+        consumer: TensorId,
+    },
     /// A view placed with its base.
-    ViewOfBase { base: TensorId },
+    ViewOfBase {
+        /// The view's base.
+        base: TensorId,
+    },
     /// The backend the rules chose refuses the op; this is the next one
     /// that runs it.
-    Fallback { refused_by: BackendId },
+    Fallback {
+        /// The first backend that refused the node.
+        refused_by: BackendId,
+    },
     /// A copy the scheduler made for a split on this backend.
-    InputCopy { source: TensorId },
+    InputCopy {
+        /// The tensor copied.
+        source: TensorId,
+    },
     /// The scheduler has one backend, and it runs the op.
     OnlyBackend,
 }
 
 impl Cause {
+    /// The pass that made the assignment.
     pub fn pass(&self) -> Pass {
         match self {
             Cause::Manual => Pass::Manual,

@@ -41,6 +41,7 @@ use passes::{Assignments, BackendInfo, BufferTypes, PassContext};
 
 /// One backend of a scheduler, in priority order.
 pub struct BackendSpec {
+    /// The device that runs the backend's splits.
     pub device: Arc<dyn Device>,
     /// Whether ops whose weights are in host memory may be lifted to this
     /// backend (op offload).
@@ -48,6 +49,7 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
+    /// `device` with op offload on.
     pub fn new(device: Arc<dyn Device>) -> BackendSpec {
         BackendSpec {
             device,
@@ -55,6 +57,7 @@ impl BackendSpec {
         }
     }
 
+    /// With op offload to this backend on or off.
     pub fn op_offload(mut self, on: bool) -> BackendSpec {
         self.op_offload = on;
         self
@@ -68,6 +71,8 @@ pub struct SchedConfig {
     /// rotate input copies so one run's copies can overlap the last one's
     /// compute.
     pub n_copies: usize,
+    /// When an op whose weight is in host memory moves to a backend with op
+    /// offload on.
     pub offload_policy: OffloadPolicy,
     /// How the allocator places compute memory.
     pub strategy: Strategy,
@@ -110,13 +115,18 @@ pub struct SchedStats {
 /// How long the last split took, per pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PassTimings {
+    /// Pass 1 (with the placement of row-split gathers).
     pub weights_location: Duration,
+    /// Pass 2, or with one backend the assignment of everything left.
     pub expansion: Duration,
+    /// Pass 3; zero with one backend.
     pub upgrade: Duration,
+    /// Pass 4 and the graph rewrite that applies it.
     pub copy_insertion: Duration,
 }
 
 impl PassTimings {
+    /// The four passes together (the row-split rewrite is not counted).
     pub fn total(&self) -> Duration {
         self.weights_location + self.expansion + self.upgrade + self.copy_insertion
     }
@@ -158,6 +168,10 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler over `backends` (priority = order). One of them must be
     /// a CPU: graph inputs start there.
+    ///
+    /// Errors with [`Error::InvalidArgument`] if `n_copies` is not 1 to 4,
+    /// there are no backends (or more than 65535), none is a CPU, or a
+    /// device appears twice; a backend error if a stream cannot be made.
     pub fn new(backends: Vec<BackendSpec>, config: SchedConfig) -> Result<Scheduler> {
         if !(1..=4).contains(&config.n_copies) {
             return Err(Error::InvalidArgument(format!(
@@ -246,10 +260,13 @@ impl Scheduler {
         )
     }
 
+    /// Number of backends; every [`BackendId`] is below it.
     pub fn n_backends(&self) -> usize {
         self.infos.len()
     }
 
+    /// The device of backend `b`. Panics if `b` is not one of this
+    /// scheduler's backends.
     pub fn device(&self, b: BackendId) -> &Arc<dyn Device> {
         &self.infos[b.index()].device
     }
@@ -262,10 +279,12 @@ impl Scheduler {
             .map(|i| BackendId(i as u16))
     }
 
+    /// The first CPU backend in the list: graph inputs start there.
     pub fn host(&self) -> BackendId {
         self.host
     }
 
+    /// The settings the scheduler was made with.
     pub fn config(&self) -> &SchedConfig {
         &self.config
     }
@@ -288,10 +307,14 @@ impl Scheduler {
         self.manual.clear();
     }
 
+    /// Observes node outputs during later runs (ggml's
+    /// `ggml_backend_sched_set_eval_callback`); `None` removes the callback.
     pub fn set_eval_callback(&mut self, cb: Option<Box<dyn EvalCallback>>) {
         self.eval = cb;
     }
 
+    /// Asked between splits of later runs whether to stop; `None` removes
+    /// the callback.
     pub fn set_abort_callback(&mut self, cb: Option<AbortCallback>) {
         self.abort = cb;
     }
@@ -455,15 +478,19 @@ impl Scheduler {
     }
 
     /// The scheduled graph: the user's tensor ids are valid in it; write
-    /// inputs and read outputs here.
+    /// inputs and read outputs here. `None` before the first split.
     pub fn graph(&self) -> Option<&Graph> {
         self.scheduled.as_ref().map(|s| &s.graph)
     }
 
+    /// [`Scheduler::graph`], to bind memory or set flags; `None` before the
+    /// first split.
     pub fn graph_mut(&mut self) -> Option<&mut Graph> {
         self.scheduled.as_mut().map(|s| &mut s.graph)
     }
 
+    /// The splits of the current graph, in execution order; empty before
+    /// the first split.
     pub fn splits(&self) -> &[Split] {
         self.scheduled.as_ref().map_or(&[], |s| &s.splits)
     }
@@ -481,6 +508,7 @@ impl Scheduler {
             .and_then(|c| c.as_ref())
     }
 
+    /// Counters of splits, copies and runs so far.
     pub fn stats(&self) -> SchedStats {
         self.stats
     }

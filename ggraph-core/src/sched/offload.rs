@@ -38,6 +38,8 @@ pub enum OffloadPolicy {
 }
 
 impl OffloadPolicy {
+    /// A short description for logs and [`Cause::OpOffload`](crate::sched::Cause::OpOffload):
+    /// `device rule`, `batch >= 64`, `cost model`.
     pub fn name(&self) -> String {
         match self {
             OffloadPolicy::Device => "device rule".into(),

@@ -23,13 +23,17 @@ pub struct SplitInput {
 /// A contiguous run of the scheduled graph's nodes on one backend.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Split {
+    /// The backend that computes every node of the split.
     pub backend: BackendId,
     /// Positions in the scheduled graph's node list (transfers first).
     pub nodes: Range<usize>,
+    /// The copies made before the split runs, one per tensor it reads from
+    /// memory its backend cannot use.
     pub inputs: Vec<SplitInput>,
 }
 
 impl Split {
+    /// Bytes copied into the split per run, over all its inputs.
     pub fn bytes_copied(&self) -> u64 {
         self.inputs.iter().map(|i| i.bytes).sum()
     }

@@ -37,6 +37,7 @@ fn float_types() -> &'static str {
 }
 
 impl GraphBuilder {
+    /// A builder with an empty graph.
     pub fn new() -> GraphBuilder {
         GraphBuilder::default()
     }
@@ -164,12 +165,17 @@ impl GraphBuilder {
         Ok(id)
     }
 
+    /// Names a tensor (for [`Graph::find`], errors, logs and DOT) and returns
+    /// `id`. Errors if `id` is not of this graph.
     pub fn set_name(&mut self, id: TensorId, name: &str) -> Result<TensorId> {
         self.graph.get(id)?;
         self.graph.tensor_mut(id).name = name.into();
         Ok(id)
     }
 
+    /// Marks a tensor the user writes before each compute (see
+    /// [`Flags::input`](crate::ir::Flags::input)). Errors if `id` is not of
+    /// this graph.
     pub fn set_input(&mut self, id: TensorId) -> Result<()> {
         self.graph.get(id)?;
         self.graph.tensor_mut(id).flags.input = true;

@@ -10,6 +10,11 @@ use crate::ir::op::{BinaryOp, GluOp, Op, RopeMode, RopeParams, SortOrder, UnaryO
 use crate::ir::tensor::{MAX_DIMS, TensorId};
 
 impl GraphBuilder {
+    /// Rows of `a` picked by the I32 indices `idx` (ggml's `get_rows`, the
+    /// embedding lookup): a [n, rows, b1, b2], idx [m, b1, b2] → [n, m, b1, b2]
+    /// in F32 (I32 for an I32 source). Errors with [`Error::Type`] if `idx` is
+    /// not I32 and [`Error::Shape`] if the batch dims disagree or a quantised
+    /// `a` has strided rows.
     pub fn get_rows(&mut self, a: TensorId, idx: TensorId) -> Result<TensorId> {
         const OP: &str = "get_rows";
         let i = self.i32(OP, "indices", idx)?.clone();
@@ -61,18 +66,23 @@ impl GraphBuilder {
         self.node(Op::Binary(op), dtype, ne, &[a, b])
     }
 
+    /// `a + b`, with `b` repeated to `a`'s shape (see [`GraphBuilder::binary`]).
     pub fn add(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.binary(BinaryOp::Add, a, b)
     }
 
+    /// `a - b`, with `b` repeated to `a`'s shape (see [`GraphBuilder::binary`]).
     pub fn sub(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.binary(BinaryOp::Sub, a, b)
     }
 
+    /// `a * b` elementwise, with `b` repeated to `a`'s shape (see
+    /// [`GraphBuilder::binary`]); the matrix product is [`GraphBuilder::mul_mat`].
     pub fn mul(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.binary(BinaryOp::Mul, a, b)
     }
 
+    /// `a / b`, with `b` repeated to `a`'s shape (see [`GraphBuilder::binary`]).
     pub fn div(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.binary(BinaryOp::Div, a, b)
     }
@@ -89,16 +99,20 @@ impl GraphBuilder {
         self.node(Op::Scale { scale: s, bias }, dtype, ne, &[a])
     }
 
+    /// `op` applied to every element of `a`; same shape and type. Errors with
+    /// [`Error::Type`] unless `a` is F32, F16 or BF16.
     pub fn unary(&mut self, op: UnaryOp, a: TensorId) -> Result<TensorId> {
         let t = self.float("unary", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
         self.node(Op::Unary(op), dtype, ne, &[a])
     }
 
+    /// `a * sigmoid(a)` elementwise ([`UnaryOp::Silu`]).
     pub fn silu(&mut self, a: TensorId) -> Result<TensorId> {
         self.unary(UnaryOp::Silu, a)
     }
 
+    /// GELU, tanh approximation, elementwise ([`UnaryOp::Gelu`]).
     pub fn gelu(&mut self, a: TensorId) -> Result<TensorId> {
         self.unary(UnaryOp::Gelu, a)
     }
@@ -134,10 +148,14 @@ impl GraphBuilder {
         self.node(Op::Glu { op, swapped: false }, dtype, ne, &[a, b])
     }
 
+    /// silu(x) * y where each row of `a` is [x | y]; the result has half of
+    /// `a`'s `ne[0]` (see [`GraphBuilder::glu`]).
     pub fn swiglu(&mut self, a: TensorId) -> Result<TensorId> {
         self.glu(GluOp::Swiglu, a, false)
     }
 
+    /// silu(a) * b, `a` and `b` of the same shape (see
+    /// [`GraphBuilder::glu_split`]).
     pub fn swiglu_split(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
         self.glu_split(GluOp::Swiglu, a, b)
     }
@@ -228,12 +246,18 @@ impl GraphBuilder {
         self.node(Op::MulMatId, DType::F32, ne, &[experts, b, ids])
     }
 
+    /// Each row divided by its root mean square, `x / sqrt(mean(x²) + eps)`
+    /// (ggml's `rms_norm`; the weight is a separate `mul`). Same shape and
+    /// type as `a`, which must be F32, F16 or BF16.
     pub fn rms_norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         let t = self.float("rms_norm", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
         self.node(Op::RmsNorm { eps }, dtype, ne, &[a])
     }
 
+    /// Each row normalised to mean 0 and variance 1, `(x - mean) / sqrt(var +
+    /// eps)` (ggml's `norm`, layer norm without weight and bias). Same shape
+    /// and type as `a`, which must be F32, F16 or BF16.
     pub fn norm(&mut self, a: TensorId, eps: f32) -> Result<TensorId> {
         let t = self.float("norm", "a", a)?;
         let (dtype, ne) = (t.dtype, t.ne);
@@ -252,7 +276,7 @@ impl GraphBuilder {
     }
 
     /// Rotary embedding: a [head_dim, n_head, n_tokens, x], pos I32
-    /// [n_tokens], optional F32 frequency divisors [n_dims / 2].
+    /// `[n_tokens]`, optional F32 frequency divisors `[n_dims / 2]`.
     pub fn rope_ext(
         &mut self,
         a: TensorId,
@@ -388,7 +412,7 @@ impl GraphBuilder {
         self.node(Op::Cont, dtype, ne, &[a])
     }
 
-    /// Writes row r of `src` to row idx[r] of `dst` (converting type);
+    /// Writes row `r` of `src` to row `idx[r]` of `dst` (converting type);
     /// the result is a view of `dst`.
     pub fn set_rows(&mut self, dst: TensorId, src: TensorId, idx: TensorId) -> Result<TensorId> {
         const OP: &str = "set_rows";

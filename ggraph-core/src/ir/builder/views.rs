@@ -7,6 +7,16 @@ use crate::ir::op::Op;
 use crate::ir::tensor::{MAX_DIMS, TensorId, contiguous_strides, span_bytes};
 
 impl GraphBuilder {
+    /// A view of `a`'s memory with `shape` (1 to 4 dims), the byte strides
+    /// `strides` of dims 1 and up (one fewer than `shape` has; `nb[0]` is the
+    /// element size and dims past those given are packed), starting `offset`
+    /// bytes into `a` (ggml's `ggml_view_*d`). A view of a view points at the
+    /// same base, with the offsets added.
+    ///
+    /// Errors with [`Error::Shape`] if the number of strides is wrong,
+    /// `shape[0]` is not whole blocks of a quantised type, the offset or a
+    /// stride is not a multiple of the element size, or the view reaches past
+    /// the end of its base.
     pub fn view(
         &mut self,
         a: TensorId,
@@ -93,10 +103,14 @@ impl GraphBuilder {
         Ok(self.view_node(Op::View, a, ne, nb, offset))
     }
 
+    /// `ne0` elements of `a` starting `offset` bytes in (see
+    /// [`GraphBuilder::view`]).
     pub fn view_1d(&mut self, a: TensorId, ne0: usize, offset: usize) -> Result<TensorId> {
         self.view(a, &[ne0], &[], offset)
     }
 
+    /// A `[ne0, ne1]` view of `a` with rows `nb1` bytes apart, starting
+    /// `offset` bytes in (see [`GraphBuilder::view`]).
     pub fn view_2d(
         &mut self,
         a: TensorId,
@@ -108,6 +122,8 @@ impl GraphBuilder {
         self.view(a, &[ne0, ne1], &[nb1], offset)
     }
 
+    /// A 3-dim view of `a` with byte strides `nb1` and `nb2`, starting
+    /// `offset` bytes in (see [`GraphBuilder::view`]).
     pub fn view_3d(
         &mut self,
         a: TensorId,
@@ -119,6 +135,8 @@ impl GraphBuilder {
         self.view(a, &ne, &[nb1, nb2], offset)
     }
 
+    /// A 4-dim view of `a` with byte strides `nb` of dims 1 to 3, starting
+    /// `offset` bytes in (see [`GraphBuilder::view`]).
     pub fn view_4d(
         &mut self,
         a: TensorId,

@@ -18,7 +18,9 @@ use crate::sched::split::{Split, SplitInput};
 /// The graph as it will run: the user's tensors (same ids) plus transfers,
 /// nodes regrouped by split.
 pub struct Scheduled {
+    /// The rewritten graph; the user's tensor ids keep their meaning.
     pub graph: Graph,
+    /// The splits, in execution order; together they cover the node list.
     pub splits: Vec<Split>,
     /// For each split input (by split, then input), the split whose work
     /// must finish before the copy reads its source, if any.
@@ -100,6 +102,12 @@ pub struct CopyPlan {
     rewrites: Vec<(TensorId, usize, TensorId)>,
 }
 
+/// Runs pass 4 on the graph of `ctx`: places what is left, cuts the node
+/// list into splits and plans one transfer per source a split cannot read
+/// in place (with `n_copies` storages each when `n_copies > 1`). The graph
+/// is not changed; [`apply`] does that. Errors with
+/// [`Error::InvalidArgument`] if a node is still unplaced after its views
+/// follow their bases (an earlier pass left it).
 pub fn copy_insertion(
     ctx: &PassContext,
     asg: &mut Assignments,

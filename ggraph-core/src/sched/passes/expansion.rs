@@ -50,6 +50,11 @@ fn sweep(
     }
 }
 
+/// Runs pass 2: four sweeps over the node list (GPU-class backends down and
+/// up, then every backend down and up). Each sweep carries the backend of the
+/// last assigned node (in the GPU phase, only a GPU-class one) to the
+/// unassigned nodes after it, as long as that backend supports them; a
+/// refusal is recorded in [`Assignments::refused`].
 pub fn expansion(ctx: &PassContext, asg: &mut Assignments) {
     let nodes = ctx.graph.nodes();
     for gpu_phase in [true, false] {

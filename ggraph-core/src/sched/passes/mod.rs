@@ -1,7 +1,7 @@
 //! The scheduler's passes, each its own function with one job: the graph
 //! rewrite of [row split](row_split), then the four assignment passes,
-//! [weights location](weights_location), [expansion](expansion),
-//! [upgrade](upgrade) and [copy insertion](copy_insertion); with one
+//! [weights location](weights_location), [expansion],
+//! [upgrade] and [copy insertion](copy_insertion); with one
 //! backend, [single] stands in for the last three.
 
 pub mod copy_insertion;
@@ -22,6 +22,7 @@ use crate::ir::{Graph, TensorId};
 
 /// What the passes know about one backend.
 pub struct BackendInfo {
+    /// The device that runs the backend's splits.
     pub device: Arc<dyn Device>,
     /// Name of the buffer type its compute memory comes from.
     pub compute_buft: String,
@@ -32,13 +33,17 @@ pub struct BackendInfo {
 /// The backend and cause of every tensor, by tensor index.
 #[derive(Clone, Debug, Default)]
 pub struct Assignments {
+    /// The backend of each tensor; `None` while no pass has placed it.
     pub backend: Vec<Option<BackendId>>,
+    /// Why each placed tensor is where it is; `Some` exactly where `backend`
+    /// is.
     pub cause: Vec<Option<Cause>>,
     /// The first backend that refused a node the rules sent it.
     pub refused: Vec<Option<BackendId>>,
 }
 
 impl Assignments {
+    /// Empty tables for `n` tensors.
     pub fn new(n: usize) -> Assignments {
         Assignments {
             backend: vec![None; n],
@@ -58,10 +63,14 @@ impl Assignments {
         self.cause.resize(n, None);
     }
 
+    /// The backend of `id`; `None` if it is not placed yet or lies past the
+    /// tables.
     pub fn get(&self, id: TensorId) -> Option<BackendId> {
         self.backend.get(id.index()).copied().flatten()
     }
 
+    /// Places `id` on `b` for `cause`, replacing any earlier placement; the
+    /// tables grow for ids past their end (tensors a pass added).
     pub fn set(&mut self, id: TensorId, b: BackendId, cause: Cause) {
         let i = id.index();
         if i >= self.backend.len() {
@@ -73,6 +82,7 @@ impl Assignments {
         self.cause[i] = Some(cause);
     }
 
+    /// Records that `b` refused `id`; only the first refusal is kept.
     pub fn refuse(&mut self, id: TensorId, b: BackendId) {
         let r = &mut self.refused[id.index()];
         if r.is_none() {
@@ -100,6 +110,10 @@ pub struct BufferTypes {
 }
 
 impl BufferTypes {
+    /// The table for `known` buffer types (by name), indexed in name order,
+    /// with each backend's [`Device::supports_buffer_type`] answers.
+    ///
+    /// Panics if a backend's `compute_buft` is not among `known`.
     pub fn new(
         backends: &[BackendInfo],
         known: &HashMap<String, Arc<dyn BufferType>>,
@@ -131,10 +145,13 @@ impl BufferTypes {
         }
     }
 
+    /// The index of the buffer type named `name`, or [`UNKNOWN_BUFT`].
     pub fn id(&self, name: &str) -> BuftId {
         self.ids.get(name).copied().unwrap_or(UNKNOWN_BUFT)
     }
 
+    /// The name of buffer type `id`; `"unknown"` for an index not in the
+    /// table.
     pub fn name(&self, id: BuftId) -> &'static str {
         self.names.get(id as usize).copied().unwrap_or("unknown")
     }
@@ -142,13 +159,18 @@ impl BufferTypes {
 
 /// Everything the passes read.
 pub struct PassContext<'a> {
+    /// The graph being scheduled.
     pub graph: &'a Graph,
+    /// The scheduler's backends, in priority order ([`BackendId`] indexes
+    /// them).
     pub backends: &'a [BackendInfo],
     /// The backend graph inputs start on.
     pub host: BackendId,
+    /// Which ops are lifted off the host when their weight is in host memory.
     pub offload: &'a OffloadPolicy,
     /// The offload policy's name, as causes record it.
     pub offload_name: &'static str,
+    /// The buffer types the backends know, and which backend uses which.
     pub bufts: &'a BufferTypes,
     /// The buffer type of each tensor's own memory (NO_DATA if none).
     bound: Vec<BuftId>,
@@ -162,6 +184,9 @@ pub struct PassContext<'a> {
 const NO_DATA: BuftId = u16::MAX - 1;
 
 impl<'a> PassContext<'a> {
+    /// The context for one scheduling of `graph`; looks up the buffer type of
+    /// every tensor that already has memory. `supports_op` answers are asked
+    /// lazily and cached for the life of the context.
     pub fn new(
         graph: &'a Graph,
         backends: &'a [BackendInfo],
@@ -204,14 +229,19 @@ impl<'a> PassContext<'a> {
         }
     }
 
+    /// Every backend id, in priority order.
     pub fn ids(&self) -> impl Iterator<Item = BackendId> + '_ {
         (0..self.backends.len()).map(|b| BackendId(b as u16))
     }
 
+    /// The device of backend `b`.
     pub fn device(&self, b: BackendId) -> &dyn Device {
         self.backends[b.index()].device.as_ref()
     }
 
+    /// Whether backend `b`'s device is a GPU or accelerator (see
+    /// [`DeviceKind::is_gpu_class`](crate::backend::DeviceKind::is_gpu_class)),
+    /// whose assignments expand first.
     pub fn is_gpu_class(&self, b: BackendId) -> bool {
         self.gpu_class[b.index()]
     }
@@ -242,6 +272,8 @@ impl<'a> PassContext<'a> {
             .unwrap_or(false)
     }
 
+    /// Whether buffer type `buft` is host memory; `false` for an index not in
+    /// the table.
     pub fn is_host_buft(&self, buft: BuftId) -> bool {
         self.bufts
             .is_host
@@ -251,7 +283,8 @@ impl<'a> PassContext<'a> {
     }
 
     /// The buffer type a tensor's memory is in already (its own, or its
-    /// view base's); UNKNOWN_BUFT for memory of a type no backend knows.
+    /// view base's); [`UNKNOWN_BUFT`] for memory of a type no backend knows,
+    /// `None` for a tensor with no memory yet.
     pub fn bound_buft(&self, id: TensorId) -> Option<BuftId> {
         match self.bound[self.graph.base_of(id).index()] {
             NO_DATA => None,

@@ -39,8 +39,11 @@ pub struct RowSplitRewrite {
 /// One concat that gathers partial products.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gather {
+    /// The concat, which has the id of the mul_mat it replaces.
     pub node: TensorId,
+    /// The row-split weight whose parts it gathers.
     pub weight: TensorId,
+    /// Name of the buffer type of the gathering (main) device.
     pub buffer_type: String,
 }
 

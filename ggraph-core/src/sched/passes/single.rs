@@ -9,6 +9,8 @@ use crate::ir::Graph;
 use crate::sched::cause::{BackendId, Cause};
 use crate::sched::split::Split;
 
+/// Places every leaf and node pass 1 left on backend 0, the only one.
+/// Errors with [`Error::Unsupported`] on the first op it does not run.
 pub fn assign_rest(ctx: &PassContext, asg: &mut Assignments) -> Result<()> {
     let only = BackendId(0);
     let g = ctx.graph;
@@ -31,6 +33,8 @@ pub fn assign_rest(ctx: &PassContext, asg: &mut Assignments) -> Result<()> {
     Ok(())
 }
 
+/// The whole node list as one split on backend 0, with no inputs to copy
+/// (no split at all for a graph with no nodes).
 pub fn one_split(graph: Graph) -> Scheduled {
     let n = graph.nodes().len();
     let (splits, waits) = if n == 0 {

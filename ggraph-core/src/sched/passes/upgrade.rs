@@ -8,6 +8,8 @@ use super::{Assignments, PassContext};
 use crate::error::{Error, Result};
 use crate::sched::cause::Cause;
 
+/// Runs pass 3 over the non-view nodes. Manual and memory-bound placements
+/// stay. Errors with [`Error::Unsupported`] for a node no backend runs.
 pub fn upgrade(ctx: &PassContext, asg: &mut Assignments) -> Result<()> {
     let g = ctx.graph;
     for &id in g.nodes() {

@@ -48,6 +48,11 @@ fn check_manual(ctx: &PassContext, id: TensorId, b: BackendId) -> Result<()> {
     Ok(())
 }
 
+/// Runs pass 1 over every leaf and node, in that order; `manual` holds the
+/// user's placements. Errors with [`Error::Unsupported`] when a manual
+/// placement's device does not run the op or use the tensor's memory, or
+/// when a tensor's memory is of a type no backend of the scheduler uses (or
+/// none that does runs its op).
 pub fn weights_location(
     ctx: &PassContext,
     asg: &mut Assignments,
