@@ -8,6 +8,7 @@ use ggraph_core::error::{Error, Result};
 /// Tokens to decode, with optional positions, sequences and output flags.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
+    /// Token ids, each in `0..n_vocab` (llama.cpp's `llama_batch.token`).
     pub tokens: Vec<i32>,
     /// Per token; default: continue each token's (first) sequence.
     pub positions: Option<Vec<i32>>,
@@ -36,20 +37,26 @@ impl Batch {
 /// A batch with every field filled in and checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SaneBatch {
+    /// Token ids, each within the vocabulary.
     pub tokens: Vec<i32>,
+    /// Per token, its position and the set of sequences it belongs to.
     pub places: Vec<TokenPlace>,
+    /// Per token, whether its logits are computed.
     pub outputs: Vec<bool>,
 }
 
 impl SaneBatch {
+    /// Tokens in the batch (at least one after [`sanitize`]).
     pub fn len(&self) -> usize {
         self.tokens.len()
     }
 
+    /// Whether the batch has no tokens ([`sanitize`] never returns one).
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
     }
 
+    /// Tokens whose logits are computed: rows of the logits it produces.
     pub fn n_outputs(&self) -> usize {
         self.outputs.iter().filter(|o| **o).count()
     }

@@ -72,10 +72,12 @@ pub use chrono::NaiveDateTime;
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, ... (`developer` is read as `system`)
     pub role: String,
+    /// The message's text, which the template reads as `message.content`.
     pub content: String,
 }
 
 impl ChatMessage {
+    /// A message of `role` saying `content`; the role is not checked here.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
         ChatMessage {
             role: role.into(),

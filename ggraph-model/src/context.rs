@@ -27,15 +27,24 @@ pub struct ContextParams {
     pub n_batch: usize,
     /// Most tokens one graph computes.
     pub n_ubatch: usize,
+    /// Sequences the cache tracks, ids `0..n_seq_max`; at most
+    /// [`MAX_SEQS`](crate::kv::MAX_SEQS) (llama.cpp's `n_seq_max`).
     pub n_seq_max: usize,
+    /// Standard or flash attention (llama.cpp's `flash_attn`); standard
+    /// attention stores V transposed and so needs an unquantised `v_type`.
     pub attention: Attention,
+    /// Type of the K cache (llama.cpp's `type_k`, `--cache-type-k`).
     pub k_type: DType,
+    /// Type of the V cache (llama.cpp's `type_v`, `--cache-type-v`).
     pub v_type: DType,
+    /// How a batch is cut into ubatches of at most `n_ubatch` tokens.
     pub ubatch_split: UbatchSplit,
     /// Attention looks at the used cells rounded up to this.
     pub n_kv_pad: usize,
     /// Pipeline depth of the scheduler.
     pub n_copies: usize,
+    /// When an op whose weight is in host memory runs on a device instead
+    /// (ggml's op offload).
     pub offload_policy: OffloadPolicy,
     /// Also keep the embeddings of the output tokens: the output norm's
     /// result, n_embd values per token (llama.cpp's embeddings, without
@@ -72,14 +81,29 @@ impl Default for ContextParams {
 /// that failed (earlier ubatches of the batch stay decoded).
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The batch has more than `n_batch` tokens, a token outside the
+    /// vocabulary, inconsistent lengths, or positions that do not continue
+    /// their sequences ([`sanitize`]).
     #[error("invalid batch: {0}")]
     InvalidBatch(Error),
+    /// No free cells for a ubatch (llama.cpp's `llama_decode` returning 1):
+    /// remove sequences, or make the context with a larger `n_ctx`.
     #[error("the KV cache is full: {needed} cells needed, {free} free")]
-    CacheFull { needed: usize, free: usize },
+    CacheFull {
+        /// Cells the ubatch needs, one per token.
+        needed: usize,
+        /// Cells not in use in the cache.
+        free: usize,
+    },
+    /// A device ran out of memory for the ubatch's graph.
     #[error("allocation failed: {0}")]
     Alloc(Error),
+    /// Building the graph, setting its inputs, computing or reading the
+    /// logits back failed (or shifting the cache before the batch).
     #[error("compute failed: {0}")]
     Compute(Error),
+    /// The scheduler's abort callback stopped the compute
+    /// ([`Scheduler::set_abort_callback`]).
     #[error("aborted")]
     Aborted,
 }
@@ -105,26 +129,38 @@ struct Built {
 /// How one ubatch's graph is split.
 #[derive(Clone, Debug)]
 pub struct SplitReport {
+    /// Splits: runs of consecutive nodes on one backend.
     pub splits: usize,
+    /// Split inputs copied from another backend, all splits together.
     pub copies: usize,
     /// Bytes moved between devices per run of the graph.
     pub bytes_copied: u64,
+    /// The scheduled graph in Graphviz DOT: nodes coloured by backend, one
+    /// cluster per split.
     pub dot: String,
+    /// As text: each node's backend and why, each split's inputs and the
+    /// bytes they copy.
     pub explain: String,
 }
 
 /// Counters of the decode loop.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContextStats {
+    /// Ubatches computed.
     pub ubatches: u64,
+    /// Ubatches whose graph was built and allocated afresh (a new shape).
     pub graphs_built: u64,
+    /// Ubatches that reused the previous ubatch's graph (the same shape).
     pub graphs_reused: u64,
+    /// Tokens decoded (written to the cache).
     pub tokens: u64,
 }
 
 /// A model, a cache and a scheduler.
 pub struct Context {
     model: Arc<Model>,
+    /// The settings the context was made with; its caches and reserved
+    /// compute memory were sized from them.
     pub params: ContextParams,
     /// The cache of every layer, or of the full-attention layers when the
     /// sliding-window layers have their own.
@@ -240,18 +276,23 @@ impl Context {
         Ok(ctx)
     }
 
+    /// The model it decodes (shared: several contexts may use one model).
     pub fn model(&self) -> &Arc<Model> {
         &self.model
     }
 
+    /// The scheduler of the decode graphs: the last graph's splits and
+    /// assignments, and the compute buffers.
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
     }
 
+    /// The same, mutable: to set an abort callback, for instance.
     pub fn scheduler_mut(&mut self) -> &mut Scheduler {
         &mut self.sched
     }
 
+    /// Counters since the context was made.
     pub fn stats(&self) -> ContextStats {
         self.stats
     }

@@ -15,9 +15,11 @@ use ggraph_core::util::Rng;
 /// One tensor of a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorSpec {
+    /// GGUF name (`blk.0.attn_q.weight`).
     pub name: String,
+    /// Element type, quantised or not.
     pub dtype: DType,
-    /// ggml order: shape[0] is the row length.
+    /// ggml order, in elements: `shape[0]` is the row length.
     pub shape: Vec<usize>,
     /// A second copy of another tensor of the model, under this name: the
     /// token embeddings as the output matrix of a model with tied
@@ -28,6 +30,8 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
+    /// Bytes of the tensor's data (rows times `dtype`'s row size); 0 when a
+    /// row is not whole blocks of `dtype`.
     pub fn nbytes(&self) -> u64 {
         let n0 = self.shape.first().copied().unwrap_or(1);
         let rows: usize = self.shape.iter().skip(1).product();
@@ -60,7 +64,10 @@ pub enum WeightData {
     /// A GGUF file with its data.
     File(Arc<ModelFile>),
     /// Values from a generator seeded per tensor name (tests, benches).
-    Random { seed: u64 },
+    Random {
+        /// Mixed with each tensor's name to seed its generator.
+        seed: u64,
+    },
     /// No data: placement, estimates and dry runs only.
     None,
 }
@@ -68,8 +75,12 @@ pub enum WeightData {
 /// A model: its hyperparameters and tensors.
 #[derive(Clone)]
 pub struct ModelDesc {
+    /// The hyperparameters, read from the header or given.
     pub config: ModelConfig,
+    /// Every tensor, in GGUF order, then the output copy of the token
+    /// embeddings when the model ties them.
     pub tensors: Vec<TensorSpec>,
+    /// Where the tensors' bytes come from.
     pub data: WeightData,
     /// The GGUF metadata the model came from: its vocabulary and chat
     /// template (`None` for a random model without one).
@@ -198,6 +209,7 @@ impl ModelDesc {
         }
     }
 
+    /// The tensor with GGUF name `name`, if the model has one.
     pub fn tensor(&self, name: &str) -> Option<&TensorSpec> {
         self.tensors.iter().find(|t| t.name == name)
     }

@@ -33,11 +33,16 @@ struct Loaded {
 
 /// A model on its devices.
 pub struct Model {
+    /// The hyperparameters the graphs are built from.
     pub config: ModelConfig,
+    /// Where each weight, layer and KV cache lives.
     pub plan: PlacementPlan,
     /// GPU-class devices in placement order.
     pub devices: Vec<Arc<dyn Device>>,
+    /// The host device: weights the plan keeps on the host live in its
+    /// buffer type, and the scheduler falls back to it.
     pub cpu: Arc<dyn Device>,
+    /// Whether the weights are real memory or a dry run's virtual memory.
     pub mode: LoadMode,
     /// The GGUF metadata the model came from (vocabulary, chat template).
     pub metadata: Option<Arc<crate::gguf::GgufHeader>>,

@@ -17,7 +17,10 @@ use ggraph_core::util::format_bytes;
 /// llama.cpp's `n_gpu_layers`): the last N layers are offloaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuLayers {
+    /// Every layer, the output layer included (what a large `-ngl` gives).
     All,
+    /// The last `n` layers, counted back from the output layer (`-ngl n`);
+    /// more than `n_layer + 1` is all of them.
     Count(usize),
 }
 
@@ -47,7 +50,9 @@ pub enum TensorSplit {
 /// Where an override sends the tensors it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverrideTarget {
+    /// Host memory (llama.cpp's `-ot pattern=CPU`).
     Host,
+    /// The device at this index in placement order.
     Device(usize),
 }
 
@@ -55,11 +60,15 @@ pub enum OverrideTarget {
 /// overrides are tried in order and the first match wins.
 #[derive(Clone, Debug)]
 pub struct Override {
+    /// Matched anywhere in a tensor's GGUF name unless anchored.
     pub pattern: Regex,
+    /// Where the matching tensors go.
     pub target: OverrideTarget,
 }
 
 impl Override {
+    /// An override (llama.cpp's `-ot pattern=buffer type`); an error when
+    /// `pattern` is not a valid regular expression.
     pub fn new(pattern: &str, target: OverrideTarget) -> Result<Override> {
         let pattern = Regex::new(pattern)
             .map_err(|e| Error::InvalidArgument(format!("override pattern '{pattern}': {e}")))?;
@@ -70,15 +79,21 @@ impl Override {
 /// Placement options, as llama.cpp's command line gives them.
 #[derive(Clone, Debug)]
 pub struct PlacementOptions {
+    /// How many layers go to the GPUs (`-ngl`).
     pub n_gpu_layers: GpuLayers,
+    /// How offloaded layers are spread over the devices (`-sm`).
     pub split_mode: SplitMode,
     /// None: proportional to each device's free memory.
     pub tensor_split: Option<TensorSplit>,
+    /// The device (index in placement order) that holds everything
+    /// offloaded with [`SplitMode::None`], and the tensors that are not
+    /// split with [`SplitMode::Row`] (`-mg`).
     pub main_device: usize,
     /// The KV cache of a layer follows its weights' device (else: host).
     pub offload_kqv: bool,
     /// Ops whose weights are on the host may run on a GPU.
     pub op_offload: bool,
+    /// Per-tensor homes that take precedence over the layer's (`-ot`).
     pub overrides: Vec<Override>,
 }
 
@@ -125,7 +140,9 @@ impl PlacementOptions {
 /// Where one tensor lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Home {
+    /// Host memory.
     Host,
+    /// The device at this index in placement order.
     Device(usize),
     /// Rows divided across the devices by `PlacementPlan::row_split`.
     Rows,
@@ -134,6 +151,7 @@ pub enum Home {
 /// The result of placing a model.
 #[derive(Clone, Debug)]
 pub struct PlacementPlan {
+    /// GPU-class devices planned for (the host not counted).
     pub n_devices: usize,
     /// One per tensor of the model, in its order.
     pub homes: Vec<Home>,
@@ -152,7 +170,10 @@ pub struct PlacementPlan {
     pub shared_with: Vec<Option<usize>>,
     /// Weight bytes on the host (index 0) and on each device (1..).
     pub weight_bytes: Vec<u64>,
+    /// The main device of the options the plan was made with.
     pub main_device: usize,
+    /// Whether ops whose weights are on the host may run on a GPU, as the
+    /// options said.
     pub op_offload: bool,
 }
 

@@ -2,6 +2,8 @@
 //! attention over the KV cache with its variants (sliding window,
 //! soft-capping), the FFN (gated, fused or a mixture of experts), and
 //! soft-capping. Each architecture's [`ArchSpec`] picks among them.
+//!
+//! [`ArchSpec`]: super::config::ArchSpec
 
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};

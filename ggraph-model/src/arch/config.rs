@@ -41,6 +41,8 @@ pub struct ArchSpec {
     /// RMS norms after the attention and after the FFN, before each
     /// residual add (gemma2, gemma3).
     pub post_norms: bool,
+    /// How a dense layer's feed-forward network is made (its GLU and
+    /// whether gate and up share one matrix).
     pub ffn: FfnKind,
     /// Token embeddings scaled by sqrt(n_embd) (gemma).
     pub embed_scale: bool,
@@ -86,30 +88,47 @@ pub enum Presence {
 /// A weight an architecture may read: GGUF name and ggml shape.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WeightDecl {
+    /// The tensor's GGUF name, as llama.cpp names it (`blk.3.attn_q.weight`).
     pub name: String,
+    /// ggml dimensions in elements, innermost first (`ne[0]`, `ne[1]`, ...).
     pub shape: Vec<usize>,
+    /// Whether a file must, usually does or may hold it.
     pub presence: Presence,
 }
 
 /// The hyperparameters of a model of some architecture.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
+    /// The architecture, which says how the layers are built.
     pub arch: &'static ArchSpec,
+    /// Tokens in the vocabulary: rows of `token_embd`, width of the logits.
     pub n_vocab: usize,
+    /// Width of the hidden state, in elements (`{arch}.embedding_length`).
     pub n_embd: usize,
+    /// Decoder layers (`{arch}.block_count`).
     pub n_layer: usize,
+    /// Query heads (`{arch}.attention.head_count`).
     pub n_head: usize,
+    /// Key/value heads (`{arch}.attention.head_count_kv`); equal to `n_head`
+    /// without grouped-query attention, and a divisor of it.
     pub n_head_kv: usize,
+    /// Width of a dense layer's FFN (`{arch}.feed_forward_length`); 0 when
+    /// the header has none.
     pub n_ff: usize,
     /// Per-head dimension (n_embd / n_head unless the model says otherwise).
     pub head_dim: usize,
+    /// The rope's frequency base (`{arch}.rope.freq_base`; 10000 by default).
     pub rope_freq_base: f32,
+    /// The rope's position scale, 1 / `{arch}.rope.scaling.factor` (1: none).
     pub rope_freq_scale: f32,
     /// Rotated dimensions per head (fewer than head_dim: partial rotary).
     pub n_rot: usize,
+    /// The RMS norms' epsilon (`{arch}.attention.layer_norm_rms_epsilon`).
     pub rms_eps: f32,
     /// Experts per MoE layer (0 for a dense model).
     pub n_expert: usize,
+    /// Experts each token is routed to (`{arch}.expert_used_count`; 0 for a
+    /// dense model).
     pub n_expert_used: usize,
     /// Expert FFN width.
     pub n_ff_expert: usize,
@@ -120,8 +139,9 @@ pub struct ModelConfig {
     pub n_swa: usize,
     /// Per layer: whether it attends over the sliding window only.
     pub swa_layers: Vec<bool>,
-    /// The rope of the sliding-window layers.
+    /// The frequency base of the sliding-window layers' rope.
     pub rope_freq_base_swa: f32,
+    /// The position scale of the sliding-window layers' rope.
     pub rope_freq_scale_swa: f32,
     /// Attention scores capped as `c * tanh(s / c)` (0: not capped).
     pub attn_softcap: f32,
@@ -242,6 +262,8 @@ impl ModelConfig {
         self.head_dim * self.n_head_kv
     }
 
+    /// Whether the layers route tokens to experts (`n_expert > 0`) rather
+    /// than through one dense FFN.
     pub fn is_moe(&self) -> bool {
         self.n_expert > 0
     }

@@ -17,37 +17,40 @@ use crate::kv::CacheSource;
 /// Input leafs of a model's graph.
 #[derive(Clone, Debug)]
 pub struct GraphInputs {
-    /// I32 [n_tokens] token ids.
+    /// I32 `[n_tokens]` token ids.
     pub tokens: TensorId,
-    /// I32 [n_tokens] positions.
+    /// I32 `[n_tokens]` positions.
     pub positions: TensorId,
-    /// [n_kv, n_tokens] attention mask (0 or -inf), F16 or F32.
+    /// `[n_kv, n_tokens]` attention mask (0 or -inf), F16 or F32.
     pub kq_mask: TensorId,
     /// The same for the sliding-window layers, which also mask the cells
     /// `n_swa` or more positions before the token (present when the model
-    /// has such layers): [n_kv of their cache, n_tokens].
+    /// has such layers): `[n_kv of their cache, n_tokens]`.
     pub kq_mask_swa: Option<TensorId>,
-    /// I32 [n_outputs] rows of the last layer to keep (absent when every
+    /// I32 `[n_outputs]` rows of the last layer to keep (absent when every
     /// token outputs).
     pub out_ids: Option<TensorId>,
-    /// I32 [n_tokens] cache cells the ubatch writes (with a cache).
+    /// I32 `[n_tokens]` cache cells the ubatch writes (with a cache).
     pub k_idx: Option<TensorId>,
-    /// I32 [n_tokens] cache cells the ubatch writes in V (the same cells as
+    /// I32 `[n_tokens]` cache cells the ubatch writes in V (the same cells as
     /// K; a separate input so that K and V may live on different devices).
     pub v_idx: Option<TensorId>,
     /// The cells of the sliding-window layers' own cache, when they have
-    /// one (K, V).
+    /// one: I32 `[n_tokens]`, the cells written in K.
     pub k_idx_swa: Option<TensorId>,
+    /// The same cells, written in V (with a sliding-window cache).
     pub v_idx_swa: Option<TensorId>,
 }
 
 /// A built graph and where its pieces are.
 pub struct ModelGraph {
+    /// The graph of one ubatch, `logits` marked as its output.
     pub graph: Graph,
+    /// Its input leafs, which the caller fills before each compute.
     pub inputs: GraphInputs,
-    /// F32 [n_vocab, n_outputs].
+    /// F32 `[n_vocab, n_outputs]`.
     pub logits: TensorId,
-    /// F32 [n_embd, n_outputs]: the output norm's result, the rows the
+    /// F32 `[n_embd, n_outputs]`: the output norm's result, the rows the
     /// logits are computed from (llama.cpp's `result_norm`, its
     /// embeddings). Not a graph output unless marked as one.
     pub embeddings: TensorId,
@@ -226,7 +229,8 @@ pub fn build_graph(
 /// Fills a causal mask for tokens at `positions` attending to cells at
 /// `cell_positions` (None = empty cell): 0 where the cell's position is at
 /// or before the token's (and, with a window `n_swa` > 0, less than
-/// `n_swa` before it), -inf elsewhere. Row-major [n_kv, n_tokens].
+/// `n_swa` before it), -inf elsewhere. Row-major `[n_kv, n_tokens]`: one
+/// row of `cell_positions.len()` values per token.
 pub fn causal_mask(positions: &[i32], cell_positions: &[Option<i32>], n_swa: usize) -> Vec<f32> {
     let mut m = Vec::with_capacity(positions.len() * cell_positions.len());
     for &p in positions {

@@ -10,6 +10,9 @@ use ggraph_core::ir::{GluOp, RopeMode};
 use super::config::{ArchSpec, FfnKind, ModelConfig};
 use crate::gguf::GgufHeader;
 
+/// gemma2: scaled embeddings, norms before and after attention and FFN,
+/// GeGLU, soft-capped scores and logits, every other layer on a sliding
+/// window, logits from the token embeddings.
 pub static GEMMA2: ArchSpec = ArchSpec {
     name: "gemma2",
     rope: RopeMode::Neox,

@@ -10,6 +10,8 @@ use super::config::{ArchSpec, FfnKind, ModelConfig};
 use super::gemma2::gemma_attention_scale;
 use crate::gguf::GgufHeader;
 
+/// gemma3: gemma2's layers with per-head Q and K norms and no attention
+/// soft-cap; five sliding-window layers to one global.
 pub static GEMMA3: ArchSpec = ArchSpec {
     name: "gemma3",
     rope: RopeMode::Neox,

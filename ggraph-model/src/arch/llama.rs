@@ -7,6 +7,8 @@ use ggraph_core::ir::{GluOp, RopeMode};
 
 use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
 
+/// llama (llama 1-3, mistral, mixtral): pre-norm layers, separate Q, K and
+/// V, SwiGLU or a mixture of experts, normal rope.
 pub static LLAMA: ArchSpec = ArchSpec {
     name: "llama",
     rope: RopeMode::Normal,

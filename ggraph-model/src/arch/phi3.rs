@@ -11,6 +11,8 @@ use ggraph_core::ir::{GluOp, RopeMode};
 use super::config::{ArchSpec, FfnKind, ModelConfig};
 use crate::gguf::GgufHeader;
 
+/// phi3: fused QKV and gate/up matrices, a NeoX rope over part of each
+/// head, LongRoPE factors where the model has them.
 pub static PHI3: ArchSpec = ArchSpec {
     name: "phi3",
     rope: RopeMode::Neox,

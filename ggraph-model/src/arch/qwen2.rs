@@ -4,6 +4,7 @@ use ggraph_core::ir::{GluOp, RopeMode};
 
 use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
 
+/// qwen2: llama's layers with Q, K and V biases and the NeoX rope.
 pub static QWEN2: ArchSpec = ArchSpec {
     name: "qwen2",
     rope: RopeMode::Neox,

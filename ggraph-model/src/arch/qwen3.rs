@@ -6,6 +6,7 @@ use ggraph_core::ir::{GluOp, RopeMode};
 use super::config::{ArchSpec, FfnKind, no_keys_of_its_own};
 use super::qwen2;
 
+/// qwen3: llama's layers with per-head Q and K RMS norms and the NeoX rope.
 pub static QWEN3: ArchSpec = ArchSpec {
     name: "qwen3",
     rope: RopeMode::Neox,

@@ -9,6 +9,8 @@ use super::config::{ArchSpec, FfnKind, ModelConfig};
 use super::qwen2;
 use crate::gguf::{GgufHeader, meta_error};
 
+/// qwen3moe: qwen3's attention over a mixture of experts in every layer
+/// (top `expert_used_count` of the router's softmax, renormalised).
 pub static QWEN3MOE: ArchSpec = ArchSpec {
     name: "qwen3moe",
     rope: RopeMode::Neox,

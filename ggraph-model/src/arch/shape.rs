@@ -24,6 +24,7 @@ pub struct BuildShape {
     pub n_outputs: usize,
     /// Cells the attention looks at (n_tokens without a cache).
     pub n_kv: usize,
+    /// Standard or flash attention (llama.cpp's `flash_attn`).
     pub attention: Attention,
     /// The cache; None attends only to the ubatch's own tokens.
     pub kv: Option<KvLayout>,
@@ -92,5 +93,6 @@ impl BuildShape {
 pub struct SwaCache {
     /// Cells the attention looks at.
     pub n_kv: usize,
+    /// The layout of the sliding-window layers' cache.
     pub kv: KvLayout,
 }

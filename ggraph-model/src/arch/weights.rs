@@ -24,6 +24,7 @@ pub trait WeightSource {
 /// weights (rope factors, biases): for tests and
 /// benches that fill or merely plan them.
 pub struct FreshWeights {
+    /// The type of every matrix (norms, 1-D weights and MoE routers are F32).
     pub dtype: DType,
 }
 

@@ -22,14 +22,19 @@ pub struct DeviceCost {
     pub name: String,
     /// Layers whose weights it holds (the output layer is n_layer).
     pub layers: Vec<usize>,
+    /// Bytes of weights in its buffer type.
     pub weights: u64,
+    /// Bytes of KV cache in its buffer type, every cache together.
     pub kv: u64,
+    /// Bytes of compute buffer the scheduler reserves on it for the
+    /// worst-case ubatch.
     pub compute: u64,
     /// Free memory the device reports (declared for simulated devices).
     pub free: u64,
 }
 
 impl DeviceCost {
+    /// Bytes it will hold: weights, KV cache and compute together.
     pub fn total(&self) -> u64 {
         self.weights + self.kv + self.compute
     }
@@ -40,8 +45,12 @@ impl DeviceCost {
 pub struct ExactEstimate {
     /// The host first, then each device in order.
     pub devices: Vec<DeviceCost>,
+    /// Layers whose weights are on a device rather than the host, the
+    /// output layer counted (llama.cpp's `n_gpu_layers`).
     pub n_gpu_layers: usize,
+    /// The context, in KV cells, the estimate reserved.
     pub n_ctx: usize,
+    /// Splits of the worst-case ubatch's graph.
     pub splits: usize,
     /// One line per split: backend, nodes, bytes copied in.
     pub split_lines: Vec<String>,
@@ -59,6 +68,9 @@ impl ExactEstimate {
             .collect()
     }
 
+    /// The `exact` part of `ggraph estimate --json`: `n_gpu_layers`, `n_ctx`,
+    /// `splits`, and per device its name, layers and byte counts (`weights`,
+    /// `kv`, `compute`, `total`, `free`).
     pub fn to_json(&self) -> Json {
         json!({
             "n_gpu_layers": self.n_gpu_layers,
@@ -105,7 +117,7 @@ impl ExactEstimate {
     }
 }
 
-/// `0-15, 32`.
+/// Sorted layer indices as runs for a table: `0-15, 32`; `-` for none.
 pub fn layer_ranges(layers: &[usize]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut i = 0;
@@ -213,6 +225,7 @@ pub fn exact_estimate(
 /// The result of fitting a model to its devices.
 #[derive(Clone, Debug)]
 pub struct Fit {
+    /// The exact estimate of the setting chosen.
     pub estimate: ExactEstimate,
     /// The placement to load with: the options given, with the layers
     /// (and op offload) the fit chose.
@@ -234,6 +247,7 @@ pub struct FitRequest {
     /// Shrink the context (down to `min_ctx`) before offloading fewer
     /// layers; the requested context is the upper bound.
     pub fit_ctx: bool,
+    /// The smallest context `fit_ctx` may shrink to, in KV cells.
     pub min_ctx: usize,
 }
 

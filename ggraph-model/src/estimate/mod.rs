@@ -37,10 +37,16 @@ use ggraph_core::error::Error;
 /// The estimates of one model for one request.
 #[derive(Debug)]
 pub struct Estimate {
+    /// `general.architecture`, when the header has it.
     pub architecture: Option<String>,
+    /// `{arch}.block_count`, when the header has it (an integer that fits
+    /// `u32`).
     pub block_count: Option<u64>,
+    /// Tensors in the header.
     pub n_tensors: usize,
+    /// Bytes of every tensor's data together.
     pub tensor_bytes: u64,
+    /// The request the figures are for.
     pub request: EstimateRequest,
     /// Ollama's figures, or why they cannot be computed.
     pub ollama: Result<OllamaEstimate, Error>,

@@ -187,10 +187,13 @@ impl ModelFile {
         }
     }
 
+    /// The path the model was opened from (or given with its header), for
+    /// messages.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The checked metadata and tensor infos.
     pub fn header(&self) -> &GgufHeader {
         &self.header
     }

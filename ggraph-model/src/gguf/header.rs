@@ -24,7 +24,9 @@ pub const ALIGNMENT_KEY: &str = "general.alignment";
 /// One tensor as the header describes it.
 #[derive(Clone, PartialEq)]
 pub struct TensorInfo {
+    /// The tensor's name, unique in the header (`blk.0.attn_q.weight`).
     pub name: String,
+    /// Its element type as the file records it (ggml's `ggml_type`).
     pub ggml_type: GgmlType,
     /// ggml order: `shape[0]` is the row length (ne0).
     pub shape: Vec<u64>,
@@ -223,6 +225,7 @@ impl GgufHeader {
         self
     }
 
+    /// The GGUF format version: 2 or 3 (the only ones a header can have).
     pub fn version(&self) -> u32 {
         self.version
     }

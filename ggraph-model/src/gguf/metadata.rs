@@ -67,11 +67,15 @@ impl GgufHeader {
             .transpose()
     }
 
+    /// An integer value that fits `u32`; an error when the key is missing,
+    /// not an integer, or out of range.
     pub fn get_u32(&self, key: &str) -> Result<u32> {
         self.opt_u32(key)?
             .ok_or_else(|| meta_error(format!("key '{key}' is missing")))
     }
 
+    /// An integer value that fits `u64`; an error when the key is missing,
+    /// not an integer, or negative.
     pub fn get_u64(&self, key: &str) -> Result<u64> {
         self.opt_u64(key)?
             .ok_or_else(|| meta_error(format!("key '{key}' is missing")))
@@ -92,11 +96,14 @@ impl GgufHeader {
         }
     }
 
+    /// A float32 or float64 value as `f32`; an error when the key is
+    /// missing or not a float (an integer is not one).
     pub fn get_f32(&self, key: &str) -> Result<f32> {
         self.opt_f32(key)?
             .ok_or_else(|| meta_error(format!("key '{key}' is missing")))
     }
 
+    /// A string value, `None` if absent; an error for another type.
     pub fn opt_str(&self, key: &str) -> Result<Option<&str>> {
         match self.get(key) {
             None => Ok(None),
@@ -107,6 +114,8 @@ impl GgufHeader {
         }
     }
 
+    /// A bool value, `None` if absent; an error for another type (an
+    /// integer 0 or 1 included).
     pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
@@ -115,6 +124,8 @@ impl GgufHeader {
         }
     }
 
+    /// An array value of any element type, `None` if absent; an error for
+    /// a scalar or string. Its values may be unknown (header JSON).
     pub fn opt_array(&self, key: &str) -> Result<Option<&Array>> {
         match self.get(key) {
             None => Ok(None),
@@ -130,14 +141,18 @@ impl GgufHeader {
         self.get_u32(&self.arch_key(name)?)
     }
 
+    /// The same, `None` if absent.
     pub fn opt_hparam_u32(&self, name: &str) -> Result<Option<u32>> {
         self.opt_u32(&self.arch_key(name)?)
     }
 
+    /// Architecture hyperparameter `{arch}.{name}` as `f32` (a float32 or
+    /// float64 value).
     pub fn hparam_f32(&self, name: &str) -> Result<f32> {
         self.get_f32(&self.arch_key(name)?)
     }
 
+    /// The same, `None` if absent.
     pub fn opt_hparam_f32(&self, name: &str) -> Result<Option<f32>> {
         self.opt_f32(&self.arch_key(name)?)
     }
@@ -177,6 +192,7 @@ impl GgufHeader {
             .map(Some)
     }
 
+    /// The same, with an error when the key is absent.
     pub fn layer_u32s(&self, name: &str, n_layer: usize) -> Result<Vec<u32>> {
         self.opt_layer_u32s(name, n_layer)?.ok_or_else(|| {
             meta_error(format!(

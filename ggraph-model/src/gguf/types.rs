@@ -69,9 +69,17 @@ const TABLE: [Option<(&str, u32, u32)>; 42] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UnknownType {
     /// ggml had this type once and removed it (the name is ggml's).
-    Removed { id: u32, name: &'static str },
+    Removed {
+        /// The id the file gives.
+        id: u32,
+        /// ggml's name for it (`Q4_2`, ...), or `?`.
+        name: &'static str,
+    },
     /// No ggml type has this id.
-    Unknown { id: u32 },
+    Unknown {
+        /// The id the file gives.
+        id: u32,
+    },
 }
 
 impl fmt::Display for UnknownType {
@@ -118,6 +126,7 @@ impl GgmlType {
         TABLE[self.id as usize].unwrap_or(("?", 1, 0))
     }
 
+    /// ggml's id (`enum ggml_type`), as a GGUF tensor info stores it.
     pub fn id(self) -> u32 {
         self.id
     }

@@ -5,18 +5,32 @@ use std::fmt;
 /// The type tag of a GGUF metadata value (`gguf_metadata_value_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueType {
+    /// An unsigned 8-bit integer (`uint8`, id 0).
     U8,
+    /// A signed 8-bit integer (`int8`, id 1).
     I8,
+    /// An unsigned 16-bit integer (`uint16`, id 2).
     U16,
+    /// A signed 16-bit integer (`int16`, id 3).
     I16,
+    /// An unsigned 32-bit integer (`uint32`, id 4).
     U32,
+    /// A signed 32-bit integer (`int32`, id 5).
     I32,
+    /// An IEEE 754 single-precision float (`float32`, id 6).
     F32,
+    /// A boolean, one byte (0 or 1) in the file (`bool`, id 7).
     Bool,
+    /// A UTF-8 string: a u64 byte length, then the bytes (`string`, id 8).
     String,
+    /// An array (`array`, id 9): its element type, a u64 count, then the
+    /// elements; arrays do not nest.
     Array,
+    /// An unsigned 64-bit integer (`uint64`, id 10).
     U64,
+    /// A signed 64-bit integer (`int64`, id 11).
     I64,
+    /// An IEEE 754 double-precision float (`float64`, id 12).
     F64,
 }
 
@@ -53,10 +67,12 @@ impl ValueType {
         ValueType::F64,
     ];
 
+    /// The type with GGUF id `id` (0 to 12); `None` for any other id.
     pub fn from_id(id: u32) -> Option<ValueType> {
         ValueType::BY_ID.get(id as usize).copied()
     }
 
+    /// The GGUF id written before a value of this type (0 to 12).
     pub fn id(self) -> u32 {
         ValueType::BY_ID
             .iter()
@@ -84,6 +100,8 @@ impl ValueType {
         }
     }
 
+    /// The type of a header JSON name (see [`ValueType::name`]); `None` for
+    /// an unknown name.
     pub fn from_name(name: &str) -> Option<ValueType> {
         ValueType::BY_ID.into_iter().find(|t| t.name() == name)
     }
@@ -119,21 +137,34 @@ impl fmt::Display for ValueType {
 /// The values of an array, one vector per element type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ArrayValues {
+    /// The elements of an `array[uint8]`.
     U8(Vec<u8>),
+    /// The elements of an `array[int8]`.
     I8(Vec<i8>),
+    /// The elements of an `array[uint16]`.
     U16(Vec<u16>),
+    /// The elements of an `array[int16]`.
     I16(Vec<i16>),
+    /// The elements of an `array[uint32]`.
     U32(Vec<u32>),
+    /// The elements of an `array[int32]`.
     I32(Vec<i32>),
+    /// The elements of an `array[float32]`.
     F32(Vec<f32>),
+    /// The elements of an `array[bool]`.
     Bool(Vec<bool>),
+    /// The elements of an `array[string]`.
     String(Vec<String>),
+    /// The elements of an `array[uint64]`.
     U64(Vec<u64>),
+    /// The elements of an `array[int64]`.
     I64(Vec<i64>),
+    /// The elements of an `array[float64]`.
     F64(Vec<f64>),
 }
 
 impl ArrayValues {
+    /// The element type (never [`ValueType::Array`]).
     pub fn elem_type(&self) -> ValueType {
         match self {
             ArrayValues::U8(_) => ValueType::U8,
@@ -151,6 +182,7 @@ impl ArrayValues {
         }
     }
 
+    /// Elements in the array.
     pub fn len(&self) -> usize {
         match self {
             ArrayValues::U8(v) => v.len(),
@@ -168,6 +200,7 @@ impl ArrayValues {
         }
     }
 
+    /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -259,14 +292,17 @@ impl Array {
         })
     }
 
+    /// The element type (never [`ValueType::Array`]).
     pub fn elem_type(&self) -> ValueType {
         self.elem
     }
 
+    /// Elements in the array, known even when the values are not.
     pub fn len(&self) -> u64 {
         self.len
     }
 
+    /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -294,22 +330,36 @@ impl Array {
 /// One GGUF metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// A `uint8`.
     U8(u8),
+    /// An `int8`.
     I8(i8),
+    /// A `uint16`.
     U16(u16),
+    /// An `int16`.
     I16(i16),
+    /// A `uint32`.
     U32(u32),
+    /// An `int32`.
     I32(i32),
+    /// A `float32`.
     F32(f32),
+    /// A `bool`.
     Bool(bool),
+    /// A `string` (UTF-8).
     String(String),
+    /// An array of one element type, its values possibly unknown ([`Array`]).
     Array(Array),
+    /// A `uint64`.
     U64(u64),
+    /// An `int64`.
     I64(i64),
+    /// A `float64`.
     F64(f64),
 }
 
 impl Value {
+    /// The type tag the value is written with.
     pub fn value_type(&self) -> ValueType {
         match self {
             Value::U8(_) => ValueType::U8,
@@ -360,6 +410,7 @@ impl Value {
         }
     }
 
+    /// The text of a string value; `None` for any other type.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::String(s) => Some(s),
@@ -367,6 +418,7 @@ impl Value {
         }
     }
 
+    /// An array value; `None` for a scalar or string.
     pub fn as_array(&self) -> Option<&Array> {
         match self {
             Value::Array(a) => Some(a),

@@ -24,10 +24,12 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// Whether the cell holds no token (no position, no sequence).
     pub fn is_empty(&self) -> bool {
         self.pos.is_none()
     }
 
+    /// Whether the cell belongs to sequence `s` (`s` below [`MAX_SEQS`]).
     pub fn has_seq(&self, s: SeqId) -> bool {
         self.seqs & (1 << s) != 0
     }
@@ -40,7 +42,9 @@ impl Cell {
 /// A token's place: its position and sequences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenPlace {
+    /// Position in its sequences (what the rope rotates by), 0 or more.
     pub pos: i32,
+    /// Bit s set: the token belongs to sequence s (at least one bit).
     pub seqs: u64,
 }
 
@@ -48,6 +52,7 @@ pub struct TokenPlace {
 /// that a failed ubatch can be undone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Slot {
+    /// The cell each token was written to, in the ubatch's token order.
     pub cells: Vec<usize>,
     previous: Vec<Cell>,
     previous_head: usize,
@@ -63,7 +68,9 @@ impl Slot {
 /// A move of one cell's contents in a defragmentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CellMove {
+    /// The cell whose position, sequences and K/V rows move.
     pub from: usize,
+    /// The cell they move to.
     pub to: usize,
 }
 
@@ -85,6 +92,8 @@ fn in_range(pos: i32, p0: Option<i32>, p1: Option<i32>) -> bool {
 }
 
 impl Cells {
+    /// `size` empty cells for sequences `0..n_seq_max` (llama.cpp's
+    /// `n_seq_max`); an error unless `n_seq_max` is in `1..=MAX_SEQS`.
     pub fn new(size: usize, n_seq_max: usize) -> Result<Cells> {
         if n_seq_max == 0 || n_seq_max > MAX_SEQS {
             return Err(Error::InvalidArgument(format!(
@@ -109,10 +118,12 @@ impl Cells {
         self
     }
 
+    /// Cells in the cache, used or not (the cache's `kv_size`).
     pub fn size(&self) -> usize {
         self.cells.len()
     }
 
+    /// Sequences the cells track: ids `0..n_seq_max`.
     pub fn n_seq_max(&self) -> usize {
         self.n_seq_max
     }
@@ -122,10 +133,12 @@ impl Cells {
         self.used
     }
 
+    /// Cell `i`; panics when `i` is not below [`Cells::size`].
     pub fn cell(&self, i: usize) -> &Cell {
         &self.cells[i]
     }
 
+    /// Every cell, by index.
     pub fn cells(&self) -> &[Cell] {
         &self.cells
     }
@@ -359,8 +372,9 @@ impl Cells {
         }
     }
 
-    /// Finds cells for `tokens`: one contiguous run from the search head
-    /// when there is one, any free cells otherwise. Changes nothing.
+    /// Finds cells for `n` tokens: one contiguous run from the search head
+    /// when there is one, any free cells otherwise; `None` when fewer than
+    /// `n` cells are free. Changes nothing.
     pub fn find_slot(&self, n: usize) -> Option<Vec<usize>> {
         let size = self.cells.len();
         if n == 0 {

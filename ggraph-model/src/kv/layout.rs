@@ -10,12 +10,19 @@ use ggraph_core::ir::{GraphBuilder, TensorId};
 pub struct KvLayout {
     /// Cells per layer.
     pub kv_size: usize,
+    /// Type of K's values (llama.cpp's `type_k`): F32, F16, BF16, Q8_0 or
+    /// Q4_0.
     pub k_type: DType,
+    /// Type of V's values (llama.cpp's `type_v`); a quantised V needs flash
+    /// attention.
     pub v_type: DType,
 }
 
-/// Provides each layer's cache tensors ([n_embd_kv, kv_size] each).
+/// Provides each layer's cache tensors (`[n_embd_kv, kv_size]` each).
 pub trait CacheSource {
+    /// Layer `layer`'s K and V cache as tensors of the graph `b` builds,
+    /// each `[n_embd_kv, kv.kv_size]` of `kv.k_type` and `kv.v_type`; an
+    /// error when the source has no such cache for that layer.
     fn layer_cache(
         &mut self,
         b: &mut GraphBuilder,

@@ -19,7 +19,11 @@ use ggraph_core::ir::{Graph, GraphBuilder, RopeParams, TensorData, TensorId};
 /// One layer's K and V memory.
 #[derive(Clone, Debug)]
 pub struct LayerKv {
+    /// K: `kv_size` rows of `n_embd_kv` values of the layout's `k_type`,
+    /// one row per cell.
     pub k: TensorData,
+    /// V: the same for `v_type`; with `transposed_v`, one row per
+    /// embedding element and one column per cell.
     pub v: TensorData,
     /// The buffer type both live in.
     pub buffer_type: String,
@@ -27,6 +31,8 @@ pub struct LayerKv {
 
 /// A KV cache: cells plus K and V for every layer.
 pub struct KvCache {
+    /// What each cell holds (position, sequences, pending shift); the
+    /// decode loop finds slots in it and records every ubatch it writes.
     pub cells: Cells,
     layout: KvLayout,
     /// V stored transposed (one row per embedding element, one column per
@@ -131,10 +137,14 @@ impl KvCache {
         })
     }
 
+    /// Cells per layer and the K and V types the cache was made with.
     pub fn layout(&self) -> KvLayout {
         self.layout
     }
 
+    /// Whether V is stored transposed (one row per embedding element, one
+    /// column per cell), as standard attention reads it; false for flash
+    /// attention.
     pub fn transposed_v(&self) -> bool {
         self.transposed_v
     }
@@ -182,7 +192,7 @@ impl KvCache {
     /// The attention mask of a ubatch over the first `n_kv` cells: 0 where
     /// the cell is used, shares a sequence with the token and is not after
     /// it (and, with a sliding window `n_swa` > 0, less than `n_swa`
-    /// positions before it); -inf elsewhere. Row-major [n_kv, tokens.len()].
+    /// positions before it); -inf elsewhere. Row-major `[n_kv, tokens.len()]`.
     pub fn mask(&self, tokens: &[TokenPlace], n_kv: usize, n_swa: usize) -> Vec<f32> {
         let mut m = Vec::with_capacity(tokens.len() * n_kv);
         for t in tokens {
@@ -315,9 +325,15 @@ impl KvCache {
 /// The inputs of a defragmentation graph.
 #[derive(Clone, Copy, Debug)]
 pub struct DefragInputs {
+    /// I32 `[n_moves]`: the cell each moved row is read from.
     pub from: TensorId,
+    /// I32 `[n_moves]`: the cell it is written to.
     pub to: TensorId,
+    /// I32 `[n_moves, n_embd_kv]`: the source cells once per embedding
+    /// element, for a transposed V (None when V is not transposed).
     pub from_planes: Option<TensorId>,
+    /// I32 `[n_moves, 1]`: the destination cells, for a transposed V (None
+    /// when V is not transposed).
     pub to_planes: Option<TensorId>,
 }
 

@@ -44,11 +44,16 @@ use ggraph_core::error::Result;
 /// Full or partial graph: which one the GPUs hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GraphKind {
+    /// Every layer, the output layer included, is on GPUs: each GPU used
+    /// holds GraphSize's full-offload graph.
     Full,
+    /// Some layers stay in system memory: each GPU used holds the
+    /// partial-offload graph.
     Partial,
 }
 
 impl GraphKind {
+    /// The name in the estimate's JSON: `full` or `partial`.
     pub fn name(self) -> &'static str {
         match self {
             GraphKind::Full => "full",
@@ -62,15 +67,21 @@ impl GraphKind {
 pub struct GpuEstimate {
     /// "0", "1", ...: the position in the request.
     pub id: String,
+    /// Free memory the request gives for it, in bytes.
     pub free_bytes: u64,
     /// Layer indices on this GPU, ascending; block_count is the output.
     pub layers: Vec<usize>,
+    /// Bytes of its layers' weights.
     pub weights_bytes: u64,
+    /// KV cache bytes of its layers.
     pub cache_bytes: u64,
+    /// Graph bytes reserved on it (0 when it holds no layer).
     pub graph_bytes: u64,
 }
 
 impl GpuEstimate {
+    /// Weights, cache and graph together, in bytes (a wrapping sum, as Go's
+    /// `uint64` arithmetic is).
     pub fn total_bytes(&self) -> u64 {
         self.weights_bytes
             .wrapping_add(self.cache_bytes)
@@ -81,32 +92,52 @@ impl GpuEstimate {
 /// Ollama's estimate for one request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OllamaEstimate {
+    /// `general.architecture`.
     pub architecture: String,
-    /// The request after Ollama's adjustments.
+    /// The context after Ollama's adjustments (`num_ctx`, at most the
+    /// model's `context_length`), in tokens per sequence.
     pub ctx: u64,
+    /// The batch after Ollama's adjustments (`num_batch`: at most `ctx`,
+    /// equal to it for an embedding model).
     pub batch: u64,
+    /// Parallel sequences (`OLLAMA_NUM_PARALLEL`), as requested.
     pub parallel: u32,
+    /// The KV cache type Ollama uses (f16 where it refuses the one asked
+    /// for).
     pub kv_type: KvCacheType,
+    /// Flash attention as the llama engine passes it to GraphSize.
     pub flash_attention: FlashAttention,
     /// What Ollama changed or assumed, in words.
     pub notes: Vec<String>,
     /// KV cache bytes per layer (block_count entries).
     pub kv: Vec<u64>,
+    /// The sum of `kv`, in bytes.
     pub kv_total: u64,
-    /// Graph sizes after the fallback.
+    /// Graph bytes when some layers stay in system memory, after the
+    /// fallback for architectures GraphSize has no formula for.
     pub graph_partial: u64,
+    /// Graph bytes when every layer is on GPUs (the partial size when
+    /// GraphSize gives 0).
     pub graph_full: u64,
-    /// Weights and cache of each layer, the output layer last.
+    /// Weight bytes of each layer, the output layer last (`total_layers`
+    /// entries).
     pub layer_weights: Vec<u64>,
+    /// KV cache bytes of each layer, the same indices (0 for the output
+    /// layer and for layers without tensors).
     pub layer_cache: Vec<u64>,
     /// Bytes taken off every GPU first (`blk.0 + kv[0]`); `None` without blk.0.
     pub reserved_buffer: Option<u64>,
+    /// Every GPU of the request, in its order, used or not.
     pub gpus: Vec<GpuEstimate>,
+    /// Layers Ollama offloads, the output layer counted.
     pub layers_on_gpu: usize,
+    /// `block_count + 1`: the repeating layers and the output layer.
     pub total_layers: usize,
+    /// Which graph the GPUs used hold.
     pub graph_kind: GraphKind,
-    /// What stays in system memory.
+    /// Weight bytes of the layers that stay in system memory.
     pub cpu_weights_bytes: u64,
+    /// KV cache bytes of those layers.
     pub cpu_cache_bytes: u64,
 }
 

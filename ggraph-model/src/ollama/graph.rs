@@ -52,9 +52,14 @@ const fn W(x: u64) -> W {
 /// A KV cache type, as Ollama sizes it (`kvCacheBytesPerElement`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvCacheType {
+    /// `f16`, 2 bytes per element: Ollama's default.
     F16,
+    /// `q8_0`, sized at 1 byte per element; needs flash attention.
     Q8_0,
+    /// `q4_0`, sized at half a byte per element; needs flash attention.
     Q4_0,
+    /// `f32`, 4 bytes per element; GraphSize sizes it, but Ollama does not
+    /// accept it for the cache.
     F32,
 }
 
@@ -70,6 +75,7 @@ impl KvCacheType {
         }
     }
 
+    /// Ollama's name (`OLLAMA_KV_CACHE_TYPE`): `f16`, `q8_0`, `q4_0`, `f32`.
     pub fn name(self) -> &'static str {
         match self {
             KvCacheType::F16 => "f16",
@@ -100,12 +106,16 @@ impl KvCacheType {
 /// Ollama's `ml.FlashAttentionType` as passed to GraphSize.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlashAttention {
+    /// Not set by the user: llama.cpp decides (`--flash-attn auto`).
     Auto,
+    /// Set on, and the model supports it.
     Enabled,
+    /// Set off, or set on for a model that does not support it.
     Disabled,
 }
 
 impl FlashAttention {
+    /// The name in the estimate's JSON: `auto`, `enabled` or `disabled`.
     pub fn name(self) -> &'static str {
         match self {
             FlashAttention::Auto => "auto",

@@ -128,6 +128,8 @@ pub struct OllamaKv<'a> {
 }
 
 impl<'a> OllamaKv<'a> {
+    /// Ollama's view of `h`; its architecture is `unknown` when
+    /// `general.architecture` is missing or not a string.
     pub fn new(h: &'a GgufHeader) -> OllamaKv<'a> {
         let arch = match h.get("general.architecture") {
             Some(Value::String(s)) => s.clone(),
@@ -215,10 +217,12 @@ impl<'a> OllamaKv<'a> {
         Ok(n)
     }
 
+    /// `KV.EmbeddingLength`: `{arch}.embedding_length` if a `uint32`, else 0.
     pub fn embedding_length(&self) -> u64 {
         self.uint("embedding_length", 0).into()
     }
 
+    /// `KV.ContextLength`: `{arch}.context_length` if a `uint32`, else 0.
     pub fn context_length(&self) -> u64 {
         self.uint("context_length", 0).into()
     }
@@ -235,10 +239,14 @@ impl<'a> OllamaKv<'a> {
             .collect())
     }
 
+    /// `KV.HeadCount`: `attention.head_count` per layer, as
+    /// [`Self::per_layer`] reads it.
     pub fn head_count(&self) -> Result<Vec<u64>> {
         self.per_layer("attention.head_count")
     }
 
+    /// `KV.HeadCountKV`: `attention.head_count_kv` per layer, as
+    /// [`Self::per_layer`] reads it.
     pub fn head_count_kv(&self) -> Result<Vec<u64>> {
         self.per_layer("attention.head_count_kv")
     }
@@ -249,14 +257,21 @@ impl<'a> OllamaKv<'a> {
         Ok(self.min_max("attention.head_count", 1)?.1)
     }
 
+    /// `KV.HeadCountMin`: the smallest `attention.head_count` (1 when
+    /// absent); an error for an array without values, on which Ollama
+    /// would panic.
     pub fn head_count_min(&self) -> Result<u64> {
         Ok(self.min_max("attention.head_count", 1)?.0)
     }
 
+    /// `KV.HeadCountKVMax`: the largest `attention.head_count_kv` (1 when
+    /// absent).
     pub fn head_count_kv_max(&self) -> Result<u64> {
         Ok(self.min_max("attention.head_count_kv", 1)?.1)
     }
 
+    /// `KV.HeadCountKVMin`: the smallest `attention.head_count_kv` (1 when
+    /// absent).
     pub fn head_count_kv_min(&self) -> Result<u64> {
         Ok(self.min_max("attention.head_count_kv", 1)?.0)
     }
@@ -275,6 +290,8 @@ impl<'a> OllamaKv<'a> {
         Ok(self.uint("attention.key_length", d).into())
     }
 
+    /// `KV.EmbeddingHeadCountV`: `attention.value_length`, with the same
+    /// default as [`Self::embedding_head_count_k`].
     pub fn embedding_head_count_v(&self) -> Result<u64> {
         let d = self.embedding_head_count_max()? as u32;
         Ok(self.uint("attention.value_length", d).into())

@@ -33,6 +33,7 @@ pub const GPU_MINIMUM_MEMORY: u64 = 457 * 1024 * 1024;
 /// Layers assigned to one GPU (an index into the list of GPUs given).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerAssignment {
+    /// The GPU's index in the list of free memories given.
     pub gpu: usize,
     /// Layer indices, ascending.
     pub layers: Vec<usize>,

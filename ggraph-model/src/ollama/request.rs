@@ -45,6 +45,8 @@ impl Default for EstimateRequest {
 }
 
 impl EstimateRequest {
+    /// The `request` member of `ggraph estimate --json`; flash attention
+    /// reads `auto`, `on` or `off`.
     pub fn to_json(&self) -> Json {
         json!({
             "ctx": self.ctx,

@@ -114,6 +114,7 @@ pub struct StreamDecoder {
 }
 
 impl StreamDecoder {
+    /// A decoder holding no bytes.
     pub fn new() -> StreamDecoder {
         StreamDecoder::default()
     }

@@ -38,6 +38,8 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
+    /// A tokenizer over `vocab`; finds its special tokens and renders every
+    /// token's piece once, up front.
     pub fn new(vocab: Vocab) -> Tokenizer {
         let specials = special::finder(&vocab);
         let mut pieces = Vec::new();
@@ -59,10 +61,12 @@ impl Tokenizer {
         Ok(Tokenizer::new(Vocab::from_header(h)?))
     }
 
+    /// The vocabulary: special tokens, flags, pieces by id.
     pub fn vocab(&self) -> &Vocab {
         &self.vocab
     }
 
+    /// Tokens in the vocabulary (llama.cpp's `llama_vocab_n_tokens`).
     pub fn n_vocab(&self) -> usize {
         self.vocab.n_tokens()
     }

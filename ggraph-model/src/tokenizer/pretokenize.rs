@@ -291,6 +291,8 @@ const NOT_RUN: &[&str] = &["kimi-k2", "afmoe", "tiny_aya", "cohere2moe"];
 /// A named pre-tokenizer with its compiled regexes.
 #[derive(Clone, Debug)]
 pub struct PreTokenizer {
+    /// llama.cpp's name for it, as `tokenizer.ggml.pre` gives it (`llama3`,
+    /// `qwen2`, ...).
     pub name: String,
     regexes: Vec<fancy_regex::Regex>,
     pub(crate) clean_spaces: bool,

@@ -44,14 +44,26 @@ impl PairHasher {
 pub struct TokenAttr(u16);
 
 impl TokenAttr {
+    /// No attribute: a `tokenizer.ggml.token_type` llama.cpp does not know.
     pub const UNDEFINED: TokenAttr = TokenAttr(0);
+    /// The unknown token, `<unk>` (`token_type` 2).
     pub const UNKNOWN: TokenAttr = TokenAttr(1 << 0);
+    /// A reserved token (`token_type` 5, or a control token whose text
+    /// says `unused`).
     pub const UNUSED: TokenAttr = TokenAttr(1 << 1);
+    /// An ordinary piece (`token_type` 1, and the default without types).
     pub const NORMAL: TokenAttr = TokenAttr(1 << 2);
+    /// A control token: BOS, EOS, chat markers (`token_type` 3); found in
+    /// text only with `parse_special`.
     pub const CONTROL: TokenAttr = TokenAttr(1 << 3);
+    /// A token the model's authors added (`token_type` 4); always found in
+    /// text as a whole.
     pub const USER_DEFINED: TokenAttr = TokenAttr(1 << 4);
+    /// A byte piece `<0xXX>` of a SentencePiece vocabulary (`token_type` 6).
     pub const BYTE: TokenAttr = TokenAttr(1 << 5);
+    /// Found in text, the token swallows the whitespace before it.
     pub const LSTRIP: TokenAttr = TokenAttr(1 << 7);
+    /// Found in text, the token swallows the whitespace after it.
     pub const RSTRIP: TokenAttr = TokenAttr(1 << 8);
 
     /// The attribute of a `tokenizer.ggml.token_type` value.
@@ -72,10 +84,12 @@ impl TokenAttr {
         self.0 & other.0 != 0
     }
 
+    /// These attributes and those of `other`.
     pub fn with(self, other: TokenAttr) -> TokenAttr {
         TokenAttr(self.0 | other.0)
     }
 
+    /// These attributes less those of `other`.
     pub fn without(self, other: TokenAttr) -> TokenAttr {
         TokenAttr(self.0 & !other.0)
     }
@@ -105,22 +119,42 @@ impl AsRef<str> for TokenData {
     }
 }
 
-/// The special tokens a vocabulary names (absent ones are `None`).
+/// The special tokens a vocabulary names (absent ones are `None`): read
+/// from `tokenizer.ggml.*_token_id`, else the vocabulary type's defaults;
+/// EOT, EOM and the fill-in-the-middle tokens also found by their text, as
+/// llama.cpp finds them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpecialTokens {
+    /// Beginning of sequence (`tokenizer.ggml.bos_token_id`).
     pub bos: Option<i32>,
+    /// End of sequence (`eos_token_id`).
     pub eos: Option<i32>,
+    /// End of turn (`eot_token_id`, or a text such as `<|eot_id|>` or
+    /// `<|im_end|>`).
     pub eot: Option<i32>,
+    /// End of message, llama 3's `<|eom_id|>` (`eom_token_id`).
     pub eom: Option<i32>,
+    /// The unknown token (`unknown_token_id`).
     pub unk: Option<i32>,
+    /// Separator (`seperator_token_id`, as GGUF spells it).
     pub sep: Option<i32>,
+    /// Padding (`padding_token_id`).
     pub pad: Option<i32>,
+    /// Mask, for masked-language models (`mask_token_id`).
     pub mask: Option<i32>,
+    /// Fill-in-the-middle prefix (`fim_pre_token_id` or `prefix_token_id`).
     pub fim_pre: Option<i32>,
+    /// Fill-in-the-middle suffix (`fim_suf_token_id` or `suffix_token_id`).
     pub fim_suf: Option<i32>,
+    /// Fill-in-the-middle middle (`fim_mid_token_id` or `middle_token_id`).
     pub fim_mid: Option<i32>,
+    /// Fill-in-the-middle padding (`fim_pad_token_id`); ends generation.
     pub fim_pad: Option<i32>,
+    /// Fill-in-the-middle repository name (`fim_rep_token_id`); ends
+    /// generation.
     pub fim_rep: Option<i32>,
+    /// Fill-in-the-middle file separator (`fim_sep_token_id`); ends
+    /// generation.
     pub fim_sep: Option<i32>,
 }
 
@@ -134,10 +168,16 @@ pub struct Vocab {
     index: TextIndex,
     /// BPE: (left id, right id) to (rank, id of the merged piece or -1).
     pub(crate) merges: HashMap<(i32, i32), (u32, i32), BuildHasherDefault<PairHasher>>,
+    /// The special tokens' ids, read from the file, defaulted or found by
+    /// their text.
     pub special: SpecialTokens,
     /// Tokens that end generation.
     pub(crate) eog: HashSet<i32>,
+    /// Encoding with `add_special` puts BOS first
+    /// (`tokenizer.ggml.add_bos_token`, else the vocabulary type's default).
     pub add_bos: bool,
+    /// Encoding with `add_special` puts EOS last
+    /// (`tokenizer.ggml.add_eos_token`; false by default).
     pub add_eos: bool,
     pub(crate) add_space_prefix: bool,
     pub(crate) clean_spaces: bool,
@@ -662,6 +702,7 @@ impl Vocab {
         self.tokens[id as usize].attr
     }
 
+    /// SentencePiece or byte-level BPE, with its pre-tokenizer.
     pub fn kind(&self) -> &VocabKind {
         &self.kind
     }
@@ -673,6 +714,7 @@ impl Vocab {
         self.clean_spaces
     }
 
+    /// Tokens in the vocabulary: ids are `0..n_tokens`.
     pub fn n_tokens(&self) -> usize {
         self.tokens.len()
     }
