@@ -2,7 +2,7 @@
 //! fixture models (`ggraph-model/tests/fixtures/arch/`, one per
 //! architecture) decoded with their layers (or their matrices' rows) over
 //! two wgpu devices and the CPU give the CPU's greedy tokens, which are llama.cpp's
-//! (`examples/tests/architectures.rs` checks those against
+//! (`ggraph/tests/architectures.rs` checks those against
 //! `expected.json`).
 
 mod common;

@@ -1,10 +1,47 @@
-//! The `ggraph` facade: the core and the model crate re-exported, every
-//! compiled-in backend in one registry, and the pieces the command-line
-//! tools share.
+//! ggraph runs tensor graphs with ggml's op semantics across CPUs, GPUs
+//! and remote machines. This facade crate is the one to depend on: the
+//! core (graphs, backends, scheduler, allocator) and the model crate
+//! (GGUF, architectures, tokenizer, placement, KV cache, decode loop,
+//! memory estimates) re-exported, every compiled-in backend in one
+//! [`registry`], and the pieces the command-line tools share.
 //!
 //! `ggraph::ir`, `ggraph::sched`, `ggraph::backend`... are ggraph-core's;
 //! `ggraph::model` is ggraph-model, with its decode loop also at
-//! `ggraph::context`, `ggraph::kv` and `ggraph::batch`.
+//! `ggraph::context`, `ggraph::kv` and `ggraph::batch`; `ggraph::rpc` is
+//! the client of llama.cpp's `ggml-rpc-server`.
+//!
+//! A graph built, placed on the CPU and run:
+//!
+//! ```
+//! use ggraph::{DType, GraphBuilder, exec};
+//! use ggraph::backend::Device;
+//! use ggraph_cpu::CpuDevice;
+//!
+//! let mut b = GraphBuilder::new();
+//! let w = b.weight("w", DType::Q8_0, &[64, 16])?; // 16 rows of 64
+//! let x = b.input("x", DType::F32, &[64, 4])?; // 4 columns
+//! let y = b.mul_mat(w, x)?; // F32 [16, 4]
+//! let y = b.silu(y)?;
+//! b.set_output(y)?;
+//! let mut graph = b.build();
+//!
+//! let cpu = CpuDevice::new();
+//! let _memory = exec::alloc_one_buffer(&mut graph, &cpu.buffer_type())?;
+//! graph.write_f32(w, &vec![0.5; 64 * 16])?; // quantised on write
+//! graph.write_f32(x, &vec![0.25; 64 * 4])?;
+//! exec::compute_on(cpu.as_ref(), &graph)?;
+//! let out = graph.read_f32(y)?;
+//! let v: f32 = 64.0 * 0.5 * 0.25; // every dot product
+//! assert!((out[0] - v / (1.0 + (-v).exp())).abs() < 1e-3);
+//! # Ok::<(), ggraph::Error>(())
+//! ```
+//!
+//! Models: `ggraph::model::loaded::Model::load` places a GGUF (or a
+//! random-weight model) on devices and `ggraph::context::Context` decodes
+//! batches with a KV cache; `ggraph/examples/` has a runner in about 40
+//! lines, a backend in one file, placement sweeps and memory plans.
+
+#![warn(missing_docs)]
 
 pub use ggraph_core as core;
 pub use ggraph_core::*;

@@ -178,11 +178,15 @@ impl PlacementArgs {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 #[value(rename_all = "snake_case")]
 pub enum KvType {
+    /// 16-bit floats, 2 bytes a value (llama.cpp's default)
     F16,
+    /// 8-bit blocks, 1.06 bytes a value
     #[value(name = "q8_0")]
     Q8_0,
+    /// 4-bit blocks, 0.56 bytes a value
     #[value(name = "q4_0")]
     Q4_0,
+    /// 32-bit floats, 4 bytes a value
     F32,
 }
 
@@ -202,7 +206,10 @@ impl From<KvType> for DType {
 pub enum FlashAttn {
     /// ggraph's choice (flash attention)
     Auto,
+    /// Fused attention: the score matrix is never stored
     On,
+    /// Scores, softmax and product as separate ops (not with a quantised
+    /// V cache)
     Off,
 }
 

@@ -32,7 +32,9 @@ fn bars() -> &'static MultiProgress {
 /// What a bar counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
+    /// Shown as sizes (KiB, MiB, ...), with a rate per second.
     Bytes,
+    /// Shown as counts of tokens.
     Tokens,
 }
 

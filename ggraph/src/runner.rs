@@ -77,13 +77,19 @@ pub fn argmax(logits: &[f32]) -> i32 {
 /// What a generation did and how fast.
 #[derive(Clone, Debug, Default)]
 pub struct Generation {
+    /// The prompt's token ids, as decoded.
     pub prompt: Vec<i32>,
+    /// The tokens chosen, in order (the first from the prompt's logits).
     pub generated: Vec<i32>,
+    /// Seconds spent decoding the prompt.
     pub prompt_seconds: f64,
+    /// Seconds spent generating, from the first token chosen to the last
+    /// decoded.
     pub gen_seconds: f64,
 }
 
 impl Generation {
+    /// Prompt tokens decoded per second (llama-bench's `pp`).
     pub fn prompt_tokens_per_s(&self) -> f64 {
         self.prompt.len() as f64 / self.prompt_seconds.max(1e-9)
     }
@@ -204,9 +210,13 @@ pub fn memory_table(ctx: &Context) -> String {
 
 /// What one device of a context holds, and the memory it has.
 pub struct DeviceMemory {
+    /// The device's name (`CPU` for the host).
     pub name: String,
+    /// Bytes of weights it holds.
     pub weights: u64,
+    /// Bytes of KV cache it holds, every cache together.
     pub kv: u64,
+    /// Bytes of compute buffers the scheduler reserved on it.
     pub compute: u64,
     /// The device's total memory (declared, for simulated devices).
     pub capacity: u64,
@@ -215,6 +225,7 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
+    /// Weights, KV cache and compute memory together, in bytes.
     pub fn total(&self) -> u64 {
         self.weights + self.kv + self.compute
     }
