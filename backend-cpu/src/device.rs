@@ -14,10 +14,12 @@ use crate::stream::{CpuStream, MemoryAccess};
 use crate::supports::cpu_supports;
 use crate::team::Team;
 
-/// Name of the CPU buffer type.
+/// Name of the CPU buffer type, `CPU` as in ggml: what [`CpuBuffer`]s
+/// report as their buffer type name.
 pub const CPU_BUFFER_TYPE: &str = "CPU";
 
-/// The host CPU.
+/// The host CPU, as the device named `CPU`. Its kernels run on a team of
+/// threads and read and write any host-addressable buffer.
 pub struct CpuDevice {
     me: Weak<CpuDevice>,
     threads: usize,
@@ -50,6 +52,8 @@ impl CpuDevice {
         }))
     }
 
+    /// Threads that share each kernel, the calling thread included; 1 when
+    /// the shared pool could not start.
     pub fn threads(&self) -> usize {
         self.threads
     }

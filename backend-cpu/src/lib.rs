@@ -2,6 +2,41 @@
 //! team of threads (a rayon pool, see `team`), and
 //! simulated devices (`sim:N`) that stand in for discrete GPUs in placement
 //! and multi-device tests.
+//!
+//! [`CpuRegistration`] adds the CPU (and any simulated devices) to a
+//! registry; [`CpuDevice`] can also be used on its own, as below. The CPU
+//! is the host every schedule falls back to: it computes on any
+//! host-addressable buffer, including the pinned host buffers of GPU
+//! backends.
+//!
+//! # Example
+//!
+//! One matrix product on the CPU, every tensor in one buffer (ggml's
+//! `ggml_mul_mat`: `w` is `[k, m]` and `x` is `[k, n]`, the result `[m, n]`):
+//!
+//! ```
+//! use ggraph_core::backend::Device;
+//! use ggraph_core::ir::GraphBuilder;
+//! use ggraph_core::{DType, exec};
+//! use ggraph_cpu::CpuDevice;
+//!
+//! let mut b = GraphBuilder::new();
+//! let w = b.weight("w", DType::F32, &[3, 2])?;
+//! let x = b.input("x", DType::F32, &[3, 1])?;
+//! let y = b.mul_mat(w, x)?;
+//! b.set_output(y)?;
+//! let mut graph = b.build();
+//!
+//! let cpu = CpuDevice::new();
+//! let _buffer = exec::alloc_one_buffer(&mut graph, &cpu.buffer_type())?;
+//! graph.write_f32(w, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//! graph.write_f32(x, &[1.0, 1.0, 1.0])?;
+//! exec::compute_on(cpu.as_ref(), &graph)?;
+//! assert_eq!(graph.read_f32(y)?, [6.0, 15.0]);
+//! # Ok::<(), ggraph_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
 
 mod device;
 mod kernels;

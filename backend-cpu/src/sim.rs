@@ -55,16 +55,23 @@ impl SimConfig {
         }
     }
 
+    /// Declares `ops` unsupported, replacing any earlier list: the device's
+    /// `supports_op` refuses them, so the scheduler must place them
+    /// elsewhere.
     pub fn unsupported(mut self, ops: &[OpKind]) -> SimConfig {
         self.unsupported_ops = ops.to_vec();
         self
     }
 
+    /// Caps one buffer at `bytes`: a larger allocation fails with
+    /// `Error::OutOfMemory` even when the device has the memory free.
     pub fn max_buffer(mut self, bytes: u64) -> SimConfig {
         self.max_buffer_bytes = Some(bytes);
         self
     }
 
+    /// Replaces the declared speeds, which the device reports through
+    /// `Device::perf`; nothing runs faster or slower for it.
     pub fn perf(mut self, perf: DevicePerf) -> SimConfig {
         self.perf = perf;
         self
@@ -80,6 +87,9 @@ pub struct SimDevice {
 }
 
 impl SimDevice {
+    /// The device `sim:{index}`, with nothing allocated. Give each device
+    /// of a process its own index: its kernels recognise their buffers by
+    /// the device's name.
     pub fn new(index: usize, config: SimConfig) -> Arc<SimDevice> {
         let name = format!("sim:{index}");
         let buffer_type = Arc::new(SimBufferType {
@@ -99,6 +109,7 @@ impl SimDevice {
         })
     }
 
+    /// What the device declares, as given to [`SimDevice::new`].
     pub fn config(&self) -> &SimConfig {
         &self.config
     }

@@ -13,6 +13,33 @@
 //! `libraries` (which libraries exist) and `status` (result codes);
 //! `nvrtc` (kernel compilation) and `cublas` (matrix products);
 //! `runtime` (one device: the engine's `Runtime`); `driver` (discovery).
+//!
+//! # Example
+//!
+//! Listing the GPUs runs anywhere: without a driver or a GPU the list is
+//! empty.
+//!
+//! ```
+//! use ggraph_core::backend::{Device, Registry};
+//!
+//! for gpu in ggraph_cuda::devices() {
+//!     let memory = gpu.memory();
+//!     println!(
+//!         "{}: {}, {} of {} bytes free",
+//!         gpu.name(),
+//!         gpu.description(),
+//!         memory.free_bytes,
+//!         memory.total_bytes
+//!     );
+//! }
+//!
+//! // As one family of a registry, beside the other backends compiled in:
+//! let mut registry = Registry::new();
+//! registry.register(Box::new(ggraph_cuda::Registration));
+//! assert!(registry.devices().iter().all(|d| d.name().starts_with("cuda:")));
+//! ```
+
+#![warn(missing_docs)]
 
 mod cublas;
 mod driver;

@@ -19,7 +19,10 @@ use crate::libraries::cublas_present;
 use crate::nvrtc;
 use crate::status::{error_name, status};
 
-/// One CUDA device: its handle and primary context.
+/// One CUDA device as the engine's [`Runtime`](ggraph_gpu::Runtime): its
+/// handle, its primary context and, where cuBLAS exists, a cuBLAS handle.
+/// Discovery opens it; from a device, reach it with
+/// `GpuDevice::runtime().as_any().downcast_ref::<CudaRuntime>()`.
 pub struct CudaRuntime {
     info: DeviceInfo,
     cc: (u32, u32),

@@ -12,6 +12,26 @@
 //! `hip_api` (entry points and result codes) and `hiprtc` (kernel
 //! compilation); `runtime` (one device: the engine's `Runtime`);
 //! `driver` (discovery).
+//!
+//! # Example
+//!
+//! The registration compiles and runs with or without the `hip` feature;
+//! without it, or without an AMD GPU, it lists no devices.
+//!
+//! ```
+//! use ggraph_core::backend::{BackendRegistration, Device};
+//!
+//! let devices = ggraph_hip::Registration.devices();
+//! if !ggraph_hip::compiled_in() {
+//!     assert!(devices.is_empty());
+//! }
+//! for gpu in &devices {
+//!     // `hip:0`, `hip:1`, ...
+//!     println!("{}: {}", gpu.name(), gpu.description());
+//! }
+//! ```
+
+#![warn(missing_docs)]
 
 #[cfg(feature = "hip")]
 mod driver;

@@ -17,7 +17,10 @@ use ggraph_gpu::{
 use crate::hip_api::*;
 use crate::hiprtc;
 
-/// One HIP device.
+/// One HIP device as the engine's [`Runtime`](ggraph_gpu::Runtime), with
+/// kernels compiled by hiprtc for its `gfx` architecture and no BLAS.
+/// Discovery opens it; from a device, reach it with
+/// `GpuDevice::runtime().as_any().downcast_ref::<HipRuntime>()`.
 pub struct HipRuntime {
     info: DeviceInfo,
 }

@@ -20,6 +20,8 @@
 //! Never expose a server on an open network: as its own documentation
 //! says, it trusts whoever connects.
 
+#![warn(missing_docs)]
+
 mod buffer;
 mod connection;
 mod device;

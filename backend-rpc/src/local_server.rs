@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running server process.
+/// A running `ggml-rpc-server` process on 127.0.0.1, killed when dropped.
 pub struct LocalServer {
     child: Child,
     endpoint: String,
 }
 
-/// Where the server binary is expected.
+/// Where the server binary is expected: `GGRAPH_RPC_SERVER` if set, else
+/// `~/.cache/ggraph-llama/rpc-build/bin/ggml-rpc-server`. The file may not
+/// exist; [`LocalServer::start`] then fails.
 pub fn server_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("GGRAPH_RPC_SERVER") {
         return PathBuf::from(p);
@@ -70,6 +72,8 @@ impl LocalServer {
         &self.endpoint
     }
 
+    /// The TCP port the server listens on (on 127.0.0.1), for
+    /// [`LocalServer::start_on`] after a [`kill`](LocalServer::kill).
     pub fn port(&self) -> u16 {
         self.endpoint
             .rsplit(':')

@@ -6,11 +6,16 @@
 //! have one, is `u64 size | payload`. The server answers nothing on an
 //! error: it closes the connection and frees everything allocated on it.
 
-/// A protocol version as the server's HELLO reply gives it.
+/// A protocol version as the server's HELLO reply gives it. The client
+/// connects only to a version it has an op table for, matched exactly
+/// (now 7.0.0): ggml renumbers its ops between versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ProtocolVersion {
+    /// ggml's `RPC_PROTO_MAJOR_VERSION`.
     pub major: u8,
+    /// ggml's `RPC_PROTO_MINOR_VERSION`.
     pub minor: u8,
+    /// ggml's `RPC_PROTO_PATCH_VERSION`.
     pub patch: u8,
 }
 

@@ -13,6 +13,12 @@ use ggraph_core::ir::{Graph, TensorId};
 use crate::connection::Connection;
 use crate::graph::serialize;
 
+/// A stream on one device of a server, from `Device::new_stream`.
+/// `compute` sends the nodes as one ggml graph and returns without waiting
+/// (a graph the server already holds is only named again);
+/// `synchronize` waits until the server has finished it. Errors of the
+/// server surface there, or on the next request, since the server closes
+/// the connection instead of replying.
 pub struct RpcStream {
     conn: Arc<Connection>,
     device: u32,

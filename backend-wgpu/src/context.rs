@@ -39,13 +39,18 @@ pub(crate) fn enumerate() -> Vec<wgpu::Adapter> {
 /// What an adapter is, for listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterSummary {
-    /// Position in wgpu's list; pass it to [`WgpuDevice::open`].
+    /// Position in wgpu's list; pass it to
+    /// [`WgpuDevice::open`](crate::WgpuDevice::open).
     pub index: usize,
+    /// The adapter's name as its driver gives it (lavapipe: `llvmpipe
+    /// (LLVM ...)`).
     pub name: String,
     /// Vulkan, Metal, DX12 or GL.
     pub backend: String,
     /// Discrete, integrated, virtual or CPU (lavapipe is a CPU adapter).
     pub device_type: String,
+    /// The driver's name and version details, as wgpu reports them; empty
+    /// where the platform says nothing.
     pub driver: String,
 }
 

@@ -54,6 +54,44 @@
 //! `options`, `memory`, `pipeline_cache`, `context` (none from the crate);
 //! `gpu` (the handle every buffer, stream and kernel of a device shares);
 //! `buffer`; `kernels`; `supports`; `stream`; `device`; `registry`.
+//!
+//! # Example
+//!
+//! Lists the adapters and the registry's devices, then runs a matrix
+//! product on the first device if there is one. On a machine without an
+//! adapter both lists are empty and nothing runs.
+//!
+//! ```
+//! use ggraph_core::backend::Device;
+//! use ggraph_core::ir::GraphBuilder;
+//! use ggraph_core::{DType, exec};
+//!
+//! for a in ggraph_wgpu::adapters() {
+//!     println!("adapter {}: {} ({}, {})", a.index, a.name, a.backend, a.device_type);
+//! }
+//! let devices = ggraph_wgpu::devices();
+//! for d in &devices {
+//!     let report = d.memory_report();
+//!     println!("{}: {} bytes free ({})", d.name(), report.info.free_bytes, report.how);
+//! }
+//!
+//! if let Some(gpu) = devices.first() {
+//!     let mut b = GraphBuilder::new();
+//!     let w = b.weight("w", DType::F32, &[3, 2])?;
+//!     let x = b.input("x", DType::F32, &[3, 1])?;
+//!     let y = b.mul_mat(w, x)?;
+//!     b.set_output(y)?;
+//!     let mut graph = b.build();
+//!     let _buffer = exec::alloc_one_buffer(&mut graph, &gpu.buffer_type())?;
+//!     graph.write_f32(w, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+//!     graph.write_f32(x, &[1.0, 1.0, 1.0])?;
+//!     exec::compute_on(gpu.as_ref(), &graph)?;
+//!     assert_eq!(graph.read_f32(y)?, [6.0, 15.0]);
+//! }
+//! # Ok::<(), ggraph_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
 
 mod buffer;
 mod context;

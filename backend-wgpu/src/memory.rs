@@ -21,6 +21,9 @@ pub(crate) enum Budget {
 /// A device's memory figures with the reason for them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryReport {
+    /// Free and total bytes and their source, as `Device::memory` returns
+    /// them. Free is total minus ggraph's allocations for a declared
+    /// budget, or the driver's budget minus its usage (all processes).
     pub info: MemoryInfo,
     /// Bytes of buffers ggraph holds on the device.
     pub allocated_bytes: u64,

@@ -32,6 +32,9 @@ pub(crate) enum Fill {
 
 /// Builds one case's graph and records how to fill its leafs.
 pub struct CaseBuilder {
+    /// The case's graph under construction. A leaf added here directly,
+    /// rather than through the suite's own helpers, is filled with uniform
+    /// values in [-1, 1).
     pub b: GraphBuilder,
     pub(crate) fills: HashMap<TensorId, Fill>,
 }
@@ -61,7 +64,12 @@ pub(crate) type BuildFn = Box<dyn Fn(&mut CaseBuilder) -> Result<TensorId> + Sen
 /// One conformance case: a graph whose output is compared with the
 /// reference.
 pub struct Case {
+    /// Unique within the suite: the op, then types and shape in brackets,
+    /// e.g. `get_rows[F32,n=67,rows=10,idx=[5]]`. [`run_filtered`](crate::run_filtered)
+    /// selects on it, and it seeds the case's data, so a case gets the same
+    /// data on every device.
     pub name: String,
+    /// The op under test; [`Report::summary`](crate::Report::summary) groups by it.
     pub op: OpKind,
     /// Largest normalised mean squared error that passes.
     pub max_nmse: f64,
@@ -71,10 +79,17 @@ pub struct Case {
 /// The outcome of one case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
+    /// The result is within the case's bound.
     Pass {
+        /// Normalised mean squared error against the reference, at most
+        /// the case's `max_nmse`.
         nmse: f64,
     },
+    /// The result exceeds the case's bound.
     Fail {
+        /// Normalised mean squared error against the reference; infinite
+        /// when the lengths differ or NaNs are not where the reference has
+        /// them (see [`nmse`](crate::nmse)).
         nmse: f64,
     },
     /// The device's `supports_op` refused an op of the case.
@@ -83,11 +98,16 @@ pub enum Outcome {
     Error(String),
 }
 
+/// What came of running one [`Case`] on a device.
 #[derive(Clone, Debug)]
 pub struct CaseResult {
+    /// The case's [`name`](Case::name).
     pub name: String,
+    /// The op the case tests.
     pub op: OpKind,
+    /// The case's bound on the normalised mean squared error.
     pub max_nmse: f64,
+    /// Passed, failed, refused by the device, or an error.
     pub outcome: Outcome,
 }
 

@@ -110,7 +110,7 @@ impl Evaluation<'_> {
         out
     }
 
-    /// Logical values of any evaluated tensor, ne[0] fastest.
+    /// Logical values of any evaluated tensor, `ne[0]` fastest.
     pub fn values(&self, id: TensorId) -> Vec<f64> {
         let t = self.graph.tensor(id);
         let mut out = Vec::with_capacity(t.nelements());

@@ -16,15 +16,21 @@ use crate::reference;
 /// The result of a suite run on one device.
 #[derive(Clone, Debug)]
 pub struct Report {
+    /// The device's name, as `Device::name` gives it (e.g. `CPU`).
     pub device: String,
+    /// One result per case run, in the order of [`cases`](crate::cases()).
     pub results: Vec<CaseResult>,
 }
 
 impl Report {
+    /// Number of cases within their bound.
     pub fn passed(&self) -> usize {
         self.count(|o| matches!(o, Outcome::Pass { .. }))
     }
 
+    /// Number of cases the device refused (its `supports_op` said no to
+    /// one of their ops). They count neither as passed nor as failed: the
+    /// scheduler places such ops on another device.
     pub fn unsupported(&self) -> usize {
         self.count(|o| matches!(o, Outcome::Unsupported))
     }
@@ -105,12 +111,16 @@ impl Report {
     }
 }
 
-/// Runs every case on `device`.
+/// Runs every case on `device`, one after another, each in a fresh buffer
+/// of the device's buffer type. A case that fails to build, run or read
+/// back is recorded as [`Outcome::Error`] and the run goes on.
 pub fn run(device: &Arc<dyn Device>) -> Report {
     run_filtered(device, |_| true)
 }
 
-/// Runs the cases whose name passes `filter`.
+/// Runs the cases whose [`name`](crate::Case::name) passes `filter`, as
+/// [`run`] does; e.g. `|name| name.starts_with("rope[")` for the rope
+/// cases.
 pub fn run_filtered(device: &Arc<dyn Device>, filter: impl Fn(&str) -> bool) -> Report {
     let results = cases()
         .into_iter()

@@ -74,6 +74,9 @@ impl GpuBuffer {
         self.ptr
     }
 
+    /// The runtime of the device the buffer lives on; its
+    /// [`device_ptr`](GpuBuffer::device_ptr) is valid only in that
+    /// runtime's calls.
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         self.gpu.runtime()
     }

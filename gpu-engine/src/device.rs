@@ -44,6 +44,8 @@ impl GpuDevice {
         })
     }
 
+    /// The runtime the device was created over; downcast it (through
+    /// [`Runtime::as_any`]) to reach family-specific calls.
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         self.gpu.runtime()
     }
@@ -55,6 +57,9 @@ impl GpuDevice {
         self.offload_min_batch.load(Ordering::Relaxed)
     }
 
+    /// Changes [`GpuDevice::offload_min_batch`] for this device; takes
+    /// effect for graphs scheduled afterwards. `usize::MAX` never
+    /// offloads.
     pub fn set_offload_min_batch(&self, n: usize) {
         self.offload_min_batch.store(n, Ordering::Relaxed);
     }

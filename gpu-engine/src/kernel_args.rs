@@ -8,10 +8,17 @@ use crate::runtime::DevPtr;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct KTensor {
+    /// Device address of the tensor's first byte (its buffer's address
+    /// plus its offset).
     pub data: DevPtr,
+    /// Elements per dimension, `ne[0]` innermost, as ggml's `ne`.
     pub ne: [i64; 4],
+    /// Stride of each dimension in bytes, as ggml's `nb`; for block
+    /// quantised types `nb[0]` is the block size in bytes.
     pub nb: [i64; 4],
+    /// ggml's type id of the elements (`DType::ggml_id`).
     pub dtype: i32,
+    /// Zero: pads the struct to a multiple of 8 bytes, as in ggraph.cu.
     pub pad: i32,
 }
 

@@ -57,6 +57,9 @@ impl PinnedBufferType {
         self.pinned_bytes.load(Ordering::Relaxed)
     }
 
+    /// Most bytes pinned at once: by default a quarter of the host's
+    /// memory, or `GGRAPH_PINNED_MAX` (e.g. `8GiB`). Allocations past it get
+    /// pageable memory.
     pub fn cap_bytes(&self) -> u64 {
         self.cap_bytes
     }

@@ -31,7 +31,13 @@ pub type RawFunction = u64;
 pub enum CallError {
     /// `call` (the runtime's entry point, e.g. `cuMemAlloc`) returned the
     /// result code the runtime names `code`.
-    Failed { call: &'static str, code: String },
+    Failed {
+        /// The entry point, e.g. `cuMemAlloc` or `hipModuleLaunchKernel`.
+        call: &'static str,
+        /// The runtime's name of the result code, e.g.
+        /// `CUDA_ERROR_ILLEGAL_ADDRESS`.
+        code: String,
+    },
     /// The device has no memory left for an allocation.
     OutOfMemory,
     /// Anything else, in words.
@@ -62,8 +68,11 @@ pub type Call<T = ()> = std::result::Result<T, CallError>;
 /// The direction of a copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyKind {
+    /// `src` is host memory, `dst` device memory.
     HostToDevice,
+    /// `src` is device memory, `dst` host memory.
     DeviceToHost,
+    /// Both are memory of the same device.
     DeviceToDevice,
 }
 
@@ -71,10 +80,17 @@ pub enum CopyKind {
 /// `stream` of `None` means a synchronous copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemCopy {
+    /// Destination: a [`DevPtr`], or a host address for
+    /// [`CopyKind::DeviceToHost`].
     pub dst: u64,
+    /// Source: a [`DevPtr`], or a host address for
+    /// [`CopyKind::HostToDevice`].
     pub src: u64,
+    /// Bytes to copy.
     pub len: usize,
+    /// Which of `dst` and `src` are host addresses.
     pub kind: CopyKind,
+    /// The stream to queue the copy on; `None` copies synchronously.
     pub stream: Option<RawStream>,
 }
 
@@ -83,12 +99,20 @@ pub struct MemCopy {
 /// shared memory, and a pointer to the value of each kernel parameter, in
 /// order (as `cuLaunchKernel` takes them).
 pub struct LaunchSpec<'a> {
+    /// The kernel's name in `kernels/ggraph.cu` (`extern "C"`, so not
+    /// mangled): for error messages, and how the emulator finds it.
     pub kernel: &'static str,
+    /// The kernel's handle, from [`Runtime::module_function`].
     pub function: RawFunction,
+    /// The stream the launch is queued on.
     pub stream: RawStream,
+    /// Blocks in x, y and z (y and z at most 65535).
     pub grid: [u32; 3],
+    /// Threads per block in x, y and z.
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
     pub shared_bytes: u32,
+    /// One pointer per kernel parameter, to its value.
     pub args: &'a mut [*mut c_void],
 }
 
@@ -99,20 +123,36 @@ pub struct LaunchSpec<'a> {
 /// columns of k values, C holds n result rows of m values.
 #[derive(Clone, Copy, Debug)]
 pub struct Gemm {
+    /// Rows of the result: weight rows (ggml's `ne[1]` of the weights).
     pub m: i32,
+    /// Columns of the result: activation columns (tokens).
     pub n: i32,
+    /// Length of the dot products (ggml's `ne[0]` of both operands).
     pub k: i32,
+    /// First element of the weights.
     pub a: DevPtr,
+    /// Element type of A: `F32`, `F16` or `BF16`.
     pub a_type: DType,
+    /// Elements from one weight row to the next (at least `k`).
     pub lda: i32,
+    /// Elements from one batch's A to the next.
     pub stride_a: i64,
+    /// First element of the activations.
     pub b: DevPtr,
+    /// Element type of B; the engine passes the same type as `a_type`.
     pub b_type: DType,
+    /// Elements from one activation column to the next (at least `k`).
     pub ldb: i32,
+    /// Elements from one batch's B to the next.
     pub stride_b: i64,
+    /// First element of the f32 result.
     pub c: DevPtr,
+    /// Elements from one result row of `m` values to the next (at least
+    /// `m`).
     pub ldc: i32,
+    /// Elements from one batch's C to the next.
     pub stride_c: i64,
+    /// Number of products.
     pub batch: i32,
 }
 
@@ -197,24 +237,34 @@ pub trait Runtime: Send + Sync {
         Err(CallError::Other("no peer copies on this runtime".into()))
     }
 
+    /// A new stream, ordered after synchronous copies and memsets (CUDA:
+    /// a blocking stream, as `cuStreamCreate` with flags 0 gives).
     fn stream_create(&self) -> Call<RawStream>;
 
     /// # Safety
     /// The stream came from `stream_create` and is not used afterwards.
     unsafe fn stream_destroy(&self, stream: RawStream) -> Call;
 
+    /// Blocks the calling thread until all work queued on `stream` has
+    /// finished; errors of that work (a faulting kernel) surface here.
     fn stream_sync(&self, stream: RawStream) -> Call;
 
+    /// A new event, without timing (used only for ordering).
     fn event_create(&self) -> Call<RawEvent>;
 
     /// # Safety
     /// The event came from `event_create` and is not used afterwards.
     unsafe fn event_destroy(&self, event: RawEvent) -> Call;
 
+    /// Marks the point `stream` has reached: the event completes when the
+    /// work queued before it has finished.
     fn event_record(&self, event: RawEvent, stream: RawStream) -> Call;
 
+    /// Blocks the calling thread until `event` completes.
     fn event_sync(&self, event: RawEvent) -> Call;
 
+    /// Makes later work on `stream` wait, on the device, for `event`
+    /// (possibly recorded on another stream); the caller does not block.
     fn stream_wait_event(&self, stream: RawStream, event: RawEvent) -> Call;
 
     /// Compiles the kernels of `kernels/ggraph.cu` (or finds them in the
@@ -246,5 +296,7 @@ pub trait Runtime: Send + Sync {
         Err(CallError::Other("no BLAS library on this device".into()))
     }
 
+    /// For a runtime to recognise another device of its own family (peer
+    /// access and copies downcast `other` to their own type).
     fn as_any(&self) -> &dyn Any;
 }

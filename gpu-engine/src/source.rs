@@ -2,11 +2,15 @@
 //! HIP and the host emulator; a small prelude per family maps the names
 //! that differ.
 
-/// The kernels, shared by every family.
+/// The kernels, shared by every family: `kernels/ggraph.cu`, with no
+/// includes, so that NVRTC and hiprtc compile it without include paths.
 pub const KERNELS: &str = include_str!("../kernels/ggraph.cu");
-/// The CUDA prelude.
+/// The CUDA prelude for [`full_source`]: defines `GGRAPH_CUDA` and the
+/// macros whose CUDA spelling differs from HIP's (`SHFL_XOR`, `ATOMIC_OR`,
+/// `DYN_SHARED`).
 pub const COMPAT_CUDA: &str = include_str!("../kernels/compat_cuda.h");
-/// The HIP prelude.
+/// The HIP prelude for [`full_source`]: defines `GGRAPH_HIP` and the same
+/// macros in HIP's spelling, with 32-lane shuffles on wave64 hardware too.
 pub const COMPAT_HIP: &str = include_str!("../kernels/compat_hip.h");
 
 /// The full source for a family: its prelude, then the kernels.

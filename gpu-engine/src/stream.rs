@@ -28,6 +28,8 @@ impl GpuStream {
         })
     }
 
+    /// The runtime of the stream's device, which queues its launches and
+    /// copies.
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         self.gpu().runtime()
     }

@@ -37,6 +37,11 @@ fn weight(d: DType) -> bool {
     d != DType::I32 && kernels_read(d)
 }
 
+/// Whether the shared kernels compute `node` of `graph`: the
+/// `supports_op` of every device of the engine. Refused: types a kernel
+/// does not read or write, sort rows longer than [`MAX_SORT_ROW`],
+/// attention heads larger than [`MAX_FA_HEAD`], and grids too large to
+/// launch.
 pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
     let t = graph.tensor(node);
     let src = |i: usize| graph.tensor(t.src[i]);

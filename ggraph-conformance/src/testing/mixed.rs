@@ -19,7 +19,10 @@ use ggraph_model::kv::FreshCache;
 /// What the mixed check found.
 #[derive(Clone, Debug)]
 pub struct MixedCheck {
+    /// Splits the scheduler cut the mixed graph into; more than one when
+    /// `devices` got work.
     pub splits: usize,
+    /// Tensor copies between devices in one compute of the mixed graph.
     pub copies: usize,
     /// Nodes that ran on a device other than the CPU.
     pub device_nodes: usize,
@@ -27,6 +30,9 @@ pub struct MixedCheck {
     pub nmse_vs_cpu: f64,
     /// Against the f64 reference.
     pub nmse_vs_reference: f64,
+    /// The scheduler's account of the mixed run (`Scheduler::explain`):
+    /// each node's device and why, each split's copies. Print it when the
+    /// check fails.
     pub explain: String,
 }
 

@@ -11,17 +11,29 @@ use ggraph_core::util::Rng;
 /// A recipe: the random choices, independent of the size.
 #[derive(Clone, Debug)]
 pub struct RandomGraphRecipe {
+    /// Seed of every choice: the same recipe gives the same structure at
+    /// any size.
     pub seed: u64,
+    /// Ops to add after the leafs, each picked from unary, binary, norm,
+    /// softmax, matrix product, view, transpose, reshape and concat.
     pub n_ops: usize,
+    /// F32 inputs of shape `[w, n]`; at least one is made.
     pub n_inputs: usize,
+    /// F32 weights of shape `[w, w]` for the matrix products; at least one
+    /// is made.
     pub n_weights: usize,
 }
 
 /// A built random graph with its leafs by role.
 pub struct RandomGraph {
+    /// The graph, with its outputs marked and no memory bound.
     pub graph: Graph,
+    /// The input leafs, in creation order.
     pub inputs: Vec<TensorId>,
+    /// The weight leafs, in creation order.
     pub weights: Vec<TensorId>,
+    /// The nodes marked as outputs: about one op in ten, and always the
+    /// last one.
     pub outputs: Vec<TensorId>,
 }
 
