@@ -33,12 +33,18 @@ impl BufferType for ToyBufferType {
         false
     }
     fn alloc(&self, size: u64, usage: BufferUsage) -> Result<Arc<dyn Buffer>> {
-        let bytes = vec![0u8; usize::try_from(size).map_err(|_| Error::OutOfMemory {
-            buffer_type: "toy".into(),
-            requested_bytes: size,
-            available_bytes: 0,
-        })?];
-        Ok(Arc::new(ToyBuffer { bytes: Mutex::new(bytes), usage }))
+        let bytes = vec![
+            0u8;
+            usize::try_from(size).map_err(|_| Error::OutOfMemory {
+                buffer_type: "toy".into(),
+                requested_bytes: size,
+                available_bytes: 0,
+            })?
+        ];
+        Ok(Arc::new(ToyBuffer {
+            bytes: Mutex::new(bytes),
+            usage,
+        }))
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -105,7 +111,11 @@ impl Device for ToyDevice {
         DeviceKind::Gpu
     }
     fn memory(&self) -> MemoryInfo {
-        MemoryInfo { free_bytes: 1 << 30, total_bytes: 1 << 30, source: MemorySource::DeclaredBudget }
+        MemoryInfo {
+            free_bytes: 1 << 30,
+            total_bytes: 1 << 30,
+            source: MemorySource::DeclaredBudget,
+        }
     }
     fn buffer_type(&self) -> Arc<dyn BufferType> {
         self.buffer_type.clone()
@@ -113,9 +123,12 @@ impl Device for ToyDevice {
     /// Honest answers: F32 in and out, the ops `compute` implements.
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
         let t = graph.tensor(node);
-        let all_f32 = t.dtype == DType::F32 && t.src.iter().all(|&s| graph.tensor(s).dtype == DType::F32);
+        let all_f32 =
+            t.dtype == DType::F32 && t.src.iter().all(|&s| graph.tensor(s).dtype == DType::F32);
         match t.op {
-            Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => true,
+            Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose | Op::Transfer => {
+                true
+            }
             Op::Binary(BinaryOp::Add | BinaryOp::Mul) | Op::Scale { .. } | Op::Unary(_) => all_f32,
             _ => false,
         }
@@ -143,7 +156,10 @@ impl Stream for ToyStream {
                         .map(|i| {
                             let idx = ggraph::ir::row_index(t.ne, i / t.ne[0]);
                             let j = (i % t.ne[0]) % ne1[0]
-                                + ne1[0] * ((idx[1] % ne1[1]) + ne1[1] * ((idx[2] % ne1[2]) + ne1[2] * (idx[3] % ne1[3])));
+                                + ne1[0]
+                                    * ((idx[1] % ne1[1])
+                                        + ne1[1]
+                                            * ((idx[2] % ne1[2]) + ne1[2] * (idx[3] % ne1[3])));
                             match op {
                                 BinaryOp::Add => x[i] + y[j],
                                 _ => x[i] * y[j],
@@ -154,7 +170,10 @@ impl Stream for ToyStream {
                 Op::Scale { scale, bias } => a(0)?.iter().map(|v| v * scale + bias).collect(),
                 Op::Unary(u) => a(0)?.iter().map(|&v| u.eval(v as f64) as f32).collect(),
                 _ => {
-                    return Err(Error::Unsupported { device: "toy:0".into(), what: t.op.label() });
+                    return Err(Error::Unsupported {
+                        device: "toy:0".into(),
+                        what: t.op.label(),
+                    });
                 }
             };
             graph.write_f32(n, &out)?;
@@ -176,7 +195,9 @@ impl BackendRegistration for ToyRegistration {
 }
 
 fn main() -> Result<()> {
-    let toy = Arc::new(ToyDevice { buffer_type: Arc::new(ToyBufferType) });
+    let toy = Arc::new(ToyDevice {
+        buffer_type: Arc::new(ToyBufferType),
+    });
     let mut registry = Registry::new();
     registry.register(Box::new(CpuRegistration::new()));
     registry.register(Box::new(ToyRegistration(toy.clone())));
@@ -200,15 +221,24 @@ fn main() -> Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let toy_dyn: Arc<dyn Device> = toy.clone();
     let _weights = bind_graph_weights_by(&mut graph, |id, _| {
-        if id == bias { toy_dyn.buffer_type() } else { cpu.buffer_type() }
+        if id == bias {
+            toy_dyn.buffer_type()
+        } else {
+            cpu.buffer_type()
+        }
     })?;
-    let wv: Vec<f32> = (0..32 * 16).map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5).collect();
+    let wv: Vec<f32> = (0..32 * 16)
+        .map(|i| ((i * 7) % 13) as f32 / 13.0 - 0.5)
+        .collect();
     let bv: Vec<f32> = (0..16).map(|i| i as f32 / 16.0 - 0.5).collect();
-    let xv: Vec<f32> = (0..32 * 4).map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5).collect();
+    let xv: Vec<f32> = (0..32 * 4)
+        .map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5)
+        .collect();
     graph.write_f32(w, &wv)?;
     graph.write_f32(bias, &bv)?;
 
-    let mut sched = Scheduler::with_devices(&[toy_dyn.clone(), cpu.clone()], SchedConfig::default())?;
+    let mut sched =
+        Scheduler::with_devices(&[toy_dyn.clone(), cpu.clone()], SchedConfig::default())?;
     sched.alloc_graph(graph)?;
     let g = sched.graph().expect("allocated");
     g.write_f32(x, &xv)?;
@@ -222,7 +252,10 @@ fn main() -> Result<()> {
             let dot: f32 = (0..32).map(|k| wv[r * 32 + k] * xv[c * 32 + k]).sum();
             let want = (dot + bv[r]).max(0.0) * 0.5;
             if (got[c * 16 + r] - want).abs() > 1e-5 {
-                return Err(Error::InvalidArgument(format!("y[{r},{c}] = {}, want {want}", got[c * 16 + r])));
+                return Err(Error::InvalidArgument(format!(
+                    "y[{r},{c}] = {}, want {want}",
+                    got[c * 16 + r]
+                )));
             }
         }
     }

@@ -67,7 +67,8 @@ fn run(mut m: Mlp, home: &Arc<dyn Device>, sched: &mut Scheduler) -> Result<Vec<
 fn main() -> Result<()> {
     let cpu: Arc<dyn Device> = CpuDevice::new();
     // sim:0 has no silu kernel: the scheduler must send silu elsewhere
-    let gpu0: Arc<dyn Device> = SimDevice::new(0, SimConfig::gpu(64 << 20).unsupported(&[OpKind::Unary]));
+    let gpu0: Arc<dyn Device> =
+        SimDevice::new(0, SimConfig::gpu(64 << 20).unsupported(&[OpKind::Unary]));
     let gpu1: Arc<dyn Device> = SimDevice::new(1, SimConfig::gpu(64 << 20));
     let devices = [gpu0.clone(), gpu1.clone(), cpu.clone()];
 
@@ -79,7 +80,10 @@ fn main() -> Result<()> {
     //    there, and silu, which sim:0 refuses, goes to the next device
     let mut sched = Scheduler::with_devices(&devices, SchedConfig::default())?;
     let got = run(mlp()?, &gpu0, &mut sched)?;
-    println!("== scheduled: weights on sim:0, silu refused there\n{}", sched.explain());
+    println!(
+        "== scheduled: weights on sim:0, silu refused there\n{}",
+        sched.explain()
+    );
     check(&got, &want)?;
 
     // 2. by hand: silu pinned to the CPU; the scheduler places the rest
@@ -94,7 +98,12 @@ fn main() -> Result<()> {
     let path = std::env::args()
         .nth(1)
         .filter(|a| a.ends_with(".dot"))
-        .unwrap_or_else(|| std::env::temp_dir().join("graph_on_devices.dot").display().to_string());
+        .unwrap_or_else(|| {
+            std::env::temp_dir()
+                .join("graph_on_devices.dot")
+                .display()
+                .to_string()
+        });
     std::fs::write(&path, sched.to_dot())?;
     println!("DOT with nodes coloured by device and splits as clusters: {path}");
     println!("(render: dot -Tsvg {path} > graph.svg)");
@@ -108,6 +117,8 @@ fn check(got: &[f32], want: &[f32]) -> Result<()> {
         println!("output: {} values, equal to the CPU alone\n", got.len());
         Ok(())
     } else {
-        Err(ggraph::Error::InvalidArgument("the placed graph differs from the CPU alone".into()))
+        Err(ggraph::Error::InvalidArgument(
+            "the placed graph differs from the CPU alone".into(),
+        ))
     }
 }

@@ -22,8 +22,14 @@ use ggraph::util::format_bytes;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 fn print(title: &str, e: &ExactEstimate) {
-    println!("{title}: {} layers on GPUs, context {}, {} splits", e.n_gpu_layers, e.n_ctx, e.splits);
-    println!("  {:<8} {:>10} {:>10} {:>10} {:>10} {:>10}", "device", "weights", "kv", "compute", "total", "free");
+    println!(
+        "{title}: {} layers on GPUs, context {}, {} splits",
+        e.n_gpu_layers, e.n_ctx, e.splits
+    );
+    println!(
+        "  {:<8} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "device", "weights", "kv", "compute", "total", "free"
+    );
     for d in &e.devices {
         println!(
             "  {:<8} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -44,20 +50,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let cpu: Arc<dyn Device> = CpuDevice::new();
     let gpus = |free: &[u64]| -> Vec<Arc<dyn Device>> {
-        free.iter().enumerate().map(|(i, &b)| SimDevice::new(i, SimConfig::gpu(b)) as Arc<dyn Device>).collect()
+        free.iter()
+            .enumerate()
+            .map(|(i, &b)| SimDevice::new(i, SimConfig::gpu(b)) as Arc<dyn Device>)
+            .collect()
     };
-    let params = ContextParams { n_ctx: 8192, ..ContextParams::default() };
+    let params = ContextParams {
+        n_ctx: 8192,
+        ..ContextParams::default()
+    };
 
     // every layer over two 24 GiB GPUs, by layers (the default)
     let big = gpus(&[24 << 30, 24 << 30]);
-    let e = exact_estimate(&desc, &big, cpu.clone(), &PlacementOptions::default(), &params)?;
+    let e = exact_estimate(
+        &desc,
+        &big,
+        cpu.clone(),
+        &PlacementOptions::default(),
+        &params,
+    )?;
     print("two 24 GiB GPUs", &e);
 
     // the same on two 1.5 GiB GPUs: the most layers (then the largest
     // context down to 2048) that fit with 256 MiB to spare on each
     let small = gpus(&[3 << 29, 3 << 29]);
-    let req = FitRequest { margin: 256 << 20, layers_fixed: false, fit_ctx: true, min_ctx: 2048 };
-    let f = fit(&desc, &small, cpu, &PlacementOptions::default(), &params, req)?;
+    let req = FitRequest {
+        margin: 256 << 20,
+        layers_fixed: false,
+        fit_ctx: true,
+        min_ctx: 2048,
+    };
+    let f = fit(
+        &desc,
+        &small,
+        cpu,
+        &PlacementOptions::default(),
+        &params,
+        req,
+    )?;
     print("\ntwo 1.5 GiB GPUs, fitted", &f.estimate);
     println!("  why: {}", f.reason);
     for d in &f.estimate.devices[1..] {

@@ -20,7 +20,10 @@ use ggraph_cpu::CpuDevice;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (arguments starting with `-` are the test harness's, when cargo test runs this)
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let desc = match args.first() {
         Some(path) => runner::open_model(path)?,
         None => runner::random_model("tiny", DType::Q8_0, 1)?,
@@ -38,7 +41,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None,
     )?;
     let tokenizer = model.tokenizer()?;
-    let mut ctx = Context::new(Arc::new(model), ContextParams { n_ctx: 512, ..ContextParams::default() })?;
+    let mut ctx = Context::new(
+        Arc::new(model),
+        ContextParams {
+            n_ctx: 512,
+            ..ContextParams::default()
+        },
+    )?;
 
     let ids = tokenizer.encode(prompt, true, true)?;
     print!("{prompt}");

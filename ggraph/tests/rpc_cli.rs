@@ -62,7 +62,10 @@ fn devices_plan_and_llama_take_rpc_servers() {
         "{}/../ggraph-model/tests/fixtures/gguf/tiny_llama.gguf",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = run(ggraph, &["plan", &model, "--rpc", &list, "-c", "256", "--fit"]);
+    let out = run(
+        ggraph,
+        &["plan", &model, "--rpc", &list, "-c", "256", "--fit"],
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(

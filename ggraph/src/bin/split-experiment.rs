@@ -52,9 +52,9 @@ struct Cli {
     /// Its weight type
     #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
     weights: DType,
-    /// A simulated GPU: MEMORY[:LINK_GBPS[:TFLOPS]], e.g. 24GiB:25:80;
-    /// repeatable
-    #[arg(long, value_name = "SPEC", value_parser = sim_spec)]
+    // (the help as an attribute: rustdoc would read its brackets as links)
+    #[arg(long, value_name = "SPEC", value_parser = sim_spec,
+          help = "A simulated GPU: MEMORY[:LINK_GBPS[:TFLOPS]], e.g. 24GiB:25:80; repeatable")]
     sim: Vec<SimSpec>,
     /// Add the GPUs found (after the simulated ones)
     #[arg(long)]
