@@ -190,14 +190,22 @@ fn generate_in(
 
 /// Memory per device of a context: weights, KV cache, compute.
 pub fn memory_table(ctx: &Context) -> String {
+    let devices = device_memory(ctx);
+    // as wide as the longest name (rpc:HOST:PORT:N is long)
+    let w = devices
+        .iter()
+        .map(|d| d.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let mut s = format!(
-        "{:<8} {:>11} {:>11} {:>11} {:>11}\n",
+        "{:<w$} {:>11} {:>11} {:>11} {:>11}\n",
         "device", "weights", "kv", "compute", "total"
     );
-    for d in device_memory(ctx) {
+    for d in devices {
         let _ = writeln!(
             s,
-            "{:<8} {:>11} {:>11} {:>11} {:>11}",
+            "{:<w$} {:>11} {:>11} {:>11} {:>11}",
             d.name,
             format_bytes(d.weights),
             format_bytes(d.kv),

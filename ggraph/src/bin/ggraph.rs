@@ -125,8 +125,14 @@ fn devices(weights: DType, rpc: Option<&str>) -> ExitCode {
         "sample graph and its f64 reference made in {:.2?}",
         t.elapsed()
     );
+    let w = devices
+        .iter()
+        .map(|d| d.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     println!(
-        "{:<8} {:<5} {:>11} {:>11} {:>6} {:>9} {:>10}  description",
+        "{:<w$} {:<5} {:>11} {:>11} {:>6} {:>9} {:>10}  description",
         "device", "kind", "free", "total", "nodes", "ms", "nmse"
     );
     let mut failed = false;
@@ -160,7 +166,7 @@ fn devices(weights: DType, rpc: Option<&str>) -> ExitCode {
             failed = true;
         }
         println!(
-            "{:<8} {:<5} {:>11} {:>11} {:>6} {:>9} {:>10}  {}",
+            "{:<w$} {:<5} {:>11} {:>11} {:>6} {:>9} {:>10}  {}",
             d.name(),
             format!("{:?}", d.kind()).to_lowercase(),
             format_bytes(m.free_bytes),
