@@ -229,7 +229,9 @@ impl Connection {
     /// closed connection means it failed.
     pub fn wait(&self, generation: u64, ticket: u64) -> Result<()> {
         let mut st = self.lock();
-        if st.confirmed >= ticket {
+        // a ticket of an earlier connection never counts as done: its
+        // graph died with that connection (the exchange below says so)
+        if generation == st.generation && st.socket.is_some() && st.confirmed >= ticket {
             return Ok(());
         }
         let mut alignment = [0u8; 8];

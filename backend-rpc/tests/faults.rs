@@ -322,3 +322,43 @@ fn an_allocation_smaller_than_asked_is_refused_and_freed() {
         "FREE_BUFFER of it"
     );
 }
+
+/// A graph sent before the server died never counts as done, even once
+/// the connection is back: waiting for it is an error naming the server.
+#[test]
+fn a_graph_lost_with_its_server_is_not_reported_done_after_a_reconnect() {
+    let Some(mut server) = common::server_or_skip("rpc lost graph", None) else {
+        return;
+    };
+    let dev = RpcDevice::connect(server.endpoint(), quick())
+        .unwrap()
+        .remove(0);
+    let mut b = ggraph_core::ir::GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[64, 4]).unwrap();
+    let y = b.silu(x).unwrap();
+    b.set_output(y).unwrap();
+    let mut graph = b.build();
+    let _memory = ggraph_core::exec::alloc_one_buffer(&mut graph, &dev.buffer_type()).unwrap();
+    graph.write_f32(x, &[0.5; 256]).unwrap();
+    let mut stream = dev.new_stream().unwrap();
+    let nodes = graph.nodes().to_vec();
+    stream.compute(&graph, &nodes).unwrap();
+    let event = stream.record_event().unwrap();
+    event.synchronize().unwrap();
+
+    // a second graph sent, then the server gone before anyone waits
+    graph.write_f32(x, &[1.0; 256]).unwrap();
+    stream.compute(&graph, &nodes).unwrap_or(());
+    let event = stream.record_event().unwrap();
+    server.kill();
+    let _server = LocalServer::start_on(server.port(), 1, None).unwrap();
+    // a query finds the connection dead; the next one reconnects and is
+    // answered by the new server
+    let _ = dev.memory();
+    assert_eq!(dev.memory().total_bytes, dev.memory().total_bytes);
+    let Err(e) = event.synchronize() else {
+        panic!("the graph died with the first server");
+    };
+    names_the_server(&e, server.endpoint());
+    assert!(stream.synchronize().is_err());
+}
