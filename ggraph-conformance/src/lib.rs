@@ -42,13 +42,17 @@
 //!
 //! A backend's test runs the suite, or part of it, on its device:
 //!
-//! ```no_run
-//! # use std::sync::Arc;
-//! # use ggraph_core::backend::Device;
-//! # fn device() -> Arc<dyn Device> { unimplemented!() }
-//! let report = ggraph_conformance::run_filtered(&device(), |name| name.starts_with("rope["));
-//! println!("{}", report.summary());
-//! report.check().expect("every rope case within its bound");
+//! ```
+//! use std::sync::Arc;
+//! use ggraph_core::backend::Device;
+//!
+//! /// In the backend's own tests, with its device.
+//! fn check_rope(device: &Arc<dyn Device>) -> Result<(), String> {
+//!     let report = ggraph_conformance::run_filtered(device, |name| name.starts_with("rope["));
+//!     println!("{}", report.summary());
+//!     report.check()
+//! }
+//! # let _ = check_rope;
 //! ```
 
 #![warn(missing_docs)]

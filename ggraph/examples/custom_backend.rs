@@ -240,10 +240,15 @@ fn main() -> Result<()> {
     let mut sched =
         Scheduler::with_devices(&[toy_dyn.clone(), cpu.clone()], SchedConfig::default())?;
     sched.alloc_graph(graph)?;
-    let g = sched.graph().expect("allocated");
+    let g = sched
+        .graph()
+        .ok_or(Error::Unallocated("the graph".into()))?;
     g.write_f32(x, &xv)?;
     sched.compute()?;
-    let got = sched.graph().expect("allocated").read_f32(y)?;
+    let got = sched
+        .graph()
+        .ok_or(Error::Unallocated("the graph".into()))?
+        .read_f32(y)?;
     println!("\n{}", sched.explain());
 
     // the same in plain Rust

@@ -58,10 +58,15 @@ fn run(mut m: Mlp, home: &Arc<dyn Device>, sched: &mut Scheduler) -> Result<Vec<
     m.graph.write_f32(m.w1, &values(64 * 256, 1))?;
     m.graph.write_f32(m.w2, &values(256 * 64, 2))?;
     sched.alloc_graph(m.graph)?;
-    let g = sched.graph().expect("allocated");
+    let g = sched
+        .graph()
+        .ok_or(ggraph::Error::Unallocated("the graph".into()))?;
     g.write_f32(m.x, &values(64 * 8, 3))?;
     sched.compute()?;
-    sched.graph().expect("allocated").read_f32(m.out)
+    sched
+        .graph()
+        .ok_or(ggraph::Error::Unallocated("the graph".into()))?
+        .read_f32(m.out)
 }
 
 fn main() -> Result<()> {
