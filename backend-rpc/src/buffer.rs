@@ -8,7 +8,6 @@ use std::any::Any;
 use std::sync::Arc;
 
 use ggraph_core::backend::{Buffer, BufferType, BufferUsage, check_range};
-use ggraph_core::ir::Tensor;
 use ggraph_core::{Error, Result};
 
 use crate::connection::{Connection, Reply};
@@ -56,10 +55,6 @@ impl BufferType for RpcBufferType {
 
     fn max_size(&self) -> u64 {
         self.max_size
-    }
-
-    fn alloc_size(&self, tensor: &Tensor) -> u64 {
-        tensor.nbytes() as u64
     }
 
     fn is_host(&self) -> bool {

@@ -6,13 +6,12 @@ mod common;
 
 use std::sync::Arc;
 
-use ggraph_conformance::nmse;
+use ggraph_conformance::{nmse, testing};
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::CpuDevice;
 use ggraph_model::arch::{Attention, ModelConfig};
-use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::context::ContextParams;
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{PlacementOptions, SplitMode};
@@ -42,18 +41,8 @@ fn params(attention: Attention) -> ContextParams {
 
 /// Logits of a prompt's last token, then 6 greedy tokens.
 fn greedy(model: Model, attention: Attention) -> (Vec<f32>, Vec<i32>) {
-    let mut ctx = Context::new(Arc::new(model), params(attention)).unwrap();
-    ctx.decode(&Batch::tokens(&[5, 9, 100, 42, 7, 31000, 12, 8, 1000, 3]))
-        .unwrap();
-    let first = ctx.logits().to_vec();
-    let mut tokens = Vec::new();
-    for _ in 0..6 {
-        let l = ctx.logits();
-        let next = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as i32;
-        tokens.push(next);
-        ctx.decode(&Batch::tokens(&[next])).unwrap();
-    }
-    (first, tokens)
+    let prompt = [5, 9, 100, 42, 7, 31000, 12, 8, 1000, 3];
+    testing::greedy::greedy(model, params(attention), &prompt, 6).unwrap()
 }
 
 fn rpc_devices(servers: &[LocalServer]) -> (Vec<Arc<RpcDevice>>, Vec<Arc<dyn Device>>) {

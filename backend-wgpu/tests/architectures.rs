@@ -14,8 +14,7 @@ use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::CpuDevice;
 use ggraph_model::arch::{ARCHITECTURES, Attention};
-use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::context::ContextParams;
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::gguf::ModelFile;
 use ggraph_model::loaded::{LoadMode, Model};
@@ -44,16 +43,9 @@ fn greedy(model: Model, attention: Attention) -> Vec<i32> {
         v_type: DType::F16,
         ..ContextParams::default()
     };
-    let mut ctx = Context::new(Arc::new(model), params).unwrap();
-    ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
-    let mut tokens = Vec::new();
-    for _ in 0..6 {
-        let l = ctx.logits();
-        let next = (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as i32;
-        tokens.push(next);
-        ctx.decode(&Batch::tokens(&[next])).unwrap();
-    }
-    tokens
+    ggraph_conformance::testing::greedy::greedy(model, params, &PROMPT, 6)
+        .unwrap()
+        .1
 }
 
 #[test]

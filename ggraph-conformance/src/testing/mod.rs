@@ -10,6 +10,7 @@ use ggraph_core::quant;
 use ggraph_core::util::Rng;
 use ggraph_model::arch::{BuildShape, ModelConfig, ModelGraph, causal_mask};
 
+pub mod greedy;
 pub mod mixed;
 pub mod random_graph;
 
