@@ -31,6 +31,37 @@ struct Loaded {
     data: TensorData,
 }
 
+/// A GGUF shape (at most four dimensions) as ggml's `ne`.
+fn ne4(shape: &[usize]) -> Result<[usize; 4]> {
+    if shape.len() > 4 {
+        return Err(Error::Shape {
+            op: "model weight",
+            msg: format!("{} dimensions: ggml has at most 4", shape.len()),
+        });
+    }
+    let mut ne = [1; 4];
+    ne[..shape.len()].copy_from_slice(shape);
+    Ok(ne)
+}
+
+/// Whether any of `devices` would take a prompt-sized product of a host
+/// weight (op offload). Such products copy the weight from host memory,
+/// so host weights then stay in GGUF's layout rather than the CPU's own,
+/// as llama.cpp keeps them in a GPU's pinned host memory rather than its
+/// CPU_REPACK buffers.
+fn any_offloads_products(devices: &[Arc<dyn Device>]) -> Result<bool> {
+    if devices.is_empty() {
+        return Ok(false);
+    }
+    let mut b = GraphBuilder::new();
+    let w = b.weight("w", DType::Q4_0, &[32, 8])?;
+    let x = b.input("x", DType::F32, &[32, 512])?;
+    let y = b.mul_mat(w, x)?;
+    b.set_output(y)?;
+    let graph = b.build();
+    Ok(devices.iter().any(|d| d.offload_op(&graph, y)))
+}
+
 /// A model on its devices.
 pub struct Model {
     /// The hyperparameters the graphs are built from.
@@ -97,34 +128,44 @@ impl Model {
                 LoadMode::DryRun => VirtualBufferType::like(bt.as_ref()),
             }
         };
-        let host = real(cpu.buffer_type());
+        // the buffer type of each weight: its device's layout buffer type
+        // for it where one lays it out, else the device's memory
+        let repack = opts.repack && !(opts.op_offload && any_offloads_products(devices)?);
+        let buffer_type_of = |device: &dyn Device, t: &crate::desc::TensorSpec| {
+            if repack {
+                device.weight_buffer_type(t.dtype, &t.shape)
+            } else {
+                device.buffer_type()
+            }
+        };
         let device_bufts: Vec<Arc<dyn BufferType>> =
             devices.iter().map(|d| real(d.buffer_type())).collect();
 
-        // group tensors per destination, in model order
+        // group tensors per buffer type, in model order
         let mut tensors = HashMap::with_capacity(desc.tensors.len());
         let mut buffers: Vec<Arc<dyn Buffer>> = Vec::new();
-        let mut groups: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Arc<dyn BufferType>, Vec<usize>)> = Vec::new();
         let mut rows: Vec<usize> = Vec::new();
         for (i, home) in plan.homes.iter().enumerate() {
             if plan.shared_with[i].is_some() {
                 continue;
             }
-            let key = match home {
-                Home::Host => None,
-                Home::Device(d) => Some(*d),
+            let t = &desc.tensors[i];
+            let bt = match home {
+                Home::Host => buffer_type_of(cpu.as_ref(), t),
+                Home::Device(d) => buffer_type_of(devices[*d].as_ref(), t),
                 Home::Rows => {
                     rows.push(i);
                     continue;
                 }
             };
-            match groups.iter_mut().find(|(k, _)| *k == key) {
+            match groups.iter_mut().find(|(b, _)| b.name() == bt.name()) {
                 Some((_, v)) => v.push(i),
-                None => groups.push((key, vec![i])),
+                None => groups.push((bt, vec![i])),
             }
         }
-        for (key, idx) in groups {
-            let bt = key.map_or(host.clone(), |d| device_bufts[d].clone());
+        for (bt, idx) in groups {
+            let bt = real(bt);
             let sizes: Vec<(String, u64)> = idx
                 .iter()
                 .map(|&i| (desc.tensors[i].name.clone(), desc.tensors[i].nbytes()))
@@ -132,6 +173,8 @@ impl Model {
             let packed = pack_weights(&bt, &sizes)?;
             for (&i, data) in idx.iter().zip(packed.placements) {
                 let t = &desc.tensors[i];
+                data.buffer
+                    .init_tensor(data.offset, t.dtype, ne4(&t.shape)?)?;
                 tensors.insert(
                     t.name.clone(),
                     Loaded {

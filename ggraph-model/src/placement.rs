@@ -95,6 +95,13 @@ pub struct PlacementOptions {
     pub op_offload: bool,
     /// Per-tensor homes that take precedence over the layer's (`-ot`).
     pub overrides: Vec<Override>,
+    /// Weights go to their device's layout buffer type where it offers
+    /// one for them (the CPU's repacked rows; llama.cpp's default, off
+    /// with `--no-repack`). Host weights stay in GGUF's layout when a
+    /// device would op-offload their products (op offload copies them
+    /// from host memory), as llama.cpp keeps them in a GPU's pinned host
+    /// memory then.
+    pub repack: bool,
 }
 
 impl Default for PlacementOptions {
@@ -107,6 +114,7 @@ impl Default for PlacementOptions {
             offload_kqv: true,
             op_offload: true,
             overrides: Vec::new(),
+            repack: true,
         }
     }
 }

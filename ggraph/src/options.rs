@@ -143,6 +143,10 @@ pub struct PlacementArgs {
     #[arg(long = "override", visible_aliases = ["override-tensor", "ot"],
           value_name = "RE=DEV", value_parser = values::tensor_override)]
     pub overrides: Vec<Override>,
+    /// Keep weights in GGUF's layout: no repacked rows for the CPU
+    /// (`CPU_REPACK`)
+    #[arg(long = "no-repack", visible_alias = "nr")]
+    pub no_repack: bool,
     /// Every MoE expert tensor on the host
     #[arg(long = "cpu-moe", visible_alias = "cmoe")]
     pub cpu_moe: bool,
@@ -163,6 +167,7 @@ impl PlacementArgs {
             offload_kqv: !self.no_kv_offload,
             op_offload: !self.no_op_offload,
             overrides: self.overrides.clone(),
+            repack: !self.no_repack,
         };
         if self.cpu_moe {
             opts = opts.cpu_moe();

@@ -54,6 +54,10 @@ impl BufferType for CountingBufferType {
         self.inner.alloc_size(tensor)
     }
 
+    fn lays_out(&self, dtype: crate::dtype::DType, shape: &[usize]) -> bool {
+        self.inner.lays_out(dtype, shape)
+    }
+
     fn is_host(&self) -> bool {
         self.inner.is_host()
     }

@@ -5,6 +5,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::Tensor;
 use crate::memory::{Buffer, BufferUsage};
@@ -25,6 +26,14 @@ pub trait BufferType: Send + Sync {
     /// Bytes a tensor takes in this memory (may include padding).
     fn alloc_size(&self, tensor: &Tensor) -> u64 {
         tensor.nbytes() as u64
+    }
+
+    /// Whether this is a layout buffer type that keeps a weight of `dtype`
+    /// and `shape` (ggml's order, `shape[0]` the row length) in its own
+    /// layout: see [`Device::layout_buffer_types`](super::Device::layout_buffer_types).
+    /// Plain memory answers `false`.
+    fn lays_out(&self, _dtype: DType, _shape: &[usize]) -> bool {
+        false
     }
 
     /// Whether the CPU can address this memory directly.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::buffer_type::BufferType;
 use super::stream::Stream;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::ir::{Graph, OpKind, TensorId};
 
@@ -94,6 +95,26 @@ pub trait Device: Send + Sync {
 
     /// The buffer type of the device's own memory.
     fn buffer_type(&self) -> Arc<dyn BufferType>;
+
+    /// Buffer types for weights that this device's kernels read faster in
+    /// a layout of their own (ggml's "extra" buffer types, such as its
+    /// CPU's repacked rows), in order of preference. A loader writes a
+    /// weight through one with GGUF's bytes and the buffer converts them;
+    /// reads give GGUF's bytes back, so any other device can still copy
+    /// the weight. None by default.
+    fn layout_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
+        Vec::new()
+    }
+
+    /// The buffer type a weight of `dtype` and `shape` should live in on
+    /// this device: the first of [`layout_buffer_types`](Self::layout_buffer_types)
+    /// that lays it out, else [`buffer_type`](Self::buffer_type).
+    fn weight_buffer_type(&self, dtype: DType, shape: &[usize]) -> Arc<dyn BufferType> {
+        self.layout_buffer_types()
+            .into_iter()
+            .find(|b| b.lays_out(dtype, shape))
+            .unwrap_or_else(|| self.buffer_type())
+    }
 
     /// A pinned host buffer type for fast transfers, where there is one.
     fn host_buffer_type(&self) -> Option<Arc<dyn BufferType>> {

@@ -168,6 +168,7 @@ impl Graph {
                 size: data.buffer.size(),
             });
         }
+        data.buffer.init_tensor(data.offset, t.dtype, t.ne)?;
         self.tensors[id.index()].data = Some(data);
         Ok(())
     }

@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::fmt;
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// What a buffer holds; used for accounting and reporting.
@@ -55,6 +56,16 @@ pub trait Buffer: Send + Sync {
         _len: u64,
     ) -> Result<bool> {
         Ok(false)
+    }
+
+    /// Tells the buffer that a tensor of `dtype` and shape `ne` lives at
+    /// `offset` (ggml's `init_tensor`). Buffers that lay some tensors out
+    /// their own way (a layout buffer type's) record it, so that `write`
+    /// converts those bytes from ggml's layout and `read` gives ggml's
+    /// layout back; plain memory ignores it. Telling it again about the
+    /// same tensor changes nothing.
+    fn init_tensor(&self, _offset: u64, _dtype: DType, _ne: [usize; 4]) -> Result<()> {
+        Ok(())
     }
 
     /// Start of the memory, for host buffers.

@@ -207,6 +207,9 @@ impl Scheduler {
             if let Some(h) = b.device.host_buffer_type() {
                 bufts.insert(h.name().to_string(), h);
             }
+            for l in b.device.layout_buffer_types() {
+                bufts.insert(l.name().to_string(), l);
+            }
             compute.push(if config.dry_run {
                 VirtualBufferType::like(bt.as_ref())
             } else {
