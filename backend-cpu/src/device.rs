@@ -10,6 +10,7 @@ use ggraph_core::backend::{
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
 
+use crate::repack::{CPU_REPACK_BUFFER_TYPE, RepackBufferType, offered};
 use crate::stream::{CpuStream, MemoryAccess};
 use crate::supports::cpu_supports;
 use crate::team::Team;
@@ -25,6 +26,8 @@ pub struct CpuDevice {
     threads: usize,
     team: Option<Arc<Team>>,
     buffer_type: Arc<CpuBufferType>,
+    /// The layout buffer type, where this processor gets it.
+    repack: Option<Arc<RepackBufferType>>,
 }
 
 impl CpuDevice {
@@ -37,11 +40,19 @@ impl CpuDevice {
             threads: team.as_ref().map_or(1, |t| t.threads()),
             team,
             buffer_type: Arc::new(CpuBufferType),
+            repack: offered().then(|| Arc::new(RepackBufferType)),
         })
     }
 
     /// The CPU with its own team of `threads` threads.
     pub fn with_threads(threads: usize) -> Result<Arc<CpuDevice>> {
+        CpuDevice::with_repack(threads, offered())
+    }
+
+    /// The CPU with its own team of `threads` threads, offering its layout
+    /// buffer type (`CPU_REPACK`) or not, whatever the processor's default
+    /// (without AVX2 the weights are converted back before each product).
+    pub fn with_repack(threads: usize, repack: bool) -> Result<Arc<CpuDevice>> {
         let team = Team::new(threads)
             .map_err(|e| Error::backend("CPU", format!("cannot start {threads} threads: {e}")))?;
         Ok(Arc::new_cyclic(|me| CpuDevice {
@@ -49,6 +60,7 @@ impl CpuDevice {
             threads: threads.max(1),
             team: Some(Arc::new(team)),
             buffer_type: Arc::new(CpuBufferType),
+            repack: repack.then(|| Arc::new(RepackBufferType)),
         }))
     }
 
@@ -80,6 +92,15 @@ impl Device for CpuDevice {
         self.buffer_type.clone()
     }
 
+    /// `CPU_REPACK` (Q4_0 and Q8_0 matrices interleaved), where this
+    /// processor gets it.
+    fn layout_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
+        self.repack
+            .iter()
+            .map(|r| r.clone() as Arc<dyn BufferType>)
+            .collect()
+    }
+
     fn caps(&self) -> DeviceCaps {
         DeviceCaps::default()
     }
@@ -89,9 +110,9 @@ impl Device for CpuDevice {
     }
 
     /// Any host-addressable memory (CPU buffers, pinned host buffers of GPU
-    /// backends).
+    /// backends) and its own layout buffer type.
     fn supports_buffer_type(&self, buft: &dyn BufferType) -> bool {
-        buft.is_host()
+        buft.is_host() || buft.name() == CPU_REPACK_BUFFER_TYPE
     }
 
     fn offload_op(&self, _graph: &Graph, _node: TensorId) -> bool {

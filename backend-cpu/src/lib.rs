@@ -41,6 +41,7 @@
 mod device;
 mod kernels;
 pub mod profile;
+mod repack;
 mod sim;
 mod stream;
 mod supports;
@@ -51,6 +52,7 @@ use std::sync::Arc;
 use ggraph_core::backend::{BackendRegistration, Device};
 
 pub use device::{CPU_BUFFER_TYPE, CpuBuffer, CpuBufferType, CpuDevice, host_memory_info};
+pub use repack::{CPU_REPACK_BUFFER_TYPE, RepackBuffer, RepackBufferType};
 pub use sim::{SimBuffer, SimBufferType, SimConfig, SimDevice};
 
 /// The CPU backend family: the CPU and any simulated devices asked for.

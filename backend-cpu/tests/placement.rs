@@ -71,16 +71,14 @@ fn run(model: Model) -> (Vec<f32>, usize, usize) {
     (out, parts, ctx.scheduler().splits().len())
 }
 
+/// The CPU alone, its weights in GGUF's layout, as the host weights of
+/// the runs with simulated GPUs are (op offload keeps them so).
 fn single(d: &ModelDesc) -> Vec<f64> {
-    let m = Model::load(
-        d,
-        &[],
-        CpuDevice::new(),
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    )
-    .unwrap();
+    let opts = PlacementOptions {
+        repack: false,
+        ..PlacementOptions::default()
+    };
+    let m = Model::load(d, &[], CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
     logits(m).into_iter().map(f64::from).collect()
 }
 

@@ -72,6 +72,7 @@ pub fn cases() -> Vec<Case> {
     binary_cases(&mut c);
     unary_cases(&mut c);
     mul_mat_cases(&mut c);
+    weight_layout_cases(&mut c);
     norm_cases(&mut c);
     rope_cases(&mut c);
     soft_max_cases(&mut c);
@@ -219,6 +220,49 @@ fn unary_cases(c: &mut Cases) {
 /// Every type a weight may have: the floats and every quantised type.
 fn weight_types() -> impl Iterator<Item = DType> {
     DType::FLOATS.into_iter().chain(DType::QUANTIZED)
+}
+
+/// Weights of whole groups of eight rows, the shapes layout buffer types
+/// (the CPU's interleaved rows) take: products of one, a few and many
+/// columns, rows longer than one chunk, batches, row lookups, and a view
+/// and a conversion of such a weight, which read it in ggml's layout.
+fn weight_layout_cases(c: &mut Cases) {
+    for w in [DType::Q4_0, DType::Q8_0] {
+        for (m, n, k) in [(64usize, 1usize, 256usize), (48, 3, 96), (136, 9, 2112)] {
+            let name = format!("mul_mat[{w},F32,rows8,m={m},n={n},k={k}]");
+            c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
+                let a = cb.input(w, &[k, m])?;
+                let b = cb.input(DType::F32, &[k, n])?;
+                cb.b.mul_mat(a, b)
+            });
+        }
+        let name = format!("mul_mat[{w},F32,rows8,bcast]");
+        c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
+            let a = cb.input(w, &[64, 16])?;
+            let b = cb.input(DType::F32, &[64, 5, 2, 3])?;
+            cb.b.mul_mat(a, b)
+        });
+        let name = format!("mul_mat[{w},F32,rows8,view]");
+        c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
+            let a = cb.input(w, &[64, 24])?;
+            let row = w.row_size(64).unwrap_or(0);
+            let rows = cb.b.view_2d(a, 64, 8, row, 8 * row)?;
+            let b = cb.input(DType::F32, &[64, 2])?;
+            cb.b.mul_mat(rows, b)
+        });
+        let name = format!("get_rows[{w},rows8]");
+        c.add(OpKind::GetRows, name, 1e-9, move |cb| {
+            let a = cb.filled(w, &[96, 24], Fill::Uniform(-1.0, 1.0))?;
+            let idx = cb.filled(DType::I32, &[6], Fill::Indices(24))?;
+            cb.b.get_rows(a, idx)
+        });
+        let name = format!("cpy[{w},F32,rows8]");
+        c.add(OpKind::Cpy, name, 1e-9, move |cb| {
+            let a = cb.filled(w, &[64, 16], Fill::Uniform(-1.0, 1.0))?;
+            let out = cb.input(DType::F32, &[64, 16])?;
+            cb.b.cpy(a, out)
+        });
+    }
 }
 
 fn mul_mat_cases(c: &mut Cases) {

@@ -65,4 +65,4 @@ pub mod testing;
 
 pub use case::{Case, CaseBuilder, CaseResult, Outcome};
 pub use cases::cases;
-pub use suite::{Report, nmse, run, run_filtered};
+pub use suite::{Report, nmse, run, run_filtered, run_layouts};

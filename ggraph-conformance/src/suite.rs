@@ -4,10 +4,10 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use ggraph_core::backend::Device;
+use ggraph_core::backend::{Buffer, BufferType, BufferUsage, Device};
 use ggraph_core::error::{Error, Result};
 use ggraph_core::exec;
-use ggraph_core::ir::OpKind;
+use ggraph_core::ir::{Graph, OpKind, TensorData, TensorId};
 
 use crate::case::{Case, CaseBuilder, CaseResult, Outcome, fill_leafs};
 use crate::cases::cases;
@@ -126,8 +126,10 @@ pub fn run_filtered(device: &Arc<dyn Device>, filter: impl Fn(&str) -> bool) -> 
         .into_iter()
         .filter(|c| filter(&c.name))
         .map(|c| {
-            let outcome =
-                run_case(device.as_ref(), &c).unwrap_or_else(|e| Outcome::Error(e.to_string()));
+            let outcome = match run_case(device.as_ref(), &c, None) {
+                Ok(o) => o.unwrap_or(Outcome::Unsupported),
+                Err(e) => Outcome::Error(e.to_string()),
+            };
             CaseResult {
                 name: c.name,
                 op: c.op,
@@ -140,6 +142,41 @@ pub fn run_filtered(device: &Arc<dyn Device>, filter: impl Fn(&str) -> bool) -> 
         device: device.name().to_string(),
         results,
     }
+}
+
+/// Runs, for each layout buffer type `device` offers
+/// ([`Device::layout_buffer_types`]), every case with an input that the
+/// buffer type lays out, with those inputs in a buffer of it (written with
+/// ggml's bytes, which the buffer converts) and the rest in the device's
+/// memory; one report per layout buffer type, named `DEVICE (BUFFER
+/// TYPE)`. Cases with no such input are left out of its report.
+pub fn run_layouts(device: &Arc<dyn Device>) -> Vec<Report> {
+    device
+        .layout_buffer_types()
+        .into_iter()
+        .map(|layout| {
+            let results = cases()
+                .into_iter()
+                .filter_map(|c| {
+                    let outcome = match run_case(device.as_ref(), &c, Some(&layout)) {
+                        Ok(None) => return None,
+                        Ok(Some(o)) => o,
+                        Err(e) => Outcome::Error(e.to_string()),
+                    };
+                    Some(CaseResult {
+                        name: c.name,
+                        op: c.op,
+                        max_nmse: c.max_nmse,
+                        outcome,
+                    })
+                })
+                .collect();
+            Report {
+                device: format!("{} ({})", device.name(), layout.name()),
+                results,
+            }
+        })
+        .collect()
 }
 
 /// Normalised mean squared error of `out` against `reference`.
@@ -169,15 +206,28 @@ pub fn nmse(out: &[f32], reference: &[f64]) -> f64 {
     }
 }
 
-fn run_case(device: &dyn Device, case: &Case) -> Result<Outcome> {
+/// Runs one case; with a `layout` buffer type, the inputs it lays out go
+/// in a buffer of it, and a case with none gives `None`.
+fn run_case(
+    device: &dyn Device,
+    case: &Case,
+    layout: Option<&Arc<dyn BufferType>>,
+) -> Result<Option<Outcome>> {
     let mut cb = CaseBuilder::new();
     let out = (case.build)(&mut cb)?;
     cb.b.set_output(out)?;
     let fills = std::mem::take(&mut cb.fills);
     let mut graph = cb.b.build();
+    let _laid = match layout {
+        Some(layout) => match bind_laid_out(&mut graph, layout)? {
+            Some(buffer) => Some(buffer),
+            None => return Ok(None),
+        },
+        None => None,
+    };
     for &n in graph.nodes() {
         if !graph.tensor(n).op.is_noop() && !device.supports_op(&graph, n) {
-            return Ok(Outcome::Unsupported);
+            return Ok(Some(Outcome::Unsupported));
         }
     }
     let data = fill_leafs(&graph, &fills, fnv(&case.name))?;
@@ -194,11 +244,50 @@ fn run_case(device: &dyn Device, case: &Case) -> Result<Outcome> {
     })?;
     let want = ev.values(out);
     let e = nmse(&got, &want);
-    Ok(if e <= case.max_nmse {
+    Ok(Some(if e <= case.max_nmse {
         Outcome::Pass { nmse: e }
     } else {
         Outcome::Fail { nmse: e }
-    })
+    }))
+}
+
+/// Binds the leafs of `graph` that `layout` lays out to one buffer of it;
+/// `None` when there are none.
+fn bind_laid_out(
+    graph: &mut Graph,
+    layout: &Arc<dyn BufferType>,
+) -> Result<Option<Arc<dyn Buffer>>> {
+    let ids: Vec<TensorId> = graph
+        .leafs()
+        .iter()
+        .copied()
+        .filter(|&id| {
+            let t = graph.tensor(id);
+            t.view.is_none() && t.data.is_none() && layout.lays_out(t.dtype, &t.ne)
+        })
+        .collect();
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let align = layout.alignment();
+    let mut offsets = Vec::with_capacity(ids.len());
+    let mut size = 0u64;
+    for &id in &ids {
+        size = size.div_ceil(align) * align;
+        offsets.push(size);
+        size += layout.alloc_size(graph.tensor(id));
+    }
+    let buffer = layout.alloc(size, BufferUsage::Weights)?;
+    for (&id, &offset) in ids.iter().zip(&offsets) {
+        graph.set_data(
+            id,
+            TensorData {
+                buffer: buffer.clone(),
+                offset,
+            },
+        )?;
+    }
+    Ok(Some(buffer))
 }
 
 fn fnv(s: &str) -> u64 {

@@ -4,6 +4,7 @@
 use ggraph_core::Result;
 
 use super::indices::check_indices;
+use super::interleave::{GROUP_ROWS, Interleaved};
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
 
@@ -60,16 +61,46 @@ pub fn get_rows(dst: TRef, a: TRef, idx: TRef) -> Result<()> {
     check_indices("get_rows", idx, a.ne[1])?;
     par_ranges(dst.nrows(), 8, |rows| {
         let mut scratch = vec![0f32; a.ne[0]];
+        let mut plain = Vec::new();
         for r in rows {
             let (j, i1, i2) = dst.row_coords(r);
             // SAFETY: the index was checked; this task owns dst row r.
             unsafe {
                 let row = idx.get_i32([j, i1, i2, 0]) as usize;
-                copy_row(dst, (j, i1, i2), a, (row, i1, i2), &mut scratch);
+                match a.layout {
+                    None => copy_row(dst, (j, i1, i2), a, (row, i1, i2), &mut scratch),
+                    Some(layout) => {
+                        let one = interleaved_row(a, layout, row, &mut plain);
+                        copy_row(dst, (j, i1, i2), one, (0, 0, 0), &mut scratch)
+                    }
+                }
             }
         }
     });
     Ok(())
+}
+
+/// Row `row` of an interleaved matrix in ggml's bytes, in `plain`, as a
+/// one-row tensor.
+///
+/// # Safety
+/// `a` is a whole interleaved matrix and `row` one of its rows.
+unsafe fn interleaved_row(a: TRef, layout: Interleaved, row: usize, plain: &mut Vec<u8>) -> TRef {
+    let row_bytes = a.nb[1];
+    plain.resize(row_bytes, 0);
+    let group_bytes = GROUP_ROWS * row_bytes;
+    // SAFETY: the group of `row` lies inside the matrix (caller's contract).
+    let group = unsafe {
+        std::slice::from_raw_parts(a.ptr.add(row / GROUP_ROWS * group_bytes), group_bytes)
+    };
+    layout.unpack_row(group, row % GROUP_ROWS, plain);
+    TRef {
+        ptr: plain.as_mut_ptr(),
+        ne: [a.ne[0], 1, 1, 1],
+        nb: [a.nb[0], row_bytes, row_bytes, row_bytes],
+        layout: None,
+        ..a
+    }
 }
 
 /// cpy and cont: src's values in logical order into dst (same count).

@@ -12,7 +12,8 @@ mod convert;
 mod copy;
 mod elementwise;
 mod indices;
-mod isa;
+pub(crate) mod interleave;
+pub(crate) mod isa;
 #[cfg(target_arch = "x86_64")]
 mod math;
 mod matmul;

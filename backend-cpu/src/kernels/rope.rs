@@ -137,6 +137,7 @@ mod tests {
             dtype,
             ne: [v.len(), 1, 1, 1],
             nb: [std::mem::size_of::<T>(), bytes, bytes, bytes],
+            layout: None,
         }
     }
 

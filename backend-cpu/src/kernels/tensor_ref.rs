@@ -12,6 +12,7 @@ use ggraph_core::quant;
 use half::slice::HalfFloatSliceExt;
 
 use super::convert;
+use super::interleave::Interleaved;
 
 #[derive(Clone, Copy, Debug)]
 pub struct TRef {
@@ -19,6 +20,10 @@ pub struct TRef {
     pub dtype: DType,
     pub ne: [usize; 4],
     pub nb: [usize; 4],
+    /// A weight in the CPU's interleaved layout rather than ggml's rows:
+    /// only the kernels that read that layout see one (the stream gives
+    /// every other kernel ggml's rows).
+    pub layout: Option<Interleaved>,
 }
 
 // SAFETY: TRef is a plain description of memory owned by a buffer that
@@ -33,6 +38,7 @@ impl TRef {
             dtype: t.dtype,
             ne: t.ne,
             nb: t.nb,
+            layout: None,
         }
     }
 

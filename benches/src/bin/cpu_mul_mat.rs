@@ -13,6 +13,10 @@
 //! one copy of a small shape is re-read from it and measures the
 //! kernel's arithmetic instead of the memory stream).
 //!
+//! Each weight type the CPU lays out its own way (`CPU_REPACK`, where the
+//! processor gets it; `GGRAPH_CPU_REPACK=1` offers it on any AVX2
+//! processor) gets a second row, the same weights in that layout.
+//!
 //! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
 //! per run implies (CPU seconds / threads): a guide when other work
 //! shares the cores, not a figure to compare with ggml's.
@@ -28,7 +32,8 @@ use ggraph_benches::cpu_timing::{
     weight_bytes,
 };
 use ggraph_benches::peers::{self, MUL_MAT_COLUMNS};
-use ggraph_core::backend::Device;
+use ggraph_core::alloc::bind_graph_weights;
+use ggraph_core::backend::{BufferType, Device};
 use ggraph_core::ir::GraphBuilder;
 use ggraph_core::{DType, Result, exec};
 use ggraph_cpu::CpuDevice;
@@ -54,6 +59,7 @@ fn all_types() -> Vec<DType> {
 /// One mul_mat of `dtype` weights and `n` columns, allocated and filled.
 fn build_case(
     dev: &Arc<dyn Device>,
+    weight_buft: &Arc<dyn BufferType>,
     dtype: DType,
     shape: Shape,
     n: usize,
@@ -65,6 +71,7 @@ fn build_case(
     let y = b.mul_mat(w, x)?;
     b.set_output(y)?;
     let mut graph = b.build();
+    bind_graph_weights(&mut graph, weight_buft)?;
     exec::alloc_one_buffer(&mut graph, &dev.buffer_type())?;
     graph.write_bytes(w, weights)?;
     graph.write_f32(x, &values(shape.k * n, 11))?;
@@ -115,12 +122,23 @@ fn main() -> Result<()> {
     let issue_shape = shape.m == M && shape.k == K && copies == 1;
     let mut stream = dev.new_stream()?;
     let mut verdicts = Vec::new();
-    for &dtype in &types {
+    for (dtype, weight_buft) in types.iter().flat_map(|&t| {
+        // GGUF's layout, then every layout the device offers for it
+        let layouts = dev.layout_buffer_types().into_iter();
+        std::iter::once(dev.buffer_type())
+            .chain(layouts.filter(move |l| l.lays_out(t, &[shape.k, shape.m])))
+            .map(move |b| (t, b))
+    }) {
         let weights = weight_bytes(dtype, shape.m, shape.k)?;
-        print!("{:<8}", dtype.name());
+        let layout = weight_buft.name() != dev.buffer_type().name();
+        if layout {
+            print!("{:<8}", format!(" {}", weight_buft.name()));
+        } else {
+            print!("{:<8}", dtype.name());
+        }
         for &n in &columns {
             let cases = (0..copies)
-                .map(|_| build_case(&dev, dtype, shape, n, &weights))
+                .map(|_| build_case(&dev, &weight_buft, dtype, shape, n, &weights))
                 .collect::<Result<Vec<_>>>()?;
             let (s, cpu) = time_case(stream.as_mut(), &cases, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;

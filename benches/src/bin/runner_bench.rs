@@ -13,7 +13,10 @@
 //! a GGUF, which ggraph loads and, with `--llama-bench PATH` (llama.cpp's
 //! `llama-bench`, built from the llama-cpp-python sdist), llama.cpp
 //! measures in the same run (`-t THREADS -p 512 -n 128 -fa 1`), the two
-//! in turn `--rounds N` times (3), medians printed.
+//! in turn `--rounds N` times (3), medians printed. With `--layouts`
+//! ggraph runs each model twice a round, its weights in the CPU's own
+//! layout where it has one (`CPU_REPACK`) and in GGUF's, as two rows;
+//! `--arch NAME` keeps one architecture.
 
 use std::sync::Arc;
 
@@ -37,14 +40,17 @@ use ggraph_cpu::CpuDevice;
 /// empty context, `n_gen` tokens decoded one at a time.
 fn run(shape: &str, weights: DType, n_prompt: usize, n_gen: usize) -> ggraph::Result<(f64, f64)> {
     let desc = runner::random_model(shape, weights, 1)?;
-    run_desc(&desc, shape, n_prompt, n_gen)
+    run_desc(&desc, shape, n_prompt, n_gen, true)
 }
 
+/// As [`run`], for a model description; `repack` lets the CPU keep its
+/// weights in its own layout where it offers one (`CPU_REPACK`).
 fn run_desc(
     desc: &ModelDesc,
     shape: &str,
     n_prompt: usize,
     n_gen: usize,
+    repack: bool,
 ) -> ggraph::Result<(f64, f64)> {
     let weights = desc.config.arch.name;
     let cpu: Arc<dyn Device> = CpuDevice::new();
@@ -52,7 +58,10 @@ fn run_desc(
         desc,
         &[],
         cpu,
-        &PlacementOptions::default(),
+        &PlacementOptions {
+            repack,
+            ..PlacementOptions::default()
+        },
         LoadMode::Real,
         None,
     )?);
@@ -133,7 +142,17 @@ fn main() -> ggraph::Result<()> {
     if std::env::args().any(|a| a == "--archs") {
         let types = types.unwrap_or(vec![DType::Q4_0]);
         let rounds = count("--rounds", 3)?.max(1);
-        return arch_table(&types, n_prompt, n_gen, rounds, arg("--llama-bench"));
+        let layouts = std::env::args().any(|a| a == "--layouts");
+        let only = arg("--arch");
+        return arch_table(
+            &types,
+            n_prompt,
+            n_gen,
+            rounds,
+            arg("--llama-bench"),
+            layouts,
+            only,
+        );
     }
     println!(
         "llama runner on the CPU ({} threads), prompt {n_prompt} / generation {n_gen} tokens/s",
@@ -182,7 +201,10 @@ fn arch_table(
     n_gen: usize,
     rounds: usize,
     llama_bench: Option<String>,
+    layouts: bool,
+    only: Option<String>,
 ) -> ggraph::Result<()> {
+    let variants: &[bool] = if layouts { &[true, false] } else { &[true] };
     let threads = rayon_threads();
     println!(
         "architectures on the small shape, CPU ({threads} threads), prompt {n_prompt} / generation {n_gen} tokens/s, medians of {rounds} rounds{}",
@@ -199,7 +221,10 @@ fn arch_table(
     let dir = std::env::temp_dir().join(format!("ggraph-arch-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| ggraph::Error::InvalidArgument(e.to_string()))?;
     for &weights in types {
-        for arch in ARCHITECTURES {
+        for arch in ARCHITECTURES
+            .iter()
+            .filter(|a| only.as_ref().is_none_or(|o| o == a.name))
+        {
             let p = runner::preset("small")?;
             let c = ModelConfig::new(
                 arch,
@@ -218,32 +243,43 @@ fn arch_table(
             let file = path.to_string_lossy().to_string();
             let desc = runner::open_model(&file)?;
             // the two in turn, `rounds` times; the medians
-            let mut figures: [Vec<f64>; 4] = Default::default();
+            let mut figures: Vec<[Vec<f64>; 4]> = vec![Default::default(); variants.len()];
             for _ in 0..rounds {
-                let (pp, tg) = run_desc(&desc, "small", n_prompt, n_gen)?;
-                figures[0].push(pp);
-                figures[2].push(tg);
+                for (f, &repack) in figures.iter_mut().zip(variants) {
+                    let (pp, tg) = run_desc(&desc, "small", n_prompt, n_gen, repack)?;
+                    f[0].push(pp);
+                    f[2].push(tg);
+                }
                 if let Some(bin) = &llama_bench
                     && let (Some(lpp), Some(ltg)) =
                         run_llama_bench(bin, &file, threads, n_prompt, n_gen, &[])
                 {
-                    figures[1].push(lpp);
-                    figures[3].push(ltg);
+                    for f in figures.iter_mut() {
+                        f[1].push(lpp);
+                        f[3].push(ltg);
+                    }
                 }
             }
             let cell = |x: &mut Vec<f64>| match median(x) {
                 Some(v) => format!("{v:.1}"),
                 None => "-".into(),
             };
-            let [pp, lpp, tg, ltg] = &mut figures;
-            println!(
-                "{:<18} {:>10} {:>13} {:>10} {:>13}",
-                format!("{} {weights}", arch.name),
-                cell(pp),
-                cell(lpp),
-                cell(tg),
-                cell(ltg)
-            );
+            for (f, &repack) in figures.iter_mut().zip(variants) {
+                let [pp, lpp, tg, ltg] = f;
+                let label = match (layouts, repack) {
+                    (false, _) => format!("{} {weights}", arch.name),
+                    (true, true) => format!("{} {weights} repack", arch.name),
+                    (true, false) => format!("{} {weights} gguf", arch.name),
+                };
+                println!(
+                    "{:<18} {:>10} {:>13} {:>10} {:>13}",
+                    label,
+                    cell(pp),
+                    cell(lpp),
+                    cell(tg),
+                    cell(ltg)
+                );
+            }
             std::fs::remove_file(&path).ok();
         }
     }

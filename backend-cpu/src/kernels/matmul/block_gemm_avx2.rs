@@ -37,6 +37,7 @@ use ggraph_core::DType;
 use super::activation_quant::{qacts_len, quantize_acts};
 use super::operands::{Cols, WeightRows};
 use super::quant_format::{Format, decode, format};
+use crate::kernels::interleave::Interleaved;
 use crate::kernels::scratch::with_scratch;
 use crate::team;
 
@@ -79,15 +80,71 @@ fn kind(dtype: DType) -> Option<Kind> {
     })
 }
 
+/// Where the panels come from.
+#[derive(Clone, Copy)]
+enum Panels {
+    /// ggml's rows, decoded and interleaved as they are packed.
+    Rows(WeightRows),
+    /// A matrix of `k` values a row already in the CPU's interleaved
+    /// layout (`kernels::interleave`): packing only splits the nibbles.
+    Interleaved {
+        layout: Interleaved,
+        ptr: *const u8,
+        k: usize,
+    },
+}
+
+// SAFETY: the weights are only read while the call lasts.
+unsafe impl Sync for Panels {}
+unsafe impl Send for Panels {}
+
+impl Panels {
+    fn k(&self) -> usize {
+        match self {
+            Panels::Rows(a) => a.k,
+            Panels::Interleaved { k, .. } => *k,
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            Panels::Rows(a) => a.dtype,
+            Panels::Interleaved { layout, .. } => layout.dtype(),
+        }
+    }
+}
+
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`,
 /// packed quantised rows. The caller has checked that
 /// the processor has AVX2, FMA and F16C.
 pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    gemm_panels(Panels::Rows(a), m, b, out)
+}
+
+/// As [`gemm`], for the `m` rows of `k` values of a matrix in the CPU's
+/// interleaved layout at `ptr`.
+///
+/// # Safety
+/// `ptr` holds the whole matrix (`m` a multiple of eight rows).
+pub(crate) unsafe fn gemm_interleaved(
+    layout: Interleaved,
+    ptr: *const u8,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    gemm_panels(Panels::Interleaved { layout, ptr, k }, m, b, out)
+}
+
+fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
-    let k = a.k;
-    let Some(kind) = kind(a.dtype) else { return };
+    let k = source.k();
+    let Some(kind) = kind(source.dtype()) else {
+        return;
+    };
     let qb = kind.decode.qb;
-    let (tile, groups_per_block) = tile_fn(a.dtype);
+    let (tile, groups_per_block) = tile_fn(source.dtype());
     with_scratch(&ACTS, qacts_len(n, k, qb, C), |buf| {
         let acts = quantize_acts(b, k, kind.acts, C, 1, buf);
         let acts = &acts;
@@ -120,19 +177,41 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                     let nb = len / qb;
                     for p in 0..panels {
                         let r0 = p * R;
-                        if r0 + R < rows {
-                            // the rows stream from memory: ask for the next
-                            // panel's while this one decodes
-                            prefetch_rows(&a, i0 + r0 + R, R.min(rows - r0 - R), v0, len);
-                        }
                         let panel = Panel {
                             codes: &mut pcodes[r0 * len..(r0 + R) * len],
                             dw: &mut dw[r0 * nb..(r0 + R) * nb],
                             mw: &mut mw[r0 * nb..(r0 + R) * nb],
                         };
-                        // SAFETY: rows i0 + r0 .. i0 + min(rows, r0 + R)
-                        // exist and hold values v0..v0 + len.
-                        unsafe { pack(kind, &a, i0 + r0, R.min(rows - r0), v0, decoded, panel) };
+                        match source {
+                            Panels::Rows(a) => {
+                                if r0 + R < rows {
+                                    // the rows stream from memory: ask for
+                                    // the next panel's while this one decodes
+                                    prefetch_rows(&a, i0 + r0 + R, R.min(rows - r0 - R), v0, len);
+                                }
+                                // SAFETY: rows i0 + r0 .. i0 + min(rows, r0 +
+                                // R) exist and hold values v0..v0 + len.
+                                unsafe {
+                                    pack(kind, &a, i0 + r0, R.min(rows - r0), v0, decoded, panel)
+                                };
+                            }
+                            Panels::Interleaved { layout, ptr, k } => {
+                                let group = (i0 + r0) / R;
+                                let at = (group * (k / qb) + v0 / qb) * layout.group_block_bytes();
+                                // SAFETY: the matrix has whole groups of R
+                                // rows (so does this panel), and this
+                                // group holds blocks v0 / qb.. of nb.
+                                unsafe {
+                                    x86::split_interleaved(
+                                        layout,
+                                        ptr.add(at),
+                                        nb,
+                                        panel.codes,
+                                        panel.dw,
+                                    )
+                                };
+                            }
+                        }
                     }
                     let blk0 = v0 / qb;
                     let t_end = ((g + 1) * per_group).min(tiles);
@@ -298,7 +377,7 @@ fn tile_fn(dtype: DType) -> (TileFn, usize) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, C, R};
+    use super::{Acts, C, Interleaved, R};
 
     /// The tile kernel. A block is `groups` groups of `GROUP` four-value
     /// steps, after each of which the 16-bit pair sums are widened.
@@ -377,6 +456,49 @@ mod x86 {
             }
             for (s, a) in sums.iter_mut().zip(acc) {
                 _mm256_storeu_ps(s.as_mut_ptr(), a);
+            }
+        }
+    }
+
+    /// Packs `nb` blocks of an interleaved group (`kernels::interleave`)
+    /// from `w` into a panel: the codes as they are (Q8_0) or split into
+    /// low and high nibbles, which are steps `j` and `j + 4` of the block
+    /// (Q4_0), and the scales as floats.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; `w` holds `nb` blocks of the group, `codes` room for
+    /// `nb` blocks of R rows and `dw` for `nb * R` scales.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn split_interleaved(
+        layout: Interleaved,
+        w: *const u8,
+        nb: usize,
+        codes: &mut [u8],
+        dw: &mut [f32],
+    ) {
+        let block = layout.group_block_bytes();
+        assert!(codes.len() >= nb * R * 32 && dw.len() >= nb * R);
+        // SAFETY: caller's contract; the slices are long enough (checked).
+        unsafe {
+            let low = _mm256_set1_epi8(0x0f);
+            let out = codes.as_mut_ptr();
+            for b in 0..nb {
+                let src = w.add(b * block);
+                let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
+                _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
+                let dst = out.add(b * R * 32);
+                match layout {
+                    Interleaved::Q4_0 => {
+                        for j in 0..4 {
+                            let v = _mm256_loadu_si256(src.add(16 + 32 * j) as *const __m256i);
+                            let lo = _mm256_and_si256(v, low);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                            _mm256_storeu_si256(dst.add(32 * j) as *mut __m256i, lo);
+                            _mm256_storeu_si256(dst.add(32 * (j + 4)) as *mut __m256i, hi);
+                        }
+                    }
+                    Interleaved::Q8_0 => std::ptr::copy_nonoverlapping(src.add(16), dst, R * 32),
+                }
             }
         }
     }

@@ -26,6 +26,8 @@ mod dispatch;
 mod few_columns;
 mod float;
 #[cfg(target_arch = "x86_64")]
+mod interleaved_gemm;
+#[cfg(target_arch = "x86_64")]
 mod kquant_dot;
 #[cfg(target_arch = "x86_64")]
 mod kquant_dot_more;
@@ -47,6 +49,7 @@ mod transposed_matvec;
 use ggraph_core::{DType, Result};
 
 use crate::kernels::indices::check_indices;
+use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa;
 use crate::kernels::tensor_ref::TRef;
 use crate::team;
@@ -110,6 +113,10 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     let r2 = b.ne[2] / a.ne[2];
     let r3 = b.ne[3] / a.ne[3];
     let k = a.ne[0];
+    if let Some(layout) = a.layout {
+        interleaved_mul_mat(dst, a, layout, b);
+        return;
+    }
     let batch = |bi: usize, bufs: &mut BatchBufs| {
         let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
         let w = WeightRows {
@@ -134,6 +141,44 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
         for bi in 0..batches {
             batch(bi, &mut bufs);
         }
+    }
+}
+
+/// mul_mat with a weight matrix in the CPU's interleaved layout (the
+/// stream hands one only to this op and get_rows): the interleaved kernels
+/// on AVX2, else ggml's rows rebuilt in scratch memory first.
+fn interleaved_mul_mat(dst: TRef, a: TRef, layout: Interleaved, b: TRef) {
+    let (m, n, k) = (dst.ne[0], dst.ne[1], a.ne[0]);
+    let mut bufs = BatchBufs::new();
+    let mut plain = Vec::new();
+    for bi in 0..dst.ne[2] * dst.ne[3] {
+        let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
+        activation_cols(b, (0..n).map(|j| (j, i2, i3)), &mut bufs.store, &mut bufs.b);
+        bufs.out.0.clear();
+        bufs.out
+            .0
+            .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
+        #[cfg(target_arch = "x86_64")]
+        if isa::active() >= isa::Isa::Avx2 {
+            // SAFETY: the stream gives a layout only to a whole matrix of
+            // whole groups; columns and outputs are dst's and b's rows.
+            unsafe { interleaved_gemm::gemm(layout, a.ptr, k, m, &bufs.b, &bufs.out) };
+            continue;
+        }
+        if plain.is_empty() {
+            plain = vec![0u8; m * a.nb[1]];
+            // SAFETY: the matrix spans m rows of nb[1] bytes.
+            let packed = unsafe { std::slice::from_raw_parts(a.ptr, plain.len()) };
+            layout.unpack(packed, &mut plain, a.nb[1]);
+        }
+        let w = WeightRows {
+            ptr: plain.as_ptr(),
+            stride: a.nb[1],
+            elem_stride: a.nb[0],
+            dtype: a.dtype,
+            k,
+        };
+        gemm(w, m, &bufs.b, &bufs.out);
     }
 }
 

@@ -1,0 +1,311 @@
+//! Weights in the CPU's interleaved layout (`kernels::interleave`: Q4_0 and
+//! Q8_0 rows in groups of eight) times any number of columns, on AVX2.
+//!
+//! The layout is the panel `block_gemm_avx2` builds on every call, stored
+//! once at load: one 256-bit load gives four codes of each of eight rows
+//! (Q4_0: after splitting the nibbles), so each step is a broadcast of a
+//! column's four activation codes and one `vpmaddubsw`, and each group's
+//! eight sums land in the eight lanes of one register, with no horizontal
+//! sums. With one column each task streams its groups in order: one run
+//! of memory rather than a stream per row. With more, a task takes
+//! [`MC`] rows a chunk of [`KC`] values at a time, and every column tile
+//! reads them from L2. Activations are quantised as for
+//! `block_gemm_avx2` (`activation_quant`), so the sums are the same.
+
+use std::cell::RefCell;
+
+use super::activation_quant::{qacts_len, quantize_acts};
+use super::block_gemm_avx2;
+use super::operands::Cols;
+use super::quant_format::{Format, format};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
+use crate::kernels::parallel::{column_split, par_ranges};
+use crate::kernels::scratch::with_scratch;
+use crate::team;
+
+/// Most columns the kernels here take; more go to `block_gemm_avx2`,
+/// which splits the nibbles once per chunk and reuses them across the
+/// column tiles (docs/performance.md).
+const TILES_MAX_N: usize = 8;
+/// Columns per tile with more than one column.
+const C: usize = 4;
+/// Values per chunk of the rows with several columns.
+const KC: usize = 1024;
+/// Rows a task takes with several columns: their chunk stays in L2 while
+/// every column tile reads it.
+const MC: usize = 128;
+/// Values per block (Q4_0 and Q8_0).
+const QB: usize = 32;
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[j][i] = dot(row i, b[j])` for the `m` rows of an interleaved
+/// matrix of `k` values a row at `a`, and every column of `b`. The caller
+/// has checked that the processor has AVX2, FMA and F16C.
+///
+/// # Safety
+/// `a` holds the whole matrix (`m` a multiple of eight rows); the columns
+/// hold `k` values and the outputs `m`.
+pub(crate) unsafe fn gemm(
+    layout: Interleaved,
+    a: *const u8,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    if n > TILES_MAX_N {
+        // SAFETY: caller's contract.
+        unsafe { block_gemm_avx2::gemm_interleaved(layout, a, k, m, b, out) };
+        return;
+    }
+    // an invariant: Interleaved holds only types quant_format reads
+    let Some(f) = format(layout.dtype()) else {
+        return;
+    };
+    // Q8_0 codes stay signed in the panel (the sign trick): no offset
+    let acts_format = if f.signed {
+        Format { offset: 0, ..f }
+    } else {
+        f
+    };
+    let t = if n == 1 { 1 } else { C };
+    let nblk = k / QB;
+    let group_bytes = nblk * layout.group_block_bytes();
+    let weights = Weights(a);
+    with_scratch(&ACTS, qacts_len(n, k, QB, t), |buf| {
+        let acts = quantize_acts(b, k, acts_format, t, 1, buf);
+        let acts = &acts;
+        if n == 1 {
+            par_ranges(m / GROUP_ROWS, 4, |groups| {
+                let x = Acts {
+                    codes: acts.codes.as_ptr(),
+                    d: acts.d.as_ptr(),
+                    bias: acts.bias.as_ptr(),
+                };
+                for g in groups {
+                    let mut sums = [[0f32; GROUP_ROWS]; 1];
+                    // SAFETY: group g holds nblk blocks; the activations
+                    // nblk blocks of one column.
+                    unsafe {
+                        x86::tile::<1>(layout, nblk, weights.at(g * group_bytes), &x, &mut sums)
+                    };
+                    // SAFETY: output column 0 holds m values; group g's
+                    // rows are this task's alone.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            sums[0].as_ptr(),
+                            out.0[0].add(g * GROUP_ROWS),
+                            GROUP_ROWS,
+                        )
+                    };
+                }
+            });
+            return;
+        }
+        let blocks = m.div_ceil(MC);
+        let tiles = n.div_ceil(C);
+        let (col_groups, per_group) = column_split(blocks, tiles);
+        team::for_each(blocks * col_groups, |task| {
+            let (blk_row, cg) = (task % blocks, task / blocks);
+            let g0 = blk_row * MC / GROUP_ROWS;
+            let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
+            for v0 in (0..k).step_by(KC) {
+                let nb = KC.min(k - v0) / QB;
+                let blk0 = v0 / QB;
+                for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
+                    let j0 = tile * C;
+                    let nc = C.min(n - j0);
+                    let xo = (tile * nblk + blk0) * C;
+                    let x = Acts {
+                        codes: acts.codes[(tile * k + v0) * C..].as_ptr(),
+                        d: acts.d[xo..].as_ptr(),
+                        bias: acts.bias[xo..].as_ptr(),
+                    };
+                    for g in g0..g_end {
+                        let mut sums = [[0f32; GROUP_ROWS]; C];
+                        let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
+                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                        // the tile holds as many blocks of C columns.
+                        unsafe { x86::tile::<C>(layout, nb, w, &x, &mut sums) };
+                        for (c, col) in sums.iter().enumerate().take(nc) {
+                            // SAFETY: output column j0 + c holds m values;
+                            // this task alone writes rows of group g in the
+                            // columns of its column group.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    out.0[j0 + c].add(g * GROUP_ROWS),
+                                    GROUP_ROWS,
+                                )
+                            };
+                            if v0 == 0 {
+                                dst.copy_from_slice(col);
+                            } else {
+                                for (d, s) in dst.iter_mut().zip(col) {
+                                    *d += s;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// The matrix, shared read-only by the tasks.
+#[derive(Clone, Copy)]
+struct Weights(*const u8);
+
+// SAFETY: the weights are only read while the call lasts.
+unsafe impl Sync for Weights {}
+unsafe impl Send for Weights {}
+
+impl Weights {
+    fn at(self, offset: usize) -> *const u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// A tile of quantised activations from some block on (see
+/// `activation_quant::QActs`).
+struct Acts {
+    codes: *const i8,
+    d: *const f32,
+    bias: *const i32,
+}
+
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::Acts;
+    use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
+    use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
+
+    /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
+    /// of an interleaved group from `w`, `T` columns of activations.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `w` holds `nb` blocks of the group and `x` `nb`
+    /// blocks of `T` columns.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile<const T: usize>(
+        layout: Interleaved,
+        nb: usize,
+        w: *const u8,
+        x: &Acts,
+        sums: &mut [[f32; GROUP_ROWS]; T],
+    ) {
+        // SAFETY: caller's contract.
+        let acc = unsafe {
+            match layout {
+                Interleaved::Q4_0 => q4_0::<T>(nb, w, x),
+                Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
+            }
+        };
+        for (s, a) in sums.iter_mut().zip(acc) {
+            // SAFETY: s holds eight floats.
+            unsafe { _mm256_storeu_ps(s.as_mut_ptr(), a) };
+        }
+    }
+
+    /// Asks for the `len` bytes [`PREFETCH_BYTES`] past `at`, one request a
+    /// cache line: with one column the weights stream from memory once, and
+    /// the hardware's prefetch alone measured slower on matrices larger
+    /// than the cache (docs/performance.md).
+    #[inline(always)]
+    fn prefetch_ahead(at: *const u8, len: usize) {
+        let ahead = at.wrapping_add(PREFETCH_BYTES);
+        for line in (0..len).step_by(64) {
+            // SAFETY: a prefetch never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8) };
+        }
+    }
+
+    /// Q4_0: a block's eight steps add up in 16 bits (codes below 16,
+    /// at most 30480), are widened once, and take the activations'
+    /// `-8 * sum(q)` as their bias.
+    ///
+    /// # Safety
+    /// As for [`tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+        // SAFETY: caller's contract.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let low = _mm256_set1_epi8(0x0f);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut wp = w;
+            let mut xp = x.codes as *const i32;
+            for blk in 0..nb {
+                if T == 1 {
+                    prefetch_ahead(wp, Interleaved::Q4_0.group_block_bytes());
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+                let mut pairs = [_mm256_setzero_si256(); T];
+                for j in 0..4 {
+                    let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                    let lo = _mm256_and_si256(v, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    for (c, p) in pairs.iter_mut().enumerate() {
+                        let xl = _mm256_set1_epi32(*xp.add(j * T + c));
+                        let xh = _mm256_set1_epi32(*xp.add((j + 4) * T + c));
+                        *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(lo, xl));
+                        *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(hi, xh));
+                    }
+                }
+                for (c, (a, p)) in acc.iter_mut().zip(pairs).enumerate() {
+                    let bias = _mm256_set1_epi32(*x.bias.add(blk * T + c));
+                    let s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), bias);
+                    let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+                }
+                wp = wp.add(Interleaved::Q4_0.group_block_bytes());
+                xp = xp.add(8 * T);
+            }
+            acc
+        }
+    }
+
+    /// Q8_0: signed codes, each step `|w|` against the activations with
+    /// `w`'s sign, widened every step (a pair reaches 2 * 128 * 127).
+    ///
+    /// # Safety
+    /// As for [`tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+        // SAFETY: caller's contract.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut wp = w;
+            let mut xp = x.codes as *const i32;
+            for blk in 0..nb {
+                if T == 1 {
+                    prefetch_ahead(wp, Interleaved::Q8_0.group_block_bytes());
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+                let mut block = [_mm256_setzero_si256(); T];
+                for j in 0..8 {
+                    let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                    let vu = _mm256_sign_epi8(v, v);
+                    for (c, s) in block.iter_mut().enumerate() {
+                        let q = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add(j * T + c)), v);
+                        let pair = _mm256_maddubs_epi16(vu, q);
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pair, ones));
+                    }
+                }
+                for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
+                    let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+                }
+                wp = wp.add(Interleaved::Q8_0.group_block_bytes());
+                xp = xp.add(8 * T);
+            }
+            acc
+        }
+    }
+}
