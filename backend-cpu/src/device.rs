@@ -92,7 +92,7 @@ impl Device for CpuDevice {
         self.buffer_type.clone()
     }
 
-    /// `CPU_REPACK` (Q4_0 and Q8_0 matrices interleaved), where this
+    /// `CPU_REPACK` (Q4_0, Q8_0 and Q4_K matrices interleaved), where this
     /// processor gets it.
     fn layout_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
         self.repack

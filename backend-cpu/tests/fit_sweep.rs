@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ggraph_core::DType;
-use ggraph_core::backend::Device;
+use ggraph_core::backend::{Device, weight_buffer_type_names};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::context::{Context, ContextParams};
@@ -91,9 +91,12 @@ fn check_real_load(desc: &ModelDesc, f: &Fit, n_gpus: usize, bytes: u64, margin:
         );
     }
     let host = &f.estimate.devices[0];
+    // the CPU's own memory and its repacked weights (`CPU_REPACK`), which a
+    // fit without op offload leaves to the CPU
+    let host_buffer_types = weight_buffer_type_names(model.cpu.as_ref());
     let on_host = |list: Vec<(String, u64)>| -> u64 {
         list.iter()
-            .filter(|(n, _)| n == "CPU")
+            .filter(|(n, _)| host_buffer_types.contains(n))
             .map(|(_, b)| b)
             .sum()
     };

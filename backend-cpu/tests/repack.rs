@@ -12,15 +12,16 @@ use ggraph_model::arch::{Attention, ModelConfig, WeightSource};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
+use ggraph_model::estimate::exact::exact_estimate;
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::PlacementOptions;
 
 const PROMPT: [i32; 6] = [3, 14, 15, 92, 65, 35];
 
-/// Q4_0 weights, every matrix of whole groups of eight rows; the norms
-/// stay F32.
+/// Weights of one type, every matrix of whole groups of eight rows (and
+/// rows of whole Q4_K super-blocks); the norms stay F32.
 fn desc(weights: DType) -> ModelDesc {
-    let c = ModelConfig::dense(256, 128, 2, 4, 2, 256);
+    let c = ModelConfig::dense(256, 256, 2, 4, 2, 512);
     ModelDesc::random(c, weights, 5).unwrap()
 }
 
@@ -65,7 +66,7 @@ fn decode(model: Model, steps: usize) -> (Vec<i32>, Vec<f32>, String) {
 /// scheduler shows where the weights live.
 #[test]
 fn repacked_weights_give_the_tokens_of_gguf_s_layout() {
-    for weights in [DType::Q4_0, DType::Q8_0] {
+    for weights in [DType::Q4_0, DType::Q8_0, DType::Q4_K] {
         let d = desc(weights);
         let (t_plain, l_plain, _) = decode(load(&d, &[], false, LoadMode::Real), 6);
         let repacked = load(&d, &[], true, LoadMode::Real);
@@ -80,7 +81,10 @@ fn repacked_weights_give_the_tokens_of_gguf_s_layout() {
         assert_eq!(t_repack, t_plain, "{weights}");
         let want: Vec<f64> = l_plain.iter().map(|&v| v as f64).collect();
         let e = nmse(&l_repack, &want);
-        assert!(e < 1e-4, "{weights}: nmse {e}");
+        // GGUF's Q4_K rows go through ggml's Q8_K activations (one scale a
+        // 256 values); the repacked kernels quantise them 32 at a time
+        let bound = if weights == DType::Q4_K { 1e-3 } else { 1e-4 };
+        assert!(e < bound, "{weights}: nmse {e}");
         assert!(explain.contains(CPU_REPACK_BUFFER_TYPE), "{explain}");
     }
 }
@@ -97,6 +101,21 @@ fn repacked_weights_read_back_byte_identical_and_plans_count_them() {
     let plain = load(&d, &[], false, LoadMode::DryRun);
     let total = |m: &Model| m.weight_bytes().iter().map(|(_, b)| b).sum::<u64>();
     assert_eq!(total(&real), total(&plain), "the layout takes GGUF's bytes");
+    // the exact estimate counts the CPU's repacked weights as its own
+    let estimate = |repack: bool| {
+        let opts = PlacementOptions {
+            repack,
+            ..PlacementOptions::default()
+        };
+        let params = ContextParams {
+            n_ctx: 64,
+            ..ContextParams::default()
+        };
+        exact_estimate(&d, &[], cpu(), &opts, &params).unwrap()
+    };
+    let (with, without) = (estimate(true), estimate(false));
+    assert_eq!(with.devices[0].weights, total(&real));
+    assert_eq!(with.devices[0].weights, without.devices[0].weights);
     let laid: Vec<&str> = [
         "blk.0.attn_q.weight",
         "blk.1.ffn_down.weight",

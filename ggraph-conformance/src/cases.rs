@@ -227,8 +227,11 @@ fn weight_types() -> impl Iterator<Item = DType> {
 /// columns, rows longer than one chunk, batches, row lookups, and a view
 /// and a conversion of such a weight, which read it in ggml's layout.
 fn weight_layout_cases(c: &mut Cases) {
-    for w in [DType::Q4_0, DType::Q8_0] {
+    for w in [DType::Q4_0, DType::Q8_0, DType::Q4_K] {
+        // whole blocks: Q4_K's rows take super-blocks of 256
+        let row = move |k: usize| k.div_ceil(w.block_size()) * w.block_size();
         for (m, n, k) in [(64usize, 1usize, 256usize), (48, 3, 96), (136, 9, 2112)] {
+            let k = row(k);
             let name = format!("mul_mat[{w},F32,rows8,m={m},n={n},k={k}]");
             c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
                 let a = cb.input(w, &[k, m])?;
@@ -236,30 +239,31 @@ fn weight_layout_cases(c: &mut Cases) {
                 cb.b.mul_mat(a, b)
             });
         }
+        let k = row(64);
         let name = format!("mul_mat[{w},F32,rows8,bcast]");
         c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
-            let a = cb.input(w, &[64, 16])?;
-            let b = cb.input(DType::F32, &[64, 5, 2, 3])?;
+            let a = cb.input(w, &[k, 16])?;
+            let b = cb.input(DType::F32, &[k, 5, 2, 3])?;
             cb.b.mul_mat(a, b)
         });
         let name = format!("mul_mat[{w},F32,rows8,view]");
         c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
-            let a = cb.input(w, &[64, 24])?;
-            let row = w.row_size(64).unwrap_or(0);
-            let rows = cb.b.view_2d(a, 64, 8, row, 8 * row)?;
-            let b = cb.input(DType::F32, &[64, 2])?;
+            let a = cb.input(w, &[k, 24])?;
+            let bytes = w.row_size(k).unwrap_or(0);
+            let rows = cb.b.view_2d(a, k, 8, bytes, 8 * bytes)?;
+            let b = cb.input(DType::F32, &[k, 2])?;
             cb.b.mul_mat(rows, b)
         });
         let name = format!("get_rows[{w},rows8]");
         c.add(OpKind::GetRows, name, 1e-9, move |cb| {
-            let a = cb.filled(w, &[96, 24], Fill::Uniform(-1.0, 1.0))?;
+            let a = cb.filled(w, &[row(96), 24], Fill::Uniform(-1.0, 1.0))?;
             let idx = cb.filled(DType::I32, &[6], Fill::Indices(24))?;
             cb.b.get_rows(a, idx)
         });
         let name = format!("cpy[{w},F32,rows8]");
         c.add(OpKind::Cpy, name, 1e-9, move |cb| {
-            let a = cb.filled(w, &[64, 16], Fill::Uniform(-1.0, 1.0))?;
-            let out = cb.input(DType::F32, &[64, 16])?;
+            let a = cb.filled(w, &[k, 16], Fill::Uniform(-1.0, 1.0))?;
+            let out = cb.input(DType::F32, &[k, 16])?;
             cb.b.cpy(a, out)
         });
     }

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ggraph_core::backend::weight_buffer_type_names;
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
 use ggraph_model::arch::ModelConfig;
@@ -250,17 +251,17 @@ pub fn device_memory(ctx: &Context) -> Vec<DeviceMemory> {
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let bt = d.buffer_type();
-            let of = |list: &[(String, u64)]| {
+            let own = [d.buffer_type().name().to_string()];
+            let of = |list: &[(String, u64)], names: &[String]| {
                 list.iter()
-                    .filter(|(n, _)| n == bt.name())
+                    .filter(|(n, _)| names.contains(n))
                     .map(|(_, b)| b)
                     .sum::<u64>()
             };
             DeviceMemory {
                 name: d.name().to_string(),
-                weights: of(&weights),
-                kv: of(&kv),
+                weights: of(&weights, &weight_buffer_type_names(d.as_ref())),
+                kv: of(&kv, &own),
                 compute: compute.get(i).copied().unwrap_or(0),
                 capacity: d.memory().total_bytes,
                 host: !d.kind().is_gpu_class(),

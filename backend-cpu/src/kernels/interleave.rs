@@ -4,45 +4,59 @@
 //! codes of each of eight rows, the panel `block_gemm_avx2` otherwise
 //! builds from ggml's rows on every call.
 //!
-//! Group `g`, block `b` of a matrix with `nblk` blocks a row sits at
-//! `(g * nblk + b) * 8 * block_bytes`: the eight rows' f16 scales
-//! (16 bytes), then their codes four bytes at a time, `[chunk][row][4]`.
-//! For Q4_0 a chunk `j` of a row is its bytes `4j..4j + 4`: low nibbles
-//! are codes `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`. For
-//! Q8_0 it is codes `4j..4j + 4`. The layout only moves bytes, so it
-//! takes exactly the bytes of ggml's, and a fill is the same in both.
+//! A block of one row is a few 2-byte head units (its f16 scales: `d`, and
+//! Q4_K's `dmin`) and then 4-byte chunks (Q4_K's 12 bytes of packed scales
+//! and mins, then the codes). Group `g`, block `b` of a matrix of `nblk`
+//! blocks a row sits at `(g * nblk + b) * 8 * block_bytes`: head unit `u`
+//! of the eight rows side by side (`[u][row]`), then every chunk of the
+//! eight rows side by side (`[chunk][row][4]`). So one 256-bit load of
+//! chunk `j` holds chunk `j` of each row in its own 32-bit lane:
+//!
+//! - Q4_0: bytes `4j..4j + 4` of the nibbles: low nibbles are codes
+//!   `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`.
+//! - Q8_0: codes `4j..4j + 4`.
+//! - Q4_K: chunks 0..3 are the packed scales and mins, chunk `3 + c` the
+//!   nibble bytes `4c..4c + 4`: low nibbles are codes `64 (c / 8) + 4 (c %
+//!   8)..+4` (sub-block `2 (c / 8)`), high nibbles the same step of
+//!   sub-block `2 (c / 8) + 1`.
+//!
+//! The layout only moves bytes, so it takes exactly the bytes of ggml's,
+//! and a fill is the same in both.
 
 use ggraph_core::DType;
 
 /// Rows per group.
 pub(crate) const GROUP_ROWS: usize = 8;
 
-/// Bytes of the scales at the start of an interleaved block.
-const SCALES: usize = 2 * GROUP_ROWS;
-
 /// A weight type in the interleaved layout.
+#[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Interleaved {
     /// Q4_0 blocks (18 bytes: an f16 scale, 16 bytes of nibbles).
     Q4_0,
     /// Q8_0 blocks (34 bytes: an f16 scale, 32 signed codes).
     Q8_0,
+    /// Q4_K super-blocks (144 bytes: f16 `d` and `dmin`, 12 bytes of
+    /// 6-bit scales and mins, 128 bytes of nibbles).
+    Q4_K,
 }
 
 impl Interleaved {
     /// The layout for a weight of `dtype` and `shape`, if it has one: a
-    /// matrix (no third or fourth dimension above 1) of Q4_0 or Q8_0 with
-    /// whole groups of rows.
+    /// matrix (no third or fourth dimension above 1) of Q4_0, Q8_0 or Q4_K
+    /// with whole groups of rows.
     pub(crate) fn of(dtype: DType, shape: &[usize]) -> Option<Interleaved> {
         let layout = match dtype {
             DType::Q4_0 => Interleaved::Q4_0,
             DType::Q8_0 => Interleaved::Q8_0,
+            DType::Q4_K => Interleaved::Q4_K,
             _ => return None,
         };
         let rows = *shape.get(1)?;
         let k = shape[0];
         let matrix = shape.iter().skip(2).all(|&d| d == 1);
-        (matrix && rows > 0 && rows % GROUP_ROWS == 0 && k > 0 && k % 32 == 0).then_some(layout)
+        let whole = k > 0 && k % dtype.block_size() == 0;
+        (matrix && rows > 0 && rows % GROUP_ROWS == 0 && whole).then_some(layout)
     }
 
     /// The weight type.
@@ -50,6 +64,7 @@ impl Interleaved {
         match self {
             Interleaved::Q4_0 => DType::Q4_0,
             Interleaved::Q8_0 => DType::Q8_0,
+            Interleaved::Q4_K => DType::Q4_K,
         }
     }
 
@@ -61,6 +76,24 @@ impl Interleaved {
     /// Bytes of one group's block: eight rows' blocks.
     pub(crate) fn group_block_bytes(self) -> usize {
         GROUP_ROWS * self.block_bytes()
+    }
+
+    /// The 2-byte units at the start of a block.
+    fn head_units(self) -> usize {
+        match self {
+            Interleaved::Q4_0 | Interleaved::Q8_0 => 1,
+            Interleaved::Q4_K => 2,
+        }
+    }
+
+    /// The 4-byte chunks after them.
+    fn chunks(self) -> usize {
+        (self.block_bytes() - 2 * self.head_units()) / 4
+    }
+
+    /// Where, in a group's block, the chunks start.
+    pub(crate) fn chunks_at(self) -> usize {
+        2 * GROUP_ROWS * self.head_units()
     }
 
     /// Converts whole groups from ggml's rows (`src`, rows of `row_bytes`)
@@ -79,18 +112,15 @@ impl Interleaved {
         });
     }
 
-    /// ggml's bytes of row `lane` of the group that starts at `group`
-    /// (`nblk` blocks a row), into `out` (one row's bytes).
+    /// ggml's bytes of row `lane` of the group that starts at `group`,
+    /// into `out` (one row's bytes).
     pub(crate) fn unpack_row(self, group: &[u8], lane: usize, out: &mut [u8]) {
-        let bb = self.block_bytes();
         let gb = self.group_block_bytes();
-        for (b, block) in out.chunks_exact_mut(bb).enumerate() {
-            let at = b * gb;
-            block[..2].copy_from_slice(&group[at + 2 * lane..at + 2 * lane + 2]);
-            for j in 0..(bb - 2) / 4 {
-                let from = at + SCALES + (j * GROUP_ROWS + lane) * 4;
-                block[2 + 4 * j..6 + 4 * j].copy_from_slice(&group[from..from + 4]);
-            }
+        for (b, block) in out.chunks_exact_mut(self.block_bytes()).enumerate() {
+            self.move_block(lane, |plain, inter, len| {
+                block[plain..plain + len]
+                    .copy_from_slice(&group[b * gb + inter..b * gb + inter + len])
+            });
         }
     }
 
@@ -99,23 +129,82 @@ impl Interleaved {
     fn move_blocks(self, len: usize, row_bytes: usize, mut copy: impl FnMut(usize, usize, usize)) {
         let bb = self.block_bytes();
         let gb = self.group_block_bytes();
-        let nblk = row_bytes / bb;
         let group_bytes = GROUP_ROWS * row_bytes;
         for g in 0..len / group_bytes {
-            for b in 0..nblk {
+            for b in 0..row_bytes / bb {
                 let inter = g * group_bytes + b * gb;
                 for r in 0..GROUP_ROWS {
                     let plain = g * group_bytes + r * row_bytes + b * bb;
-                    copy(plain, inter + 2 * r, 2);
-                    for j in 0..(bb - 2) / 4 {
-                        copy(
-                            plain + 2 + 4 * j,
-                            inter + SCALES + (j * GROUP_ROWS + r) * 4,
-                            4,
-                        );
-                    }
+                    self.move_block(r, |p, i, n| copy(plain + p, inter + i, n));
                 }
             }
+        }
+    }
+
+    /// Calls `copy(offset in the row's block, offset in the group's block,
+    /// len)` for each head unit and chunk of row `r`'s block.
+    fn move_block(self, r: usize, mut copy: impl FnMut(usize, usize, usize)) {
+        let head = self.head_units();
+        for u in 0..head {
+            copy(2 * u, (u * GROUP_ROWS + r) * 2, 2);
+        }
+        let at = self.chunks_at();
+        for j in 0..self.chunks() {
+            copy(2 * head + 4 * j, at + (j * GROUP_ROWS + r) * 4, 4);
+        }
+    }
+}
+
+/// `d * scale` and `dmin * min` of each sub-block of a Q4_K group block at
+/// `block`, `[sub-block][row]`: the eight rows' 6-bit values unpacked side
+/// by side, one row a 32-bit lane (see `quant_format::q4k_scales_mins`).
+///
+/// # Safety
+/// AVX2 and F16C; `block` holds a Q4_K group block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn q4_k_scales(
+    block: *const u8,
+    dw: &mut [[f32; GROUP_ROWS]; 8],
+    mw: &mut [[f32; GROUP_ROWS]; 8],
+) {
+    use std::arch::x86_64::*;
+    let at = Interleaved::Q4_K.chunks_at();
+    // SAFETY: caller's contract; the stores go to arrays of eight floats.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let six = _mm256_set1_epi8(0x3f);
+        let top = _mm256_set1_epi8(0x03);
+        let byte = _mm256_set1_epi32(0xff);
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
+        let s0 = _mm256_loadu_si256(block.add(at) as *const __m256i);
+        let s1 = _mm256_loadu_si256(block.add(at + 32) as *const __m256i);
+        let s2 = _mm256_loadu_si256(block.add(at + 64) as *const __m256i);
+        // the top two bits of each byte, moved to bits 4 and 5
+        let high0 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s0), top));
+        let high1 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s1), top));
+        // four values a word: sub-blocks 0..4, then 4..8
+        let scales = [
+            _mm256_and_si256(s0, six),
+            _mm256_or_si256(_mm256_and_si256(s2, low), high0),
+        ];
+        let mins = [
+            _mm256_and_si256(s1, six),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(s2), low), high1),
+        ];
+        for sub in 0..8 {
+            let shift = _mm256_set1_epi32(8 * (sub % 4) as i32);
+            let sc = _mm256_and_si256(_mm256_srlv_epi32(scales[sub / 4], shift), byte);
+            let mn = _mm256_and_si256(_mm256_srlv_epi32(mins[sub / 4], shift), byte);
+            _mm256_storeu_ps(
+                dw[sub].as_mut_ptr(),
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sc), d),
+            );
+            _mm256_storeu_ps(
+                mw[sub].as_mut_ptr(),
+                _mm256_mul_ps(_mm256_cvtepi32_ps(mn), dmin),
+            );
         }
     }
 }
@@ -129,7 +218,7 @@ mod tests {
     /// the kernels read them.
     #[test]
     fn packing_round_trips_and_puts_scales_and_codes_in_place() {
-        for layout in [Interleaved::Q4_0, Interleaved::Q8_0] {
+        for layout in [Interleaved::Q4_0, Interleaved::Q8_0, Interleaved::Q4_K] {
             let (bb, nblk) = (layout.block_bytes(), 3);
             let row_bytes = bb * nblk;
             let plain: Vec<u8> = (0..2 * GROUP_ROWS * row_bytes)
@@ -148,23 +237,24 @@ mod tests {
                 layout.unpack_row(&packed[g * group_bytes..], lane, &mut one);
                 assert_eq!(one, plain[row * row_bytes..(row + 1) * row_bytes]);
             }
-            // row 3's block 1: its scale, then its codes' second chunk
+            // row 3's block 1: its scale, then its second chunk
             let inter = layout.group_block_bytes();
             let plain_block = 3 * row_bytes + bb;
             assert_eq!(
                 packed[inter + 6..inter + 8],
                 plain[plain_block..plain_block + 2]
             );
-            let chunk1 = inter + SCALES + (GROUP_ROWS + 3) * 4;
+            let head = 2 * layout.head_units();
+            let chunk1 = inter + layout.chunks_at() + (GROUP_ROWS + 3) * 4;
             assert_eq!(
                 packed[chunk1..chunk1 + 4],
-                plain[plain_block + 6..plain_block + 10]
+                plain[plain_block + head + 4..plain_block + head + 8]
             );
         }
     }
 
     #[test]
-    fn only_matrices_of_whole_groups_of_q4_0_and_q8_0_rows_are_laid_out() {
+    fn only_matrices_of_whole_groups_of_q4_0_q8_0_and_q4_k_rows_are_laid_out() {
         assert_eq!(
             Interleaved::of(DType::Q4_0, &[64, 16]),
             Some(Interleaved::Q4_0)
@@ -177,6 +267,10 @@ mod tests {
         assert_eq!(Interleaved::of(DType::Q4_0, &[64, 16, 2]), None);
         assert_eq!(Interleaved::of(DType::Q4_0, &[64]), None);
         assert_eq!(Interleaved::of(DType::F16, &[64, 16]), None);
-        assert_eq!(Interleaved::of(DType::Q4_K, &[256, 16]), None);
+        assert_eq!(
+            Interleaved::of(DType::Q4_K, &[256, 16]),
+            Some(Interleaved::Q4_K)
+        );
+        assert_eq!(Interleaved::of(DType::Q6_K, &[256, 16]), None);
     }
 }

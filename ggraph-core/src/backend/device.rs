@@ -155,6 +155,16 @@ pub trait Device: Send + Sync {
     fn new_stream(&self) -> Result<Box<dyn Stream>>;
 }
 
+/// The names of the buffer types `device` keeps weights in: its own memory
+/// and its layout buffer types (what a device's share of a model's weights
+/// adds up over).
+pub fn weight_buffer_type_names(device: &dyn Device) -> Vec<String> {
+    std::iter::once(device.buffer_type())
+        .chain(device.layout_buffer_types())
+        .map(|b| b.name().to_string())
+        .collect()
+}
+
 /// ggml's batch size at which a matrix op is worth offloading.
 pub const DEFAULT_OFFLOAD_MIN_BATCH: usize = 32;
 

@@ -17,7 +17,7 @@ mod weight_support;
 pub use buffer_type::BufferType;
 pub use device::{
     DEFAULT_OFFLOAD_MIN_BATCH, Device, DeviceCaps, DeviceKind, DevicePerf, MemoryInfo,
-    MemorySource, batch_offload_rule,
+    MemorySource, batch_offload_rule, weight_buffer_type_names,
 };
 pub use registry::{BackendRegistration, Registry};
 pub use stream::{CompletedEvent, Event, Stream};

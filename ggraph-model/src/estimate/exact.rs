@@ -11,7 +11,7 @@ use crate::context::{Context, ContextParams};
 use crate::desc::ModelDesc;
 use crate::loaded::{LoadMode, Model};
 use crate::placement::{GpuLayers, PlacementOptions};
-use ggraph_core::backend::Device;
+use ggraph_core::backend::{Device, weight_buffer_type_names};
 use ggraph_core::error::{Error, Result};
 use ggraph_core::util::format_bytes;
 
@@ -162,16 +162,17 @@ pub fn exact_estimate(
     let weights = model.weight_bytes();
     let kv = ctx.kv_bytes_per_buffer_type();
     let compute = ctx.compute_bytes();
-    let of = |list: &[(String, u64)], name: &str| {
+    let of = |list: &[(String, u64)], names: &[String]| {
         list.iter()
-            .filter(|(n, _)| n == name)
+            .filter(|(n, _)| names.contains(n))
             .map(|(_, b)| b)
             .sum::<u64>()
     };
     let mut out = Vec::with_capacity(devices.len() + 1);
     let all: Vec<&Arc<dyn Device>> = std::iter::once(&cpu).chain(devices).collect();
     for (i, d) in all.iter().enumerate() {
-        let bt = d.buffer_type();
+        let own = [d.buffer_type().name().to_string()];
+        let holds_weights = weight_buffer_type_names(d.as_ref());
         let layers = (0..=n_layer)
             .filter(|&l| {
                 let dev = model.plan.layer_device[l];
@@ -187,8 +188,8 @@ pub fn exact_estimate(
         out.push(DeviceCost {
             name: d.name().to_string(),
             layers,
-            weights: of(&weights, bt.name()),
-            kv: of(&kv, bt.name()),
+            weights: of(&weights, &holds_weights),
+            kv: of(&kv, &own),
             compute: compute.get(backend).copied().unwrap_or(0),
             free: d.memory().free_bytes,
         });

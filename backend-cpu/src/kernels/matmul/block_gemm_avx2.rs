@@ -196,19 +196,14 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                                 };
                             }
                             Panels::Interleaved { layout, ptr, k } => {
+                                let bs = layout.dtype().block_size();
                                 let group = (i0 + r0) / R;
-                                let at = (group * (k / qb) + v0 / qb) * layout.group_block_bytes();
+                                let at = (group * (k / bs) + v0 / bs) * layout.group_block_bytes();
                                 // SAFETY: the matrix has whole groups of R
-                                // rows (so does this panel), and this
-                                // group holds blocks v0 / qb.. of nb.
+                                // rows (so does this panel), and this group
+                                // holds the blocks of values v0..v0 + len.
                                 unsafe {
-                                    x86::split_interleaved(
-                                        layout,
-                                        ptr.add(at),
-                                        nb,
-                                        panel.codes,
-                                        panel.dw,
-                                    )
+                                    x86::split_interleaved(layout, ptr.add(at), len / bs, panel)
                                 };
                             }
                         }
@@ -377,7 +372,8 @@ fn tile_fn(dtype: DType) -> (TileFn, usize) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, C, Interleaved, R};
+    use super::{Acts, C, Interleaved, Panel, R};
+    use crate::kernels::interleave::q4_k_scales;
 
     /// The tile kernel. A block is `groups` groups of `GROUP` four-value
     /// steps, after each of which the 16-bit pair sums are widened.
@@ -462,42 +458,71 @@ mod x86 {
 
     /// Packs `nb` blocks of an interleaved group (`kernels::interleave`)
     /// from `w` into a panel: the codes as they are (Q8_0) or split into
-    /// low and high nibbles, which are steps `j` and `j + 4` of the block
-    /// (Q4_0), and the scales as floats.
+    /// low and high nibbles (Q4_0: steps `j` and `j + 4` of the block; Q4_K:
+    /// the same step of two sub-blocks), and the scales (and Q4_K's mins)
+    /// as floats.
     ///
     /// # Safety
-    /// AVX2 and F16C; `w` holds `nb` blocks of the group, `codes` room for
-    /// `nb` blocks of R rows and `dw` for `nb * R` scales.
+    /// AVX2 and F16C; `w` holds `nb` blocks of the group, and the panel
+    /// has room for their values.
     #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn split_interleaved(
         layout: Interleaved,
         w: *const u8,
         nb: usize,
-        codes: &mut [u8],
-        dw: &mut [f32],
+        panel: Panel,
     ) {
         let block = layout.group_block_bytes();
-        assert!(codes.len() >= nb * R * 32 && dw.len() >= nb * R);
+        let values = layout.dtype().block_size();
+        let (codes, dw, mw) = (panel.codes, panel.dw, panel.mw);
+        assert!(codes.len() >= nb * values * R && dw.len() >= nb * values / 32 * R);
         // SAFETY: caller's contract; the slices are long enough (checked).
         unsafe {
             let low = _mm256_set1_epi8(0x0f);
             let out = codes.as_mut_ptr();
+            let split = |v: __m256i, lo: *mut u8, hi: *mut u8| {
+                _mm256_storeu_si256(lo as *mut __m256i, _mm256_and_si256(v, low));
+                let h = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                _mm256_storeu_si256(hi as *mut __m256i, h);
+            };
+            let at = layout.chunks_at();
             for b in 0..nb {
                 let src = w.add(b * block);
-                let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
-                _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
-                let dst = out.add(b * R * 32);
+                let dst = out.add(b * values * R);
                 match layout {
-                    Interleaved::Q4_0 => {
+                    Interleaved::Q4_0 | Interleaved::Q8_0 => {
+                        let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
+                        _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
+                        if layout == Interleaved::Q8_0 {
+                            std::ptr::copy_nonoverlapping(src.add(at), dst, R * 32);
+                            continue;
+                        }
                         for j in 0..4 {
-                            let v = _mm256_loadu_si256(src.add(16 + 32 * j) as *const __m256i);
-                            let lo = _mm256_and_si256(v, low);
-                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                            _mm256_storeu_si256(dst.add(32 * j) as *mut __m256i, lo);
-                            _mm256_storeu_si256(dst.add(32 * (j + 4)) as *mut __m256i, hi);
+                            let v = _mm256_loadu_si256(src.add(at + 32 * j) as *const __m256i);
+                            split(v, dst.add(32 * j), dst.add(32 * (j + 4)));
                         }
                     }
-                    Interleaved::Q8_0 => std::ptr::copy_nonoverlapping(src.add(16), dst, R * 32),
+                    Interleaved::Q4_K => {
+                        let mut scales = [[0f32; R]; 8];
+                        let mut mins = [[0f32; R]; 8];
+                        q4_k_scales(src, &mut scales, &mut mins);
+                        for sub in 0..8 {
+                            let i = (b * 8 + sub) * R;
+                            dw[i..i + R].copy_from_slice(&scales[sub]);
+                            mw[i..i + R].copy_from_slice(&mins[sub]);
+                        }
+                        let qs = src.add(at + 3 * 32);
+                        for pair in 0..4 {
+                            for step in 0..8 {
+                                let v = _mm256_loadu_si256(
+                                    qs.add((pair * 8 + step) * 32) as *const __m256i
+                                );
+                                let lo = dst.add(((2 * pair) * 8 + step) * 32);
+                                let hi = dst.add(((2 * pair + 1) * 8 + step) * 32);
+                                split(v, lo, hi);
+                            }
+                        }
+                    }
                 }
             }
         }

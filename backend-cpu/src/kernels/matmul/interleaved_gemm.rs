@@ -1,5 +1,5 @@
-//! Weights in the CPU's interleaved layout (`kernels::interleave`: Q4_0 and
-//! Q8_0 rows in groups of eight) times any number of columns, on AVX2.
+//! Weights in the CPU's interleaved layout (`kernels::interleave`: Q4_0,
+//! Q8_0 and Q4_K rows in groups of eight) times any number of columns, on AVX2.
 //!
 //! The layout is the panel `block_gemm_avx2` builds on every call, stored
 //! once at load: one 256-bit load gives four codes of each of eight rows
@@ -34,7 +34,8 @@ const KC: usize = 1024;
 /// Rows a task takes with several columns: their chunk stays in L2 while
 /// every column tile reads it.
 const MC: usize = 128;
-/// Values per block (Q4_0 and Q8_0).
+/// Values per activation block (the weights' blocks, or Q4_K's
+/// sub-blocks).
 const QB: usize = 32;
 
 thread_local! {
@@ -73,7 +74,9 @@ pub(crate) unsafe fn gemm(
         f
     };
     let t = if n == 1 { 1 } else { C };
-    let nblk = k / QB;
+    // weight blocks a row, and activation blocks a row
+    let nblk = k / layout.dtype().block_size();
+    let xblk = k / QB;
     let group_bytes = nblk * layout.group_block_bytes();
     let weights = Weights(a);
     with_scratch(&ACTS, qacts_len(n, k, QB, t), |buf| {
@@ -85,6 +88,7 @@ pub(crate) unsafe fn gemm(
                     codes: acts.codes.as_ptr(),
                     d: acts.d.as_ptr(),
                     bias: acts.bias.as_ptr(),
+                    sx: acts.sx.as_ptr(),
                 };
                 for g in groups {
                     let mut sums = [[0f32; GROUP_ROWS]; 1];
@@ -114,16 +118,17 @@ pub(crate) unsafe fn gemm(
             let g0 = blk_row * MC / GROUP_ROWS;
             let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
             for v0 in (0..k).step_by(KC) {
-                let nb = KC.min(k - v0) / QB;
-                let blk0 = v0 / QB;
+                let nb = KC.min(k - v0) / layout.dtype().block_size();
+                let blk0 = v0 / layout.dtype().block_size();
                 for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
                     let j0 = tile * C;
                     let nc = C.min(n - j0);
-                    let xo = (tile * nblk + blk0) * C;
+                    let xo = (tile * xblk + v0 / QB) * C;
                     let x = Acts {
                         codes: acts.codes[(tile * k + v0) * C..].as_ptr(),
                         d: acts.d[xo..].as_ptr(),
                         bias: acts.bias[xo..].as_ptr(),
+                        sx: acts.sx[xo..].as_ptr(),
                     };
                     for g in g0..g_end {
                         let mut sums = [[0f32; GROUP_ROWS]; C];
@@ -176,13 +181,15 @@ struct Acts {
     codes: *const i8,
     d: *const f32,
     bias: *const i32,
+    /// `d * sum(q)` per block, for Q4_K's mins.
+    sx: *const f32,
 }
 
 mod x86 {
     use std::arch::x86_64::*;
 
     use super::Acts;
-    use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
+    use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
     use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
 
     /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
@@ -204,6 +211,7 @@ mod x86 {
             match layout {
                 Interleaved::Q4_0 => q4_0::<T>(nb, w, x),
                 Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
+                Interleaved::Q4_K => q4_k::<T>(nb, w, x),
             }
         };
         for (s, a) in sums.iter_mut().zip(acc) {
@@ -265,6 +273,70 @@ mod x86 {
                 }
                 wp = wp.add(Interleaved::Q4_0.group_block_bytes());
                 xp = xp.add(8 * T);
+            }
+            acc
+        }
+    }
+
+    /// Q4_K: per super-block, the eight rows' scales and mins
+    /// (`interleave::q4_k_scales`), then per pair of sub-blocks
+    /// eight chunk loads, whose low nibbles are the first sub-block's steps
+    /// and high nibbles the second's; each sub-block's eight steps add up
+    /// in 16 bits, as Q4_0's, and take `d * scale` and `dmin * min`.
+    ///
+    /// # Safety
+    /// As for [`tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+        const SUB: usize = 8;
+        let chunks = Interleaved::Q4_K.chunks_at();
+        // SAFETY: caller's contract.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let low = _mm256_set1_epi8(0x0f);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut wp = w;
+            let mut dw = [[0f32; GROUP_ROWS]; SUB];
+            let mut mw = [[0f32; GROUP_ROWS]; SUB];
+            for sb in 0..nb {
+                if T == 1 {
+                    prefetch_ahead(wp, Interleaved::Q4_K.group_block_bytes());
+                }
+                q4_k_scales(wp, &mut dw, &mut mw);
+                let codes = wp.add(chunks + 3 * 32);
+                let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
+                for pair in 0..SUB / 2 {
+                    let mut lo_pairs = [_mm256_setzero_si256(); T];
+                    let mut hi_pairs = [_mm256_setzero_si256(); T];
+                    for step in 0..8 {
+                        let v =
+                            _mm256_loadu_si256(codes.add((pair * 8 + step) * 32) as *const __m256i);
+                        let lo = _mm256_and_si256(v, low);
+                        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                        for c in 0..T {
+                            let xl = _mm256_set1_epi32(*xp.add(((2 * pair) * 8 + step) * T + c));
+                            let xh =
+                                _mm256_set1_epi32(*xp.add(((2 * pair + 1) * 8 + step) * T + c));
+                            lo_pairs[c] =
+                                _mm256_add_epi16(lo_pairs[c], _mm256_maddubs_epi16(lo, xl));
+                            hi_pairs[c] =
+                                _mm256_add_epi16(hi_pairs[c], _mm256_maddubs_epi16(hi, xh));
+                        }
+                    }
+                    for (sub, sums) in [(2 * pair, lo_pairs), (2 * pair + 1, hi_pairs)] {
+                        let scale = _mm256_loadu_ps(dw[sub].as_ptr());
+                        let min = _mm256_loadu_ps(mw[sub].as_ptr());
+                        let xb = (sb * SUB + sub) * T;
+                        for (c, (a, p)) in acc.iter_mut().zip(sums).enumerate() {
+                            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                            let dx = _mm256_set1_ps(*x.d.add(xb + c));
+                            let sx = _mm256_set1_ps(*x.sx.add(xb + c));
+                            *a = _mm256_fmadd_ps(_mm256_mul_ps(s, scale), dx, *a);
+                            *a = _mm256_fnmadd_ps(min, sx, *a);
+                        }
+                    }
+                }
+                wp = wp.add(Interleaved::Q4_K.group_block_bytes());
             }
             acc
         }
