@@ -51,7 +51,7 @@ use ggraph::model::arch::Attention;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::{DType, runner};
-use ggraph_cpu::CpuDevice;
+use ggraph_cpu::{CPU_REPACK_BUFFER_TYPE, CpuDevice};
 use serde_json::Value;
 
 const FIXTURES: &str = include_str!("fixtures/real_gguf/smollm2.json");
@@ -183,21 +183,50 @@ fn check(kind: &str) {
         .flatten()
         .map(|s| s.spread)
         .fold(0.0f32, f32::max);
-    let model = Arc::new(
-        Model::load(
+    // every type both in GGUF's layout and in the CPU's repacked rows
+    // where it has them (CPU_REPACK), whatever this processor's default;
+    // the decodes are batches, so the repacked rows go through the same
+    // panels as GGUF's (the one-column kernels are checked against the
+    // reference by the conformance suite and against GGUF's layout by
+    // backend-cpu/tests/repack.rs)
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    for repack in [false, true] {
+        let cpu = CpuDevice::with_repack(threads, repack).unwrap();
+        let model = Model::load(
             &desc,
             &[],
-            CpuDevice::new(),
+            cpu,
             &PlacementOptions::default(),
             LoadMode::Real,
             None,
         )
-        .unwrap(),
-    );
+        .unwrap();
+        let repacked = model
+            .weight_bytes()
+            .iter()
+            .any(|(n, _)| n == CPU_REPACK_BUFFER_TYPE);
+        if repack && !repacked {
+            continue;
+        }
+        let layout = if repacked { "repacked" } else { "GGUF layout" };
+        compare(kind, layout, Arc::new(model), &fixtures, &runs, tau);
+    }
+}
+
+/// Decodes every fixture prompt with llama.cpp's tokens on `model`, both
+/// attentions, and checks the steps against llama.cpp's.
+fn compare(
+    kind: &str,
+    layout: &str,
+    model: Arc<Model>,
+    fixtures: &Value,
+    runs: &[Vec<Step>],
+    tau: f32,
+) {
     let prompts = fixtures["prompts"].as_array().unwrap();
     for attention in [Attention::Standard, Attention::Flash] {
         let mut tally = Tally::default();
-        for (p, (prompt, run)) in prompts.iter().zip(&runs).enumerate() {
+        for (p, (prompt, run)) in prompts.iter().zip(runs).enumerate() {
             let prompt = ids(&prompt["ids"]);
             // the prompt, then llama.cpp's tokens but the last: step s's
             // logits are those of token prompt.len() - 1 + s
@@ -256,7 +285,7 @@ fn check(kind: &str) {
             }
         }
         eprintln!(
-            "real_gguf {kind} {attention:?}: tau {tau:.3}; {}/{} steps the same token, \
+            "real_gguf {kind} ({layout}) {attention:?}: tau {tau:.3}; {}/{} steps the same token, \
              {} decisive; largest logit difference {:.3} ({:.2} tau)",
             tally.same_token,
             tally.steps,
@@ -266,7 +295,7 @@ fn check(kind: &str) {
         );
         assert!(
             tally.failures.is_empty(),
-            "{kind}: ggraph and llama.cpp disagree:\n{}",
+            "{kind} ({layout}): ggraph and llama.cpp disagree:\n{}",
             tally.failures.join("\n")
         );
     }
