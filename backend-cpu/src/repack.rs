@@ -87,7 +87,7 @@ impl Laid {
     }
 
     fn row_bytes(&self) -> usize {
-        self.len as usize / self.ne[1]
+        self.len as usize / (self.ne[1] * self.ne[2])
     }
 
     /// Bytes of one group of rows.
@@ -233,7 +233,7 @@ impl Buffer for RepackBuffer {
         let Some(layout) = Interleaved::of(dtype, &ne) else {
             return Ok(());
         };
-        let len = dtype.row_size(ne[0]).unwrap_or(0) as u64 * ne[1] as u64;
+        let len = dtype.row_size(ne[0]).unwrap_or(0) as u64 * (ne[1] * ne[2]) as u64;
         check_range("init_tensor", offset, len, self.size())?;
         let new = Laid {
             offset,

@@ -43,7 +43,8 @@ impl CpuStream {
 
     /// The memory of tensor `id` for the kernel of `node`. Interleaved
     /// weights (`CPU_REPACK`) go as they are to the kernels that read them
-    /// (a whole matrix as mul_mat's or get_rows' first operand); any other
+    /// (a whole weight as mul_mat's, mul_mat_id's or get_rows' first
+    /// operand); any other
     /// read of them gets ggml's bytes, converted into `temps`.
     fn resolve(
         &self,
@@ -112,8 +113,10 @@ impl CpuStream {
             && laid.ne == t.ne
             && laid.layout.dtype() == t.dtype
             && t.is_contiguous();
-        let reads_layout = matches!(n.op.kind(), OpKind::MulMat | OpKind::GetRows)
-            && n.src.first() == Some(&id)
+        let reads_layout = matches!(
+            n.op.kind(),
+            OpKind::MulMat | OpKind::MulMatId | OpKind::GetRows
+        ) && n.src.first() == Some(&id)
             && !n.src[1..].contains(&id);
         if whole && reads_layout {
             let mut r = TRef::new(

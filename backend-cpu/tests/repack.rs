@@ -25,6 +25,15 @@ fn desc(weights: DType) -> ModelDesc {
     ModelDesc::random(c, weights, 5).unwrap()
 }
 
+/// As [`desc`], with four experts of 256 a layer, two used.
+fn moe_desc(weights: DType) -> ModelDesc {
+    let mut c = ModelConfig::dense(256, 256, 2, 4, 2, 512);
+    c.n_expert = 4;
+    c.n_expert_used = 2;
+    c.n_ff_expert = 256;
+    ModelDesc::random(c, weights, 6).unwrap()
+}
+
 fn cpu() -> Arc<dyn Device> {
     CpuDevice::with_repack(2, true).unwrap()
 }
@@ -61,13 +70,15 @@ fn decode(model: Model, steps: usize) -> (Vec<i32>, Vec<f32>, String) {
     (tokens, logits, explain)
 }
 
-/// The same model with its matrices repacked and in GGUF's layout: the
-/// same greedy tokens, logits within a product's rounding, and the
-/// scheduler shows where the weights live.
+/// The same model (dense, and with experts) with its matrices repacked and
+/// in GGUF's layout: the same greedy tokens, logits within a product's
+/// rounding, and the scheduler shows where the weights live.
 #[test]
 fn repacked_weights_give_the_tokens_of_gguf_s_layout() {
-    for weights in [DType::Q4_0, DType::Q8_0, DType::Q4_K] {
-        let d = desc(weights);
+    let models = [DType::Q4_0, DType::Q8_0, DType::Q4_K]
+        .into_iter()
+        .flat_map(|t| [(t, desc(t)), (t, moe_desc(t))]);
+    for (weights, d) in models {
         let (t_plain, l_plain, _) = decode(load(&d, &[], false, LoadMode::Real), 6);
         let repacked = load(&d, &[], true, LoadMode::Real);
         let bytes = repacked.weight_bytes();

@@ -224,8 +224,9 @@ fn weight_types() -> impl Iterator<Item = DType> {
 
 /// Weights of whole groups of eight rows, the shapes layout buffer types
 /// (the CPU's interleaved rows) take: products of one, a few and many
-/// columns, rows longer than one chunk, batches, row lookups, and a view
-/// and a conversion of such a weight, which read it in ggml's layout.
+/// columns, rows longer than one chunk, batches, stacks of matrices and
+/// experts, row lookups, and a view and a conversion of such a weight,
+/// which read it in ggml's layout.
 fn weight_layout_cases(c: &mut Cases) {
     for w in [DType::Q4_0, DType::Q8_0, DType::Q4_K] {
         // whole blocks: Q4_K's rows take super-blocks of 256
@@ -253,6 +254,29 @@ fn weight_layout_cases(c: &mut Cases) {
             let rows = cb.b.view_2d(a, k, 8, bytes, 8 * bytes)?;
             let b = cb.input(DType::F32, &[k, 2])?;
             cb.b.mul_mat(rows, b)
+        });
+        // stacks of matrices (experts): broadcast products, experts that
+        // take one token, and experts shared by twelve (the GEMM panels)
+        let name = format!("mul_mat[{w},F32,rows8,stack]");
+        c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {
+            let a = cb.input(w, &[k, 16, 2])?;
+            let b = cb.input(DType::F32, &[k, 3, 4])?;
+            cb.b.mul_mat(a, b)
+        });
+        for (n_expert, n_used, tokens) in [(8usize, 2usize, 3usize), (2, 2, 12)] {
+            let name = format!("mul_mat_id[{w},F32,rows8,experts={n_expert},tokens={tokens}]");
+            c.add(OpKind::MulMatId, name, matmul_bound(w), move |cb| {
+                let experts = cb.input(w, &[k, 24, n_expert])?;
+                let b = cb.input(DType::F32, &[k, n_used, tokens])?;
+                let ids = cb.filled(DType::I32, &[n_used, tokens], Fill::Indices(n_expert))?;
+                cb.b.mul_mat_id(experts, b, ids)
+            });
+        }
+        let name = format!("get_rows[{w},rows8,stack]");
+        c.add(OpKind::GetRows, name, 1e-9, move |cb| {
+            let a = cb.filled(w, &[k, 16, 3], Fill::Uniform(-1.0, 1.0))?;
+            let idx = cb.filled(DType::I32, &[4, 3], Fill::Indices(16))?;
+            cb.b.get_rows(a, idx)
         });
         let name = format!("get_rows[{w},rows8]");
         c.add(OpKind::GetRows, name, 1e-9, move |cb| {

@@ -70,7 +70,7 @@ pub fn get_rows(dst: TRef, a: TRef, idx: TRef) -> Result<()> {
                 match a.layout {
                     None => copy_row(dst, (j, i1, i2), a, (row, i1, i2), &mut scratch),
                     Some(layout) => {
-                        let one = interleaved_row(a, layout, row, &mut plain);
+                        let one = interleaved_row(a, layout, row, i1, &mut plain);
                         copy_row(dst, (j, i1, i2), one, (0, 0, 0), &mut scratch)
                     }
                 }
@@ -80,18 +80,25 @@ pub fn get_rows(dst: TRef, a: TRef, idx: TRef) -> Result<()> {
     Ok(())
 }
 
-/// Row `row` of an interleaved matrix in ggml's bytes, in `plain`, as a
-/// one-row tensor.
+/// Row `row` of matrix `i2` of an interleaved weight in ggml's bytes, in
+/// `plain`, as a one-row tensor.
 ///
 /// # Safety
-/// `a` is a whole interleaved matrix and `row` one of its rows.
-unsafe fn interleaved_row(a: TRef, layout: Interleaved, row: usize, plain: &mut Vec<u8>) -> TRef {
+/// `a` is a whole interleaved weight and `row`, `i2` in its bounds.
+unsafe fn interleaved_row(
+    a: TRef,
+    layout: Interleaved,
+    row: usize,
+    i2: usize,
+    plain: &mut Vec<u8>,
+) -> TRef {
     let row_bytes = a.nb[1];
     plain.resize(row_bytes, 0);
     let group_bytes = GROUP_ROWS * row_bytes;
-    // SAFETY: the group of `row` lies inside the matrix (caller's contract).
+    // SAFETY: the group of `row` lies inside matrix i2 (caller's contract).
     let group = unsafe {
-        std::slice::from_raw_parts(a.ptr.add(row / GROUP_ROWS * group_bytes), group_bytes)
+        let start = a.ptr.add(i2 * a.nb[2] + row / GROUP_ROWS * group_bytes);
+        std::slice::from_raw_parts(start, group_bytes)
     };
     layout.unpack_row(group, row % GROUP_ROWS, plain);
     TRef {

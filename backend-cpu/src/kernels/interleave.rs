@@ -43,8 +43,9 @@ pub(crate) enum Interleaved {
 
 impl Interleaved {
     /// The layout for a weight of `dtype` and `shape`, if it has one: a
-    /// matrix (no third or fourth dimension above 1) of Q4_0, Q8_0 or Q4_K
-    /// with whole groups of rows.
+    /// matrix or a stack of them (experts: no fourth dimension above 1) of
+    /// Q4_0, Q8_0 or Q4_K with whole groups of rows. A stack is laid out as
+    /// one matrix of all its rows: its matrices start on group bounds.
     pub(crate) fn of(dtype: DType, shape: &[usize]) -> Option<Interleaved> {
         let layout = match dtype {
             DType::Q4_0 => Interleaved::Q4_0,
@@ -54,7 +55,7 @@ impl Interleaved {
         };
         let rows = *shape.get(1)?;
         let k = shape[0];
-        let matrix = shape.iter().skip(2).all(|&d| d == 1);
+        let matrix = shape.iter().skip(3).all(|&d| d == 1) && shape.get(2).is_none_or(|&e| e > 0);
         let whole = k > 0 && k % dtype.block_size() == 0;
         (matrix && rows > 0 && rows % GROUP_ROWS == 0 && whole).then_some(layout)
     }
@@ -264,7 +265,11 @@ mod tests {
             Some(Interleaved::Q8_0)
         );
         assert_eq!(Interleaved::of(DType::Q4_0, &[64, 12]), None);
-        assert_eq!(Interleaved::of(DType::Q4_0, &[64, 16, 2]), None);
+        assert_eq!(
+            Interleaved::of(DType::Q4_0, &[64, 16, 2]),
+            Some(Interleaved::Q4_0)
+        );
+        assert_eq!(Interleaved::of(DType::Q4_0, &[64, 16, 2, 2]), None);
         assert_eq!(Interleaved::of(DType::Q4_0, &[64]), None);
         assert_eq!(Interleaved::of(DType::F16, &[64, 16]), None);
         assert_eq!(

@@ -10,6 +10,9 @@
 //! As in ggml's test, the same graph runs again and again, so with few
 //! tokens the experts it reads (8 x 768 x 2048 weights for one token)
 //! come from the last-level cache.
+//!
+//! Each weight type the CPU lays out its own way (`CPU_REPACK`) gets a
+//! second row, the same experts in that layout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +23,8 @@ use ggraph_benches::cpu_timing::{
     weight_bytes,
 };
 use ggraph_benches::peers::{self, MUL_MAT_ID_TOKENS};
-use ggraph_core::backend::Device;
+use ggraph_core::alloc::bind_graph_weights;
+use ggraph_core::backend::{BufferType, Device};
 use ggraph_core::ir::GraphBuilder;
 use ggraph_core::{DType, Result, exec};
 use ggraph_cpu::CpuDevice;
@@ -59,7 +63,13 @@ fn expert_ids(tokens: usize) -> Vec<i32> {
     ids
 }
 
-fn build_case(dev: &Arc<dyn Device>, dtype: DType, tokens: usize, experts: &[u8]) -> Result<Case> {
+fn build_case(
+    dev: &Arc<dyn Device>,
+    weight_buft: &Arc<dyn BufferType>,
+    dtype: DType,
+    tokens: usize,
+    experts: &[u8],
+) -> Result<Case> {
     let mut b = GraphBuilder::new();
     let w = b.weight("experts", dtype, &[K, M, EXPERTS])?;
     let x = b.input("x", DType::F32, &[K, USED, tokens])?;
@@ -67,6 +77,7 @@ fn build_case(dev: &Arc<dyn Device>, dtype: DType, tokens: usize, experts: &[u8]
     let y = b.mul_mat_id(w, x, ids)?;
     b.set_output(y)?;
     let mut graph = b.build();
+    bind_graph_weights(&mut graph, weight_buft)?;
     exec::alloc_one_buffer(&mut graph, &dev.buffer_type())?;
     graph.write_bytes(w, experts)?;
     graph.write_f32(x, &values(K * USED * tokens, 11))?;
@@ -110,11 +121,21 @@ fn main() -> Result<()> {
     let mut stream = dev.new_stream()?;
     let mut behind = Vec::new();
     let mut compared = 0;
-    for &dtype in &types {
+    for (dtype, weight_buft) in types.iter().flat_map(|&t| {
+        // GGUF's layout, then every layout the device offers for it
+        let layouts = dev.layout_buffer_types().into_iter();
+        std::iter::once(dev.buffer_type())
+            .chain(layouts.filter(move |l| l.lays_out(t, &[K, M, EXPERTS])))
+            .map(move |b| (t, b))
+    }) {
         let experts = weight_bytes(dtype, M * EXPERTS, K)?;
-        print!("{:<8}", dtype.name());
+        if weight_buft.name() == dev.buffer_type().name() {
+            print!("{:<8}", dtype.name());
+        } else {
+            print!("{:<8}", format!(" {}", weight_buft.name()));
+        }
         for &n in &tokens_list {
-            let case = build_case(&dev, dtype, n, &experts)?;
+            let case = build_case(&dev, &weight_buft, dtype, n, &experts)?;
             let (s, _) = time_case(stream.as_mut(), &[case], Duration::from_secs(1), threads)?;
             let gflops = 2.0 * (M * K * USED * n) as f64 / s / 1e9;
             let peer = here.mul_mat_id(dtype, n);

@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 
-use super::activation_quant::{qacts_len, quantize_acts};
+use super::activation_quant::{QActs, qacts_len, quantize_acts};
 use super::block_gemm_avx2;
 use super::operands::Cols;
 use super::quant_format::{Format, format};
@@ -27,7 +27,7 @@ use crate::team;
 /// which splits the nibbles once per chunk and reuses them across the
 /// column tiles (docs/performance.md).
 const TILES_MAX_N: usize = 8;
-/// Columns per tile with more than one column.
+/// Columns per tile with more than two columns (two go as a tile of two).
 const C: usize = 4;
 /// Values per chunk of the rows with several columns.
 const KC: usize = 1024;
@@ -73,10 +73,12 @@ pub(crate) unsafe fn gemm(
     } else {
         f
     };
-    let t = if n == 1 { 1 } else { C };
+    let t = match n {
+        1 | 2 => n,
+        _ => C,
+    };
     // weight blocks a row, and activation blocks a row
     let nblk = k / layout.dtype().block_size();
-    let xblk = k / QB;
     let group_bytes = nblk * layout.group_block_bytes();
     let weights = Weights(a);
     with_scratch(&ACTS, qacts_len(n, k, QB, t), |buf| {
@@ -110,54 +112,93 @@ pub(crate) unsafe fn gemm(
             });
             return;
         }
-        let blocks = m.div_ceil(MC);
-        let tiles = n.div_ceil(C);
-        let (col_groups, per_group) = column_split(blocks, tiles);
-        team::for_each(blocks * col_groups, |task| {
-            let (blk_row, cg) = (task % blocks, task / blocks);
-            let g0 = blk_row * MC / GROUP_ROWS;
-            let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
-            for v0 in (0..k).step_by(KC) {
-                let nb = KC.min(k - v0) / layout.dtype().block_size();
-                let blk0 = v0 / layout.dtype().block_size();
-                for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
-                    let j0 = tile * C;
-                    let nc = C.min(n - j0);
-                    let xo = (tile * xblk + v0 / QB) * C;
-                    let x = Acts {
-                        codes: acts.codes[(tile * k + v0) * C..].as_ptr(),
-                        d: acts.d[xo..].as_ptr(),
-                        bias: acts.bias[xo..].as_ptr(),
-                        sx: acts.sx[xo..].as_ptr(),
-                    };
-                    for g in g0..g_end {
-                        let mut sums = [[0f32; GROUP_ROWS]; C];
-                        let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
-                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
-                        // the tile holds as many blocks of C columns.
-                        unsafe { x86::tile::<C>(layout, nb, w, &x, &mut sums) };
-                        for (c, col) in sums.iter().enumerate().take(nc) {
-                            // SAFETY: output column j0 + c holds m values;
-                            // this task alone writes rows of group g in the
-                            // columns of its column group.
-                            let dst = unsafe {
-                                std::slice::from_raw_parts_mut(
-                                    out.0[j0 + c].add(g * GROUP_ROWS),
-                                    GROUP_ROWS,
-                                )
-                            };
-                            if v0 == 0 {
-                                dst.copy_from_slice(col);
-                            } else {
-                                for (d, s) in dst.iter_mut().zip(col) {
-                                    *d += s;
-                                }
+        let shape = Shape {
+            k,
+            m,
+            n,
+            group_bytes,
+        };
+        if n == 2 {
+            columns::<2>(layout, weights, shape, acts, out);
+        } else {
+            columns::<C>(layout, weights, shape, acts, out);
+        }
+    });
+}
+
+/// The sizes of a product.
+#[derive(Clone, Copy)]
+struct Shape {
+    k: usize,
+    m: usize,
+    n: usize,
+    /// Bytes of one group of rows.
+    group_bytes: usize,
+}
+
+/// Several columns, `T` a tile: a task takes [`MC`] rows (and a share of
+/// the tiles) a chunk of [`KC`] values at a time.
+fn columns<const T: usize>(
+    layout: Interleaved,
+    weights: Weights,
+    shape: Shape,
+    acts: &QActs,
+    out: &Cols<f32>,
+) {
+    let Shape {
+        k,
+        m,
+        n,
+        group_bytes,
+    } = shape;
+    let xblk = k / QB;
+    let blocks = m.div_ceil(MC);
+    let tiles = n.div_ceil(T);
+    let (col_groups, per_group) = column_split(blocks, tiles);
+    team::for_each(blocks * col_groups, |task| {
+        let (blk_row, cg) = (task % blocks, task / blocks);
+        let g0 = blk_row * MC / GROUP_ROWS;
+        let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
+        for v0 in (0..k).step_by(KC) {
+            let nb = KC.min(k - v0) / layout.dtype().block_size();
+            let blk0 = v0 / layout.dtype().block_size();
+            for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
+                let j0 = tile * T;
+                let nc = T.min(n - j0);
+                let xo = (tile * xblk + v0 / QB) * T;
+                let x = Acts {
+                    codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
+                    d: acts.d[xo..].as_ptr(),
+                    bias: acts.bias[xo..].as_ptr(),
+                    sx: acts.sx[xo..].as_ptr(),
+                };
+                for g in g0..g_end {
+                    let mut sums = [[0f32; GROUP_ROWS]; T];
+                    let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
+                    // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                    // the tile holds as many blocks of T columns.
+                    unsafe { x86::tile::<T>(layout, nb, w, &x, &mut sums) };
+                    for (c, col) in sums.iter().enumerate().take(nc) {
+                        // SAFETY: output column j0 + c holds m values;
+                        // this task alone writes rows of group g in the
+                        // columns of its column group.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.0[j0 + c].add(g * GROUP_ROWS),
+                                GROUP_ROWS,
+                            )
+                        };
+                        if v0 == 0 {
+                            dst.copy_from_slice(col);
+                        } else {
+                            for (d, s) in dst.iter_mut().zip(col) {
+                                *d += s;
                             }
                         }
                     }
                 }
             }
-        });
+        }
     });
 }
 

@@ -88,6 +88,8 @@ struct BatchBufs {
     store: Vec<f32>,
     b: Cols<f32>,
     out: Cols<f32>,
+    /// ggml's rows of an interleaved matrix, where its kernels cannot run.
+    plain: Vec<u8>,
 }
 
 impl BatchBufs {
@@ -96,6 +98,7 @@ impl BatchBufs {
             store: Vec::new(),
             b: Cols(Vec::new()),
             out: Cols(Vec::new()),
+            plain: Vec::new(),
         }
     }
 }
@@ -144,13 +147,12 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     }
 }
 
-/// mul_mat with a weight matrix in the CPU's interleaved layout (the
-/// stream hands one only to this op and get_rows): the interleaved kernels
-/// on AVX2, else ggml's rows rebuilt in scratch memory first.
+/// mul_mat with a weight in the CPU's interleaved layout (the stream hands
+/// one only to mul_mat, mul_mat_id and get_rows).
 fn interleaved_mul_mat(dst: TRef, a: TRef, layout: Interleaved, b: TRef) {
-    let (m, n, k) = (dst.ne[0], dst.ne[1], a.ne[0]);
+    let n = dst.ne[1];
+    let (r2, r3) = (b.ne[2] / a.ne[2], b.ne[3] / a.ne[3]);
     let mut bufs = BatchBufs::new();
-    let mut plain = Vec::new();
     for bi in 0..dst.ne[2] * dst.ne[3] {
         let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
         activation_cols(b, (0..n).map(|j| (j, i2, i3)), &mut bufs.store, &mut bufs.b);
@@ -158,28 +160,40 @@ fn interleaved_mul_mat(dst: TRef, a: TRef, layout: Interleaved, b: TRef) {
         bufs.out
             .0
             .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
-        #[cfg(target_arch = "x86_64")]
-        if isa::active() >= isa::Isa::Avx2 {
-            // SAFETY: the stream gives a layout only to a whole matrix of
-            // whole groups; columns and outputs are dst's and b's rows.
-            unsafe { interleaved_gemm::gemm(layout, a.ptr, k, m, &bufs.b, &bufs.out) };
-            continue;
-        }
-        if plain.is_empty() {
-            plain = vec![0u8; m * a.nb[1]];
-            // SAFETY: the matrix spans m rows of nb[1] bytes.
-            let packed = unsafe { std::slice::from_raw_parts(a.ptr, plain.len()) };
-            layout.unpack(packed, &mut plain, a.nb[1]);
-        }
-        let w = WeightRows {
-            ptr: plain.as_ptr(),
-            stride: a.nb[1],
-            elem_stride: a.nb[0],
-            dtype: a.dtype,
-            k,
-        };
-        gemm(w, m, &bufs.b, &bufs.out);
+        let matrix = a.row_ptr(0, i2 / r2, i3 / r3);
+        interleaved_product(layout, matrix, &a, dst.ne[0], &mut bufs);
     }
+}
+
+/// `bufs.out[j] = dot(rows, bufs.b[j])` for the `m` rows of one matrix of
+/// the interleaved weight `a`, at `matrix`: the interleaved kernels on
+/// AVX2, else ggml's rows rebuilt in scratch memory first.
+fn interleaved_product(
+    layout: Interleaved,
+    matrix: *const u8,
+    a: &TRef,
+    m: usize,
+    bufs: &mut BatchBufs,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa::active() >= isa::Isa::Avx2 {
+        // SAFETY: the stream gives a layout only to a whole weight of whole
+        // groups of rows, so every matrix of it is whole groups too.
+        unsafe { interleaved_gemm::gemm(layout, matrix, a.ne[0], m, &bufs.b, &bufs.out) };
+        return;
+    }
+    bufs.plain.resize(m * a.nb[1], 0);
+    // SAFETY: the matrix spans m rows of nb[1] bytes.
+    let packed = unsafe { std::slice::from_raw_parts(matrix, bufs.plain.len()) };
+    layout.unpack(packed, &mut bufs.plain, a.nb[1]);
+    let w = WeightRows {
+        ptr: bufs.plain.as_ptr(),
+        stride: a.nb[1],
+        elem_stride: a.nb[0],
+        dtype: a.dtype,
+        k: a.ne[0],
+    };
+    gemm(w, m, &bufs.b, &bufs.out);
 }
 
 /// The (slot, token) pairs of a mul_mat_id grouped by expert: expert
@@ -261,7 +275,10 @@ pub fn mul_mat_id(dst: TRef, experts: TRef, b: TRef, ids: TRef) -> Result<()> {
         bufs.out
             .0
             .extend(pairs.iter().map(|&(e, t)| dst.row_ptr(e, t, 0) as *mut f32));
-        gemm(w, m, &bufs.b, &bufs.out);
+        match experts.layout {
+            Some(layout) => interleaved_product(layout, w.ptr, &experts, m, bufs),
+            None => gemm(w, m, &bufs.b, &bufs.out),
+        }
     };
     // With experts enough to go round the team twice, each runs whole on
     // one thread, the threads taking them in turn with no wait between
