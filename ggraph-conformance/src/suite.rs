@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ggraph_core::backend::{Buffer, BufferType, BufferUsage, Device};
 use ggraph_core::error::{Error, Result};
 use ggraph_core::exec;
-use ggraph_core::ir::{Graph, OpKind, TensorData, TensorId};
+use ggraph_core::ir::{Graph, OpKind, TensorId};
 
 use crate::case::{Case, CaseBuilder, CaseResult, Outcome, fill_leafs};
 use crate::cases::cases;
@@ -130,12 +130,7 @@ pub fn run_filtered(device: &Arc<dyn Device>, filter: impl Fn(&str) -> bool) -> 
                 Ok(o) => o.unwrap_or(Outcome::Unsupported),
                 Err(e) => Outcome::Error(e.to_string()),
             };
-            CaseResult {
-                name: c.name,
-                op: c.op,
-                max_nmse: c.max_nmse,
-                outcome,
-            }
+            result_of(c, outcome)
         })
         .collect();
     Report {
@@ -163,12 +158,7 @@ pub fn run_layouts(device: &Arc<dyn Device>) -> Vec<Report> {
                         Ok(Some(o)) => o,
                         Err(e) => Outcome::Error(e.to_string()),
                     };
-                    Some(CaseResult {
-                        name: c.name,
-                        op: c.op,
-                        max_nmse: c.max_nmse,
-                        outcome,
-                    })
+                    Some(result_of(c, outcome))
                 })
                 .collect();
             Report {
@@ -177,6 +167,15 @@ pub fn run_layouts(device: &Arc<dyn Device>) -> Vec<Report> {
             }
         })
         .collect()
+}
+
+fn result_of(c: Case, outcome: Outcome) -> CaseResult {
+    CaseResult {
+        name: c.name,
+        op: c.op,
+        max_nmse: c.max_nmse,
+        outcome,
+    }
 }
 
 /// Normalised mean squared error of `out` against `reference`.
@@ -266,28 +265,7 @@ fn bind_laid_out(
             t.view.is_none() && t.data.is_none() && layout.lays_out(t.dtype, &t.ne)
         })
         .collect();
-    if ids.is_empty() {
-        return Ok(None);
-    }
-    let align = layout.alignment();
-    let mut offsets = Vec::with_capacity(ids.len());
-    let mut size = 0u64;
-    for &id in &ids {
-        size = size.div_ceil(align) * align;
-        offsets.push(size);
-        size += layout.alloc_size(graph.tensor(id));
-    }
-    let buffer = layout.alloc(size, BufferUsage::Weights)?;
-    for (&id, &offset) in ids.iter().zip(&offsets) {
-        graph.set_data(
-            id,
-            TensorData {
-                buffer: buffer.clone(),
-                offset,
-            },
-        )?;
-    }
-    Ok(Some(buffer))
+    exec::alloc_buffer_for(graph, &ids, layout, BufferUsage::Weights)
 }
 
 fn fnv(s: &str) -> u64 {

@@ -35,18 +35,30 @@ pub fn alloc_one_buffer(
     buft: &Arc<dyn BufferType>,
 ) -> Result<Option<Arc<dyn Buffer>>> {
     let ids = unbound_tensors(graph);
+    alloc_buffer_for(graph, &ids, buft, BufferUsage::Compute)
+}
+
+/// Binds the tensors `ids` of `graph` (non-views without memory) into one
+/// new buffer of `buft` allocated for `usage`, each at its own aligned
+/// offset. Returns the buffer, or `None` when `ids` is empty.
+pub fn alloc_buffer_for(
+    graph: &mut Graph,
+    ids: &[TensorId],
+    buft: &Arc<dyn BufferType>,
+    usage: BufferUsage,
+) -> Result<Option<Arc<dyn Buffer>>> {
     if ids.is_empty() {
         return Ok(None);
     }
     let align = buft.alignment();
     let mut offsets = Vec::with_capacity(ids.len());
     let mut size = 0u64;
-    for &id in &ids {
+    for &id in ids {
         size = align_up(size, align);
         offsets.push(size);
         size += buft.alloc_size(graph.tensor(id));
     }
-    let buffer = buft.alloc(size.max(align), BufferUsage::Compute)?;
+    let buffer = buft.alloc(size.max(align), usage)?;
     for (&id, &offset) in ids.iter().zip(&offsets) {
         graph.set_data(
             id,
