@@ -54,6 +54,9 @@ pub struct ExactEstimate {
     pub splits: usize,
     /// One line per split: backend, nodes, bytes copied in.
     pub split_lines: Vec<String>,
+    /// Weight bytes per buffer type (a device's layout buffer types, such
+    /// as the CPU's `CPU_REPACK`, apart from its own memory).
+    pub weight_buffer_types: Vec<(String, u64)>,
 }
 
 impl ExactEstimate {
@@ -220,6 +223,7 @@ pub fn exact_estimate(
         n_ctx: params.n_ctx,
         splits: sched.splits().len(),
         split_lines,
+        weight_buffer_types: weights,
     })
 }
 

@@ -549,6 +549,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("split(s):"), "{t}");
+        assert!(t.contains("weights by buffer type: "), "{t}");
         let Ok(f) = run(&[
             "plan",
             &fixture("tiny_llama.gguf"),

@@ -112,6 +112,12 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
         estimate.n_ctx
     );
     out.push_str(&estimate.table());
+    let bufts: Vec<String> = estimate
+        .weight_buffer_types
+        .iter()
+        .map(|(n, b)| format!("{n} {}", format_bytes(*b)))
+        .collect();
+    let _ = writeln!(out, "weights by buffer type: {}", bufts.join(", "));
     for (name, short) in estimate.over(margin) {
         let _ = writeln!(out, "does not fit: {name} is {} short", format_bytes(short));
     }
