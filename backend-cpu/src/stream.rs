@@ -44,8 +44,8 @@ impl CpuStream {
     /// The memory of tensor `id` for the kernel of `node`. Interleaved
     /// weights (`CPU_REPACK`) go as they are to the kernels that read them
     /// (a whole weight as mul_mat's, mul_mat_id's or get_rows' first
-    /// operand); any other
-    /// read of them gets ggml's bytes, converted into `temps`.
+    /// operand); any other read of them gets ggml's bytes, converted into
+    /// `temps`.
     fn resolve(
         &self,
         graph: &Graph,

@@ -8,7 +8,9 @@
 //! - the paths, each a driver and its kernels per instruction set: float
 //!   weights (`float`), quantised weights (`quant_dot`, `kquant_dot`,
 //!   `block_dot_avx2`, `block_gemm_avx2`, `block_matvec`,
-//!   `transposed_matvec`) and `dequantized`;
+//!   `transposed_matvec`) and `dequantized`; weights in the CPU's
+//!   interleaved layout (`CPU_REPACK`) bypass `dispatch` and go to
+//!   `interleaved_gemm`;
 //! - what they share: the operands, the row-streaming policy, the row
 //!   loops (`one_column`, `few_columns`), the quantised formats and their
 //!   decoder, activation quantisation and register transposes.
