@@ -77,7 +77,17 @@ impl Device for CpuDevice {
     }
 
     fn description(&self) -> String {
-        format!("{} ({} threads)", cpu_model_name(), self.threads)
+        let repack = if self.repack.is_some() {
+            ", weights repacked (CPU_REPACK)"
+        } else {
+            ""
+        };
+        format!(
+            "{} ({} threads, {} kernels{repack})",
+            cpu_model_name(),
+            self.threads,
+            crate::kernels::isa::active().name()
+        )
     }
 
     fn kind(&self) -> DeviceKind {

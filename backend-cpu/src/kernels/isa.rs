@@ -20,6 +20,16 @@ pub(crate) enum Isa {
 }
 
 impl Isa {
+    /// The level's name, as `GGRAPH_CPU_ISA` takes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+
     fn from_name(s: &str) -> Option<Isa> {
         match s.to_ascii_lowercase().as_str() {
             "portable" | "none" => Some(Isa::Portable),
@@ -80,4 +90,16 @@ pub(crate) fn all_supported() -> Vec<Isa> {
         .into_iter()
         .filter(|i| *i <= detected())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Isa;
+
+    #[test]
+    fn every_level_s_name_is_what_ggraph_cpu_isa_takes() {
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+        }
+    }
 }
