@@ -115,9 +115,10 @@ impl RepackBuffer {
     /// (the first one).
     pub(crate) fn laid_over(&self, offset: u64, len: u64) -> Option<Laid> {
         let end = offset + len.max(1);
-        self.weights()
-            .iter()
-            .find(|w| w.offset < end && offset < w.end())
+        let weights = self.weights();
+        weights[first_ending_after(&weights, offset)..]
+            .first()
+            .filter(|w| w.offset < end)
             .copied()
     }
 
@@ -134,11 +135,9 @@ impl RepackBuffer {
         let range = |a: u64, b: u64| (a - offset) as usize..(b - offset) as usize;
         let mut out = Vec::new();
         let mut pos = offset;
-        for w in self
-            .weights()
-            .iter()
-            .filter(|w| w.offset < end && offset < w.end())
-        {
+        let weights = self.weights();
+        let from = first_ending_after(&weights, offset);
+        for w in weights[from..].iter().take_while(|w| w.offset < end) {
             if pos < w.offset {
                 out.push((None, pos, range(pos, w.offset)));
                 pos = w.offset;
@@ -172,6 +171,13 @@ impl RepackBuffer {
     }
 }
 
+/// The index of the first of `weights` (sorted by offset, not
+/// overlapping, so sorted by end too) that ends after `offset`: a binary
+/// search, since the stream asks for every weight of every node.
+fn first_ending_after(weights: &[Laid], offset: u64) -> usize {
+    weights.partition_point(|w| w.end() <= offset)
+}
+
 impl Buffer for RepackBuffer {
     fn buffer_type_name(&self) -> &str {
         CPU_REPACK_BUFFER_TYPE
@@ -193,16 +199,16 @@ impl Buffer for RepackBuffer {
                 continue;
             };
             let (start, len) = Self::groups_over(&w, at, r.len() as u64);
-            let whole = start == at && len == r.len() as u64;
-            let mut plain = if whole {
-                vec![0u8; len as usize]
-            } else {
-                self.unpacked(&w, start, len)?
-            };
-            let from = (at - start) as usize;
-            plain[from..from + r.len()].copy_from_slice(&data[r]);
             let mut packed = vec![0u8; len as usize];
-            w.layout.pack(&plain, &mut packed, w.row_bytes());
+            if start == at && len == r.len() as u64 {
+                // whole groups: pack straight from the caller's bytes
+                w.layout.pack(&data[r], &mut packed, w.row_bytes());
+            } else {
+                let mut plain = self.unpacked(&w, start, len)?;
+                let from = (at - start) as usize;
+                plain[from..from + r.len()].copy_from_slice(&data[r]);
+                w.layout.pack(&plain, &mut packed, w.row_bytes());
+            }
             self.memory.write(start, &packed)?;
         }
         Ok(())

@@ -11,7 +11,7 @@ use ggraph_core::alloc::{RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::{GraphBuilder, TensorData, TensorId};
+use ggraph_core::ir::{GraphBuilder, TensorData, TensorId, shape4};
 
 /// Whether loading allocates real memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,19 +29,6 @@ struct Loaded {
     dtype: DType,
     shape: Vec<usize>,
     data: TensorData,
-}
-
-/// A GGUF shape (at most four dimensions) as ggml's `ne`.
-fn ne4(shape: &[usize]) -> Result<[usize; 4]> {
-    if shape.len() > 4 {
-        return Err(Error::Shape {
-            op: "model weight",
-            msg: format!("{} dimensions: ggml has at most 4", shape.len()),
-        });
-    }
-    let mut ne = [1; 4];
-    ne[..shape.len()].copy_from_slice(shape);
-    Ok(ne)
 }
 
 /// Whether any of `devices` would take a prompt-sized product of a host
@@ -173,8 +160,15 @@ impl Model {
             let packed = pack_weights(&bt, &sizes)?;
             for (&i, data) in idx.iter().zip(packed.placements) {
                 let t = &desc.tensors[i];
-                data.buffer
-                    .init_tensor(data.offset, t.dtype, ne4(&t.shape)?)?;
+                let ne = shape4(&t.shape).ok_or_else(|| Error::Shape {
+                    op: "model weight",
+                    msg: format!(
+                        "'{}' has {} dimensions: ggml has 1 to 4",
+                        t.name,
+                        t.shape.len()
+                    ),
+                })?;
+                data.buffer.init_tensor(data.offset, t.dtype, ne)?;
                 tensors.insert(
                     t.name.clone(),
                     Loaded {

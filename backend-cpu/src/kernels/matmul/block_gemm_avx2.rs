@@ -475,6 +475,8 @@ mod x86 {
         let block = layout.group_block_bytes();
         let values = layout.dtype().block_size();
         let (codes, dw, mw) = (panel.codes, panel.dw, panel.mw);
+        // an invariant of the caller (the driver sizes the panel for the
+        // chunk), checked once a panel because the stores below are raw
         assert!(codes.len() >= nb * values * R && dw.len() >= nb * values / 32 * R);
         // SAFETY: caller's contract; the slices are long enough (checked).
         unsafe {
