@@ -5,7 +5,7 @@
 //! offset.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ggraph_core::backend::{Buffer, BufferType, BufferUsage, check_range};
 use ggraph_core::{Error, Result};
@@ -74,68 +74,54 @@ impl BufferType for RpcBufferType {
 pub struct RpcBuffer {
     conn: Arc<Connection>,
     type_name: String,
-    generation: u64,
-    /// The server's handle of the buffer.
-    remote: u64,
-    /// The server address of its first byte.
-    base: u64,
+    device: u32,
+    alignment: u64,
     size: u64,
     usage: BufferUsage,
+    /// Where the memory is now: a restore after the server lost it
+    /// allocates it again.
+    at: Mutex<Allocation>,
+}
+
+/// A buffer's memory on the server.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Allocation {
+    /// The connection generation it was allocated on.
+    pub generation: u64,
+    /// The server's handle of the buffer.
+    pub remote: u64,
+    /// The server address of its first byte.
+    base: u64,
+}
+
+impl Allocation {
+    /// The server address of byte `offset`.
+    pub fn address(&self, offset: u64) -> u64 {
+        self.base + offset
+    }
 }
 
 impl RpcBuffer {
     fn alloc(buft: &RpcBufferType, size: u64, usage: BufferUsage) -> Result<RpcBuffer> {
-        let conn = buft.conn.clone();
-        let generation = conn.generation()?;
-        // the server gives a zero-size buffer no base address
-        let asked = size.max(buft.alignment);
-        let mut req = buft.device.to_le_bytes().to_vec();
-        req.extend_from_slice(&asked.to_le_bytes());
-        let reply: [u8; 16] = conn.query(Some(generation), Command::AllocBuffer, &req)?;
-        let remote = u64_at(&reply, 0);
-        let remote_size = u64_at(&reply, 8);
-        if remote == 0 {
-            return Err(Error::OutOfMemory {
-                buffer_type: buft.name.clone(),
-                requested_bytes: size,
-                available_bytes: 0,
-            });
-        }
-        let base: [u8; 8] = conn.query(
-            Some(generation),
-            Command::BufferGetBase,
-            &remote.to_le_bytes(),
-        )?;
-        let base = u64::from_le_bytes(base);
-        let buffer = RpcBuffer {
-            conn,
+        let at = allocate(&buft.conn, buft.device, &buft.name, size, buft.alignment)?;
+        Ok(RpcBuffer {
+            conn: buft.conn.clone(),
             type_name: buft.name.clone(),
-            generation,
-            remote,
-            base,
+            device: buft.device,
+            alignment: buft.alignment,
             size,
             usage,
-        };
-        if remote_size < asked || base == 0 || base.checked_add(asked).is_none() {
-            // dropping it frees it
-            return Err(buffer.conn_error(format!(
-                "ALLOC_BUFFER of {asked} bytes answered {remote_size} bytes at base {base:#x}"
-            )));
-        }
-        Ok(buffer)
+            at: Mutex::new(at),
+        })
     }
 
-    /// The server address of byte `offset`.
-    pub(crate) fn address(&self, offset: u64) -> u64 {
-        self.base + offset
+    /// Where the memory is now.
+    pub(crate) fn allocation(&self) -> Allocation {
+        *self.at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn remote(&self) -> u64 {
-        self.remote
-    }
-
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation
+    fn generation(&self) -> u64 {
+        self.allocation().generation
     }
 
     pub(crate) fn on(&self, conn: &Arc<Connection>) -> bool {
@@ -143,11 +129,8 @@ impl RpcBuffer {
     }
 
     fn range(&self, offset: u64, len: usize) -> WireTensor {
-        WireTensor::byte_range(self.remote, self.address(offset), len as u32)
-    }
-
-    fn conn_error(&self, msg: String) -> Error {
-        crate::connection::server_error(self.conn.endpoint(), msg)
+        let at = self.allocation();
+        WireTensor::byte_range(at.remote, at.address(offset), len as u32)
     }
 
     fn set(&self, offset: u64, data: &[u8], cache: bool) -> Result<()> {
@@ -156,7 +139,7 @@ impl RpcBuffer {
         head.push(cache as u8);
         head.extend_from_slice(&0u64.to_le_bytes());
         self.conn.request(
-            Some(self.generation),
+            Some(self.generation()),
             Command::SetTensor,
             &[&head, data],
             Reply::None,
@@ -171,9 +154,62 @@ impl RpcBuffer {
         req.extend_from_slice(&fnv1a64(data).to_le_bytes());
         let [hit]: [u8; 1] =
             self.conn
-                .query(Some(self.generation), Command::SetTensorHash, &req)?;
+                .query(Some(self.generation()), Command::SetTensorHash, &req)?;
         Ok(hit == 1)
     }
+}
+
+/// Allocates `size` bytes on `device` of the server.
+fn allocate(
+    conn: &Connection,
+    device: u32,
+    type_name: &str,
+    size: u64,
+    alignment: u64,
+) -> Result<Allocation> {
+    let generation = conn.generation()?;
+    // the server gives a zero-size buffer no base address
+    let asked = size.max(alignment);
+    let mut req = device.to_le_bytes().to_vec();
+    req.extend_from_slice(&asked.to_le_bytes());
+    let reply: [u8; 16] = conn.query(Some(generation), Command::AllocBuffer, &req)?;
+    let remote = u64_at(&reply, 0);
+    let remote_size = u64_at(&reply, 8);
+    if remote == 0 {
+        return Err(Error::OutOfMemory {
+            buffer_type: type_name.to_string(),
+            requested_bytes: size,
+            available_bytes: 0,
+        });
+    }
+    let base = conn.query(
+        Some(generation),
+        Command::BufferGetBase,
+        &remote.to_le_bytes(),
+    );
+    let refused = match base {
+        Ok(base) => {
+            let base = u64::from_le_bytes(base);
+            if remote_size >= asked && base != 0 && base.checked_add(asked).is_some() {
+                return Ok(Allocation {
+                    generation,
+                    remote,
+                    base,
+                });
+            }
+            crate::connection::server_error(
+                conn.endpoint(),
+                format!(
+                    "ALLOC_BUFFER of {asked} bytes answered {remote_size} bytes at base {base:#x}"
+                ),
+            )
+        }
+        Err(e) => e,
+    };
+    if let Err(e) = conn.free_buffer(generation, remote) {
+        tracing::warn!("freeing a refused buffer: {e}");
+    }
+    Err(refused)
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -184,7 +220,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 impl Drop for RpcBuffer {
     fn drop(&mut self) {
-        if let Err(e) = self.conn.free_buffer(self.generation, self.remote) {
+        let at = self.allocation();
+        if let Err(e) = self.conn.free_buffer(at.generation, at.remote) {
             tracing::warn!("freeing a buffer: {e}");
         }
     }
@@ -226,7 +263,7 @@ impl Buffer for RpcBuffer {
             req.extend_from_slice(&(chunk.len() as u64).to_le_bytes());
             at += chunk.len() as u64;
             self.conn.request(
-                Some(self.generation),
+                Some(self.generation()),
                 Command::GetTensor,
                 &[&req],
                 Reply::Into(chunk),
@@ -238,10 +275,11 @@ impl Buffer for RpcBuffer {
     fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()> {
         check_range("rpc fill", offset, len, self.size)?;
         if offset == 0 && len == self.size {
-            let mut req = self.remote.to_le_bytes().to_vec();
+            let at = self.allocation();
+            let mut req = at.remote.to_le_bytes().to_vec();
             req.push(value);
             return self.conn.request(
-                Some(self.generation),
+                Some(at.generation),
                 Command::BufferClear,
                 &[&req],
                 Reply::None,
@@ -257,7 +295,7 @@ impl Buffer for RpcBuffer {
             req.extend_from_slice(&n.to_le_bytes());
             req.push(value);
             self.conn.request(
-                Some(self.generation),
+                Some(self.generation()),
                 Command::MemsetTensor,
                 &[&req],
                 Reply::None,
@@ -279,7 +317,7 @@ impl Buffer for RpcBuffer {
         let Some(src) = src.as_any().downcast_ref::<RpcBuffer>() else {
             return Ok(false);
         };
-        if !src.on(&self.conn) || src.generation != self.generation || len > MAX_CHUNK as u64 {
+        if !src.on(&self.conn) || src.generation() != self.generation() || len > MAX_CHUNK as u64 {
             return Ok(false);
         }
         if len == 0 {
@@ -290,8 +328,35 @@ impl Buffer for RpcBuffer {
         self.range(dst_offset, len as usize).encode_into(&mut req);
         let [copied]: [u8; 1] =
             self.conn
-                .query(Some(self.generation), Command::CopyTensor, &req)?;
+                .query(Some(self.generation()), Command::CopyTensor, &req)?;
         Ok(copied == 1)
+    }
+
+    fn lost(&self) -> bool {
+        !self.conn.holds(self.generation())
+    }
+
+    /// Allocates the buffer again on the server (connecting again first
+    /// if need be); the server freed the old one when the connection
+    /// dropped.
+    fn restore(&self) -> Result<()> {
+        let mut at = self.at.lock().unwrap_or_else(|e| e.into_inner());
+        if self.conn.holds(at.generation) {
+            return Ok(());
+        }
+        *at = allocate(
+            &self.conn,
+            self.device,
+            &self.type_name,
+            self.size,
+            self.alignment,
+        )?;
+        tracing::debug!(
+            "{} bytes of {} allocated again on the server",
+            self.size,
+            self.type_name
+        );
+        Ok(())
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -149,6 +149,13 @@ impl Connection {
         Ok(st.generation)
     }
 
+    /// Whether memory of `generation` is still the server's: the
+    /// connection it was allocated on is the open one.
+    pub fn holds(&self, generation: u64) -> bool {
+        let st = self.lock();
+        st.generation == generation && st.socket.is_some()
+    }
+
     /// Sends one request built of `parts` and reads its reply. With
     /// `generation`, the request refers to memory of that generation and
     /// fails if the connection dropped since.
@@ -277,7 +284,7 @@ impl Connection {
             Some(g) if g != st.generation || st.socket.is_none() => {
                 return Err(self.error(
                     "the connection dropped since this memory was allocated, and the server \
-                     freed it then: load the model again"
+                     freed it then: restore it (Context::recover does)"
                         .into(),
                 ));
             }

@@ -153,9 +153,10 @@ pub(crate) fn serialize(
                         size: remote.size(),
                     });
                 }
+                let at = remote.allocation();
                 match generation {
-                    None => generation = Some(remote.generation()),
-                    Some(g) if g != remote.generation() => {
+                    None => generation = Some(at.generation),
+                    Some(g) if g != at.generation => {
                         return Err(Error::InvalidArgument(format!(
                             "'{}' is in memory of an earlier connection to {device_name}",
                             graph.display_name(id)
@@ -163,8 +164,8 @@ pub(crate) fn serialize(
                     }
                     Some(_) => {}
                 }
-                w.buffer = remote.remote();
-                w.data = remote.address(offset);
+                w.buffer = at.remote;
+                w.data = at.address(offset);
             }
             // nothing to point at: only an empty tensor may be unbound
             None if t.is_empty() => {}

@@ -77,8 +77,9 @@ impl Stream for RpcStream {
         Ok(())
     }
 
+    /// Waits for the last graph; a graph that failed is reported once.
     fn synchronize(&mut self) -> Result<()> {
-        match self.last {
+        match self.last.take() {
             Some((generation, ticket)) => self.conn.wait(generation, ticket),
             None => Ok(()),
         }

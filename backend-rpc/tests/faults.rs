@@ -2,7 +2,8 @@
 //! version, replies of the wrong size, a server that stops answering, an
 //! allocation the server refuses, and a server killed in the middle of
 //! a model's run. Each is an error that names the server, in bounded
-//! time, and the client stays usable.
+//! time, and the client stays usable: after a restart, the same context
+//! goes on without a reload.
 
 mod common;
 
@@ -17,10 +18,10 @@ use ggraph_core::{DType, Error};
 use ggraph_cpu::CpuDevice;
 use ggraph_model::arch::ModelConfig;
 use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, ContextParams};
+use ggraph_model::context::{Context, ContextParams, DecodeError, Recovery};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::loaded::{LoadMode, Model};
-use ggraph_model::placement::PlacementOptions;
+use ggraph_model::placement::{PlacementOptions, SplitMode};
 use ggraph_rpc::local_server::LocalServer;
 use ggraph_rpc::{RpcDevice, RpcOptions};
 
@@ -214,32 +215,20 @@ fn params() -> ContextParams {
     }
 }
 
-fn load(desc: &ModelDesc, server: &LocalServer) -> ggraph_core::Result<Model> {
-    let devices: Vec<Arc<dyn Device>> = RpcDevice::connect(server.endpoint(), quick())?
+fn load(desc: &ModelDesc, server: &LocalServer, opts: &PlacementOptions) -> Model {
+    let devices: Vec<Arc<dyn Device>> = RpcDevice::connect(server.endpoint(), quick())
+        .unwrap()
         .into_iter()
         .map(|d| d as Arc<dyn Device>)
         .collect();
-    Model::load(
-        desc,
-        &devices,
-        CpuDevice::new(),
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    )
+    Model::load(desc, &devices, CpuDevice::new(), opts, LoadMode::Real, None).unwrap()
 }
 
-#[test]
-fn a_server_killed_mid_run_fails_the_decode_rolls_the_cache_back_and_a_reload_works() {
-    let Some(mut server) = common::server_or_skip("rpc server killed", None) else {
-        return;
-    };
-    let desc = small_model();
-    let mut ctx = Context::new(Arc::new(load(&desc, &server).unwrap()), params()).unwrap();
-    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
-    let before = ctx.logits().to_vec();
+/// Kills the server under a context that has decoded something, and
+/// checks that the next decode fails in bounded time naming the server,
+/// with the failed ubatch rolled back.
+fn kill_mid_run(server: &mut LocalServer, ctx: &mut Context) {
     let used = ctx.cache.cells.used();
-
     server.kill();
     let start = Instant::now();
     let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
@@ -258,20 +247,132 @@ fn a_server_killed_mid_run_fails_the_decode_rolls_the_cache_back_and_a_reload_wo
     );
     // the context stays an object one can use: errors, never panics
     assert!(ctx.decode(&Batch::tokens(&[5])).is_err());
+    assert!(ctx.memory_lost());
+}
 
-    // back on the same port: its memory is gone, so a reload is needed, and works
-    let server = LocalServer::start_on(server.port(), 2, None).unwrap();
-    let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
-        panic!("the weights on the server are gone");
+#[test]
+fn a_server_killed_mid_run_fails_the_decode_and_recover_brings_the_context_back() {
+    let Some(mut server) = common::server_or_skip("rpc server killed", None) else {
+        return;
     };
-    assert!(e.to_string().contains("load the model again"), "{e}");
-    let mut again = Context::new(Arc::new(load(&desc, &server).unwrap()), params()).unwrap();
-    again.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
-    assert_eq!(
-        again.logits(),
-        &before[..],
-        "the same logits after the reload"
+    let desc = small_model();
+    let opts = PlacementOptions::default();
+    let model = Arc::new(load(&desc, &server, &opts));
+    let on_server: u64 = (model.weight_bytes().iter())
+        .filter(|(buft, _)| buft.starts_with("rpc:"))
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let mut ctx = Context::new(model, params()).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    let before = ctx.logits().to_vec();
+    kill_mid_run(&mut server, &mut ctx);
+
+    // while the server is down, recovering fails in bounded time and
+    // changes nothing
+    let start = Instant::now();
+    let Err(e) = ctx.recover() else {
+        panic!("nothing to recover onto");
+    };
+    names_the_server(&e, server.endpoint());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(ctx.memory_lost());
+
+    // back on the same port: the KV cache on it is gone, so decode says
+    // so until recover empties it, and then the context works as before
+    let _server = LocalServer::start_on(server.port(), 2, None).unwrap();
+    let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
+        panic!("the KV cache on the server is gone");
+    };
+    assert!(
+        matches!(&e, DecodeError::CacheLost(buft) if buft.starts_with("rpc:")),
+        "{e}"
     );
+    let recovery = ctx.recover().unwrap();
+    assert!(recovery.cache_cleared);
+    assert!(recovery.compute_buffers > 0, "{recovery:?}");
+    assert!(
+        recovery.weight_bytes > 0 && recovery.weight_bytes <= on_server,
+        "{recovery:?}, {on_server} weight bytes on the server"
+    );
+    assert!(!ctx.memory_lost());
+    assert_eq!(ctx.cache.cells.used(), 0);
+    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    assert_eq!(
+        ctx.logits(),
+        &before[..],
+        "the same logits after the recovery, from the same model object"
+    );
+    ctx.decode(&Batch::tokens(&[5])).unwrap();
+    assert_eq!(ctx.recover().unwrap(), Recovery::default(), "nothing lost");
+}
+
+#[test]
+fn with_the_kv_cache_on_the_host_a_retry_after_the_server_is_back_just_works() {
+    let Some(mut server) = common::server_or_skip("rpc server killed, host KV", None) else {
+        return;
+    };
+    let desc = small_model();
+    let opts = PlacementOptions {
+        offload_kqv: false,
+        ..PlacementOptions::default()
+    };
+    let expected = {
+        let mut ctx = Context::new(Arc::new(load(&desc, &server, &opts)), params()).unwrap();
+        ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+        ctx.decode(&Batch::tokens(&[5])).unwrap();
+        ctx.logits().to_vec()
+    };
+
+    let mut ctx = Context::new(Arc::new(load(&desc, &server, &opts)), params()).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    kill_mid_run(&mut server, &mut ctx);
+    let _server = LocalServer::start_on(server.port(), 2, None).unwrap();
+    // the retry restores the weights and compute memory by itself, and
+    // the sequence goes on where it was
+    ctx.decode(&Batch::tokens(&[5])).unwrap();
+    assert_eq!(ctx.logits(), &expected[..]);
+    assert_eq!(ctx.cache.cells.used(), 5);
+}
+
+#[test]
+fn row_split_over_two_servers_goes_on_when_the_second_restarts() {
+    let Some(first) = common::server_or_skip("rpc row split restart", None) else {
+        return;
+    };
+    let mut second = common::server_or_skip("rpc row split restart", None).unwrap();
+    let devices: Vec<Arc<dyn Device>> = [first.endpoint(), second.endpoint()]
+        .iter()
+        .flat_map(|e| RpcDevice::connect(e, quick()).unwrap())
+        .map(|d| d as Arc<dyn Device>)
+        .collect();
+    let opts = PlacementOptions {
+        split_mode: SplitMode::Row,
+        ..PlacementOptions::default()
+    };
+    let desc = small_model();
+    let model = Model::load(
+        &desc,
+        &devices,
+        CpuDevice::new(),
+        &opts,
+        LoadMode::Real,
+        None,
+    );
+    let model = Arc::new(model.unwrap());
+    let expected = {
+        let mut ctx = Context::new(model.clone(), params()).unwrap();
+        ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+        ctx.decode(&Batch::tokens(&[5])).unwrap();
+        ctx.logits().to_vec()
+    };
+    let mut ctx = Context::new(model, params()).unwrap();
+    ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
+    // the second server holds rows of the matrices; the KV cache is on
+    // the main device, the first
+    kill_mid_run(&mut second, &mut ctx);
+    let _second = LocalServer::start_on(second.port(), 2, None).unwrap();
+    ctx.decode(&Batch::tokens(&[5])).unwrap();
+    assert_eq!(ctx.logits(), &expected[..]);
 }
 
 /// Answers the device queries of a one-device server, then hands the

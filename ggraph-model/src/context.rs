@@ -106,6 +106,25 @@ pub enum DecodeError {
     /// ([`Scheduler::set_abort_callback`]).
     #[error("aborted")]
     Aborted,
+    /// A device lost KV cache memory (a remote server that restarted), so
+    /// every sequence lost its past: [`Context::recover`] empties the
+    /// cache and makes the context usable again.
+    #[error(
+        "the KV cache lost its memory in {0} (the device restarted or dropped the connection): \
+         Context::recover empties the cache, then decode the sequences again from their start"
+    )]
+    CacheLost(String),
+}
+
+/// What [`Context::recover`] brought back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Weight bytes uploaded again.
+    pub weight_bytes: u64,
+    /// Compute buffers allocated again.
+    pub compute_buffers: usize,
+    /// Whether the KV cache had lost memory and was emptied.
+    pub cache_cleared: bool,
 }
 
 /// The shape a graph was built for; the same shape reuses the graph.
@@ -398,7 +417,18 @@ impl Context {
     /// Decodes a batch: the cache grows by its tokens and the logits (and
     /// with `params.embeddings` the embeddings) of its output tokens are
     /// kept.
+    ///
+    /// Memory a device lost since the last decode (a remote server that
+    /// restarted) is restored first when only weights and compute memory
+    /// were lost; a lost KV cache is [`DecodeError::CacheLost`] instead,
+    /// until [`Context::recover`].
     pub fn decode(&mut self, batch: &Batch) -> std::result::Result<(), DecodeError> {
+        if let Some(lost) = self.cache_lost() {
+            return Err(DecodeError::CacheLost(lost));
+        }
+        if self.memory_lost() {
+            self.recover().map_err(DecodeError::Compute)?;
+        }
         if batch.tokens.len() > self.params.n_batch {
             return Err(DecodeError::InvalidBatch(Error::InvalidArgument(format!(
                 "batch of {} tokens; n_batch is {}",
@@ -420,6 +450,48 @@ impl Context {
             self.decode_ubatch(&sane, &ub)?;
         }
         Ok(())
+    }
+
+    /// Whether a device lost memory of this context or its model
+    /// ([`Buffer::lost`](ggraph_core::backend::Buffer::lost): a remote
+    /// server that restarted, or whose connection dropped).
+    pub fn memory_lost(&self) -> bool {
+        self.cache_lost().is_some()
+            || self.model.weights_lost()
+            || self.sched.memory_lost()
+            || self.side.memory_lost()
+    }
+
+    /// The buffer type of KV cache memory a device lost, if any.
+    fn cache_lost(&self) -> Option<String> {
+        (self.cache.lost())
+            .or_else(|| self.swa_cache.as_ref().and_then(|c| c.lost()))
+            .map(str::to_string)
+    }
+
+    /// Brings the context back after a device lost its memory (a remote
+    /// server that restarted, or whose connection dropped): allocates that
+    /// memory again on the device, uploads the weights it held from the
+    /// model's file, and, if KV cache memory was lost, empties the cache
+    /// (every sequence then starts again from its first token). Errors
+    /// while the device cannot be reached; the context stays lost, and a
+    /// later call goes on where this one stopped.
+    pub fn recover(&mut self) -> Result<Recovery> {
+        let weight_bytes = self.model.restore_weights()?;
+        let compute_buffers = self.sched.restore_memory()? + self.side.restore_memory()?;
+        let mut cache_cleared = self.cache.restore()?;
+        if let Some(swa) = self.swa_cache.as_mut() {
+            cache_cleared |= swa.restore()?;
+        }
+        // a sequence's past lies in both caches
+        if cache_cleared {
+            self.clear_cache();
+        }
+        Ok(Recovery {
+            weight_bytes,
+            compute_buffers,
+            cache_cleared,
+        })
     }
 
     fn decode_ubatch(

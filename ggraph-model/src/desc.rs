@@ -2,6 +2,7 @@
 //! bytes come from (a GGUF file, a seeded generator, or nowhere for dry
 //! runs on a header alone).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use super::arch::{ModelConfig, check_tensors, read_config};
@@ -70,6 +71,35 @@ pub enum WeightData {
     },
     /// No data: placement, estimates and dry runs only.
     None,
+}
+
+impl WeightData {
+    /// Bytes of a tensor's data, as stored: borrowed from a file's
+    /// mapping, generated for `Random`.
+    pub fn bytes_of(&self, t: &TensorSpec) -> Result<Cow<'_, [u8]>> {
+        match self {
+            WeightData::File(f) => Ok(Cow::Borrowed(f.tensor_data(t.stored_as())?)),
+            WeightData::Random { seed } => {
+                let mut rng = Rng::new(name_seed(*seed, t.stored_as()));
+                let n: usize = t.shape.iter().product();
+                let values: Vec<f32> = if t.shape.len() == 1 {
+                    rng.vec(n, 0.8, 1.2)
+                } else {
+                    let a = if t.stored_as().starts_with("token_embd") {
+                        1.0
+                    } else {
+                        1.5 / (t.shape[0] as f32).sqrt()
+                    };
+                    rng.vec(n, -a, a)
+                };
+                quant::quantize(t.dtype, &values).map(Cow::Owned)
+            }
+            WeightData::None => Err(Error::InvalidArgument(format!(
+                "tensor '{}' has no data: this model was opened from a header only",
+                t.name
+            ))),
+        }
+    }
 }
 
 /// A model: its hyperparameters and tensors.
@@ -225,28 +255,7 @@ impl ModelDesc {
 
     /// Bytes of a tensor's data, as stored (for `Random`: generated).
     pub fn bytes_of(&self, t: &TensorSpec) -> Result<Vec<u8>> {
-        match &self.data {
-            WeightData::File(f) => Ok(f.tensor_data(t.stored_as())?.to_vec()),
-            WeightData::Random { seed } => {
-                let mut rng = Rng::new(name_seed(*seed, t.stored_as()));
-                let n: usize = t.shape.iter().product();
-                let values: Vec<f32> = if t.shape.len() == 1 {
-                    rng.vec(n, 0.8, 1.2)
-                } else {
-                    let a = if t.stored_as().starts_with("token_embd") {
-                        1.0
-                    } else {
-                        1.5 / (t.shape[0] as f32).sqrt()
-                    };
-                    rng.vec(n, -a, a)
-                };
-                quant::quantize(t.dtype, &values)
-            }
-            WeightData::None => Err(Error::InvalidArgument(format!(
-                "tensor '{}' has no data: this model was opened from a header only",
-                t.name
-            ))),
-        }
+        self.data.bytes_of(t).map(Cow::into_owned)
     }
 
     /// Whether tensor bytes are available.

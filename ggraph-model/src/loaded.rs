@@ -2,10 +2,10 @@
 //! device as the placement plan says, ready to build graphs from.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::arch::{ModelConfig, WeightSource};
-use super::desc::{ModelDesc, WeightData};
+use super::desc::{ModelDesc, TensorSpec, WeightData};
 use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
 use ggraph_core::alloc::{RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
@@ -66,6 +66,13 @@ pub struct Model {
     pub metadata: Option<Arc<crate::gguf::GgufHeader>>,
     tensors: HashMap<String, Loaded>,
     buffers: Vec<Arc<dyn Buffer>>,
+    /// Where the weights' bytes came from, to upload them again.
+    source: WeightData,
+    /// The tensors with memory of their own (not sharing another's).
+    stored: Vec<TensorSpec>,
+    /// Indices into `stored` of weights whose memory was lost and
+    /// allocated again, not yet uploaded.
+    stale: Mutex<Vec<usize>>,
 }
 
 impl Model {
@@ -239,18 +246,17 @@ impl Model {
                     continue;
                 }
                 let dst = &tensors[&t.name].data;
-                match &desc.data {
-                    WeightData::File(f) => dst
-                        .buffer
-                        .write(dst.offset, f.tensor_data(t.stored_as())?)?,
-                    _ => dst.buffer.write(dst.offset, &desc.bytes_of(t)?)?,
-                }
+                dst.buffer.write(dst.offset, &desc.data.bytes_of(t)?)?;
                 done += t.nbytes();
                 if let Some(p) = progress.as_mut() {
                     p(done, total);
                 }
             }
         }
+        let stored = (desc.tensors.iter().zip(&plan.shared_with))
+            .filter(|(_, shared)| shared.is_none())
+            .map(|(t, _)| t.clone())
+            .collect();
         Ok(Model {
             config: desc.config.clone(),
             plan,
@@ -260,7 +266,49 @@ impl Model {
             metadata: desc.metadata.clone(),
             tensors,
             buffers,
+            source: desc.data.clone(),
+            stored,
+            stale: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether a device lost weight memory of this model
+    /// ([`Buffer::lost`]: a remote server that restarted).
+    pub fn weights_lost(&self) -> bool {
+        self.buffers.iter().any(|b| b.lost()) || !self.lock_stale().is_empty()
+    }
+
+    /// Allocates lost weight memory again and uploads the weights it held
+    /// from where the model was loaded from (its GGUF file; a server
+    /// started with its cache takes large ones by hash). Returns the bytes
+    /// uploaded. Errors while a device cannot be reached; the weights not
+    /// yet uploaded are remembered for the next call.
+    pub fn restore_weights(&self) -> Result<u64> {
+        let mut stale = self.lock_stale();
+        for (i, t) in self.stored.iter().enumerate() {
+            if !stale.contains(&i) && self.tensors[&t.name].data.buffer.lost() {
+                stale.push(i);
+            }
+        }
+        for b in &self.buffers {
+            b.restore()?;
+        }
+        let mut bytes = 0;
+        while let Some(&i) = stale.last() {
+            let t = &self.stored[i];
+            let dst = &self.tensors[&t.name].data;
+            dst.buffer.write(dst.offset, &self.source.bytes_of(t)?)?;
+            bytes += t.nbytes();
+            stale.pop();
+        }
+        if bytes > 0 {
+            tracing::info!("{bytes} weight bytes uploaded again after their memory was lost");
+        }
+        Ok(bytes)
+    }
+
+    fn lock_stale(&self) -> MutexGuard<'_, Vec<usize>> {
+        self.stale.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Weight bytes allocated per buffer type.

@@ -116,6 +116,14 @@ impl Buffer for RowSplitBuffer {
         })
     }
 
+    fn lost(&self) -> bool {
+        self.parts.iter().any(|p| p.data.buffer.lost())
+    }
+
+    fn restore(&self) -> Result<()> {
+        self.parts.iter().try_for_each(|p| p.data.buffer.restore())
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -68,6 +68,21 @@ pub trait Buffer: Send + Sync {
         Ok(())
     }
 
+    /// Whether the device dropped this memory since it was allocated (a
+    /// remote server that restarted, or whose connection dropped): its
+    /// contents are gone, and using it fails until [`Buffer::restore`].
+    fn lost(&self) -> bool {
+        false
+    }
+
+    /// Allocates lost memory again on its device, of the same size;
+    /// offsets keep their meaning, and the contents are undefined until
+    /// written again. Nothing to do for memory that is not lost. Fails,
+    /// leaving the memory lost, while the device cannot be reached.
+    fn restore(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Start of the memory, for host buffers.
     fn host_ptr(&self) -> Option<*mut u8> {
         None

@@ -470,6 +470,43 @@ impl Scheduler {
         self.allocator.buffer_bytes()
     }
 
+    /// Whether a device lost compute memory of this scheduler
+    /// ([`Buffer::lost`](crate::backend::Buffer::lost): a remote server
+    /// that restarted).
+    pub fn memory_lost(&self) -> bool {
+        self.allocator.buffers().iter().flatten().any(|b| b.lost())
+    }
+
+    /// Allocates lost compute memory again
+    /// ([`Buffer::restore`](crate::backend::Buffer::restore)) and drops the
+    /// events of earlier runs, which may have died with it: the next run
+    /// starts afresh. Returns the buffers restored; errors while their
+    /// device cannot be reached (call again later).
+    pub fn restore_memory(&mut self) -> Result<usize> {
+        let mut restored = 0;
+        for b in self.allocator.buffers().iter().flatten() {
+            if b.lost() {
+                b.restore()?;
+                restored += 1;
+            }
+        }
+        // what still runs elsewhere is waited for; the runs on the lost
+        // memory can only report that they failed, as they did already
+        for ev in self.events.iter_mut().flatten() {
+            if let Some(ev) = ev.take()
+                && let Err(e) = ev.synchronize()
+            {
+                tracing::debug!("an event of a run before the restore: {e}");
+            }
+        }
+        for s in &mut self.streams {
+            if let Err(e) = s.synchronize() {
+                tracing::debug!("a stream's work before the restore: {e}");
+            }
+        }
+        Ok(restored)
+    }
+
     /// Compute memory per backend a graph needs, without allocating.
     pub fn measure(&mut self, graph: Graph) -> Result<Vec<u64>> {
         self.split_graph(graph)?;

@@ -42,6 +42,9 @@ pub struct KvCache {
     /// Per model layer: its K and V, for the layers this cache holds.
     layers: Vec<Option<LayerKv>>,
     buffers: Vec<Arc<dyn Buffer>>,
+    /// The buffer type that lost memory, while a restore has not finished
+    /// (the memory is not all back and zeroed yet).
+    stale: Option<String>,
 }
 
 impl KvCache {
@@ -134,6 +137,7 @@ impl KvCache {
             n_embd_kv,
             layers,
             buffers,
+            stale: None,
         })
     }
 
@@ -179,6 +183,36 @@ impl KvCache {
             }
         }
         out
+    }
+
+    /// The buffer type of memory of this cache that a device lost
+    /// ([`Buffer::lost`]: a remote server that restarted), if any.
+    pub fn lost(&self) -> Option<&str> {
+        self.stale.as_deref().or_else(|| {
+            (self.buffers.iter())
+                .find(|b| b.lost())
+                .map(|b| b.buffer_type_name())
+        })
+    }
+
+    /// Allocates lost memory again and empties the cache: every sequence
+    /// had cells in every layer, so all of them lost their past. Returns
+    /// whether anything was lost. Errors while a device cannot be
+    /// reached, leaving the cache empty and marked for the next call.
+    pub fn restore(&mut self) -> Result<bool> {
+        let Some(lost) = self.lost() else {
+            return Ok(false);
+        };
+        self.stale = Some(lost.to_string());
+        self.cells.clear();
+        for b in &self.buffers {
+            b.restore()?;
+        }
+        for b in &self.buffers {
+            b.fill(0, b.size(), 0)?;
+        }
+        self.stale = None;
+        Ok(true)
     }
 
     /// Cells the attention of the next ubatch looks at: one past the
