@@ -217,6 +217,24 @@ unsafe fn codes<const T: u8>(blk: *const u8, h: &Head, i: usize) -> __m256i {
     }
 }
 
+/// Per 32 values `32 i..`, the shuffle that spreads the 16-bit scale of
+/// their first 16 values (scale `2 (i % 4)` of a half) over the low 128
+/// bits and that of the next 16 over the high 128 bits.
+static SCALE_PAIRS: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let scale = 2 * i + b / 16;
+            t[i][b] = (2 * scale + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
 /// `R` rows of type `T` times `C` columns over the call's super-blocks.
 ///
 /// # Safety
@@ -232,12 +250,6 @@ unsafe fn dots<const R: usize, const C: usize, const T: u8>(
     // SAFETY: caller's contract; every read is inside super-block sb of a
     // row or a column (prefetches may point past the end).
     unsafe {
-        // the scales of values 32 i..32 i + 32: bytes 2i and 2i + 1 of the
-        // 16, each repeated eight times
-        let pick: [__m128i; 8] = std::array::from_fn(|i| {
-            let (a, b) = (2 * i as i8, 2 * i as i8 + 1);
-            _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-        });
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for sb in 0..call.nb {
             for r in 0..R {
@@ -247,10 +259,25 @@ unsafe fn dots<const R: usize, const C: usize, const T: u8>(
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
                 }
                 let h = head::<T>(blk);
+                // the 16 scales widened to 16 bits, scales 0..8 in both
+                // halves of the first register, 8..16 in the second's
+                let s16 = _mm256_cvtepi8_epi16(h.scales);
+                let halves = [
+                    _mm256_permute2x128_si256::<0x00>(s16, s16),
+                    _mm256_permute2x128_si256::<0x11>(s16, s16),
+                ];
                 let mut t = [_mm256_setzero_si256(); C];
-                for (i, pick) in pick.iter().enumerate() {
+                for i in 0..8 {
                     let w = codes::<T>(blk, &h, i);
-                    let s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(h.scales, *pick));
+                    let s = if T == IQ4_XS {
+                        // one scale per 32 values, in bytes 2i and 2i + 1
+                        let pick = _mm_set1_epi8(2 * i as i8);
+                        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(h.scales, pick))
+                    } else {
+                        let pick =
+                            _mm256_loadu_si256(SCALE_PAIRS[i % 4].as_ptr() as *const __m256i);
+                        _mm256_shuffle_epi8(halves[i / 4], pick)
+                    };
                     let aw = if T == IQ4_XS { _mm256_abs_epi8(w) } else { w };
                     for (c, t) in t.iter_mut().enumerate() {
                         let x = codes32(call.cols[c].codes.add(sb * QK + 32 * i));
