@@ -116,7 +116,7 @@ mod x86 {
 
     use crate::kernels::math::{f16_at, hsum256};
     use crate::kernels::matmul::kquant_operands::{
-        Call, QK, codes32, prefetch_super_block, row_groups,
+        Call, QK, codes32, prefetch_super_block, row_groups, scale_pair,
     };
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -236,12 +236,6 @@ mod x86 {
         unsafe {
             let m4 = _mm256_set1_epi8(0x0f);
             let m30 = _mm256_set1_epi8(0x30);
-            // the scales of sub-blocks 2i and 2i + 1: bytes 2i and 2i + 1
-            // of the 16, each repeated eight times
-            let pick: [__m128i; 8] = std::array::from_fn(|i| {
-                let (a, b) = (2 * i as i8, 2 * i as i8 + 1);
-                _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-            });
             let mut acc = [[_mm256_setzero_ps(); C]; R];
             for sb in 0..call.nb {
                 for r in 0..R {
@@ -249,8 +243,15 @@ mod x86 {
                     prefetch_super_block::<TS>(blk.wrapping_add(call.ahead));
                     let scales = _mm_loadu_si128(blk.add(192) as *const __m128i);
                     let d = f16_at(blk.add(208));
+                    let s16 = _mm256_cvtepi8_epi16(scales);
                     let mut t = [_mm256_setzero_si256(); C];
                     for half in 0..2 {
+                        // scales 8 half..8 half + 8 in both 128-bit halves
+                        let sc = if half == 0 {
+                            _mm256_permute2x128_si256::<0x00>(s16, s16)
+                        } else {
+                            _mm256_permute2x128_si256::<0x11>(s16, s16)
+                        };
                         // values 128 h + l (l < 32) and + 32: low nibbles of
                         // ql[64 h + l] and ql[64 h + 32 + l]; + 64 and + 96:
                         // their high nibbles; the top two bits of each: bit
@@ -279,7 +280,7 @@ mod x86 {
                         for (v, u) in u.into_iter().enumerate() {
                             // 32 values: sub-blocks 2i and 2i + 1
                             let i = 4 * half + v;
-                            let s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick[i]));
+                            let s = _mm256_shuffle_epi8(sc, scale_pair(v));
                             for c in 0..C {
                                 let x = codes32(call.cols[c].codes.add(sb * QK + 32 * i));
                                 let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s);
@@ -288,7 +289,6 @@ mod x86 {
                         }
                     }
                     // the codes' offset of 32, per sub-block of 16
-                    let s16 = _mm256_cvtepi8_epi16(scales);
                     for c in 0..C {
                         let col = &call.cols[c];
                         let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);

@@ -26,7 +26,7 @@ use std::ops::Range;
 use ggraph_core::DType;
 use ggraph_core::quant::IQ4_VALUES;
 
-use super::kquant_operands::{Call, KernelFn, QK, codes32, row_groups};
+use super::kquant_operands::{Call, KernelFn, QK, codes32, row_groups, scale_pair};
 use super::quant_format::q4k_scales_mins;
 use crate::kernels::math::{f16_at, hsum256};
 
@@ -217,24 +217,6 @@ unsafe fn codes<const T: u8>(blk: *const u8, h: &Head, i: usize) -> __m256i {
     }
 }
 
-/// Per 32 values `32 i..`, the shuffle that spreads the 16-bit scale of
-/// their first 16 values (scale `2 (i % 4)` of a half) over the low 128
-/// bits and that of the next 16 over the high 128 bits.
-static SCALE_PAIRS: [[u8; 32]; 4] = {
-    let mut t = [[0u8; 32]; 4];
-    let mut i = 0;
-    while i < 4 {
-        let mut b = 0;
-        while b < 32 {
-            let scale = 2 * i + b / 16;
-            t[i][b] = (2 * scale + b % 2) as u8;
-            b += 1;
-        }
-        i += 1;
-    }
-    t
-};
-
 /// `R` rows of type `T` times `C` columns over the call's super-blocks.
 ///
 /// # Safety
@@ -274,9 +256,7 @@ unsafe fn dots<const R: usize, const C: usize, const T: u8>(
                         let pick = _mm_set1_epi8(2 * i as i8);
                         _mm256_cvtepi8_epi16(_mm_shuffle_epi8(h.scales, pick))
                     } else {
-                        let pick =
-                            _mm256_loadu_si256(SCALE_PAIRS[i % 4].as_ptr() as *const __m256i);
-                        _mm256_shuffle_epi8(halves[i / 4], pick)
+                        _mm256_shuffle_epi8(halves[i / 4], scale_pair(i % 4))
                     };
                     let aw = if T == IQ4_XS { _mm256_abs_epi8(w) } else { w };
                     for (c, t) in t.iter_mut().enumerate() {

@@ -209,6 +209,36 @@ pub(super) unsafe fn codes32(p: *const i8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
+/// Per 32 values `32 i..` of a 256-value super-block with 16 scales, the
+/// shuffle of the 16-bit scales `8 (i / 4)..8 (i / 4) + 8`, in both
+/// 128-bit halves of a register, that spreads the scale of the first 16
+/// values (`2 (i % 4)` of those eight) over the low half and that of the
+/// next 16 over the high half, for `vpmaddwd`.
+static SCALE_PAIRS: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let scale = 2 * i + b / 16;
+            t[i][b] = (2 * scale + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
+/// [`SCALE_PAIRS`]`[step]`, `step < 4`.
+///
+/// # Safety
+/// AVX is available.
+#[inline(always)]
+pub(super) unsafe fn scale_pair(step: usize) -> __m256i {
+    // SAFETY: a 32-byte row of a static; the caller's AVX.
+    unsafe { _mm256_loadu_si256(SCALE_PAIRS[step].as_ptr() as *const __m256i) }
+}
+
 /// The rows of a kernel call `R` at a time: `kernel` gives the dots of
 /// `R` rows (their pointers at the call's first super-block) with the
 /// call's `C` columns, which are stored in (or added to) the outputs.
