@@ -102,8 +102,8 @@ impl Device for CpuDevice {
         self.buffer_type.clone()
     }
 
-    /// `CPU_REPACK` (Q4_0, Q8_0 and Q4_K matrices interleaved), where this
-    /// processor gets it.
+    /// `CPU_REPACK` (Q4_0, Q8_0, Q4_K and IQ4_NL matrices interleaved),
+    /// where this processor gets it.
     fn layout_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
         self.repack
             .iter()

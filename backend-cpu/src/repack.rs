@@ -1,6 +1,6 @@
 //! The CPU's layout buffer type, `CPU_REPACK` as in ggml: host memory in
-//! which Q4_0, Q8_0 and Q4_K weight matrices are kept in the interleaved layout
-//! of `kernels::interleave`. Writes convert from ggml's layout and reads
+//! which Q4_0, Q8_0, Q4_K and IQ4_NL weight matrices are kept in the
+//! interleaved layout of `kernels::interleave`. Writes convert from ggml's layout and reads
 //! convert back, so a loader writes GGUF's bytes and any device can copy
 //! the weight out. The memory is not plain host memory (`is_host` is
 //! false, there is no `host_ptr`): only the CPU's stream reads it, giving
@@ -33,8 +33,8 @@ pub(crate) fn offered() -> bool {
     }
 }
 
-/// Host memory with Q4_0, Q8_0 and Q4_K matrices of whole groups of eight
-/// rows interleaved; other weights are kept as they are.
+/// Host memory with Q4_0, Q8_0, Q4_K and IQ4_NL matrices of whole groups
+/// of eight rows interleaved; other weights are kept as they are.
 #[derive(Debug, Default)]
 pub struct RepackBufferType;
 

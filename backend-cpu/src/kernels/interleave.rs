@@ -12,8 +12,8 @@
 //! eight rows side by side (`[chunk][row][4]`). So one 256-bit load of
 //! chunk `j` holds chunk `j` of each row in its own 32-bit lane:
 //!
-//! - Q4_0: bytes `4j..4j + 4` of the nibbles: low nibbles are codes
-//!   `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`.
+//! - Q4_0 and IQ4_NL: bytes `4j..4j + 4` of the nibbles: low nibbles are
+//!   codes `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`.
 //! - Q8_0: codes `4j..4j + 4`.
 //! - Q4_K: chunks 0..3 are the packed scales and mins, chunk `3 + c` the
 //!   nibble bytes `4c..4c + 4`: low nibbles are codes `64 (c / 8) + 4 (c %
@@ -39,18 +39,23 @@ pub(crate) enum Interleaved {
     /// Q4_K super-blocks (144 bytes: f16 `d` and `dmin`, 12 bytes of
     /// 6-bit scales and mins, 128 bytes of nibbles).
     Q4_K,
+    /// IQ4_NL blocks (18 bytes, as Q4_0's: an f16 scale, 16 bytes of
+    /// nibbles that index the IQ4 table).
+    IQ4_NL,
 }
 
 impl Interleaved {
     /// The layout for a weight of `dtype` and `shape`, if it has one: a
     /// matrix or a stack of them (experts: no fourth dimension above 1) of
-    /// Q4_0, Q8_0 or Q4_K with whole groups of rows. A stack is laid out as
-    /// one matrix of all its rows: its matrices start on group bounds.
+    /// Q4_0, Q8_0, Q4_K or IQ4_NL with whole groups of rows. A stack is
+    /// laid out as one matrix of all its rows: its matrices start on group
+    /// bounds.
     pub(crate) fn of(dtype: DType, shape: &[usize]) -> Option<Interleaved> {
         let layout = match dtype {
             DType::Q4_0 => Interleaved::Q4_0,
             DType::Q8_0 => Interleaved::Q8_0,
             DType::Q4_K => Interleaved::Q4_K,
+            DType::IQ4_NL => Interleaved::IQ4_NL,
             _ => return None,
         };
         let rows = *shape.get(1)?;
@@ -66,6 +71,7 @@ impl Interleaved {
             Interleaved::Q4_0 => DType::Q4_0,
             Interleaved::Q8_0 => DType::Q8_0,
             Interleaved::Q4_K => DType::Q4_K,
+            Interleaved::IQ4_NL => DType::IQ4_NL,
         }
     }
 
@@ -82,7 +88,7 @@ impl Interleaved {
     /// The 2-byte units at the start of a block.
     fn head_units(self) -> usize {
         match self {
-            Interleaved::Q4_0 | Interleaved::Q8_0 => 1,
+            Interleaved::Q4_0 | Interleaved::Q8_0 | Interleaved::IQ4_NL => 1,
             Interleaved::Q4_K => 2,
         }
     }
@@ -219,7 +225,12 @@ mod tests {
     /// the kernels read them.
     #[test]
     fn packing_round_trips_and_puts_scales_and_codes_in_place() {
-        for layout in [Interleaved::Q4_0, Interleaved::Q8_0, Interleaved::Q4_K] {
+        for layout in [
+            Interleaved::Q4_0,
+            Interleaved::Q8_0,
+            Interleaved::Q4_K,
+            Interleaved::IQ4_NL,
+        ] {
             let (bb, nblk) = (layout.block_bytes(), 3);
             let row_bytes = bb * nblk;
             let plain: Vec<u8> = (0..2 * GROUP_ROWS * row_bytes)
@@ -255,7 +266,7 @@ mod tests {
     }
 
     #[test]
-    fn only_matrices_of_whole_groups_of_q4_0_q8_0_and_q4_k_rows_are_laid_out() {
+    fn only_matrices_of_whole_groups_of_q4_0_q8_0_q4_k_and_iq4_nl_rows_are_laid_out() {
         assert_eq!(
             Interleaved::of(DType::Q4_0, &[64, 16]),
             Some(Interleaved::Q4_0)
@@ -276,6 +287,11 @@ mod tests {
             Interleaved::of(DType::Q4_K, &[256, 16]),
             Some(Interleaved::Q4_K)
         );
+        assert_eq!(
+            Interleaved::of(DType::IQ4_NL, &[64, 8]),
+            Some(Interleaved::IQ4_NL)
+        );
         assert_eq!(Interleaved::of(DType::Q6_K, &[256, 16]), None);
+        assert_eq!(Interleaved::of(DType::IQ4_XS, &[256, 16]), None);
     }
 }

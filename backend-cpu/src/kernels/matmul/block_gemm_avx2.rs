@@ -372,6 +372,8 @@ fn tile_fn(dtype: DType) -> (TileFn, usize) {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use ggraph_core::quant::IQ4_VALUES;
+
     use super::{Acts, C, Interleaved, Panel, R};
     use crate::kernels::interleave::q4_k_scales;
 
@@ -458,9 +460,9 @@ mod x86 {
 
     /// Packs `nb` blocks of an interleaved group (`kernels::interleave`)
     /// from `w` into a panel: the codes as they are (Q8_0) or split into
-    /// low and high nibbles (Q4_0: steps `j` and `j + 4` of the block; Q4_K:
-    /// the same step of two sub-blocks), and the scales (and Q4_K's mins)
-    /// as floats.
+    /// low and high nibbles (Q4_0 and IQ4_NL: steps `j` and `j + 4` of the
+    /// block, IQ4_NL's then looked up in its table; Q4_K: the same step of
+    /// two sub-blocks), and the scales (and Q4_K's mins) as floats.
     ///
     /// # Safety
     /// AVX2 and F16C; `w` holds `nb` blocks of the group, and the panel
@@ -481,6 +483,8 @@ mod x86 {
         // SAFETY: caller's contract; the slices are long enough (checked).
         unsafe {
             let low = _mm256_set1_epi8(0x0f);
+            let iq4 =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
             let out = codes.as_mut_ptr();
             let split = |v: __m256i, lo: *mut u8, hi: *mut u8| {
                 _mm256_storeu_si256(lo as *mut __m256i, _mm256_and_si256(v, low));
@@ -492,7 +496,7 @@ mod x86 {
                 let src = w.add(b * block);
                 let dst = out.add(b * values * R);
                 match layout {
-                    Interleaved::Q4_0 | Interleaved::Q8_0 => {
+                    Interleaved::Q4_0 | Interleaved::Q8_0 | Interleaved::IQ4_NL => {
                         let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
                         _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
                         if layout == Interleaved::Q8_0 {
@@ -502,6 +506,16 @@ mod x86 {
                         for j in 0..4 {
                             let v = _mm256_loadu_si256(src.add(at + 32 * j) as *const __m256i);
                             split(v, dst.add(32 * j), dst.add(32 * (j + 4)));
+                        }
+                        if layout == Interleaved::IQ4_NL {
+                            // the panel holds IQ4's signed values
+                            for j in 0..8 {
+                                let p = dst.add(32 * j) as *mut __m256i;
+                                _mm256_storeu_si256(
+                                    p,
+                                    _mm256_shuffle_epi8(iq4, _mm256_loadu_si256(p)),
+                                );
+                            }
                         }
                     }
                     Interleaved::Q4_K => {

@@ -1,5 +1,6 @@
 //! Weights in the CPU's interleaved layout (`kernels::interleave`: Q4_0,
-//! Q8_0 and Q4_K rows in groups of eight) times any number of columns, on AVX2.
+//! Q8_0, Q4_K and IQ4_NL rows in groups of eight) times any number of
+//! columns, on AVX2.
 //!
 //! The layout is the panel `block_gemm_avx2` builds on every call, stored
 //! once at load: one 256-bit load gives four codes of each of eight rows
@@ -229,6 +230,8 @@ struct Acts {
 mod x86 {
     use std::arch::x86_64::*;
 
+    use ggraph_core::quant::IQ4_VALUES;
+
     use super::Acts;
     use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
     use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
@@ -253,6 +256,7 @@ mod x86 {
                 Interleaved::Q4_0 => q4_0::<T>(nb, w, x),
                 Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
                 Interleaved::Q4_K => q4_k::<T>(nb, w, x),
+                Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x),
             }
         };
         for (s, a) in sums.iter_mut().zip(acc) {
@@ -378,6 +382,56 @@ mod x86 {
                     }
                 }
                 wp = wp.add(Interleaved::Q4_K.group_block_bytes());
+            }
+            acc
+        }
+    }
+
+    /// IQ4_NL: Q4_0's nibbles, looked up in the IQ4 table (signed values),
+    /// then as Q8_0's signed codes: each step `|w|` against the
+    /// activations with `w`'s sign, widened every step.
+    ///
+    /// # Safety
+    /// As for [`tile`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn iq4_nl<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+        // SAFETY: caller's contract.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let low = _mm256_set1_epi8(0x0f);
+            let table =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
+            let mut acc = [_mm256_setzero_ps(); T];
+            let mut wp = w;
+            let mut xp = x.codes as *const i32;
+            for blk in 0..nb {
+                if T == 1 {
+                    prefetch_ahead(wp, Interleaved::IQ4_NL.group_block_bytes());
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+                let mut block = [_mm256_setzero_si256(); T];
+                for j in 0..4 {
+                    let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                    let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));
+                    let hi = _mm256_shuffle_epi8(
+                        table,
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                    );
+                    let (lo_u, hi_u) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
+                    for (c, s) in block.iter_mut().enumerate() {
+                        let xl = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add(j * T + c)), lo);
+                        let xh = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add((j + 4) * T + c)), hi);
+                        let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo_u, xl), ones);
+                        let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi_u, xh), ones);
+                        *s = _mm256_add_epi32(*s, _mm256_add_epi32(pl, ph));
+                    }
+                }
+                for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
+                    let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                    *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+                }
+                wp = wp.add(Interleaved::IQ4_NL.group_block_bytes());
+                xp = xp.add(8 * T);
             }
             acc
         }
