@@ -92,8 +92,9 @@ fn repacked_weights_give_the_tokens_of_gguf_s_layout() {
         assert_eq!(t_repack, t_plain, "{weights}");
         let want: Vec<f64> = l_plain.iter().map(|&v| v as f64).collect();
         let e = nmse(&l_repack, &want);
-        // GGUF's Q4_K rows go through ggml's Q8_K activations (one scale a
-        // 256 values); the repacked kernels quantise them 32 at a time
+        // GGUF's Q4_K prompt products quantise the activations with one
+        // scale a 256 values (ggml's Q8_K); the repacked layout's, of more
+        // than eight columns, 32 at a time
         let bound = if weights == DType::Q4_K { 1e-3 } else { 1e-4 };
         assert!(e < bound, "{weights}: nmse {e}");
         assert!(explain.contains(CPU_REPACK_BUFFER_TYPE), "{explain}");

@@ -231,7 +231,12 @@ fn weight_layout_cases(c: &mut Cases) {
     for w in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_NL] {
         // whole blocks: Q4_K's rows take super-blocks of 256
         let row = move |k: usize| k.div_ceil(w.block_size()) * w.block_size();
-        for (m, n, k) in [(64usize, 1usize, 256usize), (48, 3, 96), (136, 9, 2112)] {
+        for (m, n, k) in [
+            (64usize, 1usize, 256usize),
+            (48, 3, 96),
+            (136, 9, 2112),
+            (40, 5, 2112),
+        ] {
             let k = row(k);
             let name = format!("mul_mat[{w},F32,rows8,m={m},n={n},k={k}]");
             c.add(OpKind::MulMat, name, matmul_bound(w), move |cb| {

@@ -162,9 +162,42 @@ impl Interleaved {
     }
 }
 
+/// The 6-bit scales and mins of the eight rows of a Q4_K group block at
+/// `block`, one row a 32-bit lane, four values a lane: scales of
+/// sub-blocks 0..4 and 4..8, then mins of 0..4 and 4..8, one a byte (see
+/// `quant_format::q4k_scales_mins`).
+///
+/// # Safety
+/// AVX2; `block` holds a Q4_K group block.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q4_k_scale_words(block: *const u8) -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::*;
+    let at = Interleaved::Q4_K.chunks_at();
+    // SAFETY: caller's contract: the three scale chunks lie in the block.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let six = _mm256_set1_epi8(0x3f);
+        let top = _mm256_set1_epi8(0x03);
+        let s0 = _mm256_loadu_si256(block.add(at) as *const __m256i);
+        let s1 = _mm256_loadu_si256(block.add(at + 32) as *const __m256i);
+        let s2 = _mm256_loadu_si256(block.add(at + 64) as *const __m256i);
+        // the top two bits of each byte, moved to bits 4 and 5
+        let high0 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s0), top));
+        let high1 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s1), top));
+        [
+            _mm256_and_si256(s0, six),
+            _mm256_or_si256(_mm256_and_si256(s2, low), high0),
+            _mm256_and_si256(s1, six),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(s2), low), high1),
+        ]
+    }
+}
+
 /// `d * scale` and `dmin * min` of each sub-block of a Q4_K group block at
-/// `block`, `[sub-block][row]`: the eight rows' 6-bit values unpacked side
-/// by side, one row a 32-bit lane (see `quant_format::q4k_scales_mins`).
+/// `block`, `[sub-block][row]`: the eight rows' 6-bit values
+/// ([`q4_k_scale_words`]) side by side, one row a lane.
 ///
 /// # Safety
 /// AVX2 and F16C; `block` holds a Q4_K group block.
@@ -176,30 +209,13 @@ pub(crate) unsafe fn q4_k_scales(
     mw: &mut [[f32; GROUP_ROWS]; 8],
 ) {
     use std::arch::x86_64::*;
-    let at = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract; the stores go to arrays of eight floats.
     unsafe {
-        let low = _mm256_set1_epi8(0x0f);
-        let six = _mm256_set1_epi8(0x3f);
-        let top = _mm256_set1_epi8(0x03);
         let byte = _mm256_set1_epi32(0xff);
         let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
         let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
-        let s0 = _mm256_loadu_si256(block.add(at) as *const __m256i);
-        let s1 = _mm256_loadu_si256(block.add(at + 32) as *const __m256i);
-        let s2 = _mm256_loadu_si256(block.add(at + 64) as *const __m256i);
-        // the top two bits of each byte, moved to bits 4 and 5
-        let high0 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s0), top));
-        let high1 = _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(s1), top));
-        // four values a word: sub-blocks 0..4, then 4..8
-        let scales = [
-            _mm256_and_si256(s0, six),
-            _mm256_or_si256(_mm256_and_si256(s2, low), high0),
-        ];
-        let mins = [
-            _mm256_and_si256(s1, six),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32::<4>(s2), low), high1),
-        ];
+        let [sc_lo, sc_hi, mn_lo, mn_hi] = q4_k_scale_words(block);
+        let (scales, mins) = ([sc_lo, sc_hi], [mn_lo, mn_hi]);
         for sub in 0..8 {
             let shift = _mm256_set1_epi32(8 * (sub % 4) as i32);
             let sc = _mm256_and_si256(_mm256_srlv_epi32(scales[sub / 4], shift), byte);

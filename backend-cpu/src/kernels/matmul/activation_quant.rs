@@ -121,7 +121,8 @@ pub(crate) fn quantize_acts<'a>(
             }
             return;
         }
-        let mut q = [0i8; 32];
+        // a block of up to a super-block (Q8_K-style activations)
+        let mut q = [0i8; 256];
         for c in 0..t {
             let j = tile * t + c;
             for blk in 0..nblk {

@@ -35,9 +35,11 @@ const KC: usize = 1024;
 /// Rows a task takes with several columns: their chunk stays in L2 while
 /// every column tile reads it.
 const MC: usize = 128;
-/// Values per activation block (the weights' blocks, or Q4_K's
-/// sub-blocks).
+/// Values per activation block (the weights' blocks; Q4_K's take one
+/// scale a super-block of [`QK`]).
 const QB: usize = 32;
+/// Values per super-block.
+const QK: usize = 256;
 
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -68,11 +70,13 @@ pub(crate) unsafe fn gemm(
     let Some(f) = format(layout.dtype()) else {
         return;
     };
-    // Q8_0 codes stay signed in the panel (the sign trick): no offset
-    let acts_format = if f.signed {
-        Format { offset: 0, ..f }
-    } else {
-        f
+    let acts_format = match layout {
+        // Q8_0 codes stay signed in the panel (the sign trick): no offset
+        _ if f.signed => Format { offset: 0, ..f },
+        // one activation scale a super-block, as ggml's Q8_K: the
+        // sub-blocks' scales and mins are then applied in integers
+        Interleaved::Q4_K => Format { qb: QK, ..f },
+        _ => f,
     };
     let t = match n {
         1 | 2 => n,
@@ -82,16 +86,23 @@ pub(crate) unsafe fn gemm(
     let nblk = k / layout.dtype().block_size();
     let group_bytes = nblk * layout.group_block_bytes();
     let weights = Weights(a);
-    with_scratch(&ACTS, qacts_len(n, k, QB, t), |buf| {
+    let qb = acts_format.qb;
+    with_scratch(&ACTS, qacts_len(n, k, qb, t), |buf| {
         let acts = quantize_acts(b, k, acts_format, t, 1, buf);
         let acts = &acts;
+        let sums = if layout == Interleaved::Q4_K {
+            sub_block_sums(acts.codes, k, n.div_ceil(t), t)
+        } else {
+            Vec::new()
+        };
+        let sums = &sums;
         if n == 1 {
             par_ranges(m / GROUP_ROWS, 4, |groups| {
                 let x = Acts {
                     codes: acts.codes.as_ptr(),
                     d: acts.d.as_ptr(),
                     bias: acts.bias.as_ptr(),
-                    sx: acts.sx.as_ptr(),
+                    sums: sums.as_ptr(),
                 };
                 for g in groups {
                     let mut sums = [[0f32; GROUP_ROWS]; 1];
@@ -120,11 +131,41 @@ pub(crate) unsafe fn gemm(
             group_bytes,
         };
         if n == 2 {
-            columns::<2>(layout, weights, shape, acts, out);
+            columns::<2>(layout, weights, shape, acts, sums, out);
         } else {
-            columns::<C>(layout, weights, shape, acts, out);
+            columns::<C>(layout, weights, shape, acts, sums, out);
         }
     });
+}
+
+/// Per tile, super-block, pair of 32-value sub-blocks and column: the sums
+/// of the activation codes of the two sub-blocks, as two 16-bit halves of
+/// one word (at most 32 * 127 each), `[tile][super-block][pair][t]`, for
+/// the Q4_K kernel's mins. `codes` as `QActs`'s, `tiles` tiles of `t`
+/// columns of `k` values.
+fn sub_block_sums(codes: &[i8], k: usize, tiles: usize, t: usize) -> Vec<i32> {
+    let nsb = k / QK;
+    let mut out = vec![0i32; tiles * nsb * 4 * t];
+    for tile in 0..tiles {
+        let codes = &codes[tile * k * t..(tile + 1) * k * t];
+        for sb in 0..nsb {
+            for pair in 0..4 {
+                for c in 0..t {
+                    let sum = |sub: usize| -> i32 {
+                        let g0 = (sb * QK + sub * QB) / 4;
+                        (g0..g0 + QB / 4)
+                            .flat_map(|g| &codes[(g * t + c) * 4..(g * t + c) * 4 + 4])
+                            .map(|&q| q as i32)
+                            .sum()
+                    };
+                    let (lo, hi) = (sum(2 * pair), sum(2 * pair + 1));
+                    out[((tile * nsb + sb) * 4 + pair) * t + c] =
+                        (lo & 0xffff) | ((hi & 0xffff) << 16);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The sizes of a product.
@@ -144,6 +185,7 @@ fn columns<const T: usize>(
     weights: Weights,
     shape: Shape,
     acts: &QActs,
+    sums: &[i32],
     out: &Cols<f32>,
 ) {
     let Shape {
@@ -152,7 +194,8 @@ fn columns<const T: usize>(
         n,
         group_bytes,
     } = shape;
-    let xblk = k / QB;
+    let xblk = acts.nblk();
+    let qb = k / xblk;
     let blocks = m.div_ceil(MC);
     let tiles = n.div_ceil(T);
     let (col_groups, per_group) = column_split(blocks, tiles);
@@ -166,12 +209,13 @@ fn columns<const T: usize>(
             for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
                 let j0 = tile * T;
                 let nc = T.min(n - j0);
-                let xo = (tile * xblk + v0 / QB) * T;
+                let xo = (tile * xblk + v0 / qb) * T;
+                let so = (tile * (k / QK) + v0 / QK) * 4 * T;
                 let x = Acts {
                     codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
                     d: acts.d[xo..].as_ptr(),
                     bias: acts.bias[xo..].as_ptr(),
-                    sx: acts.sx[xo..].as_ptr(),
+                    sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
                 };
                 for g in g0..g_end {
                     let mut sums = [[0f32; GROUP_ROWS]; T];
@@ -223,8 +267,9 @@ struct Acts {
     codes: *const i8,
     d: *const f32,
     bias: *const i32,
-    /// `d * sum(q)` per block, for Q4_K's mins.
-    sx: *const f32,
+    /// Q4_K: the sums of the codes of each pair of sub-blocks
+    /// (`sub_block_sums`).
+    sums: *const i32,
 }
 
 mod x86 {
@@ -233,7 +278,7 @@ mod x86 {
     use ggraph_core::quant::IQ4_VALUES;
 
     use super::Acts;
-    use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
+    use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
     use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
 
     /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
@@ -323,11 +368,15 @@ mod x86 {
         }
     }
 
-    /// Q4_K: per super-block, the eight rows' scales and mins
-    /// (`interleave::q4_k_scales`), then per pair of sub-blocks
+    /// Q4_K: per super-block, the eight rows' 6-bit scales and mins
+    /// (`interleave::q4_k_scale_words`), then per pair of sub-blocks
     /// eight chunk loads, whose low nibbles are the first sub-block's steps
     /// and high nibbles the second's; each sub-block's eight steps add up
-    /// in 16 bits, as Q4_0's, and take `d * scale` and `dmin * min`.
+    /// in 16 bits, as Q4_0's, and `vpmaddwd` by the rows' scales sums them
+    /// into the super-block's 32-bit sum. The mins take the activations'
+    /// sums a pair of sub-blocks at a time, also in integers, so a
+    /// super-block ends in two float multiply-adds a column, as ggml's Q8_K
+    /// products do.
     ///
     /// # Safety
     /// As for [`tile`].
@@ -337,49 +386,149 @@ mod x86 {
         let chunks = Interleaved::Q4_K.chunks_at();
         // SAFETY: caller's contract.
         unsafe {
-            let ones = _mm256_set1_epi16(1);
             let low = _mm256_set1_epi8(0x0f);
+            // byte j of each lane, as a 16-bit value in both halves
+            let spread = |j: i8| {
+                _mm256_setr_epi8(
+                    j,
+                    -1,
+                    j,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 12,
+                    -1,
+                    j + 12,
+                    -1,
+                    j,
+                    -1,
+                    j,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 12,
+                    -1,
+                    j + 12,
+                    -1,
+                )
+            };
+            // bytes j and j + 1 of each lane, as the two 16-bit halves
+            let pair = |j: i8| {
+                _mm256_setr_epi8(
+                    j,
+                    -1,
+                    j + 1,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 5,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 9,
+                    -1,
+                    j + 12,
+                    -1,
+                    j + 13,
+                    -1,
+                    j,
+                    -1,
+                    j + 1,
+                    -1,
+                    j + 4,
+                    -1,
+                    j + 5,
+                    -1,
+                    j + 8,
+                    -1,
+                    j + 9,
+                    -1,
+                    j + 12,
+                    -1,
+                    j + 13,
+                    -1,
+                )
+            };
+            let spreads = [spread(0), spread(1), spread(2), spread(3)];
+            let (pair01, pair23) = (pair(0), pair(2));
             let mut acc = [_mm256_setzero_ps(); T];
             let mut wp = w;
-            let mut dw = [[0f32; GROUP_ROWS]; SUB];
-            let mut mw = [[0f32; GROUP_ROWS]; SUB];
             for sb in 0..nb {
                 if T == 1 {
                     prefetch_ahead(wp, Interleaved::Q4_K.group_block_bytes());
                 }
-                q4_k_scales(wp, &mut dw, &mut mw);
+                let [sc_lo, sc_hi, mn_lo, mn_hi] = q4_k_scale_words(wp);
                 let codes = wp.add(chunks + 3 * 32);
                 let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
-                for pair in 0..SUB / 2 {
+                let mut sums = [_mm256_setzero_si256(); T];
+                for p in 0..SUB / 2 {
                     let mut lo_pairs = [_mm256_setzero_si256(); T];
                     let mut hi_pairs = [_mm256_setzero_si256(); T];
                     for step in 0..8 {
                         let v =
-                            _mm256_loadu_si256(codes.add((pair * 8 + step) * 32) as *const __m256i);
+                            _mm256_loadu_si256(codes.add((p * 8 + step) * 32) as *const __m256i);
                         let lo = _mm256_and_si256(v, low);
                         let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
                         for c in 0..T {
-                            let xl = _mm256_set1_epi32(*xp.add(((2 * pair) * 8 + step) * T + c));
-                            let xh =
-                                _mm256_set1_epi32(*xp.add(((2 * pair + 1) * 8 + step) * T + c));
+                            let xl = _mm256_set1_epi32(*xp.add(((2 * p) * 8 + step) * T + c));
+                            let xh = _mm256_set1_epi32(*xp.add(((2 * p + 1) * 8 + step) * T + c));
                             lo_pairs[c] =
                                 _mm256_add_epi16(lo_pairs[c], _mm256_maddubs_epi16(lo, xl));
                             hi_pairs[c] =
                                 _mm256_add_epi16(hi_pairs[c], _mm256_maddubs_epi16(hi, xh));
                         }
                     }
-                    for (sub, sums) in [(2 * pair, lo_pairs), (2 * pair + 1, hi_pairs)] {
-                        let scale = _mm256_loadu_ps(dw[sub].as_ptr());
-                        let min = _mm256_loadu_ps(mw[sub].as_ptr());
-                        let xb = (sb * SUB + sub) * T;
-                        for (c, (a, p)) in acc.iter_mut().zip(sums).enumerate() {
-                            let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-                            let dx = _mm256_set1_ps(*x.d.add(xb + c));
-                            let sx = _mm256_set1_ps(*x.sx.add(xb + c));
-                            *a = _mm256_fmadd_ps(_mm256_mul_ps(s, scale), dx, *a);
-                            *a = _mm256_fnmadd_ps(min, sx, *a);
-                        }
+                    let words = if p < 2 { sc_lo } else { sc_hi };
+                    let j = 2 * (p % 2);
+                    let (s_lo, s_hi) = (
+                        _mm256_shuffle_epi8(words, spreads[j]),
+                        _mm256_shuffle_epi8(words, spreads[j + 1]),
+                    );
+                    for c in 0..T {
+                        let l = _mm256_madd_epi16(lo_pairs[c], s_lo);
+                        let h = _mm256_madd_epi16(hi_pairs[c], s_hi);
+                        sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
                     }
+                }
+                // the mins against the sums of the activation codes
+                let pairs_of = |words: __m256i| {
+                    [
+                        _mm256_shuffle_epi8(words, pair01),
+                        _mm256_shuffle_epi8(words, pair23),
+                    ]
+                };
+                let [m01, m23] = pairs_of(mn_lo);
+                let [m45, m67] = pairs_of(mn_hi);
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(16) as *const __m128i));
+                let bs = x.sums.add(sb * 4 * T);
+                for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+                    let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
+                    let mins = _mm256_add_epi32(
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(m01, b(0)),
+                            _mm256_madd_epi16(m23, b(1)),
+                        ),
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(m45, b(2)),
+                            _mm256_madd_epi16(m67, b(3)),
+                        ),
+                    );
+                    let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
+                    *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
                 }
                 wp = wp.add(Interleaved::Q4_K.group_block_bytes());
             }
