@@ -11,7 +11,9 @@
 //! of memory rather than a stream per row. With more, a task takes
 //! [`MC`] rows a chunk of [`KC`] values at a time, and every column tile
 //! reads them from L2. Activations are quantised as for
-//! `block_gemm_avx2` (`activation_quant`), so the sums are the same.
+//! `block_gemm_avx2` (`activation_quant`), so the sums are the same, but
+//! for Q4_K: one scale a super-block (ggml's Q8_K), so that its sub-block
+//! scales and mins apply in integers.
 
 use std::cell::RefCell;
 
