@@ -389,80 +389,10 @@ mod x86 {
         // SAFETY: caller's contract.
         unsafe {
             let low = _mm256_set1_epi8(0x0f);
-            // byte j of each lane, as a 16-bit value in both halves
-            let spread = |j: i8| {
-                _mm256_setr_epi8(
-                    j,
-                    -1,
-                    j,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 12,
-                    -1,
-                    j + 12,
-                    -1,
-                    j,
-                    -1,
-                    j,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 12,
-                    -1,
-                    j + 12,
-                    -1,
-                )
-            };
-            // bytes j and j + 1 of each lane, as the two 16-bit halves
-            let pair = |j: i8| {
-                _mm256_setr_epi8(
-                    j,
-                    -1,
-                    j + 1,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 5,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 9,
-                    -1,
-                    j + 12,
-                    -1,
-                    j + 13,
-                    -1,
-                    j,
-                    -1,
-                    j + 1,
-                    -1,
-                    j + 4,
-                    -1,
-                    j + 5,
-                    -1,
-                    j + 8,
-                    -1,
-                    j + 9,
-                    -1,
-                    j + 12,
-                    -1,
-                    j + 13,
-                    -1,
-                )
-            };
+            // byte j of each lane, as a 16-bit value in both halves; bytes
+            // j and j + 1 as the two halves
+            let spread = |j: i8| lane_bytes(j, j);
+            let pair = |j: i8| lane_bytes(j, j + 1);
             let spreads = [spread(0), spread(1), spread(2), spread(3)];
             let (pair01, pair23) = (pair(0), pair(2));
             let mut acc = [_mm256_setzero_ps(); T];
@@ -536,6 +466,26 @@ mod x86 {
             }
             acc
         }
+    }
+
+    /// The `vpshufb` mask that gives, in each 32-bit lane, the lane's
+    /// bytes `a` and `b` as its two 16-bit halves (`a, b < 4`).
+    ///
+    /// # Safety
+    /// AVX is available.
+    #[inline(always)]
+    unsafe fn lane_bytes(a: i8, b: i8) -> __m256i {
+        let mut mask = [-1i8; 32];
+        for (i, m) in mask.iter_mut().enumerate() {
+            let lane = 4 * (i / 4 % 4) as i8;
+            match i % 4 {
+                0 => *m = lane + a,
+                2 => *m = lane + b,
+                _ => {}
+            }
+        }
+        // SAFETY: 32 bytes; the caller's AVX.
+        unsafe { _mm256_loadu_si256(mask.as_ptr() as *const __m256i) }
     }
 
     /// IQ4_NL: Q4_0's nibbles, looked up in the IQ4 table (signed values),
