@@ -1,6 +1,6 @@
 //! A llama over the CPU and two stock servers, by layers and by rows,
-//! gives the CPU's greedy tokens; weights uploaded again come from the
-//! servers' caches.
+//! gives the CPU's greedy tokens; weights uploaded again (a new load, or
+//! a server restarted under a context) come from the servers' caches.
 
 mod common;
 
@@ -11,7 +11,8 @@ use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::CpuDevice;
 use ggraph_model::arch::{Attention, ModelConfig};
-use ggraph_model::context::ContextParams;
+use ggraph_model::batch::Batch;
+use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::placement::{PlacementOptions, SplitMode};
@@ -143,6 +144,52 @@ fn weights_uploaded_again_come_from_the_server_cache() {
     assert_eq!(logits[0], logits[1]);
     let cached = std::fs::read_dir(cache.join("rpc")).unwrap().count();
     assert!(cached >= 1, "the server stored the large weight");
+}
+
+/// A server restarted with its cache: the context's recovery uploads the
+/// weights it held again, the large ones by hash only, and the same
+/// prompt gives the same logits without a reload.
+#[test]
+fn a_server_restarted_with_its_cache_takes_large_weights_back_by_hash() {
+    let cache = tempdir("restart");
+    let Some(mut server) = common::server_or_skip("rpc restart with cache", Some(&cache)) else {
+        return;
+    };
+    let d = desc();
+    let (rpc, devices) = rpc_devices(std::slice::from_ref(&server));
+    let model = Model::load(
+        &d,
+        &devices,
+        CpuDevice::new(),
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    let on_server: u64 = (model.weight_bytes().iter())
+        .filter(|(buft, _)| buft.starts_with("rpc:"))
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let mut ctx = Context::new(Arc::new(model), params(Attention::Flash)).unwrap();
+    let prompt = Batch::tokens(&[5, 9, 100, 42, 7]);
+    ctx.decode(&prompt).unwrap();
+    let before = ctx.logits().to_vec();
+
+    server.kill();
+    assert!(ctx.decode(&Batch::tokens(&[3])).is_err());
+    let _server = LocalServer::start_on(server.port(), 2, Some(&cache)).unwrap();
+    let sent = rpc[0].traffic().bytes_sent;
+    let recovery = ctx.recover().unwrap();
+    let resent = rpc[0].traffic().bytes_sent - sent;
+    println!("recovery {recovery:?}: {resent} bytes sent for {on_server} weight bytes");
+    assert!(recovery.cache_cleared);
+    assert_eq!(recovery.weight_bytes, on_server);
+    assert!(
+        resent + 10 * 1024 * 1024 < on_server,
+        "the output matrix came from the cache: {resent} bytes sent"
+    );
+    ctx.decode(&prompt).unwrap();
+    assert_eq!(ctx.logits(), &before[..]);
 }
 
 fn tempdir(tag: &str) -> std::path::PathBuf {
