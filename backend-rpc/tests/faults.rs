@@ -359,6 +359,10 @@ fn row_split_over_two_servers_goes_on_when_the_second_restarts() {
         None,
     );
     let model = Arc::new(model.unwrap());
+    let on_second: u64 = (model.weight_bytes().iter())
+        .filter(|(buft, _)| buft.starts_with(&format!("rpc:{}", second.endpoint())))
+        .map(|(_, bytes)| bytes)
+        .sum();
     let expected = {
         let mut ctx = Context::new(model.clone(), params()).unwrap();
         ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
@@ -371,6 +375,13 @@ fn row_split_over_two_servers_goes_on_when_the_second_restarts() {
     // the main device, the first
     kill_mid_run(&mut second, &mut ctx);
     let _second = LocalServer::start_on(second.port(), 2, None).unwrap();
+    // the KV cache is intact: only the second server's rows go up again
+    let recovery = ctx.recover().unwrap();
+    assert!(!recovery.cache_cleared);
+    assert!(
+        recovery.weight_bytes > 0 && recovery.weight_bytes <= on_second,
+        "{recovery:?}: the second server holds {on_second} weight bytes"
+    );
     ctx.decode(&Batch::tokens(&[5])).unwrap();
     assert_eq!(ctx.logits(), &expected[..]);
 }

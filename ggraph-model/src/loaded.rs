@@ -2,12 +2,13 @@
 //! device as the placement plan says, ready to build graphs from.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::arch::{ModelConfig, WeightSource};
 use super::desc::{ModelDesc, TensorSpec, WeightData};
 use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
-use ggraph_core::alloc::{RowSplitBufferType, VirtualBufferType, pack_weights};
+use ggraph_core::alloc::{RowSplitBuffer, RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
@@ -70,9 +71,10 @@ pub struct Model {
     source: WeightData,
     /// The tensors with memory of their own (not sharing another's).
     stored: Vec<TensorSpec>,
-    /// Indices into `stored` of weights whose memory was lost and
-    /// allocated again, not yet uploaded.
-    stale: Mutex<Vec<usize>>,
+    /// Weights whose memory was lost and allocated again, not yet
+    /// uploaded: an index into `stored` and the bytes of it (all, or a
+    /// device's rows of a row-split matrix).
+    stale: Mutex<Vec<(usize, Range<u64>)>>,
 }
 
 impl Model {
@@ -280,25 +282,50 @@ impl Model {
 
     /// Allocates lost weight memory again and uploads the weights it held
     /// from where the model was loaded from (its GGUF file; a server
-    /// started with its cache takes large ones by hash). Returns the bytes
-    /// uploaded. Errors while a device cannot be reached; the weights not
+    /// started with its cache takes large ones by hash): of a row-split
+    /// matrix, only the rows of the devices that lost them. Returns the
+    /// bytes uploaded. Errors while a device cannot be reached; the weights not
     /// yet uploaded are remembered for the next call.
     pub fn restore_weights(&self) -> Result<u64> {
         let mut stale = self.lock_stale();
         for (i, t) in self.stored.iter().enumerate() {
-            if !stale.contains(&i) && self.tensors[&t.name].data.buffer.lost() {
-                stale.push(i);
+            let buffer = &self.tensors[&t.name].data.buffer;
+            // a row-split matrix: only the rows of the devices that lost them
+            let lost: Vec<Range<u64>> = match buffer.as_any().downcast_ref::<RowSplitBuffer>() {
+                Some(rows) => (rows.parts().iter())
+                    .filter(|p| p.data.buffer.lost())
+                    .map(|p| {
+                        p.rows.start as u64 * rows.row_bytes()..p.rows.end as u64 * rows.row_bytes()
+                    })
+                    .collect(),
+                None if buffer.lost() => std::iter::once(0..t.nbytes()).collect(),
+                None => Vec::new(),
+            };
+            for range in lost {
+                if !stale.contains(&(i, range.clone())) {
+                    stale.push((i, range));
+                }
             }
         }
         for b in &self.buffers {
             b.restore()?;
         }
         let mut bytes = 0;
-        while let Some(&i) = stale.last() {
+        while let Some((i, range)) = stale.last().cloned() {
             let t = &self.stored[i];
             let dst = &self.tensors[&t.name].data;
-            dst.buffer.write(dst.offset, &self.source.bytes_of(t)?)?;
-            bytes += t.nbytes();
+            let data = self.source.bytes_of(t)?;
+            let part = data
+                .get(range.start as usize..range.end as usize)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "'{}' has {} bytes, not {range:?}",
+                        t.name,
+                        data.len()
+                    ))
+                })?;
+            dst.buffer.write(dst.offset + range.start, part)?;
+            bytes += range.end - range.start;
             stale.pop();
         }
         if bytes > 0 {
@@ -307,7 +334,7 @@ impl Model {
         Ok(bytes)
     }
 
-    fn lock_stale(&self) -> MutexGuard<'_, Vec<usize>> {
+    fn lock_stale(&self) -> MutexGuard<'_, Vec<(usize, Range<u64>)>> {
         self.stale.lock().unwrap_or_else(|e| e.into_inner())
     }
 
