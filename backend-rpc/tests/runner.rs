@@ -46,6 +46,11 @@ fn greedy(model: Model, attention: Attention) -> (Vec<f32>, Vec<i32>) {
     testing::greedy::greedy(model, params(attention), &prompt, 6).unwrap()
 }
 
+/// `d` loaded on `devices` and the CPU.
+fn load(d: &ModelDesc, devices: &[Arc<dyn Device>], opts: &PlacementOptions) -> Model {
+    Model::load(d, devices, CpuDevice::new(), opts, LoadMode::Real, None).unwrap()
+}
+
 fn rpc_devices(servers: &[LocalServer]) -> (Vec<Arc<RpcDevice>>, Vec<Arc<dyn Device>>) {
     let rpc: Vec<Arc<RpcDevice>> = servers
         .iter()
@@ -67,15 +72,7 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
     let (rpc, devices) = rpc_devices(&servers);
     let mut uploads: Vec<u64> = Vec::new();
     for attention in [Attention::Standard, Attention::Flash] {
-        let cpu_only = Model::load(
-            &d,
-            &[],
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap();
+        let cpu_only = load(&d, &[], &PlacementOptions::default());
         let (want_logits, want_tokens) = greedy(cpu_only, attention);
         let want: Vec<f64> = want_logits.iter().map(|x| *x as f64).collect();
         for mode in [SplitMode::Layer, SplitMode::Row] {
@@ -84,8 +81,7 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
                 ..PlacementOptions::default()
             };
             let sent_before: u64 = rpc.iter().map(|d| d.traffic().bytes_sent).sum();
-            let m =
-                Model::load(&d, &devices, CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+            let m = load(&d, &devices, &opts);
             let on_servers: Vec<_> = m
                 .weight_bytes()
                 .into_iter()
@@ -121,15 +117,7 @@ fn weights_uploaded_again_come_from_the_server_cache() {
     let mut logits = Vec::new();
     for _ in 0..2 {
         let before = rpc[0].traffic().bytes_sent;
-        let m = Model::load(
-            &d,
-            &devices,
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap();
+        let m = load(&d, &devices, &PlacementOptions::default());
         uploads.push(rpc[0].traffic().bytes_sent - before);
         logits.push(greedy(m, Attention::Flash));
     }
@@ -157,15 +145,7 @@ fn a_server_restarted_with_its_cache_takes_large_weights_back_by_hash() {
     };
     let d = desc();
     let (rpc, devices) = rpc_devices(std::slice::from_ref(&server));
-    let model = Model::load(
-        &d,
-        &devices,
-        CpuDevice::new(),
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    )
-    .unwrap();
+    let model = load(&d, &devices, &PlacementOptions::default());
     let on_server: u64 = (model.weight_bytes().iter())
         .filter(|(buft, _)| buft.starts_with("rpc:"))
         .map(|(_, bytes)| bytes)

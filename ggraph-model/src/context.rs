@@ -423,10 +423,10 @@ impl Context {
     /// were lost; a lost KV cache is [`DecodeError::CacheLost`] instead,
     /// until [`Context::recover`].
     pub fn decode(&mut self, batch: &Batch) -> std::result::Result<(), DecodeError> {
-        if let Some(lost) = self.cache_lost() {
-            return Err(DecodeError::CacheLost(lost));
-        }
         if self.memory_lost() {
+            if let Some(lost) = self.cache_lost() {
+                return Err(DecodeError::CacheLost(lost));
+            }
             self.recover().map_err(DecodeError::Compute)?;
         }
         if batch.tokens.len() > self.params.n_batch {
