@@ -55,6 +55,8 @@ pub struct Traffic {
     pub graphs_reused: u64,
     /// Bytes of the graphs sent whole (part of `bytes_sent`).
     pub graph_bytes: u64,
+    /// Requests that waited for a reply: each costs the link's latency.
+    pub round_trips: u64,
     /// Time spent in exchanges with the server: sending, and waiting
     /// for replies (and so for the graphs before them).
     pub wire_time: Duration,
@@ -69,10 +71,6 @@ struct State {
     /// The last graph sent per device, for GRAPH_RECOMPUTE; the server
     /// forgets its graphs when any buffer is freed.
     stored_graphs: HashMap<u32, Vec<u8>>,
-    /// Graphs sent so far; the server has finished the first `confirmed`
-    /// of them (it works in order, so any reply confirms all before it).
-    computed: u64,
-    confirmed: u64,
 }
 
 pub(crate) struct Connection {
@@ -123,8 +121,6 @@ impl Connection {
                 traffic: Traffic::default(),
                 generation: 1,
                 stored_graphs: HashMap::new(),
-                computed: 0,
-                confirmed: 0,
             }),
         })
     }
@@ -201,8 +197,8 @@ impl Connection {
 
     /// Sends a graph to compute on `device`: GRAPH_RECOMPUTE when the
     /// server still holds this exact graph, GRAPH_COMPUTE otherwise.
-    /// Returns at once with a ticket to [`Connection::wait`] for.
-    pub fn compute(&self, generation: u64, device: u32, payload: Vec<u8>) -> Result<u64> {
+    /// Returns at once: neither command has a reply.
+    pub fn compute(&self, generation: u64, device: u32, payload: Vec<u8>) -> Result<()> {
         let mut st = self.lock();
         let reuse = st.stored_graphs.get(&device) == Some(&payload);
         if reuse {
@@ -228,27 +224,26 @@ impl Connection {
             st.stored_graphs.insert(device, payload);
             st.traffic.graphs_sent += 1;
         }
-        st.computed += 1;
-        Ok(st.computed)
+        Ok(())
     }
 
-    /// Waits until the server has finished the graph of `ticket`: a
-    /// closed connection means it failed.
-    pub fn wait(&self, generation: u64, ticket: u64) -> Result<()> {
-        let mut st = self.lock();
-        // a ticket of an earlier connection never counts as done: its
-        // graph died with that connection (the exchange below says so)
-        if generation == st.generation && st.socket.is_some() && st.confirmed >= ticket {
+    /// Whether the graphs sent on memory of `generation` are done as far as
+    /// this process can tell: the server runs requests in order, so every
+    /// later read waits for them there, and waiting here as well would
+    /// cost a round trip per graph. A graph the server fails closes the
+    /// connection, and with it all the server held for us: the next
+    /// exchange reports it, and a graph of an earlier connection is an
+    /// error now.
+    pub fn wait(&self, generation: u64) -> Result<()> {
+        let st = self.lock();
+        if generation == st.generation && st.socket.is_some() {
             return Ok(());
         }
-        let mut alignment = [0u8; 8];
-        self.exchange(
-            &mut st,
-            Some(generation),
-            Command::GetAlignment,
-            &[&0u32.to_le_bytes()],
-            Reply::Into(&mut alignment),
-        )
+        Err(self.error(
+            "the connection dropped after a graph was sent: it died with the server's memory \
+             (Context::recover restores it)"
+                .into(),
+        ))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -303,12 +298,10 @@ impl Connection {
         st.traffic.wire_time += start.elapsed();
         match result {
             Ok(()) => {
-                if received > 0 {
-                    st.confirmed = st.computed;
-                }
                 let sent: usize = parts.iter().map(|p| p.len()).sum();
                 st.traffic.bytes_sent += 9 + sent as u64;
                 st.traffic.bytes_received += received;
+                st.traffic.round_trips += u64::from(received > 0);
                 Ok(())
             }
             Err(msg) => {

@@ -1,7 +1,8 @@
 //! A stream on a server device: a split goes out as one graph, without
 //! waiting; events are points in the connection's order. The server runs
-//! a connection's commands in order, so work on the same server needs no
-//! waiting at all, and a read of its memory waits by itself.
+//! a connection's commands in order, so nothing here waits for it: a
+//! read of its memory (the only way to see a result) waits there by
+//! itself, one round trip where waiting first would take two.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -16,15 +17,16 @@ use crate::graph::serialize;
 /// A stream on one device of a server, from `Device::new_stream`.
 /// `compute` sends the nodes as one ggml graph and returns without waiting
 /// (a graph the server already holds is only named again);
-/// `synchronize` waits until the server has finished it. Errors of the
-/// server surface there, or on the next request, since the server closes
-/// the connection instead of replying.
+/// `synchronize` checks that the connection the graph went out on is
+/// still open, without a round trip ([`Stream::synchronize`] allows it).
+/// A graph the server fails closes the connection instead of a reply:
+/// the next request reports it.
 pub struct RpcStream {
     conn: Arc<Connection>,
     device: u32,
     name: String,
-    /// The last graph sent, and the connection generation of its memory.
-    last: Option<(u64, u64)>,
+    /// The connection generation of the memory of the last graph sent.
+    last: Option<u64>,
 }
 
 impl RpcStream {
@@ -41,14 +43,15 @@ impl RpcStream {
 /// The point after a graph sent to a server.
 pub struct RpcEvent {
     conn: Arc<Connection>,
-    /// `None`: nothing was sent before the event.
-    ticket: Option<(u64, u64)>,
+    /// The generation of the last graph before the event; `None`:
+    /// nothing was sent before it.
+    generation: Option<u64>,
 }
 
 impl Event for RpcEvent {
     fn synchronize(&self) -> Result<()> {
-        match self.ticket {
-            Some((generation, ticket)) => self.conn.wait(generation, ticket),
+        match self.generation {
+            Some(generation) => self.conn.wait(generation),
             None => Ok(()),
         }
     }
@@ -70,17 +73,16 @@ impl Stream for RpcStream {
             bytes = message.payload.len()
         )
         .entered();
-        let ticket = self
-            .conn
+        self.conn
             .compute(message.generation, self.device, message.payload)?;
-        self.last = Some((message.generation, ticket));
+        self.last = Some(message.generation);
         Ok(())
     }
 
-    /// Waits for the last graph; a graph that failed is reported once.
+    /// A graph lost with its connection is reported once.
     fn synchronize(&mut self) -> Result<()> {
         match self.last.take() {
-            Some((generation, ticket)) => self.conn.wait(generation, ticket),
+            Some(generation) => self.conn.wait(generation),
             None => Ok(()),
         }
     }
@@ -88,7 +90,7 @@ impl Stream for RpcStream {
     fn record_event(&mut self) -> Result<Arc<dyn Event>> {
         Ok(Arc::new(RpcEvent {
             conn: self.conn.clone(),
-            ticket: self.last,
+            generation: self.last,
         }))
     }
 

@@ -7,7 +7,10 @@
 //!
 //! Run: cargo run --release -p ggraph-benches --bin rpc_bench
 //! [-- --shape small --weights Q4_0 --prompt 512 --gen 128 --rounds 3
-//!  --upload-shape 8b-4l --threads N --llama-bench PATH --upload-only]
+//!  --upload-shape 8b-4l --threads N --llama-bench PATH --upload-only
+//!  --only PLACEMENT]
+//! `--only` keeps the placements whose name contains it ("1 server"),
+//! and skips the upload.
 //! The servers are llama.cpp's own (scripts/rpc-server builds one;
 //! GGRAPH_RPC_SERVER names another), each with --threads threads (all
 //! cores by default), as is the CPU alone.
@@ -65,18 +68,32 @@ struct Figures {
     reused: f64,
     /// Per generated token: time in exchanges with the servers.
     wire_ms: f64,
+    /// Per generated token: requests that waited for a reply.
+    round_trips: f64,
 }
 
-fn traffic(rpc: &[Arc<RpcDevice>]) -> (u64, u64, u64, f64, u64) {
-    rpc.iter().fold((0, 0, 0, 0.0, 0), |(b, g, r, w, gb), d| {
+/// All servers' traffic so far, summed.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    bytes: u64,
+    graphs: u64,
+    reused: u64,
+    wire_s: f64,
+    graph_bytes: u64,
+    round_trips: u64,
+}
+
+fn traffic(rpc: &[Arc<RpcDevice>]) -> Totals {
+    rpc.iter().fold(Totals::default(), |a, d| {
         let t = d.traffic();
-        (
-            b + t.bytes_sent + t.bytes_received,
-            g + t.graphs_sent + t.graphs_reused,
-            r + t.graphs_reused,
-            w + t.wire_time.as_secs_f64(),
-            gb + t.graph_bytes,
-        )
+        Totals {
+            bytes: a.bytes + t.bytes_sent + t.bytes_received,
+            graphs: a.graphs + t.graphs_sent + t.graphs_reused,
+            reused: a.reused + t.graphs_reused,
+            wire_s: a.wire_s + t.wire_time.as_secs_f64(),
+            graph_bytes: a.graph_bytes + t.graph_bytes,
+            round_trips: a.round_trips + t.round_trips,
+        }
     })
 }
 
@@ -130,11 +147,12 @@ fn measure(
     Ok(Figures {
         prompt: pp.prompt_tokens_per_s(),
         generation: tg.gen_tokens_per_s(),
-        bytes_per_token: per(after.0, before.0),
-        graph_bytes_per_token: per(after.4, before.4),
-        graphs_per_token: per(after.1, before.1),
-        reused: per(after.2, before.2),
-        wire_ms: 1e3 * (after.3 - before.3) / (n_gen + 1) as f64,
+        bytes_per_token: per(after.bytes, before.bytes),
+        graph_bytes_per_token: per(after.graph_bytes, before.graph_bytes),
+        graphs_per_token: per(after.graphs, before.graphs),
+        reused: per(after.reused, before.reused),
+        wire_ms: 1e3 * (after.wire_s - before.wire_s) / (n_gen + 1) as f64,
+        round_trips: per(after.round_trips, before.round_trips),
     })
 }
 
@@ -205,6 +223,9 @@ fn main() -> ggraph::Result<()> {
     if !std::env::args().any(|a| a == "--upload-only") {
         runs(&shape, weights, threads, n_prompt, n_gen, rounds)?;
     }
+    if arg("--only").is_some() {
+        return Ok(());
+    }
     upload(&upload_shape, weights, threads)
 }
 
@@ -241,7 +262,7 @@ fn runs(
         ("CPU + 2, rows", &rpc[..], SplitMode::Row),
     ];
     println!(
-        "{:<22} {:>10} {:>10} {:>8} {:>12} {:>12} {:>22} {:>16}",
+        "{:<22} {:>10} {:>10} {:>8} {:>12} {:>12} {:>22} {:>12} {:>16}",
         "placement",
         "prompt",
         "generation",
@@ -249,6 +270,7 @@ fn runs(
         "bytes/token",
         "of graphs",
         "graphs/token",
+        "round trips",
         "ms/token on wire"
     );
     let mut cpu_tg = None;
@@ -256,7 +278,11 @@ fn runs(
         Some(bin) => llama_cpp_rows(&bin, &desc, threads, n_prompt, n_gen, rounds)?,
         None => Vec::new(),
     };
+    let only = arg("--only");
     for (name, devices, mode) in setups {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let mut figures = Vec::new();
         for _ in 0..rounds {
             figures.push(measure(&desc, devices, mode, threads, n_prompt, n_gen)?);
@@ -266,7 +292,7 @@ fn runs(
         let base = *cpu_tg.get_or_insert(tg);
         let f = &figures[0];
         println!(
-            "{:<22} {:>10.1} {:>10.1} {:>7.0}% {:>12.0} {:>12.0} {:>8.1} ({:>5.1} reused) {:>8.2}",
+            "{:<22} {:>10.1} {:>10.1} {:>7.0}% {:>12.0} {:>12.0} {:>8.1} ({:>5.1} reused) {:>12.1} {:>16.2}",
             name,
             pp,
             tg,
@@ -275,6 +301,7 @@ fn runs(
             f.graph_bytes_per_token,
             f.graphs_per_token,
             f.reused,
+            f.round_trips,
             f.wire_ms
         );
     }

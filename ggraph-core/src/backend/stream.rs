@@ -10,7 +10,8 @@ use crate::memory::{Buffer, copy_between};
 
 /// A point in a stream's work that others can wait for.
 pub trait Event: Send + Sync {
-    /// Blocks until the work before the event is done.
+    /// Blocks until the work before the event is done (as
+    /// [`Stream::synchronize`] defines done).
     fn synchronize(&self) -> Result<()>;
 
     /// `self`, for a backend to downcast to its own event type.
@@ -57,7 +58,11 @@ pub trait Stream: Send {
         copy_between(src, src_offset, dst, dst_offset, len)
     }
 
-    /// Waits for everything queued on this stream.
+    /// Waits for everything queued on this stream: afterwards its results
+    /// can be read and its inputs' memory used again. A device that runs
+    /// every request in the order it arrives, reads included (a remote
+    /// server), may return once the work is on its way: a later read
+    /// waits for it there, and a failure surfaces on that read.
     fn synchronize(&mut self) -> Result<()> {
         Ok(())
     }
