@@ -161,6 +161,62 @@ fn the_last_layers_on_a_simulated_gpu_give_two_splits_and_the_cpu_result() {
     assert_eq!(r.logits, want, "same kernels, same numbers");
 }
 
+/// Between two GPUs the downward expansion carries the next layer's input
+/// norm to the first one; it moves to the second, whose residual add reads
+/// the same input anyway: one activation crosses instead of two.
+#[test]
+fn a_norm_at_a_gpu_to_gpu_boundary_runs_with_its_readers_and_one_activation_crosses() {
+    let f = fixture(4, 7);
+    let want = cpu_only(&f);
+    let (cpu, sims) = devices(2, &[]);
+    let (c2, s0, s1) = (cpu.clone(), sims[0].clone(), sims[1].clone());
+    let home = move |name: &str| match layer_of(name, 4) {
+        _ if name.starts_with("token_embd") => c2.clone(),
+        0 | 1 => s0.clone(),
+        _ => s1.clone(),
+    };
+    let specs = vec![
+        BackendSpec::new(sims[0].clone()),
+        BackendSpec::new(sims[1].clone()),
+        BackendSpec::new(cpu),
+    ];
+    let r = run(&f, specs, SchedConfig::default(), &home);
+    println!("{}", r.sched.explain());
+    let splits = r.sched.splits();
+    let names: Vec<&str> = splits
+        .iter()
+        .map(|s| r.sched.device(s.backend).name())
+        .collect();
+    assert_eq!(names, ["CPU", "sim:0", "sim:1"]);
+    let g = r.sched.graph().unwrap();
+    let l_out_1 = g.find("l_out-1").unwrap();
+    let activations: Vec<String> = splits[2]
+        .inputs
+        .iter()
+        .map(|i| name_of(&r, i.source))
+        .filter(|n| !["inp_pos", "kq_mask"].contains(&n.as_str()))
+        .collect();
+    assert_eq!(activations, ["l_out-1"], "only the residual stream crosses");
+    // layer 2's input norm, the first after layer 1's output
+    let norm = g
+        .nodes()
+        .iter()
+        .copied()
+        .skip_while(|&n| n != l_out_1)
+        .find(|&n| g.tensor(n).op.kind() == OpKind::RmsNorm)
+        .unwrap();
+    assert!(
+        matches!(r.sched.cause_of(norm), Some(Cause::PulledToReaders { .. })),
+        "{:?}",
+        r.sched.cause_of(norm)
+    );
+    assert_eq!(
+        r.sched.device(r.sched.backend_of(norm).unwrap()).name(),
+        "sim:1"
+    );
+    assert_eq!(r.logits, want, "same kernels, same numbers");
+}
+
 #[test]
 fn graph_inputs_start_on_the_host_and_weights_pull_their_ops() {
     let f = fixture(2, 5);

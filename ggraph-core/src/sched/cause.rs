@@ -127,6 +127,13 @@ pub enum Cause {
         /// spread.
         gpu_phase: bool,
     },
+    /// Spread down past the end of a run, then moved to the backend of all
+    /// its readers: what it reads crosses there anyway, so its own output
+    /// need not.
+    PulledToReaders {
+        /// Its first reader.
+        reader: TensorId,
+    },
     /// Moved from a lower-priority backend: this one runs the op and reads
     /// every source where it lies.
     Upgraded {
@@ -177,7 +184,9 @@ impl Cause {
             | Cause::GraphInput
             | Cause::WeightSource { .. }
             | Cause::OpOffload { .. } => Pass::WeightsLocation,
-            Cause::Expanded { .. } | Cause::OnlyBackend => Pass::Expansion,
+            Cause::Expanded { .. } | Cause::PulledToReaders { .. } | Cause::OnlyBackend => {
+                Pass::Expansion
+            }
             Cause::Upgraded { .. } | Cause::MostSupportedInputs { .. } | Cause::Fallback { .. } => {
                 Pass::Upgrade
             }
@@ -229,6 +238,10 @@ impl fmt::Display for Cause {
                     Direction::Up => "up",
                 },
                 if *gpu_phase { " (GPU phase)" } else { "" }
+            ),
+            Cause::PulledToReaders { reader } => write!(
+                f,
+                "with its readers ({reader} first): its sources cross here anyway"
             ),
             Cause::Upgraded { from } => {
                 write!(
