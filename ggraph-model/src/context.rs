@@ -452,6 +452,12 @@ impl Context {
         Ok(())
     }
 
+    /// The highest position sequence `s` holds in the cache, if any (as
+    /// llama.cpp's `llama_memory_seq_pos_max`).
+    pub fn seq_pos_max(&self, s: SeqId) -> Option<i32> {
+        self.cache.cells.seq_pos_max(s)
+    }
+
     /// Whether a device lost memory of this context or its model
     /// ([`Buffer::lost`](ggraph_core::backend::Buffer::lost): a remote
     /// server that restarted, or whose connection dropped).

@@ -4,14 +4,14 @@
 
 use std::fmt::Write;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ggraph_core::backend::weight_buffer_type_names;
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
 use ggraph_model::arch::ModelConfig;
 use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, DecodeError};
+use ggraph_model::context::{Context, DecodeError, Recovery};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::make::{make_vocab, vocab_header};
 
@@ -102,6 +102,44 @@ impl Generation {
     }
 }
 
+/// How a generation meets a device that lost its memory mid-run (a remote
+/// server that restarted): wait up to `within` for it, restore what it
+/// lost ([`Context::recover`]), decode again the tokens a lost KV cache
+/// held, and go on. The default, no time, ends the run with the error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retry {
+    /// How long to wait for the device, from the failure.
+    pub within: Duration,
+}
+
+/// One recovery during a generation, as [`Hooks::on_recover`] sees it.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    /// The error that stopped the decode.
+    pub error: String,
+    /// What [`Context::recover`] restored.
+    pub recovery: Recovery,
+    /// Tokens of this generation the lost cache held: they are decoded
+    /// again.
+    pub replay: usize,
+    /// Time from the failure to the recovery.
+    pub waited: Duration,
+}
+
+/// What a generation calls as it goes, and how it meets lost devices.
+pub struct Hooks<'a> {
+    /// `(done, total)` prompt tokens, before the first piece and after
+    /// each.
+    pub on_prompt: &'a mut dyn FnMut(u64, u64),
+    /// Each token as it is chosen: `false` (an end-of-generation token,
+    /// say) stops the generation there, without that token.
+    pub on_token: &'a mut dyn FnMut(i32) -> bool,
+    /// Whether and how long to wait for a device that lost its memory.
+    pub retry: Retry,
+    /// Each recovery, before the tokens are decoded again.
+    pub on_recover: &'a mut dyn FnMut(&Recovered),
+}
+
 /// Decodes `prompt` (in batches of the context's n_batch) and then
 /// generates `n_predict` tokens greedily, timing both phases.
 pub fn generate(
@@ -110,9 +148,18 @@ pub fn generate(
     n_predict: usize,
 ) -> std::result::Result<Generation, DecodeError> {
     let n_batch = ctx.params.n_batch;
-    generate_in(ctx, prompt, n_predict, n_batch, &mut |_, _| {}, &mut |_| {
-        true
-    })
+    generate_in(
+        ctx,
+        prompt,
+        n_predict,
+        n_batch,
+        Hooks {
+            on_prompt: &mut |_, _| {},
+            on_token: &mut |_| true,
+            retry: Retry::default(),
+            on_recover: &mut |_| {},
+        },
+    )
 }
 
 /// [`generate`], decoding the prompt one ubatch (one graph) at a time and
@@ -127,21 +174,30 @@ pub fn generate_with(
     on_prompt: &mut dyn FnMut(u64, u64),
 ) -> std::result::Result<Generation, DecodeError> {
     let n_ubatch = ctx.params.n_ubatch;
-    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt, &mut |_| true)
+    generate_in(
+        ctx,
+        prompt,
+        n_predict,
+        n_ubatch,
+        Hooks {
+            on_prompt,
+            on_token: &mut |_| true,
+            retry: Retry::default(),
+            on_recover: &mut |_| {},
+        },
+    )
 }
 
-/// [`generate_with`], calling `on_token(id)` with each token as it is
-/// chosen: a `false` answer (an end-of-generation token, say) stops the
-/// generation there, without that token.
+/// [`generate_with`], with every hook: each token as it is chosen, and
+/// recovery from devices that lose their memory as `hooks.retry` says.
 pub fn generate_streaming(
     ctx: &mut Context,
     prompt: &[i32],
     n_predict: usize,
-    on_prompt: &mut dyn FnMut(u64, u64),
-    on_token: &mut dyn FnMut(i32) -> bool,
+    hooks: Hooks<'_>,
 ) -> std::result::Result<Generation, DecodeError> {
     let n_ubatch = ctx.params.n_ubatch;
-    generate_in(ctx, prompt, n_predict, n_ubatch, on_prompt, on_token)
+    generate_in(ctx, prompt, n_predict, n_ubatch, hooks)
 }
 
 fn generate_in(
@@ -149,36 +205,39 @@ fn generate_in(
     prompt: &[i32],
     n_predict: usize,
     piece: usize,
-    on_prompt: &mut dyn FnMut(u64, u64),
-    on_token: &mut dyn FnMut(i32) -> bool,
+    mut hooks: Hooks<'_>,
 ) -> std::result::Result<Generation, DecodeError> {
     if prompt.is_empty() {
         return Err(DecodeError::InvalidBatch(Error::InvalidArgument(
             "the prompt is empty".into(),
         )));
     }
+    let piece = piece.max(1);
+    // what sequence 0 held before: a lost cache cannot give it back
+    let before = held(ctx, 0);
+    let mut tokens = Vec::with_capacity(prompt.len() + n_predict);
     let start = Instant::now();
     let total = prompt.len() as u64;
-    let mut done = 0u64;
-    on_prompt(done, total);
-    for chunk in prompt.chunks(piece.max(1)) {
-        ctx.decode(&Batch::tokens(chunk))?;
-        done += chunk.len() as u64;
-        on_prompt(done, total);
+    (hooks.on_prompt)(0, total);
+    for chunk in prompt.chunks(piece) {
+        tokens.extend_from_slice(chunk);
+        decode_tail(ctx, &tokens, before, piece, &mut hooks)?;
+        (hooks.on_prompt)(tokens.len() as u64, total);
     }
     let prompt_seconds = start.elapsed().as_secs_f64();
     let mut generated = Vec::with_capacity(n_predict);
     let start = Instant::now();
     let mut next = argmax(ctx.logits());
     for i in 0..n_predict {
-        if !on_token(next) {
+        if !(hooks.on_token)(next) {
             break;
         }
         generated.push(next);
         if i + 1 == n_predict {
             break;
         }
-        ctx.decode(&Batch::tokens(&[next]))?;
+        tokens.push(next);
+        decode_tail(ctx, &tokens, before, piece, &mut hooks)?;
         next = argmax(ctx.logits());
     }
     Ok(Generation {
@@ -187,6 +246,81 @@ fn generate_in(
         prompt_seconds,
         gen_seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Tokens sequence 0 holds past its first `before`.
+fn held(ctx: &Context, before: usize) -> usize {
+    ctx.seq_pos_max(0)
+        .map_or(0, |p| (p as usize + 1).saturating_sub(before))
+}
+
+/// Decodes the tokens of `tokens` that sequence 0 does not hold yet (it
+/// holds `before` tokens of its own, then a prefix of `tokens`), in pieces
+/// of `piece`; recovers from lost memory as `hooks.retry` allows, decoding
+/// again what a lost cache held.
+fn decode_tail(
+    ctx: &mut Context,
+    tokens: &[i32],
+    before: usize,
+    piece: usize,
+    hooks: &mut Hooks<'_>,
+) -> std::result::Result<(), DecodeError> {
+    let mut failed_at = None;
+    loop {
+        // a failed ubatch is rolled back: what the cache holds is what
+        // went through
+        let from = held(ctx, before).min(tokens.len());
+        let err = match tokens[from..]
+            .chunks(piece)
+            .try_for_each(|c| ctx.decode(&Batch::tokens(c)))
+        {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let lost = matches!(err, DecodeError::CacheLost(_)) || ctx.memory_lost();
+        if hooks.retry.within.is_zero() || !lost {
+            return Err(err);
+        }
+        let since = *failed_at.get_or_insert_with(Instant::now);
+        let replay = held(ctx, before);
+        let recovery = wait_and_recover(ctx, since, hooks.retry.within)?;
+        if recovery.cache_cleared && before > 0 {
+            return Err(DecodeError::Compute(Error::InvalidArgument(format!(
+                "{err}; the cache was lost with the {before} tokens the sequence held before \
+                 this generation, which it cannot decode again"
+            ))));
+        }
+        let replay = if recovery.cache_cleared { replay } else { 0 };
+        (hooks.on_recover)(&Recovered {
+            error: err.to_string(),
+            recovery,
+            replay,
+            waited: since.elapsed(),
+        });
+    }
+}
+
+/// Calls [`Context::recover`] until it succeeds or `within` has passed
+/// since `since`, pausing longer each time (0.1 s to 2 s).
+fn wait_and_recover(
+    ctx: &mut Context,
+    since: Instant,
+    within: Duration,
+) -> std::result::Result<Recovery, DecodeError> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match ctx.recover() {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                let left = within.saturating_sub(since.elapsed());
+                if left.is_zero() {
+                    return Err(DecodeError::Compute(e));
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
 }
 
 /// Memory per device of a context: weights, KV cache, compute.

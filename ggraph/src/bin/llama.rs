@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use clap::builder::PossibleValuesParser;
@@ -18,6 +19,8 @@ use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::tokenizer::{StreamDecoder, Tokenizer};
 use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
+use ggraph::runner::{Hooks, Retry};
+use ggraph::util::format_bytes;
 use ggraph::{DType, logs, runner, tool, values};
 
 /// Prompt token ids, as `--prompt-ids` gives them.
@@ -95,6 +98,13 @@ struct Cli {
     /// Print the generated token ids
     #[arg(long = "print-ids")]
     print_ids: bool,
+    /// When a device loses its memory mid-run (a --rpc server that
+    /// restarted), wait up to SECONDS for it, upload what it lost and go
+    /// on, decoding again the tokens a lost KV cache held; 0 ends the run
+    /// with the error
+    #[arg(long = "rpc-retry", value_name = "SECONDS", default_value_t = 0,
+          value_parser = values::count)]
+    rpc_retry: usize,
     /// Offload as many layers as fit the devices
     #[arg(long)]
     fit: bool,
@@ -283,8 +293,28 @@ fn run(a: &Cli) -> Result<(), String> {
         &mut ctx,
         &prompt,
         a.n_predict,
-        &mut |done, total| progress.update(done, total),
-        &mut on_token,
+        Hooks {
+            on_prompt: &mut |done, total| progress.update(done, total),
+            on_token: &mut on_token,
+            retry: Retry {
+                within: Duration::from_secs(a.rpc_retry as u64),
+            },
+            on_recover: &mut |r| {
+                eprintln!(
+                    "\n{}\nrecovered after {:.1} s: {} of weights uploaded again, \
+                     {} compute buffer(s) restored{}",
+                    r.error,
+                    r.waited.as_secs_f64(),
+                    format_bytes(r.recovery.weight_bytes),
+                    r.recovery.compute_buffers,
+                    if r.recovery.cache_cleared {
+                        format!("; the KV cache was lost: {} tokens decoded again", r.replay)
+                    } else {
+                        String::new()
+                    }
+                )
+            },
+        },
     )
     .map_err(|e| e.to_string())?;
     progress.finish();
