@@ -43,8 +43,16 @@ pub(super) fn run(s: &mut Scheduler) -> Result<()> {
         if let Some(ev) = s.events[si][copy].take() {
             stream.wait_event(ev.as_ref())?;
         }
-        for (k, input) in split.inputs.iter().enumerate() {
-            if let Some(p) = scheduled.waits[si][k]
+        // the graph's own inputs first: the device takes them while the
+        // splits that write the others still run (a server reads them
+        // before the client waits for the split before it)
+        let waits = &scheduled.waits[si];
+        let order = (0..waits.len())
+            .filter(|&k| waits[k].is_none())
+            .chain((0..waits.len()).filter(|&k| waits[k].is_some()));
+        for k in order {
+            let input = &split.inputs[k];
+            if let Some(p) = waits[k]
                 && let Some(ev) = &done[p]
             {
                 stream.wait_event(ev.as_ref())?;
