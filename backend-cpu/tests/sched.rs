@@ -719,3 +719,110 @@ fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
         other => panic!("expected Unsupported, got {:?}", other.map(|s| s.len())),
     }
 }
+
+/// A device whose streams note where each input copy comes from.
+struct Recording {
+    inner: Arc<dyn Device>,
+    copies: Arc<Mutex<Vec<String>>>,
+}
+
+struct RecordingStream {
+    inner: Box<dyn ggraph_core::backend::Stream>,
+    copies: Arc<Mutex<Vec<String>>>,
+}
+
+impl Device for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn description(&self) -> String {
+        self.inner.description()
+    }
+    fn kind(&self) -> ggraph_core::backend::DeviceKind {
+        self.inner.kind()
+    }
+    fn memory(&self) -> ggraph_core::backend::MemoryInfo {
+        self.inner.memory()
+    }
+    fn buffer_type(&self) -> Arc<dyn ggraph_core::backend::BufferType> {
+        self.inner.buffer_type()
+    }
+    fn caps(&self) -> ggraph_core::backend::DeviceCaps {
+        self.inner.caps()
+    }
+    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
+        self.inner.supports_op(graph, node)
+    }
+    fn supports_buffer_type(&self, buft: &dyn ggraph_core::backend::BufferType) -> bool {
+        self.inner.supports_buffer_type(buft)
+    }
+    fn new_stream(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Stream>> {
+        Ok(Box::new(RecordingStream {
+            inner: self.inner.new_stream()?,
+            copies: self.copies.clone(),
+        }))
+    }
+}
+
+impl ggraph_core::backend::Stream for RecordingStream {
+    fn compute(&mut self, graph: &Graph, nodes: &[TensorId]) -> ggraph_core::Result<()> {
+        self.inner.compute(graph, nodes)
+    }
+    fn copy_async(
+        &mut self,
+        src: &dyn Buffer,
+        src_offset: u64,
+        dst: &dyn Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> ggraph_core::Result<()> {
+        let from = src.buffer_type_name().to_string();
+        self.copies.lock().unwrap().push(from);
+        self.inner.copy_async(src, src_offset, dst, dst_offset, len)
+    }
+    fn synchronize(&mut self) -> ggraph_core::Result<()> {
+        self.inner.synchronize()
+    }
+    fn record_event(&mut self) -> ggraph_core::Result<Arc<dyn ggraph_core::backend::Event>> {
+        self.inner.record_event()
+    }
+    fn wait_event(&mut self, event: &dyn ggraph_core::backend::Event) -> ggraph_core::Result<()> {
+        self.inner.wait_event(event)
+    }
+}
+
+/// A split takes the graph's own inputs (positions, mask) before the
+/// tensors an earlier split writes: its device can take them while that
+/// split still runs.
+#[test]
+fn a_split_copies_the_graph_inputs_before_what_other_splits_write() {
+    let f = fixture(4, 7);
+    let (cpu, sims) = devices(2, &[]);
+    let copies = Arc::new(Mutex::new(Vec::new()));
+    let second: Arc<dyn Device> = Arc::new(Recording {
+        inner: sims[1].clone(),
+        copies: copies.clone(),
+    });
+    let (c2, s0, s1) = (cpu.clone(), sims[0].clone(), second.clone());
+    let home = move |name: &str| match layer_of(name, 4) {
+        _ if name.starts_with("token_embd") => c2.clone(),
+        0 | 1 => s0.clone(),
+        _ => s1.clone(),
+    };
+    let specs = vec![
+        BackendSpec::new(sims[0].clone()),
+        BackendSpec::new(second),
+        BackendSpec::new(cpu),
+    ];
+    let r = run(&f, specs, SchedConfig::default(), &home);
+    assert_eq!(r.sched.splits().len(), 3, "{}", r.sched.explain());
+    let copies = copies.lock().unwrap().clone();
+    let first_sim = sims[0].buffer_type().name().to_string();
+    assert_eq!(
+        copies.iter().filter(|c| **c == first_sim).count(),
+        1,
+        "{copies:?}"
+    );
+    assert_eq!(copies.last(), Some(&first_sim), "{copies:?}");
+    assert!(copies.len() >= 3, "positions and mask first: {copies:?}");
+}
