@@ -83,17 +83,18 @@ fn readers_backend(
 ///   instead of starting a new one.
 ///
 /// Nodes are visited last to first, so a chain of such nodes moves whole.
+/// The table of readers is built at the first candidate: most graphs
+/// have a handful, many (one backend's) none.
 fn pull_to_readers(ctx: &PassContext, asg: &mut Assignments) {
     let g = ctx.graph;
-    let readers = g.consumers();
+    let mut readers: Option<Vec<SmallVec<[TensorId; 2]>>> = None;
     let mut next: Option<BackendId> = None;
     for &id in g.nodes().iter().rev() {
         let t = g.tensor(id);
         if t.op.is_view() {
             continue;
         }
-        let here = asg.get(id);
-        let pulled = match (asg.cause[id.index()], here, next) {
+        let pulled = match (asg.cause[id.index()], asg.get(id), next) {
             (
                 Some(Cause::Expanded {
                     direction: Direction::Down,
@@ -101,8 +102,9 @@ fn pull_to_readers(ctx: &PassContext, asg: &mut Assignments) {
                 }),
                 Some(a),
                 Some(after),
-            ) if after != a && !t.flags.output => readers_backend(ctx, asg, &readers[id.index()])
-                .filter(|&(b, _)| {
+            ) if after != a && !t.flags.output => {
+                let readers = readers.get_or_insert_with(|| g.consumers());
+                readers_backend(ctx, asg, &readers[id.index()]).filter(|&(b, _)| {
                     b == after
                         && (ctx.is_gpu_class(b) || !ctx.is_gpu_class(a))
                         && ctx.supports(b, id)
@@ -110,7 +112,8 @@ fn pull_to_readers(ctx: &PassContext, asg: &mut Assignments) {
                             ctx.reads_in_place(b, s, asg)
                                 || crosses_anyway(asg, &readers[s.index()], id, b)
                         })
-                }),
+                })
+            }
             _ => None,
         };
         if let Some((b, reader)) = pulled {
@@ -120,13 +123,8 @@ fn pull_to_readers(ctx: &PassContext, asg: &mut Assignments) {
     }
 }
 
-/// Whether a node other than `node` reads the tensor on backend `b`.
-fn crosses_anyway(
-    asg: &Assignments,
-    readers: &SmallVec<[TensorId; 2]>,
-    node: TensorId,
-    b: BackendId,
-) -> bool {
+/// Whether a node other than `node` among `readers` runs on backend `b`.
+fn crosses_anyway(asg: &Assignments, readers: &[TensorId], node: TensorId, b: BackendId) -> bool {
     readers.iter().any(|&r| r != node && asg.get(r) == Some(b))
 }
 
