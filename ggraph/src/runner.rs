@@ -221,7 +221,7 @@ fn generate_in(
     (hooks.on_prompt)(0, total);
     for chunk in prompt.chunks(piece) {
         tokens.extend_from_slice(chunk);
-        decode_tail(ctx, &tokens, before, piece, &mut hooks)?;
+        decode_tail(ctx, &tokens, chunk.len(), before, piece, &mut hooks)?;
         (hooks.on_prompt)(tokens.len() as u64, total);
     }
     let prompt_seconds = start.elapsed().as_secs_f64();
@@ -237,7 +237,7 @@ fn generate_in(
             break;
         }
         tokens.push(next);
-        decode_tail(ctx, &tokens, before, piece, &mut hooks)?;
+        decode_tail(ctx, &tokens, 1, before, piece, &mut hooks)?;
         next = argmax(ctx.logits());
     }
     Ok(Generation {
@@ -254,22 +254,20 @@ fn held(ctx: &Context, before: usize) -> usize {
         .map_or(0, |p| (p as usize + 1).saturating_sub(before))
 }
 
-/// Decodes the tokens of `tokens` that sequence 0 does not hold yet (it
-/// holds `before` tokens of its own, then a prefix of `tokens`), in pieces
-/// of `piece`; recovers from lost memory as `hooks.retry` allows, decoding
-/// again what a lost cache held.
+/// Decodes the last `new` of `tokens` (sequence 0 holds `before` tokens of
+/// its own, then the others), in pieces of `piece`; recovers from lost
+/// memory as `hooks.retry` allows, decoding again what a lost cache held.
 fn decode_tail(
     ctx: &mut Context,
     tokens: &[i32],
+    new: usize,
     before: usize,
     piece: usize,
     hooks: &mut Hooks<'_>,
 ) -> std::result::Result<(), DecodeError> {
+    let mut from = tokens.len().saturating_sub(new);
     let mut failed_at = None;
     loop {
-        // a failed ubatch is rolled back: what the cache holds is what
-        // went through
-        let from = held(ctx, before).min(tokens.len());
         let err = match tokens[from..]
             .chunks(piece)
             .try_for_each(|c| ctx.decode(&Batch::tokens(c)))
@@ -297,6 +295,9 @@ fn decode_tail(
             replay,
             waited: since.elapsed(),
         });
+        // a failed ubatch is rolled back and a lost cache emptied: what
+        // the cache holds now is what went through
+        from = held(ctx, before).min(tokens.len());
     }
 }
 
