@@ -161,6 +161,28 @@ fn the_last_layers_on_a_simulated_gpu_give_two_splits_and_the_cpu_result() {
     assert_eq!(r.logits, want, "same kernels, same numbers");
 }
 
+/// A 4-layer model on two GPUs, layers 0-1 on the first and 2-3 (with
+/// the output) on the second, the token embeddings on the CPU.
+fn run_on_two_gpus(
+    f: &Fixture,
+    cpu: Arc<dyn Device>,
+    first: Arc<dyn Device>,
+    second: Arc<dyn Device>,
+) -> Run {
+    let (c2, s0, s1) = (cpu.clone(), first.clone(), second.clone());
+    let home = move |name: &str| match layer_of(name, 4) {
+        _ if name.starts_with("token_embd") => c2.clone(),
+        0 | 1 => s0.clone(),
+        _ => s1.clone(),
+    };
+    let specs = vec![
+        BackendSpec::new(first),
+        BackendSpec::new(second),
+        BackendSpec::new(cpu),
+    ];
+    run(f, specs, SchedConfig::default(), &home)
+}
+
 /// Between two GPUs the downward expansion carries the next layer's input
 /// norm to the first one; it moves to the second, whose residual add reads
 /// the same input anyway: one activation crosses instead of two.
@@ -169,18 +191,7 @@ fn a_norm_at_a_gpu_to_gpu_boundary_runs_with_its_readers_and_one_activation_cros
     let f = fixture(4, 7);
     let want = cpu_only(&f);
     let (cpu, sims) = devices(2, &[]);
-    let (c2, s0, s1) = (cpu.clone(), sims[0].clone(), sims[1].clone());
-    let home = move |name: &str| match layer_of(name, 4) {
-        _ if name.starts_with("token_embd") => c2.clone(),
-        0 | 1 => s0.clone(),
-        _ => s1.clone(),
-    };
-    let specs = vec![
-        BackendSpec::new(sims[0].clone()),
-        BackendSpec::new(sims[1].clone()),
-        BackendSpec::new(cpu),
-    ];
-    let r = run(&f, specs, SchedConfig::default(), &home);
+    let r = run_on_two_gpus(&f, cpu, sims[0].clone(), sims[1].clone());
     println!("{}", r.sched.explain());
     let splits = r.sched.splits();
     let names: Vec<&str> = splits
@@ -641,36 +652,6 @@ fn the_mixed_device_check_passes_on_one_and_two_simulated_gpus() {
     }
 }
 
-/// The CPU, refusing one kind of op.
-struct RefusingCpu {
-    cpu: Arc<dyn Device>,
-    refuses: OpKind,
-}
-
-impl Device for RefusingCpu {
-    fn name(&self) -> &str {
-        self.cpu.name()
-    }
-    fn description(&self) -> String {
-        self.cpu.description()
-    }
-    fn kind(&self) -> ggraph_core::backend::DeviceKind {
-        self.cpu.kind()
-    }
-    fn memory(&self) -> ggraph_core::backend::MemoryInfo {
-        self.cpu.memory()
-    }
-    fn buffer_type(&self) -> Arc<dyn ggraph_core::backend::BufferType> {
-        self.cpu.buffer_type()
-    }
-    fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
-        graph.tensor(node).op.kind() != self.refuses && self.cpu.supports_op(graph, node)
-    }
-    fn new_stream(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Stream>> {
-        self.cpu.new_stream()
-    }
-}
-
 #[test]
 fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
     let f = fixture(2, 5);
@@ -700,9 +681,10 @@ fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
     assert!(r.sched.explain().contains("the scheduler's only backend"));
     assert_eq!(r.logits, want);
 
-    let refusing: Arc<dyn Device> = Arc::new(RefusingCpu {
-        cpu,
-        refuses: OpKind::SoftMax,
+    let refusing: Arc<dyn Device> = Arc::new(Wrapped {
+        inner: cpu,
+        refuses: Some(OpKind::SoftMax),
+        copies: None,
     });
     let mut graph = f.lg.graph.clone();
     let _weights = bind_graph_weights_by(&mut graph, |_, _| refusing.buffer_type()).unwrap();
@@ -720,10 +702,12 @@ fn one_backend_runs_everything_in_one_split_or_names_the_op_it_refuses() {
     }
 }
 
-/// A device whose streams note where each input copy comes from.
-struct Recording {
+/// Another device, seen through: it may refuse one kind of op, and its
+/// streams may note where each input copy comes from.
+struct Wrapped {
     inner: Arc<dyn Device>,
-    copies: Arc<Mutex<Vec<String>>>,
+    refuses: Option<OpKind>,
+    copies: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 struct RecordingStream {
@@ -731,7 +715,7 @@ struct RecordingStream {
     copies: Arc<Mutex<Vec<String>>>,
 }
 
-impl Device for Recording {
+impl Device for Wrapped {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -751,16 +735,20 @@ impl Device for Recording {
         self.inner.caps()
     }
     fn supports_op(&self, graph: &Graph, node: TensorId) -> bool {
-        self.inner.supports_op(graph, node)
+        Some(graph.tensor(node).op.kind()) != self.refuses && self.inner.supports_op(graph, node)
     }
     fn supports_buffer_type(&self, buft: &dyn ggraph_core::backend::BufferType) -> bool {
         self.inner.supports_buffer_type(buft)
     }
     fn new_stream(&self) -> ggraph_core::Result<Box<dyn ggraph_core::backend::Stream>> {
-        Ok(Box::new(RecordingStream {
-            inner: self.inner.new_stream()?,
-            copies: self.copies.clone(),
-        }))
+        let inner = self.inner.new_stream()?;
+        Ok(match &self.copies {
+            Some(copies) => Box::new(RecordingStream {
+                inner,
+                copies: copies.clone(),
+            }),
+            None => inner,
+        })
     }
 }
 
@@ -799,22 +787,12 @@ fn a_split_copies_the_graph_inputs_before_what_other_splits_write() {
     let f = fixture(4, 7);
     let (cpu, sims) = devices(2, &[]);
     let copies = Arc::new(Mutex::new(Vec::new()));
-    let second: Arc<dyn Device> = Arc::new(Recording {
+    let second: Arc<dyn Device> = Arc::new(Wrapped {
         inner: sims[1].clone(),
-        copies: copies.clone(),
+        refuses: None,
+        copies: Some(copies.clone()),
     });
-    let (c2, s0, s1) = (cpu.clone(), sims[0].clone(), second.clone());
-    let home = move |name: &str| match layer_of(name, 4) {
-        _ if name.starts_with("token_embd") => c2.clone(),
-        0 | 1 => s0.clone(),
-        _ => s1.clone(),
-    };
-    let specs = vec![
-        BackendSpec::new(sims[0].clone()),
-        BackendSpec::new(second),
-        BackendSpec::new(cpu),
-    ];
-    let r = run(&f, specs, SchedConfig::default(), &home);
+    let r = run_on_two_gpus(&f, cpu, sims[0].clone(), second);
     assert_eq!(r.sched.splits().len(), 3, "{}", r.sched.explain());
     let copies = copies.lock().unwrap().clone();
     let first_sim = sims[0].buffer_type().name().to_string();
