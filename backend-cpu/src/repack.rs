@@ -199,17 +199,21 @@ impl Buffer for RepackBuffer {
                 continue;
             };
             let (start, len) = Self::groups_over(&w, at, r.len() as u64);
-            let mut packed = vec![0u8; len as usize];
             if start == at && len == r.len() as u64 {
-                // whole groups: pack straight from the caller's bytes
-                w.layout.pack(&data[r], &mut packed, w.row_bytes());
+                // whole groups: packed from the caller's bytes straight
+                // into place
+                let plain = &data[r];
+                self.memory.write_with(start, len, |packed| {
+                    w.layout.pack(plain, packed, w.row_bytes())
+                })?;
             } else {
                 let mut plain = self.unpacked(&w, start, len)?;
                 let from = (at - start) as usize;
                 plain[from..from + r.len()].copy_from_slice(&data[r]);
+                let mut packed = vec![0u8; len as usize];
                 w.layout.pack(&plain, &mut packed, w.row_bytes());
+                self.memory.write(start, &packed)?;
             }
-            self.memory.write(start, &packed)?;
         }
         Ok(())
     }

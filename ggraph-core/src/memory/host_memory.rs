@@ -166,6 +166,21 @@ impl HostMemory {
         Ok(())
     }
 
+    /// Lets `fill` write bytes `offset..offset + len` in place, for a
+    /// writer that converts as it copies (no staging copy);
+    /// [`Error::OutOfBounds`] if the range passes the end. Like
+    /// [`HostMemory::write`], it must not race with other access to those
+    /// bytes (the scheduler orders them).
+    pub fn write_with(&self, offset: u64, len: u64, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        check_range("write", offset, len, self.size as u64)?;
+        // SAFETY: the range is inside the allocation, and no other access
+        // to it runs meanwhile (the contract above).
+        fill(unsafe {
+            std::slice::from_raw_parts_mut(self.as_ptr().add(offset as usize), len as usize)
+        });
+        Ok(())
+    }
+
     /// Copies bytes `offset..offset + out.len()` into `out`;
     /// [`Error::OutOfBounds`] if the range passes the end.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
