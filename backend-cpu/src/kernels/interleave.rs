@@ -106,17 +106,21 @@ impl Interleaved {
     /// Converts whole groups from ggml's rows (`src`, rows of `row_bytes`)
     /// into the interleaved layout (`dst`, as long).
     pub(crate) fn pack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
-        self.move_blocks(src.len(), row_bytes, |plain, inter, len| {
-            dst[inter..inter + len].copy_from_slice(&src[plain..plain + len])
-        });
+        match self {
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => pack_as::<18, 1>(src, dst, row_bytes),
+            Interleaved::Q8_0 => pack_as::<34, 1>(src, dst, row_bytes),
+            Interleaved::Q4_K => pack_as::<144, 2>(src, dst, row_bytes),
+        }
     }
 
     /// Converts whole groups from the interleaved layout (`src`) back to
     /// ggml's rows of `row_bytes` (`dst`, as long).
     pub(crate) fn unpack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
-        self.move_blocks(src.len(), row_bytes, |plain, inter, len| {
-            dst[plain..plain + len].copy_from_slice(&src[inter..inter + len])
-        });
+        match self {
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => unpack_as::<18, 1>(src, dst, row_bytes),
+            Interleaved::Q8_0 => unpack_as::<34, 1>(src, dst, row_bytes),
+            Interleaved::Q4_K => unpack_as::<144, 2>(src, dst, row_bytes),
+        }
     }
 
     /// ggml's bytes of row `lane` of the group that starts at `group`,
@@ -131,23 +135,6 @@ impl Interleaved {
         }
     }
 
-    /// Calls `copy(plain offset, interleaved offset, len)` for every run of
-    /// bytes of `len` bytes of whole groups, rows of `row_bytes`.
-    fn move_blocks(self, len: usize, row_bytes: usize, mut copy: impl FnMut(usize, usize, usize)) {
-        let bb = self.block_bytes();
-        let gb = self.group_block_bytes();
-        let group_bytes = GROUP_ROWS * row_bytes;
-        for g in 0..len / group_bytes {
-            for b in 0..row_bytes / bb {
-                let inter = g * group_bytes + b * gb;
-                for r in 0..GROUP_ROWS {
-                    let plain = g * group_bytes + r * row_bytes + b * bb;
-                    self.move_block(r, |p, i, n| copy(plain + p, inter + i, n));
-                }
-            }
-        }
-    }
-
     /// Calls `copy(offset in the row's block, offset in the group's block,
     /// len)` for each head unit and chunk of row `r`'s block.
     fn move_block(self, r: usize, mut copy: impl FnMut(usize, usize, usize)) {
@@ -158,6 +145,55 @@ impl Interleaved {
         let at = self.chunks_at();
         for j in 0..self.chunks() {
             copy(2 * head + 4 * j, at + (j * GROUP_ROWS + r) * 4, 4);
+        }
+    }
+}
+
+/// [`Interleaved::pack`] for blocks of `BB` bytes that start with `HEAD`
+/// 2-byte units. The sizes are constants, so every move is one load and
+/// one store of a known width at a known offset (loading a model is
+/// mostly this loop).
+fn pack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_bytes: usize) {
+    let group_bytes = GROUP_ROWS * row_bytes;
+    for (plain, inter) in src
+        .chunks_exact(group_bytes)
+        .zip(dst.chunks_exact_mut(group_bytes))
+    {
+        for (b, out) in inter.chunks_exact_mut(GROUP_ROWS * BB).enumerate() {
+            for r in 0..GROUP_ROWS {
+                let row = &plain[r * row_bytes + b * BB..][..BB];
+                for u in 0..HEAD {
+                    let at = (u * GROUP_ROWS + r) * 2;
+                    out[at..at + 2].copy_from_slice(&row[2 * u..2 * u + 2]);
+                }
+                for (j, chunk) in row[2 * HEAD..].chunks_exact(4).enumerate() {
+                    let at = 2 * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
+                    out[at..at + 4].copy_from_slice(chunk);
+                }
+            }
+        }
+    }
+}
+
+/// [`Interleaved::unpack`], as [`pack_as`].
+fn unpack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_bytes: usize) {
+    let group_bytes = GROUP_ROWS * row_bytes;
+    for (inter, plain) in src
+        .chunks_exact(group_bytes)
+        .zip(dst.chunks_exact_mut(group_bytes))
+    {
+        for (b, block) in inter.chunks_exact(GROUP_ROWS * BB).enumerate() {
+            for r in 0..GROUP_ROWS {
+                let row = &mut plain[r * row_bytes + b * BB..][..BB];
+                for u in 0..HEAD {
+                    let at = (u * GROUP_ROWS + r) * 2;
+                    row[2 * u..2 * u + 2].copy_from_slice(&block[at..at + 2]);
+                }
+                for (j, chunk) in row[2 * HEAD..].chunks_exact_mut(4).enumerate() {
+                    let at = 2 * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
+                    chunk.copy_from_slice(&block[at..at + 4]);
+                }
+            }
         }
     }
 }
