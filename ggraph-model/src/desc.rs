@@ -100,6 +100,14 @@ impl WeightData {
             ))),
         }
     }
+
+    /// Says that `t`'s bytes have been copied where they will be read:
+    /// a file gives back its pages ([`ModelFile::release`]).
+    pub fn release(&self, t: &TensorSpec) {
+        if let WeightData::File(f) = self {
+            f.release(t.stored_as());
+        }
+    }
 }
 
 /// A model: its hyperparameters and tensors.

@@ -249,6 +249,7 @@ impl Model {
                 }
                 let dst = &tensors[&t.name].data;
                 dst.buffer.write(dst.offset, &desc.data.bytes_of(t)?)?;
+                desc.data.release(t);
                 done += t.nbytes();
                 if let Some(p) = progress.as_mut() {
                     p(done, total);
@@ -325,6 +326,7 @@ impl Model {
                     ))
                 })?;
             dst.buffer.write(dst.offset + range.start, part)?;
+            self.source.release(t);
             bytes += range.end - range.start;
             stale.pop();
         }

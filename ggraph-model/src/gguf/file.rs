@@ -248,6 +248,42 @@ impl ModelFile {
         Ok(&map[start as usize..end as usize])
     }
 
+    /// Gives back this process's pages of tensor `name`'s bytes, once
+    /// they have been copied to where they will be read: they stay in
+    /// the page cache, and a later read maps them again. Without it a
+    /// loaded model counts its weights twice in its resident memory, the
+    /// copies and the file's pages. A hint: what the kernel refuses is
+    /// ignored.
+    pub fn release(&self, name: &str) {
+        #[cfg(unix)]
+        {
+            // whole pages inside the tensor's bytes, for pages up to 64 KiB
+            const PAGE: u64 = 64 << 10;
+            let (Some(map), Some(t)) = (self.map.as_ref(), self.header.tensor(name)) else {
+                return;
+            };
+            let Some(start) = self.file_offset(t) else {
+                return;
+            };
+            let end = start.saturating_add(t.size_bytes).min(map.len() as u64);
+            let (first, last) = (start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+            if first < last {
+                // SAFETY: the map is read-only and backed by the file, so
+                // a page given back reads the same bytes when it is
+                // touched again; nothing is discarded.
+                let _ = unsafe {
+                    map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        first as usize,
+                        (last - first) as usize,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = name;
+    }
+
     /// Reads every tensor's bytes and returns a 64-bit checksum of them (in
     /// file order; not cryptographic: for comparing copies and for
     /// finding unreadable files, which fail here with an I/O error or a
@@ -337,6 +373,56 @@ mod tests {
         w.tensor("a", DType::F32.into(), &[64, 4], vec![3; 1024])
             .unwrap();
         w.to_bytes().unwrap()
+    }
+
+    /// Kilobytes of this process's memory resident in the mapping that
+    /// holds `addr`, from the kernel's accounting (`/proc/self/smaps`).
+    #[cfg(target_os = "linux")]
+    fn resident_kib_of_mapping(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((a, b)) = range.split_once('-')
+                && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                inside = (a..b).contains(&addr);
+            } else if inside && let Some(kib) = line.strip_prefix("Rss:") {
+                return kib.trim().trim_end_matches(" kB").trim().parse().unwrap();
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// A tensor copied out and released no longer counts in the process's
+    /// resident memory, and still reads the same bytes.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_released_tensor_leaves_resident_memory_and_reads_the_same() {
+        let mut w = GgufWriter::new();
+        w.kv("general.architecture", "llama");
+        let data: Vec<u8> = (0..4 << 20)
+            .map(|i: u32| (i * 7 + i / 4093) as u8)
+            .collect();
+        w.tensor("big", DType::F32.into(), &[1 << 20], data.clone())
+            .unwrap();
+        let path = temp_file("release.gguf", &w.to_bytes().unwrap());
+        let m = ModelFile::open(&path).unwrap();
+        let bytes = m.tensor_data("big").unwrap();
+        let at = bytes.as_ptr() as usize;
+        assert_eq!(bytes, &data[..]);
+        let before = resident_kib_of_mapping(at);
+        assert!(
+            before >= 4 << 10,
+            "{before} KiB resident after reading 4 MiB"
+        );
+        m.release("big");
+        let after = resident_kib_of_mapping(at);
+        // all but the partial pages at its ends and the header's
+        assert!(after <= 256, "{after} KiB still resident after release");
+        assert_eq!(m.tensor_data("big").unwrap(), &data[..]);
+        m.release("no such tensor");
+        std::fs::remove_file(path).ok();
     }
 
     #[test]
