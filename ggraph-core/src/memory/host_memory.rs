@@ -272,6 +272,13 @@ mod tests {
             mem.read(0, &mut back)?;
             assert_eq!(back, data, "size {size}");
             assert!(mem.write(size as u64, &[1]).is_err());
+            mem.write_with(size as u64 - 1, 1, |b| b[0] = 7)?;
+            mem.read(size as u64 - 1, &mut back[..1])?;
+            assert_eq!(back[0], 7, "size {size}");
+            assert!(
+                mem.write_with(size as u64, 1, |_| panic!("called out of bounds"))
+                    .is_err()
+            );
         }
         Ok(())
     }
