@@ -38,9 +38,9 @@ impl CpuDevice {
         Arc::new_cyclic(|me| CpuDevice {
             me: me.clone(),
             threads: team.as_ref().map_or(1, |t| t.threads()),
+            repack: offered().then(|| Arc::new(RepackBufferType::with_team(team.clone()))),
             team,
             buffer_type: Arc::new(CpuBufferType),
-            repack: offered().then(|| Arc::new(RepackBufferType)),
         })
     }
 
@@ -55,12 +55,13 @@ impl CpuDevice {
     pub fn with_repack(threads: usize, repack: bool) -> Result<Arc<CpuDevice>> {
         let team = Team::new(threads)
             .map_err(|e| Error::backend("CPU", format!("cannot start {threads} threads: {e}")))?;
+        let team = Some(Arc::new(team));
         Ok(Arc::new_cyclic(|me| CpuDevice {
             me: me.clone(),
             threads: threads.max(1),
-            team: Some(Arc::new(team)),
+            repack: repack.then(|| Arc::new(RepackBufferType::with_team(team.clone()))),
+            team,
             buffer_type: Arc::new(CpuBufferType),
-            repack: repack.then(|| Arc::new(RepackBufferType)),
         }))
     }
 

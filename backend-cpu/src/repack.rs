@@ -16,6 +16,7 @@ use ggraph_core::{DType, Error, Result};
 
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::isa::{self, Isa};
+use crate::team::{self, Team};
 
 /// Name of the CPU's layout buffer type.
 pub const CPU_REPACK_BUFFER_TYPE: &str = "CPU_REPACK";
@@ -35,8 +36,33 @@ pub(crate) fn offered() -> bool {
 
 /// Host memory with Q4_0, Q8_0, Q4_K and IQ4_NL matrices of whole groups
 /// of eight rows interleaved; other weights are kept as they are.
-#[derive(Debug, Default)]
-pub struct RepackBufferType;
+#[derive(Default)]
+pub struct RepackBufferType {
+    /// The device's team, which packs large writes together.
+    team: Option<Arc<Team>>,
+}
+
+impl std::fmt::Debug for RepackBufferType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepackBufferType")
+            .field("threads", &self.team.as_ref().map_or(1, |t| t.threads()))
+            .finish()
+    }
+}
+
+impl RepackBufferType {
+    /// The buffer type of a CPU device whose `team` packs the weights
+    /// written to it (the kernel's zeroing of fresh pages, most of a
+    /// load, then runs on every thread too); `None` packs on the writer's
+    /// thread.
+    pub(crate) fn with_team(team: Option<Arc<Team>>) -> RepackBufferType {
+        RepackBufferType { team }
+    }
+}
+
+/// Bytes of packed weights a task of a parallel write takes (whole groups
+/// of rows, at least one).
+const PACK_TASK_BYTES: usize = 4 << 20;
 
 impl BufferType for RepackBufferType {
     fn name(&self) -> &str {
@@ -60,6 +86,7 @@ impl BufferType for RepackBufferType {
             memory: HostMemory::for_usage(size, CPU_REPACK_BUFFER_TYPE, usage)?,
             usage,
             weights: Mutex::new(Vec::new()),
+            team: self.team.clone(),
         }))
     }
 
@@ -102,6 +129,7 @@ pub struct RepackBuffer {
     usage: BufferUsage,
     /// The interleaved matrices, by offset.
     weights: Mutex<Vec<Laid>>,
+    team: Option<Arc<Team>>,
 }
 
 impl RepackBuffer {
@@ -161,6 +189,23 @@ impl RepackBuffer {
         (w.offset + first * gb, (last - first) * gb)
     }
 
+    /// Packs whole groups of `w` from ggml's bytes `plain` into `packed`,
+    /// in tasks of about [`PACK_TASK_BYTES`] over the device's team.
+    fn pack(&self, w: &Laid, plain: &[u8], packed: &mut [u8]) {
+        let gb = w.group_bytes() as usize;
+        let per = (PACK_TASK_BYTES / gb).max(1) * gb;
+        let job = || {
+            team::for_each_chunk_mut(packed, per, |c, out| {
+                w.layout
+                    .pack(&plain[c * per..][..out.len()], out, w.row_bytes())
+            })
+        };
+        match &self.team {
+            Some(team) if team.threads() > 1 && plain.len() > per => team.run(job),
+            _ => w.layout.pack(plain, packed, w.row_bytes()),
+        }
+    }
+
     /// ggml's bytes of the groups of `w` from `start`, `len` bytes.
     fn unpacked(&self, w: &Laid, start: u64, len: u64) -> Result<Vec<u8>> {
         let mut laid = vec![0u8; len as usize];
@@ -203,9 +248,8 @@ impl Buffer for RepackBuffer {
                 // whole groups: packed from the caller's bytes straight
                 // into place
                 let plain = &data[r];
-                self.memory.write_with(start, len, |packed| {
-                    w.layout.pack(plain, packed, w.row_bytes())
-                })?;
+                self.memory
+                    .write_with(start, len, |packed| self.pack(&w, plain, packed))?;
             } else {
                 let mut plain = self.unpacked(&w, start, len)?;
                 let from = (at - start) as usize;
@@ -286,6 +330,34 @@ mod tests {
             .collect()
     }
 
+    /// A write larger than one task packs on the team: the same bytes in
+    /// memory as one thread packs, and the same bytes read back.
+    #[test]
+    fn a_large_write_packs_on_the_team_as_on_one_thread() {
+        let (rows, k) = (3000, 4096);
+        let bytes = q4_0_bytes(rows, k);
+        assert!(bytes.len() > PACK_TASK_BYTES + PACK_TASK_BYTES / 2);
+        let team = Team::new(3).map(Arc::new).ok();
+        let mut memories = Vec::new();
+        for bt in [
+            RepackBufferType::with_team(team),
+            RepackBufferType::default(),
+        ] {
+            let buf = bt.alloc(bytes.len() as u64, BufferUsage::Weights).unwrap();
+            buf.init_tensor(0, DType::Q4_0, [k, rows, 1, 1]).unwrap();
+            buf.write(0, &bytes).unwrap();
+            let mut back = vec![0u8; bytes.len()];
+            buf.read(0, &mut back).unwrap();
+            assert!(back == bytes, "{bt:?}: read back differs");
+            let repack = buf.as_any().downcast_ref::<RepackBuffer>().unwrap();
+            // SAFETY: the buffer holds bytes.len() bytes, all written.
+            let raw = unsafe { std::slice::from_raw_parts(repack.base(), bytes.len()) };
+            memories.push(raw.to_vec());
+        }
+        assert!(memories[0] == memories[1], "the team packed other bytes");
+        assert!(memories[0] != bytes);
+    }
+
     /// A matrix written whole reads back byte-identical, whole or in any
     /// part, and a write of a part changes only that part; bytes outside
     /// matrices stay as written.
@@ -293,7 +365,7 @@ mod tests {
     fn a_repacked_weight_reads_back_as_ggml_laid_it_out() {
         let (rows, k) = (24, 64);
         let bytes = q4_0_bytes(rows, k);
-        let buf = RepackBufferType
+        let buf = RepackBufferType::default()
             .alloc(100 + bytes.len() as u64 + 50, BufferUsage::Weights)
             .unwrap();
         buf.init_tensor(100, DType::Q4_0, [k, rows, 1, 1]).unwrap();
@@ -328,7 +400,9 @@ mod tests {
 
     #[test]
     fn other_tensors_stay_plain_and_overlaps_are_refused() {
-        let buf = RepackBufferType.alloc(4096, BufferUsage::Weights).unwrap();
+        let buf = RepackBufferType::default()
+            .alloc(4096, BufferUsage::Weights)
+            .unwrap();
         // F32 and a Q4_0 matrix of 12 rows are not laid out
         buf.init_tensor(0, DType::F32, [16, 4, 1, 1]).unwrap();
         buf.init_tensor(256, DType::Q4_0, [64, 12, 1, 1]).unwrap();
