@@ -13,7 +13,7 @@ use ggraph_core::{Error, Result};
 use crate::repack::{CPU_REPACK_BUFFER_TYPE, RepackBufferType, offered};
 use crate::stream::{CpuStream, MemoryAccess};
 use crate::supports::cpu_supports;
-use crate::team::Team;
+use crate::team::{self, Team, WRITE_TASK_BYTES};
 
 /// Name of the CPU buffer type, `CPU` as in ggml: what [`CpuBuffer`]s
 /// report as their buffer type name.
@@ -39,8 +39,8 @@ impl CpuDevice {
             me: me.clone(),
             threads: team.as_ref().map_or(1, |t| t.threads()),
             repack: offered().then(|| Arc::new(RepackBufferType::with_team(team.clone()))),
+            buffer_type: Arc::new(CpuBufferType { team: team.clone() }),
             team,
-            buffer_type: Arc::new(CpuBufferType),
         })
     }
 
@@ -60,8 +60,8 @@ impl CpuDevice {
             me: me.clone(),
             threads: threads.max(1),
             repack: repack.then(|| Arc::new(RepackBufferType::with_team(team.clone()))),
+            buffer_type: Arc::new(CpuBufferType { team: team.clone() }),
             team,
-            buffer_type: Arc::new(CpuBufferType),
         }))
     }
 
@@ -154,8 +154,19 @@ impl MemoryAccess for HostAccess {
 }
 
 /// Host memory, 64-byte aligned.
-#[derive(Debug, Default)]
-pub struct CpuBufferType;
+#[derive(Default)]
+pub struct CpuBufferType {
+    /// The device's team, which shares large writes.
+    team: Option<Arc<Team>>,
+}
+
+impl std::fmt::Debug for CpuBufferType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBufferType")
+            .field("threads", &self.team.as_ref().map_or(1, |t| t.threads()))
+            .finish()
+    }
+}
 
 impl BufferType for CpuBufferType {
     fn name(&self) -> &str {
@@ -174,6 +185,7 @@ impl BufferType for CpuBufferType {
         Ok(Arc::new(CpuBuffer {
             memory: HostMemory::for_usage(size, CPU_BUFFER_TYPE, usage)?,
             usage,
+            team: self.team.clone(),
         }))
     }
 
@@ -186,6 +198,7 @@ impl BufferType for CpuBufferType {
 pub struct CpuBuffer {
     memory: HostMemory,
     usage: BufferUsage,
+    team: Option<Arc<Team>>,
 }
 
 impl Buffer for CpuBuffer {
@@ -202,7 +215,14 @@ impl Buffer for CpuBuffer {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.memory.write(offset, data)
+        if data.len() <= WRITE_TASK_BYTES {
+            return self.memory.write(offset, data);
+        }
+        self.memory.write_with(offset, data.len() as u64, |dst| {
+            team::split_on(self.team.as_deref(), dst, WRITE_TASK_BYTES, |c, out| {
+                out.copy_from_slice(&data[c * WRITE_TASK_BYTES..][..out.len()])
+            })
+        })
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {

@@ -16,7 +16,7 @@ use ggraph_core::{DType, Error, Result};
 
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::isa::{self, Isa};
-use crate::team::{self, Team};
+use crate::team::{self, Team, WRITE_TASK_BYTES};
 
 /// Name of the CPU's layout buffer type.
 pub const CPU_REPACK_BUFFER_TYPE: &str = "CPU_REPACK";
@@ -59,10 +59,6 @@ impl RepackBufferType {
         RepackBufferType { team }
     }
 }
-
-/// Bytes of packed weights a task of a parallel write takes (whole groups
-/// of rows, at least one).
-const PACK_TASK_BYTES: usize = 4 << 20;
 
 impl BufferType for RepackBufferType {
     fn name(&self) -> &str {
@@ -190,20 +186,14 @@ impl RepackBuffer {
     }
 
     /// Packs whole groups of `w` from ggml's bytes `plain` into `packed`,
-    /// in tasks of about [`PACK_TASK_BYTES`] over the device's team.
+    /// in tasks of whole groups over the device's team.
     fn pack(&self, w: &Laid, plain: &[u8], packed: &mut [u8]) {
         let gb = w.group_bytes() as usize;
-        let per = (PACK_TASK_BYTES / gb).max(1) * gb;
-        let job = || {
-            team::for_each_chunk_mut(packed, per, |c, out| {
-                w.layout
-                    .pack(&plain[c * per..][..out.len()], out, w.row_bytes())
-            })
-        };
-        match &self.team {
-            Some(team) if team.threads() > 1 && plain.len() > per => team.run(job),
-            _ => w.layout.pack(plain, packed, w.row_bytes()),
-        }
+        let per = (WRITE_TASK_BYTES / gb).max(1) * gb;
+        team::split_on(self.team.as_deref(), packed, per, |c, out| {
+            w.layout
+                .pack(&plain[c * per..][..out.len()], out, w.row_bytes())
+        });
     }
 
     /// ggml's bytes of the groups of `w` from `start`, `len` bytes.
@@ -336,7 +326,7 @@ mod tests {
     fn a_large_write_packs_on_the_team_as_on_one_thread() {
         let (rows, k) = (3000, 4096);
         let bytes = q4_0_bytes(rows, k);
-        assert!(bytes.len() > PACK_TASK_BYTES + PACK_TASK_BYTES / 2);
+        assert!(bytes.len() > WRITE_TASK_BYTES + WRITE_TASK_BYTES / 2);
         let team = Team::new(3).map(Arc::new).ok();
         let mut memories = Vec::new();
         for bt in [

@@ -306,6 +306,29 @@ pub(crate) fn for_each_chunk_mut<T: Send>(
     });
 }
 
+/// Bytes a task of a large write to host memory takes: writes of more
+/// spread over the device's team, so that the kernel's zeroing of fresh
+/// pages on their first touch, most of a model's load, runs on every
+/// thread.
+pub(crate) const WRITE_TASK_BYTES: usize = 4 << 20;
+
+/// Runs `body(index, chunk)` for every `per`-long chunk of `data` on
+/// `team` when there is more than one chunk and the team has more than
+/// one thread; otherwise calls `body(0, data)` once, on this thread.
+pub(crate) fn split_on(
+    team: Option<&Team>,
+    data: &mut [u8],
+    per: usize,
+    body: impl Fn(usize, &mut [u8]) + Sync,
+) {
+    match team {
+        Some(team) if team.threads() > 1 && data.len() > per => {
+            team.run(|| for_each_chunk_mut(data, per, body))
+        }
+        _ => body(0, data),
+    }
+}
+
 /// The number of threads that share a loop started on this thread now.
 pub(crate) fn current_threads() -> usize {
     let team = LEADING.with(|l| l.get());
@@ -338,6 +361,28 @@ mod tests {
                     "{threads} threads, {n} tasks"
                 );
             }
+        }
+    }
+
+    /// `split_on` covers every byte once, in chunks of `per` on a team
+    /// with helpers, in one call on a team of one or with no team.
+    #[test]
+    fn split_on_hands_out_every_chunk_once() {
+        let (per, len) = (1000, 10 * 1000 + 7);
+        for team in [Team::new(3).ok(), Team::new(1).ok(), None] {
+            let mut data = vec![0u8; len];
+            let calls = AtomicU32::new(0);
+            split_on(team.as_ref(), &mut data, per, |c, out| {
+                calls.fetch_add(1, SeqCst);
+                for (i, b) in out.iter_mut().enumerate() {
+                    *b = b.wrapping_add(((c * per + i) % 251) as u8 + 1);
+                }
+            });
+            let expected: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+            assert!(data == expected);
+            let threads = team.as_ref().map_or(1, |t| t.threads());
+            let want = if threads > 1 { len.div_ceil(per) } else { 1 };
+            assert_eq!(calls.load(SeqCst) as usize, want, "{threads} threads");
         }
     }
 

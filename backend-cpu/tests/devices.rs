@@ -106,6 +106,34 @@ fn buffers_check_their_bounds() {
     assert!(buf.fill(0, 17, 1).is_err());
 }
 
+/// A write larger than a task of the team (a weight at load) lands whole
+/// at its offset, on teams of one and of three, and a write past the end
+/// is refused before any byte is written.
+#[test]
+fn a_large_write_lands_whole_on_any_team() {
+    let data: Vec<u8> = (0..9 * (1 << 20) + 5)
+        .map(|i: u32| (i % 251) as u8)
+        .collect();
+    for threads in [1, 3] {
+        let cpu = CpuDevice::with_threads(threads).unwrap();
+        let buf = cpu
+            .buffer_type()
+            .alloc(data.len() as u64 + 64, BufferUsage::Weights)
+            .unwrap();
+        buf.write(64, &data).unwrap();
+        let mut back = vec![0u8; data.len() + 64];
+        buf.read(0, &mut back).unwrap();
+        assert!(back[..64].iter().all(|&b| b == 0), "{threads} threads");
+        assert!(back[64..] == data[..], "{threads} threads");
+        assert!(buf.write(65, &data).is_err());
+        buf.read(0, &mut back).unwrap();
+        assert!(
+            back[64..] == data[..],
+            "{threads} threads: a refused write changed bytes"
+        );
+    }
+}
+
 #[test]
 fn the_registration_lists_the_cpu_and_the_simulated_devices() {
     let reg = CpuRegistration::with_sims(vec![SimConfig::gpu(1 << 30), SimConfig::gpu(2 << 30)]);
