@@ -154,18 +154,10 @@ impl MemoryAccess for HostAccess {
 }
 
 /// Host memory, 64-byte aligned.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct CpuBufferType {
     /// The device's team, which shares large writes.
     team: Option<Arc<Team>>,
-}
-
-impl std::fmt::Debug for CpuBufferType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CpuBufferType")
-            .field("threads", &self.team.as_ref().map_or(1, |t| t.threads()))
-            .finish()
-    }
 }
 
 impl BufferType for CpuBufferType {

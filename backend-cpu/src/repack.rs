@@ -36,18 +36,10 @@ pub(crate) fn offered() -> bool {
 
 /// Host memory with Q4_0, Q8_0, Q4_K and IQ4_NL matrices of whole groups
 /// of eight rows interleaved; other weights are kept as they are.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct RepackBufferType {
     /// The device's team, which packs large writes together.
     team: Option<Arc<Team>>,
-}
-
-impl std::fmt::Debug for RepackBufferType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RepackBufferType")
-            .field("threads", &self.team.as_ref().map_or(1, |t| t.threads()))
-            .finish()
-    }
 }
 
 impl RepackBufferType {

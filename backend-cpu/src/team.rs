@@ -87,6 +87,14 @@ pub struct Team {
     shared: Arc<Shared>,
 }
 
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("threads", &self.threads)
+            .finish()
+    }
+}
+
 thread_local! {
     /// The team this thread leads while it computes a graph.
     static LEADING: Cell<*const Team> = const { Cell::new(std::ptr::null()) };
