@@ -207,9 +207,6 @@ impl Buffer for CpuBuffer {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        if data.len() <= WRITE_TASK_BYTES {
-            return self.memory.write(offset, data);
-        }
         self.memory.write_with(offset, data.len() as u64, |dst| {
             team::split_on(self.team.as_deref(), dst, WRITE_TASK_BYTES, |c, out| {
                 out.copy_from_slice(&data[c * WRITE_TASK_BYTES..][..out.len()])

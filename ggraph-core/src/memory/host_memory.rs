@@ -154,16 +154,7 @@ impl HostMemory {
     /// Copies `data` to bytes `offset..offset + data.len()`;
     /// [`Error::OutOfBounds`] if the range passes the end.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        check_range("write", offset, data.len() as u64, self.size as u64)?;
-        // SAFETY: the range is inside the allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.as_ptr().add(offset as usize),
-                data.len(),
-            );
-        }
-        Ok(())
+        self.write_with(offset, data.len() as u64, |dst| dst.copy_from_slice(data))
     }
 
     /// Lets `fill` write bytes `offset..offset + len` in place, for a
