@@ -480,8 +480,10 @@ pub(super) unsafe fn repack_panel(
     }
 }
 
-/// Interleaves 16 decoded rows (`len` codes each, `len` a multiple of
-/// 64, rows `len` bytes apart) into rows `16 * half ..` of a panel.
+/// Interleaves 16 decoded rows (`len` codes each, `len` a multiple of 4,
+/// rows `len` bytes apart) into rows `16 * half ..` of a panel: 64 codes
+/// a row at a time with a 16 x 16 dword transpose, the rest (rows of
+/// 32-value blocks an odd number of blocks long) four codes at a time.
 ///
 /// # Safety
 /// `rows` holds 16 * len bytes; `panel` len / 4 steps of 32 rows.
@@ -489,6 +491,12 @@ pub(super) unsafe fn repack_panel(
 pub(super) unsafe fn interleave16(rows: *const u8, len: usize, panel: *mut u8, half: usize) {
     // SAFETY: caller's contract.
     unsafe {
+        for step in len / 64 * 16..len / 4 {
+            for i in 0..16 {
+                let dst = panel.add((step * PANEL_R + half * 16 + i) * 4);
+                std::ptr::copy_nonoverlapping(rows.add(i * len + step * 4), dst, 4);
+            }
+        }
         for seg in 0..len / 64 {
             let mut r = [_mm512_setzero_ps(); 16];
             for (i, v) in r.iter_mut().enumerate() {
