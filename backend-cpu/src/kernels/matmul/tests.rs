@@ -4,6 +4,7 @@ use ggraph_core::{DType, quant};
 
 use super::dispatch::gemm as gemm_with;
 use super::operands::{Cols, WeightRows};
+use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa::{self, Isa};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -67,6 +68,14 @@ fn product_error(
     let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
     let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
     gemm_with(isa, a, m, &b, &out);
+    relative_error(&wq, x, &y, m, n)
+}
+
+/// The squared error of the products `y` (`[column][row]`) against an
+/// f64 product of the weights `wq` (`[row][k]`) and the columns `x`,
+/// relative to the sum of the squared terms.
+fn relative_error(wq: &[f32], x: &[f32], y: &[f32], m: usize, n: usize) -> f64 {
+    let k = wq.len() / m;
     let (mut num, mut den) = (0f64, 0f64);
     for j in 0..n {
         for i in 0..m {
@@ -186,6 +195,90 @@ fn weight_rows_apart_in_memory_match_the_reference_product() {
                         assert!(
                             e <= bound,
                             "{isa:?} {dtype} m={m} n={n} k={k} pad={pad}: nmse {e:e} > {bound:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The error of the interleaved kernels of `kernels` (as `gemm_error`)
+/// for the m weight rows `w` quantised and laid out as `layout`, times
+/// the n columns `x`.
+#[cfg(target_arch = "x86_64")]
+fn interleaved_error(
+    kernels: super::interleaved_gemm::Kernels,
+    layout: Interleaved,
+    w: &[f32],
+    x: &[f32],
+    m: usize,
+    n: usize,
+) -> f64 {
+    let dtype = layout.dtype();
+    let k = w.len() / m;
+    let packed = quant::quantize(dtype, w).unwrap();
+    let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
+    let mut laid = vec![0u8; packed.len()];
+    layout.pack(&packed, &mut laid, dtype.row_size(k).unwrap());
+    let mut y = vec![f32::NAN; n * m];
+    let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+    let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
+    // SAFETY: the processor has the kernels' instruction set; the matrix
+    // is m rows (whole groups) of k values, the columns k values and the
+    // outputs m.
+    unsafe { super::interleaved_gemm::gemm_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
+    relative_error(&wq, x, &y, m, n)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_interleaved_kernel_matches_the_reference_product() {
+    use super::interleaved_gemm::Kernels;
+    let layouts = [
+        Interleaved::Q4_0,
+        Interleaved::Q8_0,
+        Interleaved::Q4_K,
+        Interleaved::IQ4_NL,
+    ];
+    for kernels in Kernels::ALL
+        .into_iter()
+        .filter(|k| k.isa() <= isa::detected())
+    {
+        for layout in layouts {
+            let ks: &[usize] = match layout {
+                Interleaved::Q4_K => &[256, 2304],
+                _ => &[32, 96, 2112],
+            };
+            for &k in ks {
+                // one, two, tiles of four with a partial last, and past
+                // the tiles (the GEMM); row blocks of the tiles' driver
+                // and a partial last one
+                for (m, n) in [
+                    (8, 1),
+                    (40, 1),
+                    (24, 2),
+                    (16, 3),
+                    (136, 4),
+                    (8, 5),
+                    (72, 8),
+                    (40, 9),
+                ] {
+                    let w = values(m * k, (m * 31 + k) as u32);
+                    let x = values(n * k, (n * 7 + k) as u32);
+                    // nearly every code at its largest magnitude, against
+                    // activations of all ones: the integer sums at their
+                    // largest
+                    let w_extreme: Vec<f32> = (0..m * k)
+                        .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
+                        .collect();
+                    let x_ones = vec![1.0f32; n * k];
+                    for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
+                        let e = interleaved_error(kernels, layout, w, x, m, n);
+                        let bound = nmse_bound(layout.dtype());
+                        assert!(
+                            e <= bound,
+                            "{kernels:?} {layout:?} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
                         );
                     }
                 }

@@ -1,5 +1,8 @@
 //! The panel path: many columns on AVX-512 VNNI, the codes of 32 rows
 //! interleaved into panels that one `vpdpbusd` advances 16 rows at a time.
+//! The rows are ggml's, or a matrix in the CPU's interleaved layout whose
+//! panel rows are rebuilt in ggml's layout a chunk at a time (a few KiB,
+//! read while in cache) before they are decoded.
 
 use std::cell::RefCell;
 
@@ -7,6 +10,7 @@ use ggraph_core::DType;
 
 use super::avx512_vnni::{interleave16, panel_vnni, repack_panel};
 use super::operands::{ACTS, PANEL_C, PANEL_R};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::matmul::activation_quant::{qacts_len, quantize_acts};
 use crate::kernels::matmul::operands::{Cols, WeightRows};
 use crate::kernels::matmul::quant_format::{Format, decode};
@@ -21,9 +25,54 @@ thread_local! {
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Where the panels' rows come from.
+#[derive(Clone, Copy)]
+enum Weights {
+    /// ggml's rows.
+    Rows(WeightRows),
+    /// A matrix of `k` values a row in the CPU's interleaved layout.
+    Interleaved {
+        layout: Interleaved,
+        ptr: *const u8,
+        k: usize,
+    },
+}
+
+// SAFETY: the weights are only read while the call lasts.
+unsafe impl Sync for Weights {}
+unsafe impl Send for Weights {}
+
 pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    gemm_from(f, Weights::Rows(a), m, b, out)
+}
+
+/// As [`gemm`] for the `m` rows of a matrix of `k` values a row in the
+/// interleaved `layout` at `a`. `f` is the weight type's format.
+///
+/// # Safety
+/// The processor has AVX-512 VNNI; `a` holds the whole matrix (`m` a
+/// multiple of eight rows), the columns `k` values and the outputs `m`.
+pub(crate) unsafe fn gemm_interleaved(
+    f: Format,
+    layout: Interleaved,
+    a: *const u8,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let weights = Weights::Interleaved { layout, ptr: a, k };
+    gemm_from(f, weights, m, b, out)
+}
+
+fn gemm_from(f: Format, a: Weights, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
-    let k = a.k;
+    let k = match a {
+        Weights::Rows(rows) => rows.k,
+        Weights::Interleaved { k, .. } => k,
+    };
+    // bytes of one row's chunk of values rebuilt in ggml's layout
+    let chunk_row_bytes = |len: usize| len / f.dtype.block_size() * f.dtype.type_size();
     with_scratch(&ACTS, qacts_len(n, k, f.qb, PANEL_C), |buf| {
         let acts = quantize_acts(b, k, f, PANEL_C, 1, buf);
         let acts = &acts;
@@ -37,8 +86,14 @@ pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
-            let need = PANEL_R * kc + 2 * PANEL_R * sb * 4 + 16 * kc + 2 * sb * 4 + 3 * 64;
+            let plain_len = match a {
+                Weights::Rows(_) => 0,
+                Weights::Interleaved { .. } => PANEL_R * chunk_row_bytes(kc),
+            };
+            let need =
+                PANEL_R * kc + 2 * PANEL_R * sb * 4 + 16 * kc + 2 * sb * 4 + 3 * 64 + plain_len;
             with_scratch(&PANEL, need, |pb| {
+                let (plain, pb) = pb.split_at_mut(plain_len);
                 let (pcodes, rest) = pb.split_at_mut(PANEL_R * kc);
                 let pad = rest.as_ptr().align_offset(64);
                 let rest = &mut rest[pad..];
@@ -62,11 +117,47 @@ pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols
                 for v0 in (0..k).step_by(kc) {
                     let len = kc.min(k - v0);
                     let nb = len / f.qb;
+                    // the panel's rows, and the first of their values there
+                    let (rows_at, first) = match a {
+                        Weights::Rows(a) => (
+                            WeightRows {
+                                ptr: a.row(i0),
+                                ..a
+                            },
+                            v0,
+                        ),
+                        Weights::Interleaved { layout, ptr, k } => {
+                            let chunk = chunk_row_bytes(len);
+                            let group_bytes = GROUP_ROWS * chunk_row_bytes(k);
+                            let blk0 = v0 / f.dtype.block_size();
+                            for g in 0..rows / GROUP_ROWS {
+                                let at = (i0 / GROUP_ROWS + g) * group_bytes
+                                    + blk0 * layout.group_block_bytes();
+                                // SAFETY: group i0 / 8 + g of the matrix
+                                // holds blocks blk0.. of its rows, which lie
+                                // side by side for its eight rows.
+                                let src = unsafe {
+                                    std::slice::from_raw_parts(ptr.add(at), GROUP_ROWS * chunk)
+                                };
+                                let dst =
+                                    &mut plain[g * GROUP_ROWS * chunk..][..GROUP_ROWS * chunk];
+                                layout.unpack(src, dst, chunk);
+                            }
+                            let rows = WeightRows {
+                                ptr: plain.as_ptr(),
+                                stride: chunk,
+                                elem_stride: f.dtype.type_size(),
+                                dtype: f.dtype,
+                                k: len,
+                            };
+                            (rows, 0)
+                        }
+                    };
                     // interleave the codes of the panel's rows, four bytes at a time
                     if matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
                         let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
                         for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
-                            *q = a.row(i0 + r);
+                            *q = rows_at.row(r);
                         }
                         // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb;
                         // the panel holds nb blocks of 32 rows.
@@ -74,7 +165,7 @@ pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols
                             repack_panel(
                                 f.dtype == DType::Q4_0,
                                 &ptrs,
-                                v0 / f.qb,
+                                first / f.qb,
                                 nb,
                                 pcodes.as_mut_ptr(),
                                 pdw.as_mut_ptr(),
@@ -92,8 +183,8 @@ pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols
                                     unsafe {
                                         decode(
                                             f,
-                                            a.row(i0 + r),
-                                            v0,
+                                            rows_at.row(r),
+                                            first,
                                             codes,
                                             &mut tdw[..nb],
                                             &mut tmw[..nb],
@@ -109,7 +200,7 @@ pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols
                                     pmw[blk * PANEL_R + r] = tmw[blk];
                                 }
                             }
-                            // SAFETY: 16 decoded rows of len bytes (a multiple of 64);
+                            // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
                             // the panel holds len / 4 steps of 32 rows.
                             unsafe {
                                 interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half)

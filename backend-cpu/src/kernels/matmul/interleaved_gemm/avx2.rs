@@ -1,0 +1,259 @@
+//! The interleaved kernels on AVX2: `vpmaddubsw` pairs summed in 16
+//! bits, widened by `vpmaddwd`.
+
+use std::arch::x86_64::*;
+
+use ggraph_core::quant::IQ4_VALUES;
+
+use super::{Acts, lane_bytes, prefetch_ahead};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
+
+/// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
+/// of an interleaved group from `w`, `T` columns of activations.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `w` holds `nb` blocks of the group and `x` `nb`
+/// blocks of `T` columns.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile<const T: usize>(
+    layout: Interleaved,
+    nb: usize,
+    w: *const u8,
+    x: &Acts,
+    sums: &mut [[f32; GROUP_ROWS]; T],
+) {
+    // SAFETY: caller's contract.
+    let acc = unsafe {
+        match layout {
+            Interleaved::Q4_0 => q4_0::<T>(nb, w, x),
+            Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
+            Interleaved::Q4_K => q4_k::<T>(nb, w, x),
+            Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x),
+        }
+    };
+    for (s, a) in sums.iter_mut().zip(acc) {
+        // SAFETY: s holds eight floats.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), a) };
+    }
+}
+
+/// Q4_0: a block's eight steps add up in 16 bits (codes below 16,
+/// at most 30480), are widened once, and take the activations'
+/// `-8 * sum(q)` as their bias.
+///
+/// # Safety
+/// As for [`tile`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+    // SAFETY: caller's contract.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0f);
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut wp = w;
+        let mut xp = x.codes as *const i32;
+        for blk in 0..nb {
+            if T == 1 {
+                prefetch_ahead(wp, Interleaved::Q4_0.group_block_bytes());
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+            let mut pairs = [_mm256_setzero_si256(); T];
+            for j in 0..4 {
+                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                for (c, p) in pairs.iter_mut().enumerate() {
+                    let xl = _mm256_set1_epi32(*xp.add(j * T + c));
+                    let xh = _mm256_set1_epi32(*xp.add((j + 4) * T + c));
+                    *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(lo, xl));
+                    *p = _mm256_add_epi16(*p, _mm256_maddubs_epi16(hi, xh));
+                }
+            }
+            for (c, (a, p)) in acc.iter_mut().zip(pairs).enumerate() {
+                let bias = _mm256_set1_epi32(*x.bias.add(blk * T + c));
+                let s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), bias);
+                let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+            }
+            wp = wp.add(Interleaved::Q4_0.group_block_bytes());
+            xp = xp.add(8 * T);
+        }
+        acc
+    }
+}
+
+/// Q4_K: per super-block, the eight rows' 6-bit scales and mins
+/// (`interleave::q4_k_scale_words`), then per pair of sub-blocks
+/// eight chunk loads, whose low nibbles are the first sub-block's steps
+/// and high nibbles the second's; each sub-block's eight steps add up
+/// in 16 bits, as Q4_0's, and `vpmaddwd` by the rows' scales sums them
+/// into the super-block's 32-bit sum. The mins take the activations'
+/// sums a pair of sub-blocks at a time, also in integers, so a
+/// super-block ends in two float multiply-adds a column, as ggml's Q8_K
+/// products do.
+///
+/// # Safety
+/// As for [`tile`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+    const SUB: usize = 8;
+    let chunks = Interleaved::Q4_K.chunks_at();
+    // SAFETY: caller's contract.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        // byte j of each lane, as a 16-bit value in both halves; bytes
+        // j and j + 1 as the two halves
+        let spread = |j: i8| lane_bytes(j, j);
+        let pair = |j: i8| lane_bytes(j, j + 1);
+        let spreads = [spread(0), spread(1), spread(2), spread(3)];
+        let (pair01, pair23) = (pair(0), pair(2));
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut wp = w;
+        for sb in 0..nb {
+            if T == 1 {
+                prefetch_ahead(wp, Interleaved::Q4_K.group_block_bytes());
+            }
+            let [sc_lo, sc_hi, mn_lo, mn_hi] = q4_k_scale_words(wp);
+            let codes = wp.add(chunks + 3 * 32);
+            let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
+            let mut sums = [_mm256_setzero_si256(); T];
+            for p in 0..SUB / 2 {
+                let mut lo_pairs = [_mm256_setzero_si256(); T];
+                let mut hi_pairs = [_mm256_setzero_si256(); T];
+                for step in 0..8 {
+                    let v = _mm256_loadu_si256(codes.add((p * 8 + step) * 32) as *const __m256i);
+                    let lo = _mm256_and_si256(v, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    for c in 0..T {
+                        let xl = _mm256_set1_epi32(*xp.add(((2 * p) * 8 + step) * T + c));
+                        let xh = _mm256_set1_epi32(*xp.add(((2 * p + 1) * 8 + step) * T + c));
+                        lo_pairs[c] = _mm256_add_epi16(lo_pairs[c], _mm256_maddubs_epi16(lo, xl));
+                        hi_pairs[c] = _mm256_add_epi16(hi_pairs[c], _mm256_maddubs_epi16(hi, xh));
+                    }
+                }
+                let words = if p < 2 { sc_lo } else { sc_hi };
+                let j = 2 * (p % 2);
+                let (s_lo, s_hi) = (
+                    _mm256_shuffle_epi8(words, spreads[j]),
+                    _mm256_shuffle_epi8(words, spreads[j + 1]),
+                );
+                for c in 0..T {
+                    let l = _mm256_madd_epi16(lo_pairs[c], s_lo);
+                    let h = _mm256_madd_epi16(hi_pairs[c], s_hi);
+                    sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
+                }
+            }
+            // the mins against the sums of the activation codes
+            let pairs_of = |words: __m256i| {
+                [
+                    _mm256_shuffle_epi8(words, pair01),
+                    _mm256_shuffle_epi8(words, pair23),
+                ]
+            };
+            let [m01, m23] = pairs_of(mn_lo);
+            let [m45, m67] = pairs_of(mn_hi);
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(16) as *const __m128i));
+            let bs = x.sums.add(sb * 4 * T);
+            for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+                let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
+                let mins = _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(m01, b(0)), _mm256_madd_epi16(m23, b(1))),
+                    _mm256_add_epi32(_mm256_madd_epi16(m45, b(2)), _mm256_madd_epi16(m67, b(3))),
+                );
+                let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
+                *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
+            }
+            wp = wp.add(Interleaved::Q4_K.group_block_bytes());
+        }
+        acc
+    }
+}
+
+/// IQ4_NL: Q4_0's nibbles, looked up in the IQ4 table (signed values),
+/// then as Q8_0's signed codes: each step `|w|` against the
+/// activations with `w`'s sign, widened every step.
+///
+/// # Safety
+/// As for [`tile`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_nl<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+    // SAFETY: caller's contract.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let low = _mm256_set1_epi8(0x0f);
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut wp = w;
+        let mut xp = x.codes as *const i32;
+        for blk in 0..nb {
+            if T == 1 {
+                prefetch_ahead(wp, Interleaved::IQ4_NL.group_block_bytes());
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+            let mut block = [_mm256_setzero_si256(); T];
+            for j in 0..4 {
+                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));
+                let hi =
+                    _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
+                let (lo_u, hi_u) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
+                for (c, s) in block.iter_mut().enumerate() {
+                    let xl = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add(j * T + c)), lo);
+                    let xh = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add((j + 4) * T + c)), hi);
+                    let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo_u, xl), ones);
+                    let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi_u, xh), ones);
+                    *s = _mm256_add_epi32(*s, _mm256_add_epi32(pl, ph));
+                }
+            }
+            for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
+                let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+            }
+            wp = wp.add(Interleaved::IQ4_NL.group_block_bytes());
+            xp = xp.add(8 * T);
+        }
+        acc
+    }
+}
+
+/// Q8_0: signed codes, each step `|w|` against the activations with
+/// `w`'s sign, widened every step (a pair reaches 2 * 128 * 127).
+///
+/// # Safety
+/// As for [`tile`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+    // SAFETY: caller's contract.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut wp = w;
+        let mut xp = x.codes as *const i32;
+        for blk in 0..nb {
+            if T == 1 {
+                prefetch_ahead(wp, Interleaved::Q8_0.group_block_bytes());
+            }
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+            let mut block = [_mm256_setzero_si256(); T];
+            for j in 0..8 {
+                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                let vu = _mm256_sign_epi8(v, v);
+                for (c, s) in block.iter_mut().enumerate() {
+                    let q = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add(j * T + c)), v);
+                    let pair = _mm256_maddubs_epi16(vu, q);
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pair, ones));
+                }
+            }
+            for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
+                let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
+                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+            }
+            wp = wp.add(Interleaved::Q8_0.group_block_bytes());
+            xp = xp.add(8 * T);
+        }
+        acc
+    }
+}

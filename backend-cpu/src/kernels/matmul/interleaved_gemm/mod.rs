@@ -1,0 +1,394 @@
+//! Weights in the CPU's interleaved layout (`kernels::interleave`: Q4_0,
+//! Q8_0, Q4_K and IQ4_NL rows in groups of eight) times any number of
+//! columns, on AVX2 (`avx2`) and AVX-512 VNNI (`vnni`).
+//!
+//! The layout is the panel `block_gemm_avx2` builds on every call, stored
+//! once at load: one 256-bit load gives four codes of each of eight rows
+//! (Q4_0: after splitting the nibbles), so each step is a broadcast of a
+//! column's four activation codes and one `vpmaddubsw` (`vpdpbusd` with
+//! VNNI), and each group's eight sums land in the eight lanes of one
+//! register, with no horizontal sums. With one column each task streams
+//! its groups in order: one run of memory rather than a stream per row.
+//! With a few, a task takes [`MC`] rows a chunk of [`KC`] values at a
+//! time, and every column tile reads them from L2; with more than
+//! [`TILES_MAX_N`], a GEMM takes over. Activations are quantised as for
+//! the GEMMs on ggml's rows (`activation_quant`), so the sums are the
+//! same, but for Q4_K: one scale a super-block (ggml's Q8_K), so that its
+//! sub-block scales and mins apply in integers.
+
+mod avx2;
+mod vnni;
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use super::activation_quant::{QActs, qacts_len, quantize_acts};
+use super::block_gemm_avx2;
+use super::operands::Cols;
+use super::quant_dot::panel;
+use super::quant_format::{Format, format};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
+use crate::kernels::isa::{self, Isa};
+use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
+use crate::kernels::parallel::{column_split, par_ranges};
+use crate::kernels::scratch::with_scratch;
+use crate::team;
+
+/// Most columns the kernels here take; more go to a GEMM that reuses
+/// each chunk of weights across the column tiles: `block_gemm_avx2`,
+/// which splits the nibbles once per chunk, or with VNNI the panel path
+/// (`quant_dot::panel`), as ggml's rows do (docs/performance.md).
+const TILES_MAX_N: usize = 8;
+/// Columns per tile with more than two columns (two go as a tile of two).
+const C: usize = 4;
+/// Values per chunk of the rows with several columns.
+const KC: usize = 1024;
+/// Rows a task takes with several columns: their chunk stays in L2 while
+/// every column tile reads it.
+const MC: usize = 128;
+/// Values per activation block (the weights' blocks; Q4_K's take one
+/// scale a super-block of [`QK`]).
+const QB: usize = 32;
+/// Values per super-block.
+const QK: usize = 256;
+
+thread_local! {
+    static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[j][i] = dot(row i, b[j])` for the `m` rows of an interleaved
+/// matrix of `k` values a row at `a`, and every column of `b`. The caller
+/// has checked that the processor has AVX2, FMA and F16C.
+///
+/// # Safety
+/// `a` holds the whole matrix (`m` a multiple of eight rows); the columns
+/// hold `k` values and the outputs `m`.
+pub(crate) unsafe fn gemm(
+    layout: Interleaved,
+    a: *const u8,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    // SAFETY: caller's contract.
+    unsafe { gemm_with(Kernels::active(), layout, a, k, m, b, out) }
+}
+
+/// As [`gemm`], with the few-column kernels of `kernels`.
+///
+/// # Safety
+/// As for [`gemm`]; the processor has `kernels`' instruction set.
+pub(super) unsafe fn gemm_with(
+    kernels: Kernels,
+    layout: Interleaved,
+    a: *const u8,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    // an invariant: Interleaved holds only types quant_format reads
+    let Some(f) = format(layout.dtype()) else {
+        return;
+    };
+    if n > TILES_MAX_N {
+        // SAFETY: caller's contract.
+        unsafe {
+            match kernels {
+                Kernels::Avx2 => block_gemm_avx2::gemm_interleaved(layout, a, k, m, b, out),
+                Kernels::Vnni => panel::gemm_interleaved(f, layout, a, k, m, b, out),
+            }
+        }
+        return;
+    }
+    let acts_format = match layout {
+        // one activation scale a super-block, as ggml's Q8_K: the
+        // sub-blocks' scales and mins are then applied in integers
+        Interleaved::Q4_K => Format { qb: QK, ..f },
+        // on AVX2, signed codes stay signed (the sign trick): no offset
+        _ if f.signed && kernels == Kernels::Avx2 => Format { offset: 0, ..f },
+        _ => f,
+    };
+    let t = match n {
+        1 | 2 => n,
+        _ => C,
+    };
+    // weight blocks a row, and activation blocks a row
+    let nblk = k / layout.dtype().block_size();
+    let group_bytes = nblk * layout.group_block_bytes();
+    let weights = Weights(a);
+    let qb = acts_format.qb;
+    with_scratch(&ACTS, qacts_len(n, k, qb, t), |buf| {
+        let acts = quantize_acts(b, k, acts_format, t, 1, buf);
+        let acts = &acts;
+        let sums = if layout == Interleaved::Q4_K {
+            sub_block_sums(acts.codes, k, n.div_ceil(t), t)
+        } else {
+            Vec::new()
+        };
+        let sums = &sums;
+        if n == 1 {
+            par_ranges(m / GROUP_ROWS, 4, |groups| {
+                let x = Acts {
+                    codes: acts.codes.as_ptr(),
+                    d: acts.d.as_ptr(),
+                    bias: acts.bias.as_ptr(),
+                    sums: sums.as_ptr(),
+                };
+                for g in groups {
+                    let mut sums = [[0f32; GROUP_ROWS]; 1];
+                    // SAFETY: group g holds nblk blocks; the activations
+                    // nblk blocks of one column.
+                    unsafe {
+                        kernels.tile::<1>(layout, nblk, weights.at(g * group_bytes), &x, &mut sums)
+                    };
+                    // SAFETY: output column 0 holds m values; group g's
+                    // rows are this task's alone.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            sums[0].as_ptr(),
+                            out.0[0].add(g * GROUP_ROWS),
+                            GROUP_ROWS,
+                        )
+                    };
+                }
+            });
+            return;
+        }
+        let shape = Shape {
+            k,
+            m,
+            n,
+            group_bytes,
+        };
+        if n == 2 {
+            columns::<2>(kernels, layout, weights, shape, acts, sums, out);
+        } else {
+            columns::<C>(kernels, layout, weights, shape, acts, sums, out);
+        }
+    });
+}
+
+/// Per tile, super-block, pair of 32-value sub-blocks and column: the sums
+/// of the activation codes of the two sub-blocks, as two 16-bit halves of
+/// one word (at most 32 * 127 each), `[tile][super-block][pair][t]`, for
+/// the Q4_K kernel's mins. `codes` as `QActs`'s, `tiles` tiles of `t`
+/// columns of `k` values.
+fn sub_block_sums(codes: &[i8], k: usize, tiles: usize, t: usize) -> Vec<i32> {
+    let nsb = k / QK;
+    let mut out = vec![0i32; tiles * nsb * 4 * t];
+    for tile in 0..tiles {
+        let codes = &codes[tile * k * t..(tile + 1) * k * t];
+        for sb in 0..nsb {
+            for pair in 0..4 {
+                for c in 0..t {
+                    let sum = |sub: usize| -> i32 {
+                        let g0 = (sb * QK + sub * QB) / 4;
+                        (g0..g0 + QB / 4)
+                            .flat_map(|g| &codes[(g * t + c) * 4..(g * t + c) * 4 + 4])
+                            .map(|&q| q as i32)
+                            .sum()
+                    };
+                    let (lo, hi) = (sum(2 * pair), sum(2 * pair + 1));
+                    out[((tile * nsb + sb) * 4 + pair) * t + c] =
+                        (lo & 0xffff) | ((hi & 0xffff) << 16);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The few-column kernels of one instruction set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kernels {
+    Avx2,
+    Vnni,
+}
+
+impl Kernels {
+    /// Both, lowest first.
+    #[cfg(test)]
+    pub(super) const ALL: [Kernels; 2] = [Kernels::Avx2, Kernels::Vnni];
+
+    /// The instruction set they need.
+    pub(super) fn isa(self) -> Isa {
+        match self {
+            Kernels::Avx2 => Isa::Avx2,
+            Kernels::Vnni => Isa::Avx512Vnni,
+        }
+    }
+
+    /// The best the active instruction set runs (at least AVX2, which the
+    /// callers have checked).
+    fn active() -> Kernels {
+        if isa::active() >= Kernels::Vnni.isa() {
+            Kernels::Vnni
+        } else {
+            Kernels::Avx2
+        }
+    }
+
+    /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
+    /// of an interleaved group from `w`, `T` columns of activations.
+    ///
+    /// # Safety
+    /// The processor has the kernels' instruction set; `w` holds `nb`
+    /// blocks of the group and `x` `nb` blocks of `T` columns.
+    unsafe fn tile<const T: usize>(
+        self,
+        layout: Interleaved,
+        nb: usize,
+        w: *const u8,
+        x: &Acts,
+        sums: &mut [[f32; GROUP_ROWS]; T],
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            match self {
+                Kernels::Avx2 => avx2::tile::<T>(layout, nb, w, x, sums),
+                Kernels::Vnni => vnni::tile::<T>(layout, nb, w, x, sums),
+            }
+        }
+    }
+}
+
+/// The sizes of a product.
+#[derive(Clone, Copy)]
+struct Shape {
+    k: usize,
+    m: usize,
+    n: usize,
+    /// Bytes of one group of rows.
+    group_bytes: usize,
+}
+
+/// Several columns, `T` a tile: a task takes [`MC`] rows (and a share of
+/// the tiles) a chunk of [`KC`] values at a time.
+fn columns<const T: usize>(
+    kernels: Kernels,
+    layout: Interleaved,
+    weights: Weights,
+    shape: Shape,
+    acts: &QActs,
+    sums: &[i32],
+    out: &Cols<f32>,
+) {
+    let Shape {
+        k,
+        m,
+        n,
+        group_bytes,
+    } = shape;
+    let xblk = acts.nblk();
+    let qb = k / xblk;
+    let blocks = m.div_ceil(MC);
+    let tiles = n.div_ceil(T);
+    let (col_groups, per_group) = column_split(blocks, tiles);
+    team::for_each(blocks * col_groups, |task| {
+        let (blk_row, cg) = (task % blocks, task / blocks);
+        let g0 = blk_row * MC / GROUP_ROWS;
+        let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
+        for v0 in (0..k).step_by(KC) {
+            let nb = KC.min(k - v0) / layout.dtype().block_size();
+            let blk0 = v0 / layout.dtype().block_size();
+            for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
+                let j0 = tile * T;
+                let nc = T.min(n - j0);
+                let xo = (tile * xblk + v0 / qb) * T;
+                let so = (tile * (k / QK) + v0 / QK) * 4 * T;
+                let x = Acts {
+                    codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
+                    d: acts.d[xo..].as_ptr(),
+                    bias: acts.bias[xo..].as_ptr(),
+                    sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
+                };
+                for g in g0..g_end {
+                    let mut sums = [[0f32; GROUP_ROWS]; T];
+                    let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
+                    // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                    // the tile holds as many blocks of T columns.
+                    unsafe { kernels.tile::<T>(layout, nb, w, &x, &mut sums) };
+                    for (c, col) in sums.iter().enumerate().take(nc) {
+                        // SAFETY: output column j0 + c holds m values;
+                        // this task alone writes rows of group g in the
+                        // columns of its column group.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.0[j0 + c].add(g * GROUP_ROWS),
+                                GROUP_ROWS,
+                            )
+                        };
+                        if v0 == 0 {
+                            dst.copy_from_slice(col);
+                        } else {
+                            for (d, s) in dst.iter_mut().zip(col) {
+                                *d += s;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The matrix, shared read-only by the tasks.
+#[derive(Clone, Copy)]
+struct Weights(*const u8);
+
+// SAFETY: the weights are only read while the call lasts.
+unsafe impl Sync for Weights {}
+unsafe impl Send for Weights {}
+
+impl Weights {
+    fn at(self, offset: usize) -> *const u8 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+/// A tile of quantised activations from some block on (see
+/// `activation_quant::QActs`).
+struct Acts {
+    codes: *const i8,
+    d: *const f32,
+    bias: *const i32,
+    /// Q4_K: the sums of the codes of each pair of sub-blocks
+    /// (`sub_block_sums`).
+    sums: *const i32,
+}
+
+/// Asks for the `len` bytes [`PREFETCH_BYTES`] past `at`, one request a
+/// cache line: with one column the weights stream from memory once, and
+/// the hardware's prefetch alone measured slower on matrices larger
+/// than the cache (docs/performance.md).
+#[inline(always)]
+fn prefetch_ahead(at: *const u8, len: usize) {
+    let ahead = at.wrapping_add(PREFETCH_BYTES);
+    for line in (0..len).step_by(64) {
+        // SAFETY: a prefetch never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8) };
+    }
+}
+
+/// The `vpshufb` mask that gives, in each 32-bit lane, the lane's
+/// bytes `a` and `b` as its two 16-bit halves (`a, b < 4`).
+///
+/// # Safety
+/// AVX is available.
+#[inline(always)]
+unsafe fn lane_bytes(a: i8, b: i8) -> __m256i {
+    let mut mask = [-1i8; 32];
+    for (i, m) in mask.iter_mut().enumerate() {
+        let lane = 4 * (i / 4 % 4) as i8;
+        match i % 4 {
+            0 => *m = lane + a,
+            2 => *m = lane + b,
+            _ => {}
+        }
+    }
+    // SAFETY: 32 bytes; the caller's AVX.
+    unsafe { _mm256_loadu_si256(mask.as_ptr() as *const __m256i) }
+}
