@@ -21,17 +21,12 @@ use crate::team::{self, Team, WRITE_TASK_BYTES};
 /// Name of the CPU's layout buffer type.
 pub const CPU_REPACK_BUFFER_TYPE: &str = "CPU_REPACK";
 
-/// Whether this processor gets the layout: where the interleaved kernels
-/// (AVX2) were measured faster than the kernels that read ggml's rows.
-/// On AVX-512 with VNNI they have not been yet, so there it is off unless
-/// `GGRAPH_CPU_REPACK=1`; `GGRAPH_CPU_REPACK=0` turns it off anywhere.
+/// Whether this processor gets the layout: wherever the interleaved
+/// kernels run (AVX2 and up), where they were measured faster than the
+/// kernels that read ggml's rows (docs/performance.md).
+/// `GGRAPH_CPU_REPACK=0` turns it off.
 pub(crate) fn offered() -> bool {
-    let isa = isa::active();
-    match std::env::var("GGRAPH_CPU_REPACK").as_deref() {
-        Ok("0") => false,
-        Ok("1") => isa >= Isa::Avx2,
-        _ => matches!(isa, Isa::Avx2 | Isa::Avx512),
-    }
+    isa::active() >= Isa::Avx2 && std::env::var("GGRAPH_CPU_REPACK").as_deref() != Ok("0")
 }
 
 /// Host memory with Q4_0, Q8_0, Q4_K and IQ4_NL matrices of whole groups

@@ -13,9 +13,9 @@
 //! one copy of a small shape is re-read from it and measures the
 //! kernel's arithmetic instead of the memory stream).
 //!
-//! Each weight type the CPU lays out its own way (`CPU_REPACK`, where the
-//! processor gets it; `GGRAPH_CPU_REPACK=1` offers it on any AVX2
-//! processor) gets a second row, the same weights in that layout.
+//! Each weight type the CPU lays out its own way (`CPU_REPACK`, on any
+//! processor with AVX2 unless `GGRAPH_CPU_REPACK=0`) gets a second row,
+//! the same weights in that layout.
 //!
 //! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
 //! per run implies (CPU seconds / threads): a guide when other work
