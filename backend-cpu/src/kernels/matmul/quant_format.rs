@@ -56,7 +56,7 @@ pub(crate) fn format(dtype: DType) -> Option<Format> {
 }
 
 /// The IQ4 table as codes: each value plus 128.
-const IQ4_CODES: [u8; 16] = {
+pub(crate) const IQ4_CODES: [u8; 16] = {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {

@@ -11,10 +11,9 @@
 
 use std::arch::x86_64::*;
 
-use ggraph_core::quant::IQ4_VALUES;
-
 use super::{Acts, lane_bytes, prefetch_ahead};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
+use crate::kernels::matmul::quant_format::IQ4_CODES;
 
 /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks of
 /// an interleaved group from `w`, `T` columns of activations quantised
@@ -88,11 +87,11 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
     } else {
         Interleaved::Q4_0
     };
-    let table = IQ4_VALUES.map(|v| (v as i16 + 128) as u8);
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
-        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr() as *const __m128i));
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
         let mut acc = [_mm256_setzero_ps(); T];
         let mut wp = w;
         let mut xp = x.codes as *const i32;

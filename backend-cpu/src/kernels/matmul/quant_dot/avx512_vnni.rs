@@ -4,8 +4,9 @@
 use std::arch::x86_64::*;
 
 use super::operands::{ColsQ, DIRECT_R, Decoded, FusedRows, PANEL_C, PANEL_R};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::math::{f16_at, hsum256};
-use crate::kernels::matmul::quant_format::Format;
+use crate::kernels::matmul::quant_format::{Format, IQ4_CODES};
 use crate::kernels::matmul::register_transpose::transpose16;
 use crate::kernels::matmul::row_streaming::matvec_one_row;
 
@@ -475,6 +476,71 @@ pub(super) unsafe fn repack_panel(
                     *dw.add((b + t) * PANEL_R + r) = tmp[t];
                 }
                 b += len;
+            }
+        }
+    }
+}
+
+/// As [`repack_panel`], from a matrix in the CPU's interleaved layout
+/// (Q4_0, Q8_0 or IQ4_NL): `groups[g]` is block `blk0` of the panel's
+/// group `g` (rows `8g..8g + 8`), null past the matrix. A group's chunk
+/// already holds four codes of each of its eight rows: one step of the
+/// panel for Q8_0, two (low and high nibbles) for the others. IQ4_NL's
+/// codes are its table's values plus 128, as `quant_format` decodes them.
+///
+/// # Safety
+/// Non-null groups hold `nb` blocks from theirs; `codes` has room for
+/// `nb * 32 * 32` bytes and `dw` for `nb * 32` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub(super) unsafe fn interleaved_panel(
+    layout: Interleaved,
+    groups: &[*const u8; PANEL_R / GROUP_ROWS],
+    nb: usize,
+    codes: *mut u8,
+    dw: *mut f32,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let top = _mm256_set1_epi8(-128);
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
+        let step = |b: usize, j: usize, g: usize| {
+            codes.add(((b * 8 + j) * PANEL_R + g * GROUP_ROWS) * 4) as *mut __m256i
+        };
+        for (g, &p) in groups.iter().enumerate() {
+            for b in 0..nb {
+                let scales = dw.add(b * PANEL_R + g * GROUP_ROWS);
+                if p.is_null() {
+                    _mm256_storeu_ps(scales, _mm256_setzero_ps());
+                    for j in 0..8 {
+                        _mm256_storeu_si256(step(b, j, g), _mm256_setzero_si256());
+                    }
+                    continue;
+                }
+                let block = p.add(b * layout.group_block_bytes());
+                _mm256_storeu_ps(
+                    scales,
+                    _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i)),
+                );
+                let chunk = |j: usize| _mm256_loadu_si256(block.add(16 + 32 * j) as *const __m256i);
+                if layout == Interleaved::Q8_0 {
+                    for j in 0..8 {
+                        _mm256_storeu_si256(step(b, j, g), _mm256_xor_si256(chunk(j), top));
+                    }
+                    continue;
+                }
+                for j in 0..4 {
+                    let v = chunk(j);
+                    let mut lo = _mm256_and_si256(v, low);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    if layout == Interleaved::IQ4_NL {
+                        lo = _mm256_shuffle_epi8(table, lo);
+                        hi = _mm256_shuffle_epi8(table, hi);
+                    }
+                    _mm256_storeu_si256(step(b, j, g), lo);
+                    _mm256_storeu_si256(step(b, 4 + j, g), hi);
+                }
             }
         }
     }

@@ -1,14 +1,15 @@
 //! The panel path: many columns on AVX-512 VNNI, the codes of 32 rows
 //! interleaved into panels that one `vpdpbusd` advances 16 rows at a time.
-//! The rows are ggml's, or a matrix in the CPU's interleaved layout whose
-//! panel rows are rebuilt in ggml's layout a chunk at a time (a few KiB,
-//! read while in cache) before they are decoded.
+//! The rows are ggml's, or a matrix in the CPU's interleaved layout: its
+//! Q4_0, Q8_0 and IQ4_NL groups are already four bytes a row side by side
+//! and go straight into the panel; Q4_K's are rebuilt in ggml's layout a
+//! chunk at a time (a few KiB, read while in cache) and decoded.
 
 use std::cell::RefCell;
 
 use ggraph_core::DType;
 
-use super::avx512_vnni::{interleave16, panel_vnni, repack_panel};
+use super::avx512_vnni::{interleave16, interleaved_panel, panel_vnni, repack_panel};
 use super::operands::{ACTS, PANEL_C, PANEL_R};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::matmul::activation_quant::{qacts_len, quantize_acts};
@@ -117,94 +118,118 @@ fn gemm_from(f: Format, a: Weights, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                 for v0 in (0..k).step_by(kc) {
                     let len = kc.min(k - v0);
                     let nb = len / f.qb;
-                    // the panel's rows, and the first of their values there
-                    let (rows_at, first) = match a {
-                        Weights::Rows(a) => (
-                            WeightRows {
-                                ptr: a.row(i0),
-                                ..a
-                            },
-                            v0,
-                        ),
-                        Weights::Interleaved { layout, ptr, k } => {
-                            let chunk = chunk_row_bytes(len);
-                            let group_bytes = GROUP_ROWS * chunk_row_bytes(k);
-                            let blk0 = v0 / f.dtype.block_size();
-                            for g in 0..rows / GROUP_ROWS {
-                                let at = (i0 / GROUP_ROWS + g) * group_bytes
-                                    + blk0 * layout.group_block_bytes();
-                                // SAFETY: group i0 / 8 + g of the matrix
-                                // holds blocks blk0.. of its rows, which lie
-                                // side by side for its eight rows.
-                                let src = unsafe {
-                                    std::slice::from_raw_parts(ptr.add(at), GROUP_ROWS * chunk)
-                                };
-                                let dst =
-                                    &mut plain[g * GROUP_ROWS * chunk..][..GROUP_ROWS * chunk];
-                                layout.unpack(src, dst, chunk);
-                            }
-                            let rows = WeightRows {
-                                ptr: plain.as_ptr(),
-                                stride: chunk,
-                                elem_stride: f.dtype.type_size(),
-                                dtype: f.dtype,
-                                k: len,
-                            };
-                            (rows, 0)
+                    if let Weights::Interleaved { layout, ptr, k } = a
+                        && layout != Interleaved::Q4_K
+                    {
+                        let group_bytes = GROUP_ROWS * chunk_row_bytes(k);
+                        let blk0 = v0 / f.dtype.block_size();
+                        let mut groups = [std::ptr::null::<u8>(); PANEL_R / GROUP_ROWS];
+                        for (g, p) in groups.iter_mut().enumerate().take(rows / GROUP_ROWS) {
+                            let at = (i0 / GROUP_ROWS + g) * group_bytes
+                                + blk0 * layout.group_block_bytes();
+                            *p = ptr.wrapping_add(at);
                         }
-                    };
-                    // interleave the codes of the panel's rows, four bytes at a time
-                    if matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
-                        let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
-                        for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
-                            *q = rows_at.row(r);
-                        }
-                        // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb;
-                        // the panel holds nb blocks of 32 rows.
+                        // SAFETY: the non-null groups hold blocks blk0..
+                        // blk0 + nb; the panel holds nb blocks of 32 rows.
                         unsafe {
-                            repack_panel(
-                                f.dtype == DType::Q4_0,
-                                &ptrs,
-                                first / f.qb,
+                            interleaved_panel(
+                                layout,
+                                &groups,
                                 nb,
                                 pcodes.as_mut_ptr(),
                                 pdw.as_mut_ptr(),
                             )
                         };
                     } else {
-                        // decode 16 rows at a time, then interleave them with
-                        // 16 x 16 dword transposes
-                        for half in 0..2 {
-                            for i in 0..16 {
-                                let r = half * 16 + i;
-                                let codes = &mut tcodes[i * len..(i + 1) * len];
-                                if r < rows {
-                                    // SAFETY: row i0 + r < m, values v0..v0+len exist.
-                                    unsafe {
-                                        decode(
-                                            f,
-                                            rows_at.row(r),
-                                            first,
-                                            codes,
-                                            &mut tdw[..nb],
-                                            &mut tmw[..nb],
-                                        )
+                        // the panel's rows, and the first of their values there
+                        let (rows_at, first) = match a {
+                            Weights::Rows(a) => (
+                                WeightRows {
+                                    ptr: a.row(i0),
+                                    ..a
+                                },
+                                v0,
+                            ),
+                            Weights::Interleaved { layout, ptr, k } => {
+                                let chunk = chunk_row_bytes(len);
+                                let group_bytes = GROUP_ROWS * chunk_row_bytes(k);
+                                let blk0 = v0 / f.dtype.block_size();
+                                for g in 0..rows / GROUP_ROWS {
+                                    let at = (i0 / GROUP_ROWS + g) * group_bytes
+                                        + blk0 * layout.group_block_bytes();
+                                    // SAFETY: group i0 / 8 + g of the matrix
+                                    // holds blocks blk0.. of its rows, which lie
+                                    // side by side for its eight rows.
+                                    let src = unsafe {
+                                        std::slice::from_raw_parts(ptr.add(at), GROUP_ROWS * chunk)
                                     };
-                                } else {
-                                    codes.fill(0);
-                                    tdw[..nb].fill(0.0);
-                                    tmw[..nb].fill(0.0);
+                                    let dst =
+                                        &mut plain[g * GROUP_ROWS * chunk..][..GROUP_ROWS * chunk];
+                                    layout.unpack(src, dst, chunk);
                                 }
-                                for blk in 0..nb {
-                                    pdw[blk * PANEL_R + r] = tdw[blk];
-                                    pmw[blk * PANEL_R + r] = tmw[blk];
-                                }
+                                let rows = WeightRows {
+                                    ptr: plain.as_ptr(),
+                                    stride: chunk,
+                                    elem_stride: f.dtype.type_size(),
+                                    dtype: f.dtype,
+                                    k: len,
+                                };
+                                (rows, 0)
                             }
-                            // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
-                            // the panel holds len / 4 steps of 32 rows.
+                        };
+                        // interleave the codes of the panel's rows, four bytes at a time
+                        if matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
+                            let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
+                            for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
+                                *q = rows_at.row(r);
+                            }
+                            // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb;
+                            // the panel holds nb blocks of 32 rows.
                             unsafe {
-                                interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half)
+                                repack_panel(
+                                    f.dtype == DType::Q4_0,
+                                    &ptrs,
+                                    first / f.qb,
+                                    nb,
+                                    pcodes.as_mut_ptr(),
+                                    pdw.as_mut_ptr(),
+                                )
                             };
+                        } else {
+                            // decode 16 rows at a time, then interleave them with
+                            // 16 x 16 dword transposes
+                            for half in 0..2 {
+                                for i in 0..16 {
+                                    let r = half * 16 + i;
+                                    let codes = &mut tcodes[i * len..(i + 1) * len];
+                                    if r < rows {
+                                        // SAFETY: row i0 + r < m, values v0..v0+len exist.
+                                        unsafe {
+                                            decode(
+                                                f,
+                                                rows_at.row(r),
+                                                first,
+                                                codes,
+                                                &mut tdw[..nb],
+                                                &mut tmw[..nb],
+                                            )
+                                        };
+                                    } else {
+                                        codes.fill(0);
+                                        tdw[..nb].fill(0.0);
+                                        tmw[..nb].fill(0.0);
+                                    }
+                                    for blk in 0..nb {
+                                        pdw[blk * PANEL_R + r] = tdw[blk];
+                                        pmw[blk * PANEL_R + r] = tmw[blk];
+                                    }
+                                }
+                                // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
+                                // the panel holds len / 4 steps of 32 rows.
+                                unsafe {
+                                    interleave16(tcodes.as_ptr(), len, pcodes.as_mut_ptr(), half)
+                                };
+                            }
                         }
                     }
                     let blk0 = v0 / f.qb;
