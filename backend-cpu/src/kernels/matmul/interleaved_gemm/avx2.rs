@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use ggraph_core::quant::IQ4_VALUES;
 
-use super::{Acts, lane_bytes, prefetch_ahead};
+use super::{Acts, lane_bytes, prefetch_ahead, q4_k_add_super_block};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 
 /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
@@ -101,12 +101,9 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
-        // byte j of each lane, as a 16-bit value in both halves; bytes
-        // j and j + 1 as the two halves
+        // byte j of each lane, as a 16-bit value in both halves
         let spread = |j: i8| lane_bytes(j, j);
-        let pair = |j: i8| lane_bytes(j, j + 1);
         let spreads = [spread(0), spread(1), spread(2), spread(3)];
-        let (pair01, pair23) = (pair(0), pair(2));
         let mut acc = [_mm256_setzero_ps(); T];
         let mut wp = w;
         for sb in 0..nb {
@@ -143,28 +140,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
                     sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
                 }
             }
-            // the mins against the sums of the activation codes
-            let pairs_of = |words: __m256i| {
-                [
-                    _mm256_shuffle_epi8(words, pair01),
-                    _mm256_shuffle_epi8(words, pair23),
-                ]
-            };
-            let [m01, m23] = pairs_of(mn_lo);
-            let [m45, m67] = pairs_of(mn_hi);
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(16) as *const __m128i));
-            let bs = x.sums.add(sb * 4 * T);
-            for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
-                let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
-                let mins = _mm256_add_epi32(
-                    _mm256_add_epi32(_mm256_madd_epi16(m01, b(0)), _mm256_madd_epi16(m23, b(1))),
-                    _mm256_add_epi32(_mm256_madd_epi16(m45, b(2)), _mm256_madd_epi16(m67, b(3))),
-                );
-                let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
-                *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
-            }
+            q4_k_add_super_block(&mut acc, sums, [mn_lo, mn_hi], wp, x, sb);
             wp = wp.add(Interleaved::Q4_K.group_block_bytes());
         }
         acc

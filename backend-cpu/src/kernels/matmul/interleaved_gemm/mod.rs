@@ -392,3 +392,49 @@ unsafe fn lane_bytes(a: i8, b: i8) -> __m256i {
     // SAFETY: 32 bytes; the caller's AVX.
     unsafe { _mm256_loadu_si256(mask.as_ptr() as *const __m256i) }
 }
+
+/// Q4_K: adds super-block `sb` of a group, at `block`, to `acc`: the
+/// integer sums of its codes times their sub-blocks' scales (`sums`, a
+/// column each) times `d`, less its 6-bit mins (`mins`: of sub-blocks
+/// 0..4 and 4..8, as `interleave::q4_k_scale_words` gives them) against
+/// the activations' sums of each pair of sub-blocks (`sub_block_sums`)
+/// times `dmin`, all times the column's scale: two float multiply-adds a
+/// column, as ggml's Q8_K products do.
+///
+/// # Safety
+/// AVX2, FMA and F16C; `block` holds the group's super-block and `x` the
+/// super-block of `T` columns.
+#[inline(always)]
+unsafe fn q4_k_add_super_block<const T: usize>(
+    acc: &mut [__m256; T],
+    sums: [__m256i; T],
+    mins: [__m256i; 2],
+    block: *const u8,
+    x: &Acts,
+    sb: usize,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        // bytes j and j + 1 of each lane as its two 16-bit halves
+        let (pair01, pair23) = (lane_bytes(0, 1), lane_bytes(2, 3));
+        let [m01, m23, m45, m67] = [
+            _mm256_shuffle_epi8(mins[0], pair01),
+            _mm256_shuffle_epi8(mins[0], pair23),
+            _mm256_shuffle_epi8(mins[1], pair01),
+            _mm256_shuffle_epi8(mins[1], pair23),
+        ];
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
+        let bs = x.sums.add(sb * 4 * T);
+        for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+            let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
+            let mins = _mm256_add_epi32(
+                _mm256_add_epi32(_mm256_madd_epi16(m01, b(0)), _mm256_madd_epi16(m23, b(1))),
+                _mm256_add_epi32(_mm256_madd_epi16(m45, b(2)), _mm256_madd_epi16(m67, b(3))),
+            );
+            let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
+            *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
+        }
+    }
+}

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Acts, lane_bytes, prefetch_ahead};
+use super::{Acts, prefetch_ahead, q4_k_add_super_block};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 use crate::kernels::matmul::quant_format::IQ4_CODES;
 
@@ -160,9 +160,7 @@ unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
 /// Q4_K: per pair of sub-blocks, eight chunk loads whose low nibbles are
 /// the first sub-block's steps and high nibbles the second's, each
 /// sub-block summed in 32 bits and multiplied by its rows' 6-bit scales;
-/// the mins take the activations' sums a pair of sub-blocks at a time
-/// (`vpmaddwd`, as on AVX2), so a super-block ends in two float
-/// multiply-adds a column.
+/// then the mins, as on AVX2 (`q4_k_add_super_block`).
 ///
 /// # Safety
 /// As for [`tile`].
@@ -174,9 +172,6 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
         let byte = _mm256_set1_epi32(0xff);
-        // byte j and j + 1 of each lane as the lane's two 16-bit halves
-        let pair01 = lane_bytes(0, 1);
-        let pair23 = lane_bytes(2, 3);
         let mut acc = [_mm256_setzero_ps(); T];
         let mut wp = w;
         for sb in 0..nb {
@@ -218,28 +213,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
                     sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
                 }
             }
-            // the mins against the sums of the activation codes
-            let pairs_of = |words: __m256i| {
-                [
-                    _mm256_shuffle_epi8(words, pair01),
-                    _mm256_shuffle_epi8(words, pair23),
-                ]
-            };
-            let [m01, m23] = pairs_of(mn_lo);
-            let [m45, m67] = pairs_of(mn_hi);
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
-            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(wp.add(16) as *const __m128i));
-            let bs = x.sums.add(sb * 4 * T);
-            for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
-                let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
-                let mins = _mm256_add_epi32(
-                    _mm256_add_epi32(_mm256_madd_epi16(m01, b(0)), _mm256_madd_epi16(m23, b(1))),
-                    _mm256_add_epi32(_mm256_madd_epi16(m45, b(2)), _mm256_madd_epi16(m67, b(3))),
-                );
-                let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
-                *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
-            }
+            q4_k_add_super_block(&mut acc, sums, [mn_lo, mn_hi], wp, x, sb);
             wp = wp.add(Interleaved::Q4_K.group_block_bytes());
         }
         acc
