@@ -214,13 +214,13 @@ fn interleaved_error(
     x: &[f32],
     m: usize,
     n: usize,
-) -> f64 {
+) -> ggraph_core::Result<f64> {
     let dtype = layout.dtype();
     let k = w.len() / m;
-    let packed = quant::quantize(dtype, w).unwrap();
-    let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
+    let packed = quant::quantize(dtype, w)?;
+    let wq = quant::dequantize(dtype, &packed, m * k)?;
     let mut laid = vec![0u8; packed.len()];
-    layout.pack(&packed, &mut laid, dtype.row_size(k).unwrap());
+    layout.pack(&packed, &mut laid, packed.len() / m);
     let mut y = vec![f32::NAN; n * m];
     let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
     let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
@@ -228,12 +228,12 @@ fn interleaved_error(
     // is m rows (whole groups) of k values, the columns k values and the
     // outputs m.
     unsafe { super::interleaved_gemm::gemm_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
-    relative_error(&wq, x, &y, m, n)
+    Ok(relative_error(&wq, x, &y, m, n))
 }
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn every_interleaved_kernel_matches_the_reference_product() {
+fn every_interleaved_kernel_matches_the_reference_product() -> ggraph_core::Result<()> {
     use super::interleaved_gemm::Kernels;
     let layouts = [
         Interleaved::Q4_0,
@@ -275,7 +275,7 @@ fn every_interleaved_kernel_matches_the_reference_product() {
                         .collect();
                     let x_ones = vec![1.0f32; n * k];
                     for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
-                        let e = interleaved_error(kernels, layout, w, x, m, n);
+                        let e = interleaved_error(kernels, layout, w, x, m, n)?;
                         let bound = nmse_bound(layout.dtype());
                         assert!(
                             e <= bound,
@@ -286,4 +286,5 @@ fn every_interleaved_kernel_matches_the_reference_product() {
             }
         }
     }
+    Ok(())
 }
