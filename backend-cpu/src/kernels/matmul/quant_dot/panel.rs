@@ -87,9 +87,13 @@ fn gemm_from(f: Format, a: Weights, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
+            // only Q4_K's interleaved rows are rebuilt in ggml's layout
             let plain_len = match a {
-                Weights::Rows(_) => 0,
-                Weights::Interleaved { .. } => PANEL_R * chunk_row_bytes(kc),
+                Weights::Interleaved {
+                    layout: Interleaved::Q4_K,
+                    ..
+                } => PANEL_R * chunk_row_bytes(kc),
+                _ => 0,
             };
             let need =
                 PANEL_R * kc + 2 * PANEL_R * sb * 4 + 16 * kc + 2 * sb * 4 + 3 * 64 + plain_len;
