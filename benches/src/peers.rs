@@ -173,18 +173,31 @@ pub fn issue() -> &'static PeerSet {
 }
 
 /// The peers measured on the kind of machine this one is: with AVX-512,
-/// the Zen 5 set on a family-26 processor and the Zen 4 set on others;
-/// without it, the AVX2 set.
+/// the Cascade Lake set on an Intel processor, the Zen 5 set on an AMD
+/// family-26 one and the Zen 4 set on others; without it, the AVX2 set.
 pub fn measured_here() -> &'static PeerSet {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
-        return set(if cpu_family() == 26 {
+        return set(if intel() {
+            "xeon-cascadelake-avx512"
+        } else if cpu_family() == 26 {
             "zen5-avx512"
         } else {
             "zen4-avx512"
         });
     }
     set("zen3-avx2")
+}
+
+/// Whether the processor is Intel's (CPUID leaf 0's vendor string).
+#[cfg(target_arch = "x86_64")]
+fn intel() -> bool {
+    let id = std::arch::x86_64::__cpuid(0);
+    let mut vendor = [0u8; 12];
+    for (i, word) in [id.ebx, id.edx, id.ecx].into_iter().enumerate() {
+        vendor[4 * i..4 * i + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    &vendor == b"GenuineIntel"
 }
 
 /// The processor's family, as CPUID leaf 1 gives it (the base family,
@@ -274,7 +287,13 @@ mod tests {
 
     #[test]
     fn every_set_has_the_issue_cells_and_models() {
-        for key in ["issue", "zen4-avx512", "zen3-avx2", "zen5-avx512"] {
+        for key in [
+            "issue",
+            "zen4-avx512",
+            "zen3-avx2",
+            "zen5-avx512",
+            "xeon-cascadelake-avx512",
+        ] {
             let set = set(key);
             for t in [DType::F32, DType::F16, DType::Q8_0, DType::Q4_0] {
                 for n in MUL_MAT_COLUMNS {
