@@ -83,8 +83,16 @@ impl Device for CpuDevice {
         } else {
             ""
         };
+        #[cfg(target_arch = "x86_64")]
+        let amx = if crate::kernels::amx::active().is_some() {
+            ", AMX tiles"
+        } else {
+            ""
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let amx = "";
         format!(
-            "{} ({} threads, {} kernels{repack})",
+            "{} ({} threads, {} kernels{amx}{repack})",
             cpu_model_name(),
             self.threads,
             crate::kernels::isa::active().name()

@@ -4,9 +4,11 @@
 //! Layers, each importing only from those below it: this module
 //! (`run_node`); the families of ops (`attention`, `matmul`, `copy`,
 //! `elementwise`, `norm`, `rope`, `sort`); what they share (`tensor_ref`,
-//! `parallel`, `scratch`, `indices`, `isa`, `convert`, `math`, `alibi`).
+//! `parallel`, `scratch`, `indices`, `isa`, `amx`, `convert`, `math`, `alibi`).
 
 mod alibi;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 mod attention;
 mod convert;
 mod copy;

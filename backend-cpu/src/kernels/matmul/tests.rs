@@ -48,6 +48,29 @@ fn product_error(
     n: usize,
     pad: usize,
 ) -> f64 {
+    product_error_of(dtype, w, x, m, n, pad, &|a, m, b, out| {
+        gemm_with(isa, a, m, b, out)
+    })
+}
+
+/// A product of m weight rows (the `usize`) and columns into outputs.
+type RunRows<'a> = dyn Fn(WeightRows, usize, &Cols<f32>, &Cols<f32>) + 'a;
+
+/// A product of an interleaved matrix of k values a row (the `usize`) and
+/// columns into outputs.
+#[cfg(target_arch = "x86_64")]
+type RunInterleaved<'a> = dyn Fn(*const u8, usize, &Cols<f32>, &Cols<f32>) + 'a;
+
+/// As `product_error`, for the product `run` makes.
+fn product_error_of(
+    dtype: DType,
+    w: &[f32],
+    x: &[f32],
+    m: usize,
+    n: usize,
+    pad: usize,
+    run: &RunRows<'_>,
+) -> f64 {
     let k = w.len() / m;
     let packed = quant::quantize(dtype, w).unwrap();
     let wq = quant::dequantize(dtype, &packed, m * k).unwrap();
@@ -67,7 +90,7 @@ fn product_error(
     };
     let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
     let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
-    gemm_with(isa, a, m, &b, &out);
+    run(a, m, &b, &out);
     relative_error(&wq, x, &y, m, n)
 }
 
@@ -203,17 +226,17 @@ fn weight_rows_apart_in_memory_match_the_reference_product() {
     }
 }
 
-/// The error of the interleaved kernels of `kernels` (as `gemm_error`)
-/// for the m weight rows `w` quantised and laid out as `layout`, times
-/// the n columns `x`.
+/// The error of `run` (as `gemm_error`) for the m weight rows `w`
+/// quantised and laid out as `layout`, times the n columns `x`; `run`
+/// multiplies a matrix of k values a row.
 #[cfg(target_arch = "x86_64")]
-fn interleaved_error(
-    kernels: super::interleaved_gemm::Kernels,
+fn interleaved_error_of(
     layout: Interleaved,
     w: &[f32],
     x: &[f32],
     m: usize,
     n: usize,
+    run: &RunInterleaved<'_>,
 ) -> ggraph_core::Result<f64> {
     let dtype = layout.dtype();
     let k = w.len() / m;
@@ -224,11 +247,27 @@ fn interleaved_error(
     let mut y = vec![f32::NAN; n * m];
     let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
     let out = Cols((0..n).map(|j| y[j * m..].as_mut_ptr()).collect());
-    // SAFETY: the processor has the kernels' instruction set; the matrix
-    // is m rows (whole groups) of k values, the columns k values and the
-    // outputs m.
-    unsafe { super::interleaved_gemm::gemm_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
+    run(laid.as_ptr(), k, &b, &out);
     Ok(relative_error(&wq, x, &y, m, n))
+}
+
+/// The error of the interleaved kernels of `kernels`, as
+/// `interleaved_error_of`.
+#[cfg(target_arch = "x86_64")]
+fn interleaved_error(
+    kernels: super::interleaved_gemm::Kernels,
+    layout: Interleaved,
+    w: &[f32],
+    x: &[f32],
+    m: usize,
+    n: usize,
+) -> ggraph_core::Result<f64> {
+    interleaved_error_of(layout, w, x, m, n, &|a, k, b, out| {
+        // SAFETY: the processor has the kernels' instruction set; the
+        // matrix is m rows (whole groups) of k values, the columns k
+        // values and the outputs m.
+        unsafe { super::interleaved_gemm::gemm_with(kernels, layout, a, k, m, b, out) }
+    })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -267,19 +306,109 @@ fn every_interleaved_kernel_matches_the_reference_product() -> ggraph_core::Resu
                 ] {
                     let w = values(m * k, (m * 31 + k) as u32);
                     let x = values(n * k, (n * 7 + k) as u32);
-                    // nearly every code at its largest magnitude, against
-                    // activations of all ones: the integer sums at their
-                    // largest
-                    let w_extreme: Vec<f32> = (0..m * k)
-                        .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
-                        .collect();
-                    let x_ones = vec![1.0f32; n * k];
+                    // the integer sums at their largest
+                    let (w_extreme, x_ones) = extremes(m, n, k);
                     for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
                         let e = interleaved_error(kernels, layout, w, x, m, n)?;
                         let bound = nmse_bound(layout.dtype());
                         assert!(
                             e <= bound,
                             "{kernels:?} {layout:?} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Weights of nearly every code at its largest magnitude and activations
+/// of all ones (as in `codes_at_their_extremes_do_not_saturate`).
+fn extremes(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
+    let w = (0..m * k)
+        .map(|i| if i % 16 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    (w, vec![1.0f32; n * k])
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_panel_gemm_on_amx_tiles_matches_the_reference_product() -> ggraph_core::Result<()> {
+    use super::quant_dot::panel::{self, AmxUnit, PanelKernel};
+    use super::quant_format::format;
+    // the tile kernel's float work is AVX-512, as the panel's fill
+    if isa::detected() < Isa::Avx512Vnni {
+        return Ok(());
+    }
+    let mut kernels = vec![PanelKernel::Amx(AmxUnit::Emulated)];
+    if let Some(hw) = crate::kernels::amx::unit() {
+        kernels.push(PanelKernel::Amx(AmxUnit::Hardware(hw)));
+    }
+    for kernel in kernels {
+        // ggml's rows, of every format the panel takes
+        for dtype in DType::QUANTIZED {
+            let Some(f) = format(dtype) else { continue };
+            let bound = nmse_bound(dtype);
+            let ks: &[usize] = match dtype.block_size() {
+                32 => &[32, 96, 4608],
+                _ => &[256, 4608],
+            };
+            for &k in ks {
+                // one group of 16 columns, a partial one, a full and a
+                // partial; a partial panel of rows
+                let shapes: &[(usize, usize)] = if k > 4096 {
+                    &[(32, 17)]
+                } else {
+                    &[(32, 5), (45, 16), (32, 17), (40, 40)]
+                };
+                for &(m, n) in shapes {
+                    let w = values(m * k, (m * 31 + k) as u32);
+                    let x = values(n * k, (n * 7 + k) as u32);
+                    let (w_extreme, x_ones) = extremes(m, n, k);
+                    for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
+                        let e = product_error_of(dtype, w, x, m, n, 0, &|a, m, b, out| {
+                            panel::gemm_with(kernel, f, a, m, b, out)
+                        });
+                        assert!(
+                            e <= bound,
+                            "{kernel:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
+                        );
+                    }
+                }
+            }
+        }
+        // the CPU's interleaved layout, whose panels are filled from it
+        for layout in [
+            Interleaved::Q4_0,
+            Interleaved::Q8_0,
+            Interleaved::Q4_K,
+            Interleaved::IQ4_NL,
+        ] {
+            let Some(f) = format(layout.dtype()) else {
+                continue;
+            };
+            let bound = nmse_bound(layout.dtype());
+            let ks: &[usize] = match layout {
+                Interleaved::Q4_K => &[256, 4608],
+                _ => &[32, 96, 4608],
+            };
+            for &k in ks {
+                for (m, n) in [(32, 17), (40, 9)] {
+                    let w = values(m * k, (m * 31 + k) as u32);
+                    let x = values(n * k, (n * 7 + k) as u32);
+                    let (w_extreme, x_ones) = extremes(m, n, k);
+                    for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
+                        let e = interleaved_error_of(layout, w, x, m, n, &|a, k, b, out| {
+                            // SAFETY: the processor has AVX-512 VNNI; the
+                            // matrix is m rows (whole groups) of k values.
+                            unsafe {
+                                panel::gemm_interleaved_with(kernel, f, layout, a, k, m, b, out)
+                            }
+                        })?;
+                        assert!(
+                            e <= bound,
+                            "{kernel:?} {layout:?} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
                         );
                     }
                 }

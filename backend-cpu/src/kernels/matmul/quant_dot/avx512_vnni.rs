@@ -4,7 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::operands::{ColsQ, DIRECT_R, Decoded, FusedRows, PANEL_C, PANEL_R};
-use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
 use crate::kernels::math::{f16_at, hsum256};
 use crate::kernels::matmul::quant_format::{Format, IQ4_CODES};
 use crate::kernels::matmul::register_transpose::transpose16;
@@ -481,16 +481,20 @@ pub(super) unsafe fn repack_panel(
     }
 }
 
-/// As [`repack_panel`], from a matrix in the CPU's interleaved layout
-/// (Q4_0, Q8_0 or IQ4_NL): `groups[g]` is block `blk0` of the panel's
-/// group `g` (rows `8g..8g + 8`), null past the matrix. A group's chunk
-/// already holds four codes of each of its eight rows: one step of the
-/// panel for Q8_0, two (low and high nibbles) for the others. IQ4_NL's
-/// codes are its table's values plus 128, as `quant_format` decodes them.
+/// As [`repack_panel`], from a matrix in the CPU's interleaved layout:
+/// `groups[g]` is block `blk0` of the panel's group `g` (rows `8g..8g +
+/// 8`), null past the matrix, and `nb` counts the panel's blocks of 32
+/// values. A group's chunk already holds four codes of each of its eight
+/// rows: one step of the panel for Q8_0, two (low and high nibbles) for
+/// the others. IQ4_NL's codes are its table's values plus 128, as
+/// `quant_format` decodes them; Q4_K's sub-block scales and mins go to
+/// `dw` and `mw`, a super-block's low nibbles to its even sub-blocks and
+/// its high nibbles to the odd ones.
 ///
 /// # Safety
-/// Non-null groups hold `nb` blocks from theirs; `codes` has room for
-/// `nb * 32 * 32` bytes and `dw` for `nb * 32` floats.
+/// Non-null groups hold the `nb` blocks from theirs (`nb` a multiple of
+/// eight for Q4_K); `codes` has room for `nb * 32 * 32` bytes, `dw` and
+/// `mw` for `nb * 32` floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(super) unsafe fn interleaved_panel(
     layout: Interleaved,
@@ -498,6 +502,7 @@ pub(super) unsafe fn interleaved_panel(
     nb: usize,
     codes: *mut u8,
     dw: *mut f32,
+    mw: *mut f32,
 ) {
     // SAFETY: caller's contract.
     unsafe {
@@ -508,19 +513,51 @@ pub(super) unsafe fn interleaved_panel(
         let step = |b: usize, j: usize, g: usize| {
             codes.add(((b * 8 + j) * PANEL_R + g * GROUP_ROWS) * 4) as *mut __m256i
         };
+        let rows_of = |v: *mut f32, b: usize, g: usize| v.add(b * PANEL_R + g * GROUP_ROWS);
         for (g, &p) in groups.iter().enumerate() {
-            for b in 0..nb {
-                let scales = dw.add(b * PANEL_R + g * GROUP_ROWS);
-                if p.is_null() {
-                    _mm256_storeu_ps(scales, _mm256_setzero_ps());
+            if p.is_null() {
+                for b in 0..nb {
+                    _mm256_storeu_ps(rows_of(dw, b, g), _mm256_setzero_ps());
+                    _mm256_storeu_ps(rows_of(mw, b, g), _mm256_setzero_ps());
                     for j in 0..8 {
                         _mm256_storeu_si256(step(b, j, g), _mm256_setzero_si256());
                     }
-                    continue;
                 }
+                continue;
+            }
+            if layout == Interleaved::Q4_K {
+                let code_chunks = layout.chunks_at() + 3 * 32;
+                for sb in 0..nb / 8 {
+                    let block = p.add(sb * layout.group_block_bytes());
+                    let (mut d, mut m) = ([[0f32; GROUP_ROWS]; 8], [[0f32; GROUP_ROWS]; 8]);
+                    q4_k_scales(block, &mut d, &mut m);
+                    for sub in 0..8 {
+                        _mm256_storeu_ps(
+                            rows_of(dw, sb * 8 + sub, g),
+                            _mm256_loadu_ps(d[sub].as_ptr()),
+                        );
+                        _mm256_storeu_ps(
+                            rows_of(mw, sb * 8 + sub, g),
+                            _mm256_loadu_ps(m[sub].as_ptr()),
+                        );
+                    }
+                    for c in 0..32 {
+                        let v =
+                            _mm256_loadu_si256(block.add(code_chunks + 32 * c) as *const __m256i);
+                        let sub = sb * 8 + 2 * (c / 8);
+                        _mm256_storeu_si256(step(sub, c % 8, g), _mm256_and_si256(v, low));
+                        _mm256_storeu_si256(
+                            step(sub + 1, c % 8, g),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                        );
+                    }
+                }
+                continue;
+            }
+            for b in 0..nb {
                 let block = p.add(b * layout.group_block_bytes());
                 _mm256_storeu_ps(
-                    scales,
+                    rows_of(dw, b, g),
                     _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i)),
                 );
                 let chunk = |j: usize| _mm256_loadu_si256(block.add(16 + 32 * j) as *const __m256i);

@@ -19,7 +19,8 @@
 //!   interleaved four bytes at a time (16 x 16 dword transposes) so that
 //!   one `vpdpbusd` advances 16 rows by four values against a broadcast
 //!   column; a 32 x 4 register tile keeps whole blocks in integer
-//!   accumulators.
+//!   accumulators. Where AMX is on (`panel_amx`), the same panels are the
+//!   B operand of `tdpbsud`, 16 columns at a time.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -31,3 +32,5 @@ pub(super) mod fused;
 mod operands;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_amx;
