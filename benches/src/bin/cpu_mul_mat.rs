@@ -102,7 +102,9 @@ fn main() -> Result<()> {
         "ggml: the issue's figures / ggml-cpu measured on this kind of machine ({})",
         here.label
     );
-    print!("{:<8}", "GFLOP/s");
+    // wide enough for a layout's row (" CPU_REPACK")
+    const LABEL: usize = 12;
+    print!("{:<LABEL$}", "GFLOP/s");
     for n in &columns {
         print!(" {:>16} {:>11}", format!("n={n}"), "ggml");
     }
@@ -131,10 +133,15 @@ fn main() -> Result<()> {
     }) {
         let weights = weight_bytes(dtype, shape.m, shape.k)?;
         let layout = weight_buft.name() != dev.buffer_type().name();
-        if layout {
-            print!("{:<8}", format!(" {}", weight_buft.name()));
+        let row = if layout {
+            format!("{dtype} {}", weight_buft.name())
         } else {
-            print!("{:<8}", dtype.name());
+            dtype.name().to_string()
+        };
+        if layout {
+            print!("{:<LABEL$}", format!(" {}", weight_buft.name()));
+        } else {
+            print!("{row:<LABEL$}");
         }
         for &n in &columns {
             let cases = (0..copies)
@@ -153,7 +160,7 @@ fn main() -> Result<()> {
             let peer_text = format!("{}/{}", show(peer), show(today));
             print!(" {ours:>16} {peer_text:>11}");
             verdicts.push((
-                dtype,
+                row.clone(),
                 n,
                 peer.map(|p| gflops / p),
                 today.map(|p| gflops / p),
@@ -169,9 +176,9 @@ fn main() -> Result<()> {
         ("the issue's figures", 0),
         ("ggml measured on this kind of machine", 1),
     ] {
-        let ratios: Vec<(DType, usize, f64)> = verdicts
+        let ratios: Vec<(&str, usize, f64)> = verdicts
             .iter()
-            .filter_map(|&(t, n, a, b)| [a, b][pick].map(|r| (t, n, r)))
+            .filter_map(|(row, n, a, b)| [*a, *b][pick].map(|r| (row.as_str(), *n, r)))
             .collect();
         if ratios.is_empty() {
             continue;
