@@ -412,8 +412,16 @@ unsafe fn probe_product(
 mod tests {
     use super::*;
 
+    /// A configuration of the first tiles' shapes, the others unused.
+    fn first_tiles(first: &[(usize, usize)]) -> Result<TileConfig, &'static str> {
+        let mut shapes = [(0, 0); TILES];
+        shapes[..first.len()].copy_from_slice(first);
+        TileConfig::new(shapes).ok_or("a configuration that fits palette 1 was refused")
+    }
+
     #[test]
-    fn a_configuration_gives_back_its_shapes_and_refuses_oversized_tiles() {
+    fn a_configuration_gives_back_its_shapes_and_refuses_oversized_tiles()
+    -> Result<(), &'static str> {
         let shapes = [
             (16, 64),
             (8, 32),
@@ -424,14 +432,11 @@ mod tests {
             (0, 0),
             (3, 12),
         ];
-        let config = TileConfig::new(shapes);
-        assert!(config.is_some());
-        if let Some(config) = config {
-            for (t, s) in shapes.iter().enumerate() {
-                assert_eq!(config.shape(t), *s);
-            }
-            assert_eq!(config.bytes[0], 1, "palette 1");
+        let config = first_tiles(&shapes)?;
+        for (t, s) in shapes.iter().enumerate() {
+            assert_eq!(config.shape(t), *s);
         }
+        assert_eq!(config.bytes[0], 1, "palette 1");
         let mut too_big = shapes;
         too_big[1] = (17, 64);
         assert_eq!(TileConfig::new(too_big), None);
@@ -439,10 +444,12 @@ mod tests {
         assert_eq!(TileConfig::new(too_big), None);
         too_big[1] = (4, 0);
         assert_eq!(TileConfig::new(too_big), None);
+        Ok(())
     }
 
     #[test]
-    fn the_emulated_dot_product_is_signed_times_unsigned_over_dword_groups() {
+    fn the_emulated_dot_product_is_signed_times_unsigned_over_dword_groups()
+    -> Result<(), &'static str> {
         // A: 2 x 8 signed bytes; B: 2 rows of 3 columns of four unsigned
         // bytes; C = A * B with B[k][n] at row k / 4, byte 4 n + k % 4
         let a: [i8; 16] = [1, -2, 3, -4, 5, -6, 7, -128, -1, 0, 127, 2, 0, 0, 0, 1];
@@ -451,18 +458,7 @@ mod tests {
             5, 6, 7, 8, 0, 128, 0, 1, 10, 20, 30, 40,
         ];
         let mut c = [7i32; 6];
-        let Some(config) = TileConfig::new([
-            (2, 12),
-            (2, 8),
-            (2, 12),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-        ]) else {
-            return;
-        };
+        let config = first_tiles(&[(2, 12), (2, 8), (2, 12)])?;
         let mut unit = Emulated::default();
         // SAFETY: the buffers hold the configured rows.
         unsafe {
@@ -483,22 +479,12 @@ mod tests {
                 assert_eq!(c[m * 3 + n], want, "C[{m}][{n}]");
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn the_emulation_refuses_what_the_processor_would() {
-        let Some(config) = TileConfig::new([
-            (2, 12),
-            (2, 8),
-            (3, 12),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-            (0, 0),
-        ]) else {
-            return;
-        };
+    fn the_emulation_refuses_what_the_processor_would() -> Result<(), &'static str> {
+        let config = first_tiles(&[(2, 12), (2, 8), (3, 12)])?;
         let mut unit = Emulated::default();
         // SAFETY: nothing is read or written.
         unsafe {
@@ -513,6 +499,7 @@ mod tests {
             unit.dot_signed_unsigned::<0, 0, 2>();
             assert!(unit.fault.is_some(), "C also a source");
         }
+        Ok(())
     }
 
     #[test]
