@@ -140,6 +140,11 @@ const BLOCKS_32: &[DType] = &[
     DType::Q8_0,
     DType::IQ4_NL,
 ];
+/// The 32-value block formats without a VNNI path of their own for few
+/// columns (Q8_0 and Q4_0 have the fused and mat-vec paths): on VNNI
+/// machines too the AVX2 block dot reads them faster than the direct
+/// path decodes them (docs/performance.md).
+const BLOCKS_32_NO_FUSED: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
 const Q4_0: &[DType] = &[DType::Q4_0];
 const K_QUANTS: &[DType] = &[
     DType::Q2_K,
@@ -182,6 +187,7 @@ const RULES: &[Rule] = &[
     rule(VNNI,         Only(Q4_0),     Packed, ONE,                  TRANSPOSED_SHORT, TransposedMatvec),
     rule(VNNI,         Only(Q4_0),     Packed, ONE,                  ANY_BYTES,        BlockMatvec),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
+    rule(VNNI,         Only(BLOCKS_32_NO_FUSED), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
     rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
     // below AVX2, many columns go faster through the float GEMM, its
