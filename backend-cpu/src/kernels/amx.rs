@@ -76,6 +76,9 @@ pub(crate) trait TileUnit {
     /// `tdpbsud`: `C[m][n] += sum over k of A[m][k] * B[k / 4][4 n + k % 4]`,
     /// A's bytes signed, B's unsigned, C in 32-bit integers.
     unsafe fn dot_signed_unsigned<const C: u8, const A: u8, const B: u8>(&mut self);
+    /// `tdpbf16ps`: `C[m][n] += sum over k of A[m][k] * B[k / 2][2 n + k % 2]`,
+    /// A and B in BF16, C in f32.
+    unsafe fn dot_bf16<const C: u8, const A: u8, const B: u8>(&mut self);
     /// `tilerelease`: back to the initial state (no configuration).
     unsafe fn release(&mut self);
 }
@@ -143,10 +146,35 @@ impl TileUnit for Hardware {
     }
 
     #[inline(always)]
+    unsafe fn dot_bf16<const C: u8, const A: u8, const B: u8>(&mut self) {
+        // SAFETY: as for `configure`; `bf16_unit` has seen the BF16 product
+        // work.
+        unsafe {
+            std::arch::asm!(
+                "tdpbf16ps tmm{c}, tmm{a}, tmm{b}",
+                c = const C,
+                a = const A,
+                b = const B,
+                options(nostack, nomem),
+            )
+        }
+    }
+
+    #[inline(always)]
     unsafe fn release(&mut self) {
         // SAFETY: as for `configure`.
         unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) }
     }
+}
+
+/// The tile unit a kernel runs on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Unit {
+    Hardware(Hardware),
+    /// [`Emulated`]: each task makes its own; the products of an
+    /// instruction the processor would refuse come out NaN.
+    #[cfg(test)]
+    Emulated,
 }
 
 /// The tile unit's instructions in plain Rust, with the checks the
@@ -172,6 +200,28 @@ impl Default for Emulated {
 }
 
 impl Emulated {
+    /// The rows, A's bytes a row and C's dwords a row of a product
+    /// `C += A * B` in tiles `C`, `A` and `B`, where their shapes agree;
+    /// else the fault.
+    fn product_shape<const C: u8, const A: u8, const B: u8>(
+        &mut self,
+        what: &str,
+    ) -> Option<(usize, usize, usize)> {
+        let (c, a, b) = (
+            self.shape(C, what)?,
+            self.shape(A, what)?,
+            self.shape(B, what)?,
+        );
+        let distinct = C != A && C != B && A != B;
+        if !distinct || a.0 != c.0 || a.1 != 4 * b.0 || b.1 != c.1 || c.1 % 4 != 0 {
+            self.fault.get_or_insert_with(|| {
+                format!("{what} tmm{C}, tmm{A}, tmm{B} with shapes {c:?}, {a:?}, {b:?}")
+            });
+            return None;
+        }
+        Some((c.0, a.1, c.1 / 4))
+    }
+
     fn shape(&mut self, t: u8, what: &str) -> Option<(usize, usize)> {
         let shape = self.config.map(|c| c.shape(t as usize));
         match shape {
@@ -222,31 +272,52 @@ impl TileUnit for Emulated {
     }
 
     unsafe fn dot_signed_unsigned<const C: u8, const A: u8, const B: u8>(&mut self) {
-        let (Some(c), Some(a), Some(b)) = (
-            self.shape(C, "tdpbsud's C"),
-            self.shape(A, "tdpbsud's A"),
-            self.shape(B, "tdpbsud's B"),
-        ) else {
+        let Some((rows, k, cols)) = self.product_shape::<C, A, B>("tdpbsud") else {
             return;
         };
-        let distinct = C != A && C != B && A != B;
-        if !distinct || a.0 != c.0 || a.1 != 4 * b.0 || b.1 != c.1 || c.1 % 4 != 0 {
-            self.fault.get_or_insert_with(|| {
-                format!("tdpbsud tmm{C}, tmm{A}, tmm{B} with shapes {c:?}, {a:?}, {b:?}")
-            });
-            return;
-        }
         let (ta, tb) = (self.tiles[A as usize], self.tiles[B as usize]);
         let tc = &mut self.tiles[C as usize];
-        for m in 0..c.0 {
-            for n in 0..c.1 / 4 {
+        for m in 0..rows {
+            for n in 0..cols {
                 let at = 4 * n;
                 let mut sum =
                     i32::from_le_bytes([tc[m][at], tc[m][at + 1], tc[m][at + 2], tc[m][at + 3]]);
-                for k in 0..a.1 {
+                for k in 0..k {
                     let x = ta[m][k] as i8 as i32;
                     let w = tb[k / 4][at + k % 4] as i32;
                     sum = sum.wrapping_add(x * w);
+                }
+                tc[m][at..at + 4].copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+    }
+
+    unsafe fn dot_bf16<const C: u8, const A: u8, const B: u8>(&mut self) {
+        let Some((rows, k, cols)) = self.product_shape::<C, A, B>("tdpbf16ps") else {
+            return;
+        };
+        // BF16 inputs with denormals read as zero, as the instruction does
+        let bf16 = |bytes: &[u8]| {
+            let x = f32::from_bits((u16::from_le_bytes([bytes[0], bytes[1]]) as u32) << 16);
+            if x.is_subnormal() { 0.0 } else { x }
+        };
+        let (ta, tb) = (self.tiles[A as usize], self.tiles[B as usize]);
+        let tc = &mut self.tiles[C as usize];
+        for m in 0..rows {
+            for n in 0..cols {
+                let at = 4 * n;
+                let mut sum =
+                    f32::from_le_bytes([tc[m][at], tc[m][at + 1], tc[m][at + 2], tc[m][at + 3]]);
+                // k counts bytes of A's row: two per BF16 value
+                for pair in 0..k / 4 {
+                    for half in 0..2 {
+                        let x = bf16(&ta[m][4 * pair + 2 * half..]);
+                        let w = bf16(&tb[pair][at + 2 * half..]);
+                        sum += x * w;
+                    }
+                }
+                if sum.is_subnormal() {
+                    sum = 0.0;
                 }
                 tc[m][at..at + 4].copy_from_slice(&sum.to_le_bytes());
             }
@@ -259,14 +330,24 @@ impl TileUnit for Emulated {
     }
 }
 
-/// The processor's tile unit where this process may use it ([`usable`])
-/// and `GGRAPH_CPU_AMX=1` asks for it: the kernels have been checked
-/// against the emulation, not yet measured on an AMX processor, so they
-/// stay off until asked for.
-pub(crate) fn active() -> Option<Hardware> {
+/// Whether `GGRAPH_CPU_AMX=1` asks for the tiles: the kernels have been
+/// checked against the emulation, not yet measured on an AMX processor,
+/// so they stay off until asked for.
+fn asked() -> bool {
     static ASKED: OnceLock<bool> = OnceLock::new();
-    let asked = *ASKED.get_or_init(|| std::env::var("GGRAPH_CPU_AMX").as_deref() == Ok("1"));
-    if asked { unit() } else { None }
+    *ASKED.get_or_init(|| std::env::var("GGRAPH_CPU_AMX").as_deref() == Ok("1"))
+}
+
+/// The processor's tile unit where this process may use it ([`usable`])
+/// and [`asked`] for.
+pub(crate) fn active() -> Option<Hardware> {
+    if asked() { unit() } else { None }
+}
+
+/// The tile unit with its BF16 products ([`bf16_usable`]), where asked
+/// for.
+pub(crate) fn active_bf16() -> Option<Hardware> {
+    if asked() { bf16_unit() } else { None }
 }
 
 /// The processor's tile unit where this process may use it, asked for or
@@ -275,17 +356,36 @@ pub(crate) fn unit() -> Option<Hardware> {
     usable().is_ok().then_some(Hardware(()))
 }
 
-/// Whether this process may use the tile unit: `Err` says which step
-/// failed. Checked once.
+/// As [`unit`], where the BF16 products may be used too.
+pub(crate) fn bf16_unit() -> Option<Hardware> {
+    bf16_usable().is_ok().then_some(Hardware(()))
+}
+
+/// Whether this process may use the tile unit's integer products: `Err`
+/// says which step failed. Checked once.
 pub(crate) fn usable() -> Result<(), &'static str> {
     static USABLE: OnceLock<Result<(), &'static str>> = OnceLock::new();
+    *USABLE.get_or_init(|| logged(check()))
+}
+
+/// As [`usable`] for the BF16 products (AMX-BF16).
+pub(crate) fn bf16_usable() -> Result<(), &'static str> {
+    static USABLE: OnceLock<Result<(), &'static str>> = OnceLock::new();
     *USABLE.get_or_init(|| {
-        let verdict = check();
-        if let Err(why) = verdict {
-            tracing::debug!("AMX tiles not used: {why}");
+        usable()?;
+        const AMX_BF16: u32 = 1 << 22;
+        if std::arch::x86_64::__cpuid_count(7, 0).edx & AMX_BF16 == 0 {
+            return logged(Err("the processor reports no AMX-BF16"));
         }
-        verdict
+        logged(probe(&mut Hardware(()), Product::Bf16))
     })
+}
+
+fn logged(verdict: Result<(), &'static str>) -> Result<(), &'static str> {
+    if let Err(why) = verdict {
+        tracing::debug!("AMX tiles not used: {why}");
+    }
+    verdict
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -363,23 +463,47 @@ fn check() -> Result<(), &'static str> {
     if read != 0 || permitted & XTILEDATA == 0 {
         return Err("the tile data permission is not in ARCH_GET_XCOMP_PERM");
     }
-    probe(&mut Hardware(()))
+    probe(&mut Hardware(()), Product::Int8)
 }
 
-/// A 16 x 16 product with a 64-value inner dimension on `unit`; `Err`
-/// if it differs from the emulation's.
-fn probe(unit: &mut impl TileUnit) -> Result<(), &'static str> {
-    let a: Vec<u8> = (0..16 * 64).map(|i| (i * 37 % 256) as u8).collect();
-    let b: Vec<u8> = (0..16 * 64).map(|i| (i * 101 % 256) as u8).collect();
+/// The products a probe checks.
+#[derive(Clone, Copy, Debug)]
+enum Product {
+    /// `tdpbsud`.
+    Int8,
+    /// `tdpbf16ps`.
+    Bf16,
+}
+
+/// A 16 x 16 product of 64-byte rows on `unit`; `Err` if it differs from
+/// the emulation's. The BF16 values are small integers, so every order of
+/// the sums gives the same bits.
+fn probe(unit: &mut impl TileUnit, product: Product) -> Result<(), &'static str> {
+    let (a, b): (Vec<u8>, Vec<u8>) = match product {
+        Product::Int8 => (
+            (0..16 * 64).map(|i| (i * 37 % 256) as u8).collect(),
+            (0..16 * 64).map(|i| (i * 101 % 256) as u8).collect(),
+        ),
+        Product::Bf16 => {
+            let small = |i: usize, step: usize| {
+                let x = (i * step % 17) as f32 - 8.0;
+                ((x.to_bits() >> 16) as u16).to_le_bytes()
+            };
+            (
+                (0..16 * 32).flat_map(|i| small(i, 7)).collect(),
+                (0..16 * 32).flat_map(|i| small(i, 5)).collect(),
+            )
+        }
+    };
     let mut shapes = [(0, 0); TILES];
     shapes[..3].fill((16, 64));
     let config = TileConfig::new(shapes).ok_or("no probe configuration")?;
     let mut emulated = Emulated::default();
-    let (mut want, mut got) = ([0i32; 256], [0i32; 256]);
+    let (mut want, mut got) = ([0u8; 1024], [0u8; 1024]);
     // SAFETY: the tiles are as `probe_product` configures them.
     unsafe {
-        probe_product(&mut emulated, &config, &a, &b, &mut want);
-        probe_product(unit, &config, &a, &b, &mut got);
+        probe_product(&mut emulated, product, &config, &a, &b, &mut want);
+        probe_product(unit, product, &config, &a, &b, &mut got);
     }
     if emulated.fault.is_some() || want != got {
         return Err("a probe product on the tiles differs from the emulation");
@@ -391,10 +515,11 @@ fn probe(unit: &mut impl TileUnit) -> Result<(), &'static str> {
 /// `config` makes tiles 0 to 2 16 rows of 64 bytes.
 unsafe fn probe_product(
     unit: &mut impl TileUnit,
+    product: Product,
     config: &TileConfig,
     a: &[u8],
     b: &[u8],
-    c: &mut [i32; 256],
+    c: &mut [u8; 1024],
 ) {
     // SAFETY: the caller's contract; a, b and c hold 1024 bytes.
     unsafe {
@@ -402,8 +527,11 @@ unsafe fn probe_product(
         unit.zero::<0>();
         unit.load::<1>(a.as_ptr(), 64);
         unit.load::<2>(b.as_ptr(), 64);
-        unit.dot_signed_unsigned::<0, 1, 2>();
-        unit.store::<0>(c.as_mut_ptr() as *mut u8, 64);
+        match product {
+            Product::Int8 => unit.dot_signed_unsigned::<0, 1, 2>(),
+            Product::Bf16 => unit.dot_bf16::<0, 1, 2>(),
+        }
+        unit.store::<0>(c.as_mut_ptr(), 64);
         unit.release();
     }
 }
@@ -508,8 +636,68 @@ mod tests {
         // names the step that is missing
         assert_eq!(usable().is_ok(), unit().is_some());
         match unit() {
-            Some(mut hw) => assert_eq!(probe(&mut hw), Ok(())),
+            Some(mut hw) => assert_eq!(probe(&mut hw, Product::Int8), Ok(())),
             None => assert!(usable().is_err_and(|why| !why.is_empty())),
         }
+        assert_eq!(bf16_usable().is_ok(), bf16_unit().is_some());
+        match bf16_unit() {
+            Some(mut hw) => assert_eq!(probe(&mut hw, Product::Bf16), Ok(())),
+            None => assert!(bf16_usable().is_err_and(|why| !why.is_empty())),
+        }
+    }
+
+    #[test]
+    fn the_emulated_bf16_product_sums_pairs_in_f32() -> Result<(), &'static str> {
+        // A: 2 rows of 4 BF16 values; B: 2 rows of 3 columns of a pair;
+        // C = A * B with B[k][n] at row k / 2, value 2 n + k % 2
+        let bits = |x: f32| (x.to_bits() >> 16) as u16;
+        let a: Vec<f32> = vec![1.0, -2.0, 0.5, 4.0, -1.5, 3.0, 0.25, -8.0];
+        let b: Vec<f32> = vec![
+            2.0, 1.0, -1.0, 0.5, 3.0, -2.0, //
+            0.125, 4.0, 1.0, -1.0, 0.0, 6.0,
+        ];
+        let a16: Vec<u16> = a.iter().map(|&x| bits(x)).collect();
+        let b16: Vec<u16> = b.iter().map(|&x| bits(x)).collect();
+        let mut c = [0.5f32; 6];
+        let config = first_tiles(&[(2, 12), (2, 8), (2, 12)])?;
+        let mut unit = Emulated::default();
+        // SAFETY: the buffers hold the configured rows.
+        unsafe {
+            unit.configure(&config);
+            unit.load::<0>(c.as_ptr() as *const u8, 12);
+            unit.load::<1>(a16.as_ptr() as *const u8, 8);
+            unit.load::<2>(b16.as_ptr() as *const u8, 12);
+            unit.dot_bf16::<0, 1, 2>();
+            unit.store::<0>(c.as_mut_ptr() as *mut u8, 12);
+        }
+        assert_eq!(unit.fault, None);
+        for m in 0..2 {
+            for n in 0..3 {
+                let want: f32 = 0.5
+                    + (0..4)
+                        .map(|k| a[m * 4 + k] * b[(k / 2) * 6 + 2 * n + k % 2])
+                        .sum::<f32>();
+                assert_eq!(c[m * 3 + n], want, "C[{m}][{n}]");
+            }
+        }
+        // a denormal input reads as zero
+        let tiny = f32::from_bits(1 << 16);
+        assert!(tiny.is_subnormal());
+        let a16 = [bits(tiny), 0, 0, 0, 0, 0, 0, 0];
+        let b16 = [bits(1e30), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut c = [0f32; 6];
+        // SAFETY: as above.
+        unsafe {
+            unit.configure(&config);
+            unit.load::<1>(a16.as_ptr() as *const u8, 8);
+            unit.load::<2>(b16.as_ptr() as *const u8, 12);
+            unit.dot_bf16::<0, 1, 2>();
+            unit.store::<0>(c.as_mut_ptr() as *mut u8, 12);
+        }
+        assert_eq!(
+            c, [0.0; 6],
+            "{tiny:e} * 1e30 with the denormal read as zero"
+        );
+        Ok(())
     }
 }

@@ -22,6 +22,11 @@ pub(crate) struct QActs<'a> {
 }
 
 impl QActs<'_> {
+    /// Values a column.
+    pub(crate) fn k(&self) -> usize {
+        self.k
+    }
+
     pub(crate) fn nblk(&self) -> usize {
         self.k / self.qb
     }

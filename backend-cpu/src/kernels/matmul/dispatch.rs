@@ -12,6 +12,8 @@ use super::row_streaming::SHORT_ROW_BYTES;
 #[cfg(target_arch = "x86_64")]
 use super::{block_dot_avx2, block_gemm_avx2, block_matvec, kquant_dot, transposed_matvec};
 use super::{dequantized, float, quant_dot};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::amx;
 use crate::kernels::isa::Isa;
 use Path::*;
 use Rows::{Any, Packed};
@@ -30,6 +32,9 @@ pub(super) enum Path {
     /// The packed, tiled float GEMM (`float::packed`); quantised weights
     /// are dequantised as they are packed.
     FloatPacked,
+    /// BF16 weights on AMX tiles (`float::bf16_tiles`): what the packed
+    /// GEMM would take, where the tiles are asked for and usable.
+    Bf16Tiles,
     /// Quantised rows no integer kernel reads, dequantised to f32 first
     /// and then chosen for again (`dequantized`).
     Dequantized,
@@ -238,11 +243,22 @@ pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
         cols: n,
         row_bytes: a.k / a.dtype.block_size() * a.dtype.type_size(),
     };
-    RULES
+    let path = RULES
         .iter()
         .find(|r| r.fits(&product))
         .map(|r| r.path)
-        .expect("the last rules take any float and any quantised weights")
+        .expect("the last rules take any float and any quantised weights");
+    // the tiles are not an instruction-set level of their own: where they
+    // are on, they take the packed GEMM's BF16 products
+    #[cfg(target_arch = "x86_64")]
+    if path == FloatPacked
+        && isa >= Isa::Avx512
+        && float::bf16_tiles::takes(a)
+        && amx::active_bf16().is_some()
+    {
+        return Bf16Tiles;
+    }
+    path
 }
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`, `j < b.len()`, with the
@@ -265,6 +281,13 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         FloatRowStream => float::row_stream::matvec(isa, a, m, b, out),
         FloatDot => float::dot::gemm(isa, a, m, b, out),
         FloatPacked => float::packed::gemm(isa, a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        Bf16Tiles => {
+            let unit = amx::active_bf16().map(amx::Unit::Hardware);
+            if !unit.is_some_and(|unit| float::bf16_tiles::gemm(unit, a, m, b, out)) {
+                float::packed::gemm(isa, a, m, b, out)
+            }
+        }
         Dequantized => dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out)),
         #[cfg(target_arch = "x86_64")]
         KQuantDot => kquant_dot::gemm(isa, a, m, b, out),

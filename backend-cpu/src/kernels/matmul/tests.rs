@@ -335,15 +335,16 @@ fn extremes(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_panel_gemm_on_amx_tiles_matches_the_reference_product() -> ggraph_core::Result<()> {
-    use super::quant_dot::panel::{self, AmxUnit, PanelKernel};
+    use super::quant_dot::panel::{self, PanelKernel};
     use super::quant_format::format;
+    use crate::kernels::amx::Unit;
     // the tile kernel's float work is AVX-512, as the panel's fill
     if isa::detected() < Isa::Avx512Vnni {
         return Ok(());
     }
-    let mut kernels = vec![PanelKernel::Amx(AmxUnit::Emulated)];
+    let mut kernels = vec![PanelKernel::Amx(Unit::Emulated)];
     if let Some(hw) = crate::kernels::amx::unit() {
-        kernels.push(PanelKernel::Amx(AmxUnit::Hardware(hw)));
+        kernels.push(PanelKernel::Amx(Unit::Hardware(hw)));
     }
     for kernel in kernels {
         // ggml's rows, of every format the panel takes
@@ -416,4 +417,52 @@ fn the_panel_gemm_on_amx_tiles_matches_the_reference_product() -> ggraph_core::R
         }
     }
     Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_bf16_gemm_on_amx_tiles_matches_the_reference_product() {
+    use super::float::bf16_tiles;
+    use crate::kernels::amx::{self, Unit};
+    // the columns are rounded to BF16 (eight significant bits), so the
+    // bound is the quantised types', not the float paths'
+    let bound = 1e-5;
+    let mut units = vec![Unit::Emulated];
+    units.extend(amx::bf16_unit().map(Unit::Hardware));
+    for unit in units {
+        for k in [32, 96, 2048] {
+            // one row, a tile of 16 and one more, a full task and a
+            // partial last; one column, a group of 16, partial groups
+            for (m, n) in [(1, 1), (17, 9), (32, 16), (45, 17), (70, 40)] {
+                let w = values(m * k, (m * 31 + k) as u32);
+                let x = values(n * k, (n * 7 + k) as u32);
+                // a stride with bytes between the rows, as the tiles take
+                for pad in [0, 6] {
+                    let e = product_error_of(DType::BF16, &w, &x, m, n, pad, &|a, m, b, out| {
+                        assert!(bf16_tiles::gemm(unit, a, m, b, out), "the tiles take BF16");
+                    });
+                    assert!(
+                        e <= bound,
+                        "{unit:?} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
+                    );
+                }
+            }
+        }
+        // rows that are not whole steps of 32 values, and other types, are
+        // not taken and not written
+        for (dtype, k) in [(DType::BF16, 48), (DType::F16, 64), (DType::F32, 64)] {
+            let e = product_error_of(
+                dtype,
+                &vec![1.0; 2 * k],
+                &vec![1.0; k],
+                2,
+                1,
+                0,
+                &|a, m, b, out| {
+                    assert!(!bf16_tiles::gemm(unit, a, m, b, out), "{dtype} k={k} taken");
+                },
+            );
+            assert!(e.is_nan(), "{dtype} k={k}: the outputs were written");
+        }
+    }
 }

@@ -4,6 +4,9 @@
 //! generation) and `packed` (many columns: a tiled GEMM in the BLIS manner,
 //! which also takes quantised weights, dequantised as they are packed).
 //!
+//! Where AMX is asked for and usable, BF16 weights times many columns run
+//! on its tiles instead (`bf16_tiles`).
+//!
 //! The kernels are compiled for AVX-512 (`avx512`), AVX2 (`avx2`,
 //! `dot_asm_avx2`) and plain Rust (`dot_portable`, and the portable
 //! micro-kernel of `packed`), and `Isa` picks one at run time.
@@ -12,6 +15,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod bf16_tiles;
 pub(super) mod dot;
 #[cfg(target_arch = "x86_64")]
 mod dot_asm_avx2;

@@ -16,9 +16,9 @@ use ggraph_core::DType;
 use super::avx512_vnni::{interleave16, interleaved_panel, panel_vnni, repack_panel};
 use super::operands::{ACTS, PANEL_C, PANEL_R};
 use super::panel_amx::{self, AMX_C, ColumnActs, PanelChunk, panel_tiles};
-use crate::kernels::amx::{self, Hardware, TileConfig};
+use crate::kernels::amx::{self, TileConfig, Unit};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
-use crate::kernels::matmul::activation_quant::{qacts_len, quantize_acts};
+use crate::kernels::matmul::activation_quant::{QActs, qacts_len, quantize_acts};
 use crate::kernels::matmul::operands::{Cols, WeightRows};
 use crate::kernels::matmul::quant_format::{Format, decode};
 use crate::kernels::parallel::column_split;
@@ -29,7 +29,10 @@ use crate::team;
 const PANEL_KC: usize = 4096;
 
 thread_local! {
+    /// A task's panel codes, and the rows it decodes first.
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Their scales and mins.
+    static PANEL_SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where the panels' rows come from.
@@ -55,46 +58,32 @@ pub(crate) enum PanelKernel {
     /// `vpdpbusd`, [`PANEL_C`] columns at a time.
     Vnni,
     /// AMX tiles, [`AMX_C`] columns at a time.
-    Amx(AmxUnit),
+    Amx(Unit),
 }
 
-/// The tile unit of [`PanelKernel::Amx`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum AmxUnit {
-    Hardware(Hardware),
-    /// The instructions' emulation; the products of an instruction the
-    /// processor would refuse come out NaN.
-    #[cfg(test)]
-    Emulated,
-}
-
-impl AmxUnit {
-    /// `panel_amx::panel_tiles` on this unit.
-    ///
-    /// # Safety
-    /// As for `panel_tiles`.
-    unsafe fn product(
-        self,
-        config: &TileConfig,
-        chunk: &PanelChunk,
-        x: &ColumnActs,
-        blk0: usize,
-        cols: usize,
-        tile: &mut [[f32; PANEL_R]; AMX_C],
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match self {
-                AmxUnit::Hardware(mut hw) => {
-                    panel_tiles(&mut hw, config, chunk, x, blk0, cols, tile)
-                }
-                #[cfg(test)]
-                AmxUnit::Emulated => {
-                    let mut emulated = amx::Emulated::default();
-                    panel_tiles(&mut emulated, config, chunk, x, blk0, cols, tile);
-                    if emulated.fault.is_some() {
-                        tile.iter_mut().for_each(|c| c.fill(f32::NAN));
-                    }
+/// `panel_amx::panel_tiles` on `unit`.
+///
+/// # Safety
+/// As for `panel_tiles`.
+unsafe fn on_unit(
+    unit: Unit,
+    config: &TileConfig,
+    chunk: &PanelChunk,
+    x: &ColumnActs,
+    blk0: usize,
+    cols: usize,
+    tile: &mut [[f32; PANEL_R]; AMX_C],
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match unit {
+            Unit::Hardware(mut hw) => panel_tiles(&mut hw, config, chunk, x, blk0, cols, tile),
+            #[cfg(test)]
+            Unit::Emulated => {
+                let mut emulated = amx::Emulated::default();
+                panel_tiles(&mut emulated, config, chunk, x, blk0, cols, tile);
+                if emulated.fault.is_some() {
+                    tile.iter_mut().for_each(|c| c.fill(f32::NAN));
                 }
             }
         }
@@ -104,9 +93,7 @@ impl AmxUnit {
 impl PanelKernel {
     /// AMX where `amx::active` gives the tile unit, else VNNI.
     fn active() -> PanelKernel {
-        amx::active().map_or(PanelKernel::Vnni, |h| {
-            PanelKernel::Amx(AmxUnit::Hardware(h))
-        })
+        amx::active().map_or(PanelKernel::Vnni, |h| PanelKernel::Amx(Unit::Hardware(h)))
     }
 }
 
@@ -167,213 +154,29 @@ pub(crate) unsafe fn gemm_interleaved_with(
 
 fn gemm_from(kernel: PanelKernel, f: Format, a: Weights, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
-    // AMX's unit and tile shapes for a full group of columns and for the
-    // last, where the tiles take the format's blocks
-    let full_cols = AMX_C.min(n);
-    let amx = match kernel {
-        PanelKernel::Vnni => None,
-        PanelKernel::Amx(unit) => {
-            let full = panel_amx::config(full_cols, f.qb);
-            let last = match n % AMX_C {
-                0 => full,
-                cols => panel_amx::config(cols, f.qb),
-            };
-            full.zip(last).map(|(full, last)| (unit, full, last))
-        }
-    };
-    let cols_per_tile = if amx.is_some() { AMX_C } else { PANEL_C };
-    // AMX takes the columns' codes one column after another
-    let acts_tile = if amx.is_some() { 1 } else { PANEL_C };
-    let k = match a {
-        Weights::Rows(rows) => rows.k,
-        Weights::Interleaved { k, .. } => k,
-    };
-    // bytes of one row's chunk of values in ggml's layout
-    let chunk_row_bytes = |len: usize| len / f.dtype.block_size() * f.dtype.type_size();
-    with_scratch(&ACTS, qacts_len(n, k, f.qb, acts_tile), |buf| {
-        let acts = quantize_acts(b, k, f, acts_tile, 1, buf);
+    let product = Product::new(kernel, f.qb, n);
+    let k = a.k();
+    with_scratch(&ACTS, qacts_len(n, k, f.qb, product.acts_tile()), |buf| {
+        let acts = quantize_acts(b, k, f, product.acts_tile(), 1, buf);
         let acts = &acts;
         let panels = m.div_ceil(PANEL_R);
-        let tiles = n.div_ceil(cols_per_tile);
+        let tiles = n.div_ceil(product.cols);
         let (groups, per_group) = column_split(panels, tiles);
-        let nblk = k / f.qb;
         let kc = PANEL_KC.min(k);
-        let sb = kc / f.qb;
+        let decodes = a.decodes(f.dtype);
         team::for_each(panels * groups, |task| {
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
-            let need = PANEL_R * kc + 2 * PANEL_R * sb * 4 + 16 * kc + 2 * sb * 4 + 3 * 64;
-            with_scratch(&PANEL, need, |pb| {
-                let (pcodes, rest) = pb.split_at_mut(PANEL_R * kc);
-                let pad = rest.as_ptr().align_offset(64);
-                let rest = &mut rest[pad..];
-                let (scales, rest) = rest.split_at_mut(2 * PANEL_R * sb * 4);
-                // SAFETY: aligned f32 region.
-                let scales = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        scales.as_mut_ptr() as *mut f32,
-                        2 * PANEL_R * sb,
-                    )
-                };
-                let (pdw, pmw) = scales.split_at_mut(PANEL_R * sb);
-                let (tcodes, rest) = rest.split_at_mut(16 * kc);
-                let pad = rest.as_ptr().align_offset(4);
-                let rest = &mut rest[pad..];
-                // SAFETY: aligned f32 region.
-                let tscales = unsafe {
-                    std::slice::from_raw_parts_mut(rest.as_mut_ptr() as *mut f32, 2 * sb)
-                };
-                let (tdw, tmw) = tscales.split_at_mut(sb);
+            let group = g * per_group..((g + 1) * per_group).min(tiles);
+            with_panel(kc, f.qb, decodes, |panel| {
                 for v0 in (0..k).step_by(kc) {
                     let len = kc.min(k - v0);
-                    let nb = len / f.qb;
-                    match a {
-                        Weights::Interleaved { layout, ptr, k } => {
-                            let group_bytes = GROUP_ROWS * chunk_row_bytes(k);
-                            let blk0 = v0 / f.dtype.block_size();
-                            let mut groups = [std::ptr::null::<u8>(); PANEL_R / GROUP_ROWS];
-                            for (g, p) in groups.iter_mut().enumerate().take(rows / GROUP_ROWS) {
-                                let at = (i0 / GROUP_ROWS + g) * group_bytes
-                                    + blk0 * layout.group_block_bytes();
-                                *p = ptr.wrapping_add(at);
-                            }
-                            // SAFETY: the non-null groups hold blocks blk0..
-                            // blk0 + nb; the panel holds nb blocks of 32 rows.
-                            unsafe {
-                                interleaved_panel(
-                                    layout,
-                                    &groups,
-                                    nb,
-                                    pcodes.as_mut_ptr(),
-                                    pdw.as_mut_ptr(),
-                                    pmw.as_mut_ptr(),
-                                )
-                            };
-                        }
-                        Weights::Rows(a) => {
-                            // the panel's rows, and the first of their values there
-                            let (rows_at, first) = (
-                                WeightRows {
-                                    ptr: a.row(i0),
-                                    ..a
-                                },
-                                v0,
-                            );
-                            // interleave the codes of the panel's rows, four bytes at a time
-                            if matches!(f.dtype, DType::Q8_0 | DType::Q4_0) {
-                                let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
-                                for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
-                                    *q = rows_at.row(r);
-                                }
-                                // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb;
-                                // the panel holds nb blocks of 32 rows.
-                                unsafe {
-                                    repack_panel(
-                                        f.dtype == DType::Q4_0,
-                                        &ptrs,
-                                        first / f.qb,
-                                        nb,
-                                        pcodes.as_mut_ptr(),
-                                        pdw.as_mut_ptr(),
-                                    )
-                                };
-                            } else {
-                                // decode 16 rows at a time, then interleave them with
-                                // 16 x 16 dword transposes
-                                for half in 0..2 {
-                                    for i in 0..16 {
-                                        let r = half * 16 + i;
-                                        let codes = &mut tcodes[i * len..(i + 1) * len];
-                                        if r < rows {
-                                            // SAFETY: row i0 + r < m, values v0..v0+len exist.
-                                            unsafe {
-                                                decode(
-                                                    f,
-                                                    rows_at.row(r),
-                                                    first,
-                                                    codes,
-                                                    &mut tdw[..nb],
-                                                    &mut tmw[..nb],
-                                                )
-                                            };
-                                        } else {
-                                            codes.fill(0);
-                                            tdw[..nb].fill(0.0);
-                                            tmw[..nb].fill(0.0);
-                                        }
-                                        for blk in 0..nb {
-                                            pdw[blk * PANEL_R + r] = tdw[blk];
-                                            pmw[blk * PANEL_R + r] = tmw[blk];
-                                        }
-                                    }
-                                    // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
-                                    // the panel holds len / 4 steps of 32 rows.
-                                    unsafe {
-                                        interleave16(
-                                            tcodes.as_ptr(),
-                                            len,
-                                            pcodes.as_mut_ptr(),
-                                            half,
-                                        )
-                                    };
-                                }
-                            }
-                        }
-                    }
-                    let blk0 = v0 / f.qb;
-                    let t_end = ((g + 1) * per_group).min(tiles);
-                    for t in g * per_group..t_end {
-                        let j0 = t * cols_per_tile;
-                        let nc = cols_per_tile.min(n - j0);
-                        let mut tile = [[0f32; PANEL_R]; AMX_C];
-                        let tile = &mut tile;
-                        match amx {
-                            None => {
-                                let xcodes = acts.codes[(t * k + v0) * PANEL_C..].as_ptr();
-                                let xo = (t * nblk + blk0) * PANEL_C;
-                                let mut four = [[0f32; PANEL_R]; PANEL_C];
-                                // SAFETY: the panel and the tile hold nb blocks.
-                                unsafe {
-                                    panel_vnni(
-                                        &f,
-                                        nb,
-                                        pcodes.as_ptr(),
-                                        pdw.as_ptr(),
-                                        pmw.as_ptr(),
-                                        xcodes,
-                                        acts.d[xo..].as_ptr(),
-                                        acts.bias[xo..].as_ptr(),
-                                        acts.sx[xo..].as_ptr(),
-                                        &mut four,
-                                    )
-                                };
-                                tile[..PANEL_C].copy_from_slice(&four);
-                            }
-                            Some((unit, full, last)) => {
-                                let config = if nc == full_cols { &full } else { &last };
-                                let chunk = PanelChunk {
-                                    f: &f,
-                                    nb,
-                                    codes: pcodes.as_ptr(),
-                                    dw: pdw.as_ptr(),
-                                    mw: pmw.as_ptr(),
-                                };
-                                let x = ColumnActs {
-                                    codes: acts.codes[j0 * k..].as_ptr(),
-                                    k,
-                                    d: acts.d[j0 * nblk..].as_ptr(),
-                                    bias: acts.bias[j0 * nblk..].as_ptr(),
-                                    sx: acts.sx[j0 * nblk..].as_ptr(),
-                                    nblk,
-                                };
-                                // SAFETY: AMX was chosen for its unit; the
-                                // configuration is that of nc columns; the
-                                // chunk holds nb blocks, the columns blk0..
-                                // blk0 + nb.
-                                unsafe { unit.product(config, &chunk, &x, blk0, nc, tile) }
-                            }
-                        }
+                    fill(&f, a, i0, rows, v0, len, panel);
+                    for t in group.clone() {
+                        let j0 = t * product.cols;
+                        let nc = product.cols.min(n - j0);
+                        let tile = product.multiply(&f, panel, len / f.qb, acts, t, v0, nc);
                         for (c, col) in tile.iter().enumerate().take(nc) {
                             // SAFETY: output column j0 + c holds m values; rows
                             // i0..i0+rows of the tile's columns are this task's.
@@ -393,4 +196,248 @@ fn gemm_from(kernel: PanelKernel, f: Format, a: Weights, m: usize, b: &Cols<f32>
             });
         });
     });
+}
+
+impl Weights {
+    /// Values a row.
+    fn k(self) -> usize {
+        match self {
+            Weights::Rows(rows) => rows.k,
+            Weights::Interleaved { k, .. } => k,
+        }
+    }
+
+    /// Whether the panel's rows are decoded into scratch first: ggml's
+    /// rows of the types whose blocks do not go into the panel directly.
+    fn decodes(self, dtype: DType) -> bool {
+        matches!(self, Weights::Rows(_)) && !matches!(dtype, DType::Q8_0 | DType::Q4_0)
+    }
+}
+
+/// A task's panel for one chunk of values: 32 rows' codes interleaved
+/// four bytes at a time, and their scales and mins (`[block][row]`); and,
+/// where the rows are decoded first, 16 rows' codes, scales and mins.
+struct Panel<'a> {
+    codes: &'a mut [u8],
+    dw: &'a mut [f32],
+    mw: &'a mut [f32],
+    decoded: &'a mut [u8],
+    decoded_dw: &'a mut [f32],
+    decoded_mw: &'a mut [f32],
+}
+
+/// Runs `f` on this thread's panel for chunks of `kc` values in blocks
+/// of `qb`, with room to decode rows into if `decodes`.
+fn with_panel<R>(kc: usize, qb: usize, decodes: bool, f: impl FnOnce(&mut Panel) -> R) -> R {
+    let sb = kc / qb;
+    let (decoded, decoded_sb) = if decodes { (16 * kc, sb) } else { (0, 0) };
+    with_scratch(&PANEL, PANEL_R * kc + decoded, |bytes| {
+        with_scratch(&PANEL_SCALES, 2 * PANEL_R * sb + 2 * decoded_sb, |floats| {
+            let (codes, decoded) = bytes.split_at_mut(PANEL_R * kc);
+            let (dw, rest) = floats.split_at_mut(PANEL_R * sb);
+            let (mw, rest) = rest.split_at_mut(PANEL_R * sb);
+            let (decoded_dw, decoded_mw) = rest.split_at_mut(decoded_sb);
+            f(&mut Panel {
+                codes,
+                dw,
+                mw,
+                decoded,
+                decoded_dw,
+                decoded_mw,
+            })
+        })
+    })
+}
+
+/// Fills `panel` with rows `i0..i0 + rows` (at most 32), values
+/// `v0..v0 + len` (whole blocks), of `a` in format `f`.
+fn fill(f: &Format, a: Weights, i0: usize, rows: usize, v0: usize, len: usize, panel: &mut Panel) {
+    let nb = len / f.qb;
+    match a {
+        Weights::Interleaved { layout, ptr, k } => {
+            let row_bytes = k / f.dtype.block_size() * f.dtype.type_size();
+            let group_bytes = GROUP_ROWS * row_bytes;
+            let blk0 = v0 / f.dtype.block_size();
+            let mut groups = [std::ptr::null::<u8>(); PANEL_R / GROUP_ROWS];
+            for (g, p) in groups.iter_mut().enumerate().take(rows / GROUP_ROWS) {
+                let at = (i0 / GROUP_ROWS + g) * group_bytes + blk0 * layout.group_block_bytes();
+                *p = ptr.wrapping_add(at);
+            }
+            // SAFETY: the non-null groups hold blocks blk0..blk0 + nb; the
+            // panel holds nb blocks of 32 rows.
+            unsafe {
+                interleaved_panel(
+                    layout,
+                    &groups,
+                    nb,
+                    panel.codes.as_mut_ptr(),
+                    panel.dw.as_mut_ptr(),
+                    panel.mw.as_mut_ptr(),
+                )
+            };
+        }
+        Weights::Rows(matrix) if a.decodes(f.dtype) => {
+            // decode 16 rows at a time, then interleave them with 16 x 16
+            // dword transposes
+            for half in 0..2 {
+                for i in 0..16 {
+                    let r = half * 16 + i;
+                    let codes = &mut panel.decoded[i * len..(i + 1) * len];
+                    let (dw, mw) = (&mut panel.decoded_dw[..nb], &mut panel.decoded_mw[..nb]);
+                    if r < rows {
+                        // SAFETY: row i0 + r < m, values v0..v0 + len exist.
+                        unsafe { decode(*f, matrix.row(i0 + r), v0, codes, dw, mw) };
+                    } else {
+                        codes.fill(0);
+                        dw.fill(0.0);
+                        mw.fill(0.0);
+                    }
+                    for blk in 0..nb {
+                        panel.dw[blk * PANEL_R + r] = dw[blk];
+                        panel.mw[blk * PANEL_R + r] = mw[blk];
+                    }
+                }
+                // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
+                // the panel holds len / 4 steps of 32 rows.
+                unsafe {
+                    interleave16(panel.decoded.as_ptr(), len, panel.codes.as_mut_ptr(), half)
+                };
+            }
+        }
+        Weights::Rows(matrix) => {
+            let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
+            for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
+                *q = matrix.row(i0 + r);
+            }
+            // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb; the
+            // panel holds nb blocks of 32 rows.
+            unsafe {
+                repack_panel(
+                    f.dtype == DType::Q4_0,
+                    &ptrs,
+                    v0 / f.qb,
+                    nb,
+                    panel.codes.as_mut_ptr(),
+                    panel.dw.as_mut_ptr(),
+                )
+            };
+        }
+    }
+}
+
+/// How a panel chunk is multiplied by the columns: `cols` at a time, by
+/// `vpdpbusd` or on AMX tiles.
+struct Product {
+    cols: usize,
+    amx: Option<AmxTiles>,
+}
+
+/// The tile unit and its shapes for a full group of columns and for the
+/// last group (where the tiles take the format's blocks).
+struct AmxTiles {
+    unit: Unit,
+    full_cols: usize,
+    full: TileConfig,
+    last: TileConfig,
+}
+
+impl Product {
+    /// `kernel`'s product for `n` columns of blocks of `qb` values; VNNI
+    /// where the tiles cannot take the blocks.
+    fn new(kernel: PanelKernel, qb: usize, n: usize) -> Product {
+        let amx = match kernel {
+            PanelKernel::Vnni => None,
+            PanelKernel::Amx(unit) => {
+                let full_cols = AMX_C.min(n);
+                let full = panel_amx::config(full_cols, qb);
+                let last = match n % AMX_C {
+                    0 => full,
+                    cols => panel_amx::config(cols, qb),
+                };
+                full.zip(last).map(|(full, last)| AmxTiles {
+                    unit,
+                    full_cols,
+                    full,
+                    last,
+                })
+            }
+        };
+        let cols = if amx.is_some() { AMX_C } else { PANEL_C };
+        Product { cols, amx }
+    }
+
+    /// Columns a tile of the quantised activations (AMX takes them one
+    /// column after another).
+    fn acts_tile(&self) -> usize {
+        if self.amx.is_some() { 1 } else { PANEL_C }
+    }
+
+    /// The panel's `nb` blocks from value `v0` on times the `nc` columns
+    /// of tile `t`: `[column][row]`.
+    #[allow(clippy::too_many_arguments)]
+    fn multiply(
+        &self,
+        f: &Format,
+        panel: &Panel,
+        nb: usize,
+        acts: &QActs,
+        t: usize,
+        v0: usize,
+        nc: usize,
+    ) -> [[f32; PANEL_R]; AMX_C] {
+        let (k, nblk) = (acts.k(), acts.nblk());
+        let blk0 = v0 / f.qb;
+        let mut tile = [[0f32; PANEL_R]; AMX_C];
+        match &self.amx {
+            None => {
+                let xcodes = acts.codes[(t * k + v0) * PANEL_C..].as_ptr();
+                let xo = (t * nblk + blk0) * PANEL_C;
+                let mut four = [[0f32; PANEL_R]; PANEL_C];
+                // SAFETY: the panel and the tile hold nb blocks.
+                unsafe {
+                    panel_vnni(
+                        f,
+                        nb,
+                        panel.codes.as_ptr(),
+                        panel.dw.as_ptr(),
+                        panel.mw.as_ptr(),
+                        xcodes,
+                        acts.d[xo..].as_ptr(),
+                        acts.bias[xo..].as_ptr(),
+                        acts.sx[xo..].as_ptr(),
+                        &mut four,
+                    )
+                };
+                tile[..PANEL_C].copy_from_slice(&four);
+            }
+            Some(amx) => {
+                let j0 = t * AMX_C;
+                let config = if nc == amx.full_cols {
+                    &amx.full
+                } else {
+                    &amx.last
+                };
+                let chunk = PanelChunk {
+                    f,
+                    nb,
+                    codes: panel.codes.as_ptr(),
+                    dw: panel.dw.as_ptr(),
+                    mw: panel.mw.as_ptr(),
+                };
+                let x = ColumnActs {
+                    codes: acts.codes[j0 * k..].as_ptr(),
+                    k,
+                    d: acts.d[j0 * nblk..].as_ptr(),
+                    bias: acts.bias[j0 * nblk..].as_ptr(),
+                    sx: acts.sx[j0 * nblk..].as_ptr(),
+                    nblk,
+                };
+                // SAFETY: AMX was chosen for its unit; the configuration is
+                // that of nc columns; the chunk holds nb blocks, the columns
+                // blk0..blk0 + nb.
+                unsafe { on_unit(amx.unit, config, &chunk, &x, blk0, nc, &mut tile) }
+            }
+        }
+        tile
+    }
 }
