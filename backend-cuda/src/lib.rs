@@ -56,6 +56,24 @@ use ggraph_gpu::GpuDevice;
 pub use libraries::{cublas_present, driver_present, nvrtc_present};
 pub use runtime::CudaRuntime;
 
+/// Compiles the kernel source with NVRTC for `target` (`sm_90` gives a
+/// cubin, `compute_80` PTX), as a device of that architecture would at its
+/// first kernel: no driver or GPU needed, only NVRTC. The error carries
+/// NVRTC's log.
+pub fn compile_kernels(target: &str) -> std::result::Result<Vec<u8>, String> {
+    let source = ggraph_gpu::source::full_source(ggraph_gpu::source::COMPAT_CUDA);
+    nvrtc::compile(
+        &source,
+        &runtime::compile_options(target),
+        target.starts_with("sm_"),
+    )
+}
+
+/// NVRTC's version (`12.8`), where the library is present.
+pub fn nvrtc_version() -> Option<String> {
+    nvrtc::version()
+}
+
 /// The CUDA devices of this machine, found once per process; empty
 /// without a driver or a GPU.
 pub fn devices() -> Vec<Arc<GpuDevice>> {

@@ -116,6 +116,14 @@ impl CudaRuntime {
     }
 }
 
+/// NVRTC's options for `target` (`sm_90`, `compute_80`).
+pub(crate) fn compile_options(target: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={target}"),
+        "-DNDEBUG".to_string(),
+    ]
+}
+
 impl Runtime for CudaRuntime {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -316,10 +324,7 @@ impl Runtime for CudaRuntime {
         let version = nvrtc::version().unwrap_or_else(|| "unknown".into());
         let mut errors = Vec::new();
         for target in self.targets() {
-            let options = vec![
-                format!("--gpu-architecture={target}"),
-                "-DNDEBUG".to_string(),
-            ];
+            let options = compile_options(&target);
             let cubin = target.starts_with("sm_");
             let image =
                 kernel_cache::load_or_compile("CUDA", &target, &source, &options, &version, || {
