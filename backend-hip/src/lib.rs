@@ -56,17 +56,10 @@ impl BackendRegistration for Registration {
     }
 
     fn devices(&self) -> Vec<Arc<dyn Device>> {
-        #[cfg(feature = "hip")]
-        {
-            devices()
-                .into_iter()
-                .map(|d| d as Arc<dyn Device>)
-                .collect()
-        }
-        #[cfg(not(feature = "hip"))]
-        {
-            Vec::new()
-        }
+        devices()
+            .into_iter()
+            .map(|d| d as Arc<dyn Device>)
+            .collect()
     }
 }
 
@@ -74,10 +67,16 @@ impl BackendRegistration for Registration {
 pub use runtime::HipRuntime;
 
 /// The HIP devices of this machine, found once per process; empty without
-/// an AMD GPU.
-#[cfg(feature = "hip")]
+/// an AMD GPU, and in a build without the feature `hip`.
 pub fn devices() -> Vec<Arc<ggraph_gpu::GpuDevice>> {
-    ggraph_gpu::discovery::devices::<driver::HipDriver>()
+    #[cfg(feature = "hip")]
+    {
+        ggraph_gpu::discovery::devices::<driver::HipDriver>()
+    }
+    #[cfg(not(feature = "hip"))]
+    {
+        Vec::new()
+    }
 }
 
 /// Whether the HIP runtime is compiled into this build.

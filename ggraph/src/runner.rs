@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use ggraph_core::backend::weight_buffer_type_names;
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
-use ggraph_model::arch::ModelConfig;
+use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, DecodeError, Recovery};
+use ggraph_model::context::{Context, ContextParams, DecodeError, Recovery};
 use ggraph_model::desc::ModelDesc;
+use ggraph_model::loaded::Model;
 use ggraph_model::make::{make_vocab, vocab_header};
 
 /// The shapes [`preset`] knows.
@@ -454,4 +455,57 @@ pub fn random_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<i32> {
 pub fn open_model(path: &str) -> Result<ModelDesc> {
     let file = ggraph_model::gguf::ModelFile::open(path)?;
     ModelDesc::from_file(file)
+}
+
+/// A phase of [`measure_speed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The timed prompt decode.
+    Prompt,
+    /// The timed generation.
+    Generation,
+}
+
+/// Prompt and generation tokens/s of `model` as llama-bench measures them
+/// (`-p n_prompt -n n_gen -fa 1`): `n_prompt` tokens decoded as one batch
+/// into an empty cache, after one untimed decode of the same batch (the
+/// compute memory is touched and the graph built before the clock
+/// starts); then, in another empty context, one token and `n_gen` more
+/// decoded one at a time, the first untimed. `around(phase, true)` is
+/// called just before each timed phase and `around(phase, false)` just
+/// after it (a profiler's start and report).
+pub fn measure_speed(
+    model: &Arc<Model>,
+    n_prompt: usize,
+    n_gen: usize,
+    around: &mut dyn FnMut(Phase, bool),
+) -> Result<(f64, f64)> {
+    let n_vocab = model.config.n_vocab;
+    let context = |n_ctx: usize| {
+        Context::new(
+            model.clone(),
+            ContextParams {
+                n_ctx,
+                n_batch: n_prompt.max(1),
+                n_ubatch: n_prompt.max(1),
+                attention: Attention::Flash,
+                ..ContextParams::default()
+            },
+        )
+    };
+    let failed = |e: DecodeError| Error::InvalidArgument(e.to_string());
+    let prompt = random_prompt(n_prompt, n_vocab, 7);
+    let mut pp_ctx = context(n_prompt + 1)?;
+    generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
+    pp_ctx.clear_cache();
+    around(Phase::Prompt, true);
+    let pp = generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
+    around(Phase::Prompt, false);
+    drop(pp_ctx);
+    let first = random_prompt(1, n_vocab, 9);
+    let mut tg_ctx = context(n_gen + 2)?;
+    around(Phase::Generation, true);
+    let tg = generate(&mut tg_ctx, &first, n_gen + 1).map_err(failed)?;
+    around(Phase::Generation, false);
+    Ok((pp.prompt_tokens_per_s(), tg.gen_tokens_per_s()))
 }

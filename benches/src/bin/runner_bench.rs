@@ -21,12 +21,12 @@
 use std::sync::Arc;
 
 use ggraph::backend::Device;
-use ggraph::context::{Context, ContextParams};
-use ggraph::model::arch::{ARCHITECTURES, Attention, ModelConfig};
+use ggraph::model::arch::{ARCHITECTURES, ModelConfig};
 use ggraph::model::desc::ModelDesc;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::make::{make_vocab, model_gguf};
 use ggraph::model::placement::PlacementOptions;
+use ggraph::runner::Phase;
 use ggraph::{DType, runner};
 use ggraph_benches::cpu_timing::print_memory_bandwidth;
 use ggraph_benches::llama_bench::llama_bench as run_llama_bench;
@@ -65,50 +65,27 @@ fn run_desc(
         LoadMode::Real,
         None,
     )?);
-    let context = |n_ctx: usize| {
-        Context::new(
-            model.clone(),
-            ContextParams {
-                n_ctx,
-                n_batch: n_prompt.max(1),
-                n_ubatch: n_prompt.max(1),
-                attention: Attention::Flash,
-                ..ContextParams::default()
-            },
-        )
-    };
-    let failed = |e: ggraph::context::DecodeError| ggraph::Error::InvalidArgument(e.to_string());
-    let prompt = runner::random_prompt(n_prompt, desc.config.n_vocab, 7);
     let profile = std::env::args().any(|a| a == "--profile");
-    let mut pp_ctx = context(n_prompt + 1)?;
-    runner::generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
-    pp_ctx.clear_cache();
-    if profile {
-        ggraph_cpu::profile::start();
-    }
-    let pp = runner::generate(&mut pp_ctx, &prompt, 1).map_err(failed)?;
-    if profile {
+    runner::measure_speed(&model, n_prompt, n_gen, &mut |phase, starts| {
+        if !profile {
+            return;
+        }
+        if starts {
+            ggraph_cpu::profile::start();
+            return;
+        }
+        let name = match phase {
+            Phase::Prompt => "prompt",
+            Phase::Generation => {
+                ggraph_cpu::profile::stop();
+                "generation"
+            }
+        };
         println!(
-            "prompt, {shape} {weights}:\n{}",
+            "{name}, {shape} {weights}:\n{}",
             ggraph_cpu::profile::report(12)
         );
-    }
-    // generation: the first token alone, then n_gen more, each from the
-    // last; the first step is not timed (generate times only the rest)
-    let first = runner::random_prompt(1, desc.config.n_vocab, 9);
-    let mut tg_ctx = context(n_gen + 2)?;
-    if profile {
-        ggraph_cpu::profile::start();
-    }
-    let tg = runner::generate(&mut tg_ctx, &first, n_gen + 1).map_err(failed)?;
-    if profile {
-        ggraph_cpu::profile::stop();
-        println!(
-            "generation, {shape} {weights}:\n{}",
-            ggraph_cpu::profile::report(12)
-        );
-    }
-    Ok((pp.prompt_tokens_per_s(), tg.gen_tokens_per_s()))
+    })
 }
 
 /// The value after `--name`, if given.

@@ -2,54 +2,98 @@
 //! no Rust. Build it anywhere (`cargo build --release -p ggraph --bin
 //! gpu-check`), copy the binary over, run it (or `scripts/gpu-check`).
 //!
-//! For every CUDA and HIP device found it prints the device (name, memory,
-//! compute capability or architecture), runs the conformance suite (a
-//! summary per op), a small llama model against the f64 reference, and
-//! the mul_mat bench (GFLOP/s for weights 4096x14336 and 4096x4096, n = 1,
-//! 8, 32, 512, F32, F16 and every quantised type). Exits non-zero on any
-//! failure, and with 2 when there is no GPU at all.
+//! For every CUDA and HIP device found (and wgpu's adapters with
+//! `--backends wgpu`) it prints the device (name, memory, compute
+//! capability or architecture), then runs each part asked for:
+//! - `checks`: the conformance suite (a summary per op), a small llama
+//!   model against the f64 reference, a llama block split between the CPU
+//!   and the device by the scheduler;
+//! - `bandwidth`: the device's copy bandwidth (ggraph's copy kernel and the
+//!   driver's copy), the limit of generation;
+//! - `bench`: the mul_mat bench (GFLOP/s for weights 4096x14336 and
+//!   4096x4096, n = 1, 8, 32, 512, F32, F16 and every quantised type), with
+//!   cuBLAS's own GEMM beside F32 and F16;
+//! - `runner`: the llama runner with every layer on the device (prompt 512
+//!   and generation 128 tokens/s, `small` and `8b-4l` shapes, F16 and
+//!   Q4_0), and the bandwidth generation uses.
 //!
-//! Usage: gpu-check [--no-bench] [--bench-only] [--reps N] [--types T,T] [--emulator]
+//! Exits non-zero on any failure, and with 2 when there is no device.
+//!
+//! Usage: gpu-check [--parts checks,bandwidth,bench,runner] [--backends cuda,hip,wgpu]
+//! [--reps N] [--types T,T] [--shapes S,S] [--runner-types T,T] [--emulator]
 //! (`--help` says more; `--emulator` needs the feature `emulator`: it adds
-//! the host emulator of the GPU kernels, with small bench shapes, to check
-//! this program itself without a GPU)
+//! the host emulator of the GPU kernels, with small shapes, to check this
+//! program itself without a GPU)
+
+mod bench;
+mod checks;
+mod raw;
+mod runner;
+
+/// The sample llama graph of `ggraph devices`, run here on every GPU.
+#[path = "../../cli/devices_sample.rs"]
+mod devices_sample;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use clap_complete::Shell;
-use ggraph::backend::{BackendRegistration, BufferUsage, Device};
-use ggraph::ir::{GraphBuilder, TensorData};
+use ggraph::backend::{BackendRegistration, Device};
 use ggraph::logs::Verbosity;
-use ggraph::util::Rng;
 use ggraph::util::format_bytes;
-use ggraph::{DType, Result, logs, quant, tool, values};
+use ggraph::{DType, logs, tool, values};
 use ggraph_conformance as conformance;
-
-/// The sample llama graph of `ggraph devices`, run here on every GPU.
-#[path = "../cli/devices_sample.rs"]
-mod devices_sample;
+use ggraph_gpu::GpuDevice;
 
 use devices_sample::Sample;
 
+/// What gpu-check runs on each device, in this order.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    /// The conformance suite, the sample llama graph and a llama block
+    /// split between the CPU and the device
+    Checks,
+    /// The device's copy bandwidth
+    Bandwidth,
+    /// The mul_mat bench, with cuBLAS beside F32 and F16
+    Bench,
+    /// The llama runner with every layer on the device
+    Runner,
+}
+
+/// The device families gpu-check looks for.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// CUDA (driver, NVRTC and cuBLAS loaded at run time)
+    Cuda,
+    /// HIP (a build with the feature `hip`)
+    Hip,
+    /// wgpu's adapters (Vulkan, Metal, DX12)
+    Wgpu,
+}
+
 /// gpu-check: the checks that need a GPU
 ///
-/// For every CUDA and HIP device found: the device (name, memory, compute
-/// capability or architecture), the conformance suite (a summary per op),
-/// a small llama model against the f64 reference, a llama block split
-/// between the CPU and the GPU, and the mul_mat bench. Exits 1 on any
-/// failure, 2 when there is no GPU at all.
+/// For every CUDA and HIP device found (wgpu's adapters with `--backends
+/// wgpu`): the device (name, memory, compute capability or architecture),
+/// then the parts asked for: the conformance suite, a small llama model
+/// against the f64 reference and a llama block split between the CPU and
+/// the GPU (`checks`); the copy bandwidth (`bandwidth`); the mul_mat bench
+/// with cuBLAS beside it (`bench`); the llama runner on the GPU
+/// (`runner`). Exits 1 on any failure, 2 when there is no device.
 #[derive(Parser, Debug)]
 #[command(name = "gpu-check", version)]
 struct Options {
-    /// Skip the mul_mat bench
-    #[arg(long = "no-bench")]
-    no_bench: bool,
-    /// Only the mul_mat bench
-    #[arg(long = "bench-only")]
-    bench_only: bool,
+    /// The parts to run, comma-separated
+    #[arg(long, value_name = "PART,PART", value_delimiter = ',', value_enum,
+          default_values_t = [Part::Checks, Part::Bandwidth, Part::Bench, Part::Runner])]
+    parts: Vec<Part>,
+    /// The device families to look for, comma-separated
+    #[arg(long, value_name = "B,B", value_delimiter = ',', value_enum,
+          default_values_t = [Backend::Cuda, Backend::Hip])]
+    backends: Vec<Backend>,
     /// Repetitions of each bench cell
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = values::positive)]
     reps: usize,
@@ -57,8 +101,22 @@ struct Options {
     /// F16 and every quantised type]
     #[arg(long, value_name = "T,T", value_delimiter = ',', value_parser = values::dtype)]
     types: Vec<DType>,
+    /// Model shapes of the runner, comma-separated: tiny, small, 8b-4l
+    /// [default: small,8b-4l; tiny on the emulator]
+    #[arg(long, value_name = "S,S", value_delimiter = ',', value_parser = shape)]
+    shapes: Vec<String>,
+    /// Weight types of the runner, comma-separated
+    #[arg(long = "runner-types", value_name = "T,T", value_delimiter = ',',
+          value_parser = values::dtype, default_values_t = [DType::F16, DType::Q4_0])]
+    runner_types: Vec<DType>,
+    /// Prompt tokens of the runner [default: 512; 32 on the emulator]
+    #[arg(long, value_name = "N", value_parser = values::positive)]
+    prompt: Option<usize>,
+    /// Generated tokens of the runner [default: 128; 8 on the emulator]
+    #[arg(long = "gen", value_name = "N", value_parser = values::positive)]
+    generation: Option<usize>,
     /// Add the host emulator of the GPU kernels (a build with the feature
-    /// `emulator`), with small bench shapes
+    /// `emulator`), with small shapes
     #[arg(long)]
     emulator: bool,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
@@ -68,17 +126,63 @@ struct Options {
     log: Verbosity,
 }
 
-fn gpu_devices(o: &Options) -> Vec<Arc<dyn Device>> {
-    let mut devs: Vec<Arc<dyn Device>> = Vec::new();
-    devs.extend(ggraph_cuda::Registration.devices());
-    devs.extend(ggraph_hip::Registration.devices());
+fn shape(s: &str) -> Result<String, String> {
+    ggraph::runner::preset(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// One device under test; `engine` for CUDA, HIP and the emulator (the
+/// raw runtime calls the bench compares with).
+struct Gpu {
+    device: Arc<dyn Device>,
+    engine: Option<Arc<GpuDevice>>,
+}
+
+impl Gpu {
+    fn engine(d: Arc<GpuDevice>) -> Gpu {
+        Gpu {
+            device: d.clone(),
+            engine: Some(d),
+        }
+    }
+
+    /// The emulator: small shapes everywhere.
+    fn small(&self) -> bool {
+        self.device.name().starts_with("emu")
+    }
+}
+
+fn gpus(o: &Options) -> Vec<Gpu> {
+    let mut gpus: Vec<Gpu> = Vec::new();
+    if o.backends.contains(&Backend::Cuda) {
+        gpus.extend(ggraph_cuda::devices().into_iter().map(Gpu::engine));
+    }
+    if o.backends.contains(&Backend::Hip) {
+        gpus.extend(ggraph_hip::devices().into_iter().map(Gpu::engine));
+    }
+    if o.backends.contains(&Backend::Wgpu) {
+        gpus.extend(
+            ggraph_wgpu::Registration
+                .devices()
+                .into_iter()
+                .map(|device| Gpu {
+                    device,
+                    engine: None,
+                }),
+        );
+    }
     if o.emulator {
         #[cfg(feature = "emulator")]
-        devs.push(ggraph_gpu::emulator::EmuRuntime::device(0, 4 << 30, true));
+        gpus.push(Gpu::engine(ggraph_gpu::emulator::EmuRuntime::device(
+            0,
+            4 << 30,
+            true,
+        )));
         #[cfg(not(feature = "emulator"))]
         eprintln!("--emulator: this build has no emulator (build with --features emulator)");
     }
-    devs
+    gpus
 }
 
 fn main() -> ExitCode {
@@ -99,38 +203,41 @@ fn main() -> ExitCode {
             "not compiled in (feature hip)"
         },
     );
-    let devs = gpu_devices(&o);
-    if devs.is_empty() {
-        println!("no CUDA or HIP device found");
+    let gpus = gpus(&o);
+    if gpus.is_empty() {
+        println!("no device found ({:?})", o.backends);
         return ExitCode::from(2);
     }
     println!(
         "\n{:<8} {:>11} {:>11}  description",
         "device", "free", "total"
     );
-    for d in &devs {
-        let m = d.memory();
+    for g in &gpus {
+        let m = g.device.memory();
         println!(
             "{:<8} {:>11} {:>11}  {}",
-            d.name(),
+            g.device.name(),
             format_bytes(m.free_bytes),
             format_bytes(m.total_bytes),
-            d.description()
+            g.device.description()
         );
     }
+    let part = |p: Part| o.parts.contains(&p);
     // the sample graphs and their f64 references, made once for every GPU
-    let samples: Vec<(DType, ggraph::Result<Sample>)> = if o.bench_only {
-        Vec::new()
-    } else {
+    let samples: Vec<(DType, ggraph::Result<Sample>)> = if part(Part::Checks) {
         [DType::F16, DType::Q8_0, DType::Q4_K]
             .into_iter()
             .map(|w| (w, Sample::new(w)))
             .collect()
+    } else {
+        Vec::new()
     };
     let mut failed = false;
-    for d in &devs {
+    for g in &gpus {
+        let d = &g.device;
+        let small = g.small();
         println!("\n==== {} ({})", d.name(), d.description());
-        if !o.bench_only {
+        if part(Part::Checks) {
             let start = Instant::now();
             let report = conformance::run(d);
             print!("{}", report.summary());
@@ -138,15 +245,55 @@ fn main() -> ExitCode {
             if report.check().is_err() {
                 failed = true;
             }
-            failed |= !llama_block(d, &samples);
-            failed |= !mixed_cpu_gpu_llama(d);
+            failed |= !checks::llama_block(d, &samples);
+            failed |= !checks::mixed_cpu_gpu_llama(d);
         }
-        if !o.no_bench {
-            let small = d.name().starts_with("emu");
-            if let Err(e) = bench(d, &o.types, o.reps, small) {
-                println!("mul_mat bench failed: {e}");
-                failed = true;
+        let mut limit = None;
+        if part(Part::Bandwidth) {
+            let bytes = if small { 16 << 20 } else { 1 << 30 };
+            match bench::bandwidth(d, g.engine.as_deref(), bytes, o.reps) {
+                Ok(b) => {
+                    println!(
+                        "\ncopy bandwidth on {} ({} copied, read + written): copy kernel {} GB/s, driver's copy {}",
+                        d.name(),
+                        format_bytes(bytes as u64),
+                        bench::figure(b.kernel),
+                        b.driver
+                            .map_or("-".into(), |v| format!("{} GB/s", bench::figure(v)))
+                    );
+                    limit = Some(b.limit());
+                }
+                Err(e) => {
+                    println!("copy bandwidth on {}: FAILED: {e}", d.name());
+                    failed = true;
+                }
             }
+        }
+        if part(Part::Bench)
+            && let Err(e) = bench::mul_mat(d, g.engine.as_deref(), &o.types, o.reps, small)
+        {
+            println!("mul_mat bench failed: {e}");
+            failed = true;
+        }
+        if part(Part::Runner) {
+            let shapes = if o.shapes.is_empty() {
+                let defaults: &[&str] = if small {
+                    &["tiny"]
+                } else {
+                    &["small", "8b-4l"]
+                };
+                defaults.iter().map(|s| s.to_string()).collect()
+            } else {
+                o.shapes.clone()
+            };
+            let settings = runner::Settings {
+                shapes: &shapes,
+                types: &o.runner_types,
+                prompt: o.prompt.unwrap_or(if small { 32 } else { 512 }),
+                generation: o.generation.unwrap_or(if small { 8 } else { 128 }),
+                bandwidth: limit,
+            };
+            failed |= !runner::table(d, &settings);
         }
     }
     println!(
@@ -168,184 +315,6 @@ fn found(b: bool) -> &'static str {
     if b { "found" } else { "not found" }
 }
 
-/// The sample llama graph entirely on the device, against the f64
-/// reference.
-fn llama_block(d: &Arc<dyn Device>, samples: &[(DType, Result<Sample>)]) -> bool {
-    let mut ok = true;
-    for (w, sample) in samples {
-        match sample
-            .as_ref()
-            .map_err(|e| e.to_string())
-            .and_then(|s| s.run(d).map_err(|e| e.to_string()))
-        {
-            Ok(r) => {
-                let pass = r.passed();
-                ok &= pass;
-                println!(
-                    "llama block ({w} weights, {} nodes) on {}: {:.2} ms, nmse {:.1e} vs f64 reference: {}",
-                    r.nodes,
-                    d.name(),
-                    r.millis,
-                    r.nmse,
-                    if pass { "ok" } else { "FAILED" }
-                );
-            }
-            Err(e) => {
-                ok = false;
-                println!("llama block ({w} weights) on {}: FAILED: {e}", d.name());
-            }
-        }
-    }
-    ok
-}
-
-/// A llama block split between the CPU and this GPU by the scheduler
-/// (weights of some layers on each, copies between them), with standard
-/// and flash attention, against the CPU alone and the f64 reference.
-fn mixed_cpu_gpu_llama(d: &Arc<dyn Device>) -> bool {
-    let cpu: Arc<dyn Device> = ggraph_cpu::CpuDevice::new();
-    let mut ok = true;
-    for attention in [
-        ggraph::model::arch::Attention::Standard,
-        ggraph::model::arch::Attention::Flash,
-    ] {
-        match conformance::testing::mixed::mixed_llama(
-            std::slice::from_ref(d),
-            cpu.clone(),
-            DType::Q8_0,
-            attention,
-        ) {
-            Ok(m) => {
-                println!(
-                    "mixed CPU+{} llama block ({attention:?} attention) through the scheduler: {} splits, {} copies, {} nodes on the device, nmse vs CPU {:.1e}, vs f64 reference {:.1e}: {}",
-                    d.name(),
-                    m.splits,
-                    m.copies,
-                    m.device_nodes,
-                    m.nmse_vs_cpu,
-                    m.nmse_vs_reference,
-                    if m.passed() { "PASS" } else { "FAIL" }
-                );
-                ok &= m.passed();
-            }
-            Err(e) => {
-                println!("mixed CPU+{} llama block: FAILED: {e}", d.name());
-                ok = false;
-            }
-        }
-    }
-    ok
-}
-
-/// Shapes of the bench: (m, k) = weight rows and row length.
-fn bench_shapes(small: bool) -> (Vec<(usize, usize)>, Vec<usize>) {
-    if small {
-        (vec![(128, 256)], vec![1, 8, 32])
-    } else {
-        (vec![(14336, 4096), (4096, 4096)], vec![1, 8, 32, 512])
-    }
-}
-
-/// Weights of `dtype`: a quantised tile of 16 rows repeated (the values do
-/// not change the speed; quantising 58M values on the host would).
-fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng) -> Result<Vec<u8>> {
-    let tile_rows = 16.min(m);
-    let tile = quant::quantize(dtype, &rng.vec(tile_rows * k, -1.0, 1.0))?;
-    let row = tile.len() / tile_rows;
-    let mut out = Vec::with_capacity(row * m);
-    for r in 0..m {
-        let t = r % tile_rows;
-        out.extend_from_slice(&tile[t * row..(t + 1) * row]);
-    }
-    Ok(out)
-}
-
-fn bench(d: &Arc<dyn Device>, types: &[DType], reps: usize, small: bool) -> Result<()> {
-    let (shapes, ns) = bench_shapes(small);
-    let types: Vec<DType> = if types.is_empty() {
-        [DType::F32, DType::F16]
-            .into_iter()
-            .chain(DType::QUANTIZED)
-            .collect()
-    } else {
-        types.to_vec()
-    };
-    println!(
-        "\nmul_mat on {} (GFLOP/s, weights k x m, activations F32 k x n):",
-        d.name()
-    );
-    print!("{:<6} {:>12}", "type", "k x m");
-    for n in &ns {
-        print!(" {:>10}", format!("n={n}"));
-    }
-    println!();
-    let mut rng = Rng::new(7);
-    for &(m, k) in &shapes {
-        for &t in &types {
-            print!("{:<6} {:>12}", t.name(), format!("{k}x{m}"));
-            let w = weight_bytes(t, m, k, &mut rng)?;
-            for &n in &ns {
-                let gflops = bench_one(d, t, &w, m, k, n, reps)?;
-                print!(" {gflops:>10.1}");
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-            }
-            println!();
-        }
-    }
-    Ok(())
-}
-
-/// GFLOP/s of one mul_mat of `m` rows of `k` weights by `n` columns.
-fn bench_one(
-    d: &Arc<dyn Device>,
-    t: DType,
-    w: &[u8],
-    m: usize,
-    k: usize,
-    n: usize,
-    reps: usize,
-) -> Result<f64> {
-    let mut b = GraphBuilder::new();
-    let wt = b.weight("w", t, &[k, m])?;
-    let x = b.input("x", DType::F32, &[k, n])?;
-    let y = b.mul_mat(wt, x)?;
-    b.set_output(y)?;
-    let mut g = b.build();
-    let bt = d.buffer_type();
-    let align = bt.alignment();
-    let up = |v: u64| v.div_ceil(align) * align;
-    let sizes = [
-        g.tensor(wt).nbytes() as u64,
-        g.tensor(x).nbytes() as u64,
-        g.tensor(y).nbytes() as u64,
-    ];
-    let buffer = bt.alloc(up(sizes[0]) + up(sizes[1]) + sizes[2], BufferUsage::Compute)?;
-    let mut offset = 0;
-    for (id, size) in [wt, x, y].into_iter().zip(sizes) {
-        g.set_data(
-            id,
-            TensorData {
-                buffer: buffer.clone(),
-                offset,
-            },
-        )?;
-        offset += up(size);
-    }
-    g.write_bytes(wt, w)?;
-    g.write_f32(x, &Rng::new(n as u64).vec(k * n, -1.0, 1.0))?;
-    let mut s = d.new_stream()?;
-    s.compute(&g, g.nodes())?;
-    s.synchronize()?;
-    let start = Instant::now();
-    for _ in 0..reps {
-        s.compute(&g, g.nodes())?;
-    }
-    s.synchronize()?;
-    let secs = start.elapsed().as_secs_f64() / reps as f64;
-    Ok(2.0 * m as f64 * n as f64 * k as f64 / secs / 1e9)
-}
-
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -359,13 +328,27 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed_and_keeps_its_flags() {
         Options::command().debug_assert();
-        let o = parse(&["--emulator", "--bench-only", "--reps", "1"]).unwrap();
-        assert!(o.emulator && o.bench_only && !o.no_bench && o.reps == 1);
-        assert!(o.types.is_empty());
-        let o = parse(&["--types", "q4_0,IQ4_XS"]).unwrap();
+        let o = parse(&[]).unwrap();
+        assert_eq!(
+            o.parts,
+            [Part::Checks, Part::Bandwidth, Part::Bench, Part::Runner]
+        );
+        assert_eq!(o.backends, [Backend::Cuda, Backend::Hip]);
+        assert_eq!(o.runner_types, [DType::F16, DType::Q4_0]);
+        assert!(o.types.is_empty() && o.shapes.is_empty() && o.reps == 10);
+        let o = parse(&["--emulator", "--parts", "bench,runner", "--reps", "1"]).unwrap();
+        assert!(o.emulator && o.reps == 1);
+        assert_eq!(o.parts, [Part::Bench, Part::Runner]);
+        let o = parse(&["--types", "q4_0,IQ4_XS", "--backends", "wgpu"]).unwrap();
         assert_eq!(o.types, [DType::Q4_0, DType::IQ4_XS]);
+        assert_eq!(o.backends, [Backend::Wgpu]);
+        let o = parse(&["--shapes", "8b-4l,tiny", "--prompt", "64", "--gen", "16"]).unwrap();
+        assert_eq!(o.shapes, ["8b-4l", "tiny"]);
+        assert_eq!((o.prompt, o.generation), (Some(64), Some(16)));
         assert!(parse(&["--types", "Q9_9"]).is_err());
-        assert_eq!(parse(&[]).unwrap().reps, 10);
+        assert!(parse(&["--parts", "everything"]).is_err());
+        let e = parse(&["--shapes", "70b"]).unwrap_err();
+        assert!(e.to_string().contains("unknown model shape"), "{e}");
         let e = parse(&["--reps", "0"]).unwrap_err();
         assert!(
             e.exit_code() == 2 && e.to_string().contains("--reps"),
