@@ -12,16 +12,7 @@ mod emulator {
     use std::fmt::Write;
     use std::path::PathBuf;
 
-    /// Names of the `extern "C" __global__` kernels of the source.
-    fn kernel_names(source: &str) -> Vec<String> {
-        const MARK: &str = "extern \"C\" __global__ void ";
-        source
-            .lines()
-            .filter_map(|l| l.trim_start().strip_prefix(MARK))
-            .filter_map(|rest| rest.split('(').next())
-            .map(|name| name.trim().to_string())
-            .collect()
-    }
+    include!("kernels/kernel_names.rs");
 
     pub fn build() {
         let source = std::fs::read_to_string("kernels/ggraph.cu").expect("kernels/ggraph.cu");
@@ -31,7 +22,7 @@ mod emulator {
              unsigned bx, unsigned by, unsigned bz, unsigned shared_bytes, void **args, char *err, size_t errlen) {\n\
              \x20   dim3 g{gx, gy, gz}, b{bx, by, bz};\n",
         );
-        for name in kernel_names(&source) {
+        for name in parse_kernel_names(&source) {
             writeln!(
                 table,
                 "    if (strcmp(name, \"{name}\") == 0) return emu::launch({name}, g, b, shared_bytes, args, err, errlen);"

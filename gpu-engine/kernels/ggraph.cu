@@ -77,17 +77,15 @@ __device__ __forceinline__ u32 f32_to_bits(float f) {
     return x.u;
 }
 
-// IEEE half to float, exact.
+// IEEE half to float, exact and without branches: the half's exponent
+// and mantissa moved into a float's place are that value times 2^-112
+// (a float subnormal for a half subnormal), so one exact multiplication
+// by 2^112 finishes it; infinities and NaNs (payload kept) are selected.
 __device__ __forceinline__ float h2f(u16 h) {
-    u32 sign = ((u32)(h & 0x8000u)) << 16;
-    u32 exp = (h >> 10) & 0x1fu;
-    u32 mant = h & 0x3ffu;
-    if (exp == 0) {
-        float f = (float)mant * 5.9604644775390625e-8f; // mant * 2^-24
-        return sign ? -f : f;
-    }
-    if (exp == 31) return bits_to_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_to_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+    u32 em = (u32)(h & 0x7fffu) << 13;
+    float f = bits_to_f32(em) * 5.192296858534828e33f;
+    u32 bits = em >= 0x0f800000u ? (0x7f800000u | em) : f32_to_bits(f);
+    return bits_to_f32(bits | ((u32)(h & 0x8000u) << 16));
 }
 
 // float to IEEE half, round to nearest even (as the `half` crate and ggml).
@@ -191,6 +189,33 @@ __device__ __forceinline__ void store_scalar(int type, char *p, float v) {
     case T_BF16: *(u16 *)p = f2bf(v); break;
     case T_I32: *(i32 *)p = (i32)v; break;
     default: break;
+    }
+}
+
+// 16 and 8 bytes in one load or store (the pointer aligned to its size).
+struct alignas(16) U32x4 {
+    u32 v[4];
+};
+struct alignas(8) U32x2 {
+    u32 v[2];
+};
+
+__device__ __forceinline__ bool aligned_to(const void *p, unsigned long long bytes) {
+    return ((unsigned long long)p & (bytes - 1)) == 0;
+}
+
+// Four consecutive values of F32, F16 or BF16 at `p`, aligned to the four
+// (16 bytes for F32, 8 for the halves).
+__device__ __forceinline__ void load4_plain(int type, const char *p, float *v) {
+    if (type == T_F32) {
+        U32x4 q = *(const U32x4 *)p;
+        for (int l = 0; l < 4; ++l) v[l] = bits_to_f32(q.v[l]);
+        return;
+    }
+    U32x2 q = *(const U32x2 *)p;
+    for (int l = 0; l < 4; ++l) {
+        u16 h = (u16)(q.v[l / 2] >> (16 * (l % 2)));
+        v[l] = type == T_F16 ? h2f(h) : bf2f(h);
     }
 }
 
@@ -349,8 +374,10 @@ __device__ float deq1(int type, const char *row, i64 i0) {
 }
 
 // Values 32u .. 32u+31 of a row of `k` values (zero past the end), for
-// any type; `nb0` is the byte stride between values of a plain type.
-__device__ void dequant_unit(int type, const char *row, i64 nb0, i64 u, i64 k, float *w) {
+// any type; `nb0` is the byte stride between values of a plain type. `w`
+// never aliases the row (it may be shared memory): the block's bytes are
+// loaded without waiting for the values stored before them.
+__device__ void dequant_unit(int type, const char *__restrict__ row, i64 nb0, i64 u, i64 k, float *__restrict__ w) {
     switch (type) {
     case T_Q4_1: {
         const char *blk = row + u * 20;
@@ -900,19 +927,41 @@ extern "C" __global__ void k_glu(Tensor dst, Tensor a, Tensor b, int has_b, int 
     }
 }
 
+__device__ __forceinline__ bool is_contiguous(const Tensor &t, int ts) {
+    return t.nb[0] == ts && t.nb[1] == t.nb[0] * t.ne[0] && t.nb[2] == t.nb[1] * t.ne[1] &&
+           t.nb[3] == t.nb[2] * t.ne[2];
+}
+
 // cpy / cont into a plain type: element k of src (logical order) to
-// element k of dst, converting; exact bytes when the types agree.
+// element k of dst, converting; exact bytes when the types agree, 16 at
+// a time when both are also contiguous.
 extern "C" __global__ void k_cpy(Tensor dst, Tensor src) {
     i64 n = nelements(dst);
     bool same = dst.type == src.type && !is_quant(src.type);
     int ts = type_size(dst.type);
+    if (same && is_contiguous(dst, ts) && is_contiguous(src, ts)) {
+        i64 bytes = n * ts;
+        if (aligned_to(dst.data, 16) && aligned_to(src.data, 16)) {
+            i64 wide = bytes / 16;
+            for (i64 c = global_id(); c < wide; c += global_stride())
+                ((U32x4 *)dst.data)[c] = ((const U32x4 *)src.data)[c];
+            for (i64 c = wide * 16 + global_id(); c < bytes; c += global_stride()) dst.data[c] = src.data[c];
+        } else {
+            for (i64 c = global_id(); c < bytes; c += global_stride()) dst.data[c] = src.data[c];
+        }
+        return;
+    }
     for (i64 k = global_id(); k < n; k += global_stride()) {
         i64 s[4], d[4];
         unflat(k, src.ne, s);
         unflat(k, dst.ne, d);
         char *dp = elem_ptr(dst, d[0], d[1], d[2], d[3]);
-        if (same) {
-            const char *sp = elem_ptr(src, s[0], s[1], s[2], s[3]);
+        const char *sp = elem_ptr(src, s[0], s[1], s[2], s[3]);
+        if (same && ts == 4) {
+            *(u32 *)dp = *(const u32 *)sp;
+        } else if (same && ts == 2) {
+            *(u16 *)dp = *(const u16 *)sp;
+        } else if (same) {
             for (int c = 0; c < ts; ++c) dp[c] = sp[c];
         } else {
             store_scalar(dst.type, dp, load_f(src, s[0], s[1], s[2], s[3]));
@@ -1208,40 +1257,165 @@ extern "C" __global__ void k_argsort(Tensor dst, Tensor a, int npad, int descend
 
 // ---- matrix products -------------------------------------------------------------
 
-// mul_mat for a few columns (n <= 8): one warp per output row, each lane
-// taking units of 32 values of the weight row (blocks read directly).
-// grid (ceil(m / warps), 1, ne2 * ne3 of dst), block 32 * warps.
-extern "C" __global__ void k_mul_mat_vec(Tensor dst, Tensor a, Tensor b) {
+// Warps per block of the mat-vec kernels (MMV_WARPS in dispatch.rs).
+#define MMV_WARPS 4
+
+// The mat-vec kernels: mul_mat for a few columns (n <= 8) of F32
+// activations with packed values (dispatch.rs sends anything else to the
+// tiled kernel). One warp per output row, the lanes reading consecutive
+// values of the row so that every load of the warp is one stretch of
+// memory; each plain and quantised in a kernel of its own, so that
+// neither pays the other's registers (fewer registers, more warps in
+// flight). grid (ceil(m / MMV_WARPS), 1, ne2 * ne3 of dst), block
+// 32 * MMV_WARPS.
+
+// The sums of the lanes of a warp into row i of the columns.
+__device__ __forceinline__ void mmv_store(const Tensor &dst, i64 i, i64 i2, i64 i3, int ncols, const float *acc) {
     int lane = threadIdx.x % WARP;
-    i64 i = (i64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    for (int j = 0; j < 8; ++j) {
+        if (j < ncols) {
+            float v = warp_sum(acc[j]);
+            if (lane == 0) *(float *)elem_ptr(dst, i, j, i2, i3) = v;
+        }
+    }
+}
+
+// Plain rows (F32, F16, BF16): four values a lane at a time where the
+// rows allow, else one.
+extern "C" __global__ void __launch_bounds__(32 * MMV_WARPS, 8) k_mul_mat_vec(Tensor dst, Tensor a, Tensor b) {
+    int lane = threadIdx.x % WARP;
+    i64 i = (i64)blockIdx.x * MMV_WARPS + threadIdx.x / WARP;
     i64 i2 = blockIdx.z % dst.ne[2], i3 = blockIdx.z / dst.ne[2];
     if (i >= dst.ne[0]) return;
     i64 r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
     const char *arow = row_ptr(a, i, i2 / r2, i3 / r3);
+    const char *bcol = row_ptr(b, 0, i2, i3);
     int ncols = (int)dst.ne[1];
-    i64 k = a.ne[0];
-    i64 units = (k + 31) / 32;
-    bool b_direct = b.type == T_F32 && b.nb[0] == 4;
+    i64 k = a.ne[0], bstride = b.nb[1];
+    int ts = type_size(a.type);
     float acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-    float w[32];
-    for (i64 u = lane; u < units; u += WARP) {
-        dequant_unit(a.type, arow, a.nb[0], u, k, w);
-        int len = (int)(k - u * 32 < 32 ? k - u * 32 : 32);
-        for (int j = 0; j < ncols; ++j) {
-            float s = 0.0f;
-            if (b_direct) {
-                const float *bc = (const float *)row_ptr(b, j, i2, i3) + u * 32;
-                for (int l = 0; l < len; ++l) s += w[l] * bc[l];
+    bool wide = a.nb[0] == ts && k % 4 == 0 && aligned_to(arow, 4 * ts) && aligned_to(bcol, 16) && bstride % 16 == 0;
+    if (wide && ncols == 1) {
+        // generation: two steps of the warp at a time, their loads in
+        // flight together (k is a multiple of 4: a step is whole or absent)
+        for (i64 e = 4 * (i64)lane; e < k; e += 8 * WARP) {
+            i64 e2 = e + 4 * WARP;
+            bool second = e2 < k;
+            float w[8], xv[8];
+            load4_plain(a.type, arow + e * ts, w);
+            load4_plain(T_F32, bcol + e * 4, xv);
+            if (second) {
+                load4_plain(a.type, arow + e2 * ts, w + 4);
+                load4_plain(T_F32, bcol + e2 * 4, xv + 4);
             } else {
-                for (int l = 0; l < len; ++l) s += w[l] * load_f(b, u * 32 + l, j, i2, i3);
+                for (int l = 4; l < 8; ++l) w[l] = xv[l] = 0.0f;
             }
-            acc[j] += s;
+            float sum = 0.0f;
+            for (int l = 0; l < 8; ++l) sum += w[l] * xv[l];
+            acc[0] += sum;
+        }
+    } else if (wide) {
+        for (i64 e = 4 * (i64)lane; e < k; e += 4 * WARP) {
+            float w[4];
+            load4_plain(a.type, arow + e * ts, w);
+            for (int j = 0; j < 8; ++j) {
+                if (j < ncols) {
+                    float x[4];
+                    load4_plain(T_F32, bcol + j * bstride + e * 4, x);
+                    acc[j] += w[0] * x[0] + w[1] * x[1] + w[2] * x[2] + w[3] * x[3];
+                }
+            }
+        }
+    } else {
+        for (i64 e = lane; e < k; e += WARP) {
+            float w = load_scalar(a.type, arow + e * a.nb[0]);
+            for (int j = 0; j < 8; ++j)
+                if (j < ncols) acc[j] += w * ((const float *)(bcol + j * bstride))[e];
         }
     }
-    for (int j = 0; j < ncols; ++j) {
-        float v = warp_sum(acc[j]);
-        if (lane == 0) *(float *)elem_ptr(dst, i, j, i2, i3) = v;
+    mmv_store(dst, i, i2, i3, ncols, acc);
+}
+
+// Quantised rows, 32 blocks of 32 values at a time: each lane dequantises
+// one block into shared memory (rows of 33 floats, so that neither the
+// writes nor the reads of the warp share a bank), then the warp reads
+// them back in order against the activations.
+extern "C" __global__ void k_mul_mat_vec_q(Tensor dst, Tensor a, Tensor b) {
+    __shared__ float staged[MMV_WARPS][32 * 33];
+    int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    i64 i = (i64)blockIdx.x * MMV_WARPS + warp;
+    i64 i2 = blockIdx.z % dst.ne[2], i3 = blockIdx.z / dst.ne[2];
+    // every warp takes part in the block's barriers, past the last row too
+    bool active = i < dst.ne[0];
+    i64 r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
+    const char *arow = row_ptr(a, active ? i : 0, i2 / r2, i3 / r3);
+    const char *bcol = row_ptr(b, 0, i2, i3);
+    int ncols = (int)dst.ne[1];
+    i64 k = a.ne[0], bstride = b.nb[1];
+    float acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    i64 units = (k + 31) / 32;
+    float *mine = staged[warp];
+    for (i64 u0 = 0; u0 < units; u0 += WARP) {
+        float *w = mine + lane * 33;
+        if (active && u0 + lane < units) {
+            dequant_unit(a.type, arow, a.nb[0], u0 + lane, k, w);
+        } else {
+            for (int l = 0; l < 32; ++l) w[l] = 0.0f;
+        }
+        __syncthreads();
+        int n_units = (int)(units - u0 < WARP ? units - u0 : WARP);
+        if (ncols == 1) {
+            // generation: four blocks a step, their four loads in flight
+            // together (units past the row's end read as zeros)
+            const float *x = (const float *)bcol;
+            for (int t0 = 0; t0 < n_units; t0 += 4) {
+                float sum = 0.0f;
+                for (int q = 0; q < 4; ++q) {
+                    i64 e = (u0 + t0 + q) * 32 + lane;
+                    bool valid = t0 + q < n_units && e < k;
+                    float wv = valid ? mine[(t0 + q) * 33 + lane] : 0.0f;
+                    sum += wv * x[valid ? e : lane];
+                }
+                acc[0] += sum;
+            }
+        } else {
+            for (int t = 0; t < n_units; ++t) {
+                i64 e = (u0 + t) * 32 + lane;
+                if (e < k) {
+                    float wv = mine[t * 33 + lane];
+                    for (int j = 0; j < 8; ++j)
+                        if (j < ncols) acc[j] += wv * ((const float *)(bcol + j * bstride))[e];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (active) mmv_store(dst, i, i2, i3, ncols, acc);
+}
+
+// Rows of a matrix of any type as F16, for the BLAS library: dst is F16
+// with packed rows, a.ne[1] rows of a.ne[0] values (dims 2 and 3 are not
+// read). One thread per 32 values, written 16 bytes at a time.
+extern "C" __global__ void k_dequant_f16(Tensor dst, Tensor a) {
+    i64 k = a.ne[0], units = (k + 31) / 32, n = units * a.ne[1];
+    float w[32];
+    for (i64 g = global_id(); g < n; g += global_stride()) {
+        i64 r = g / units, u = g % units;
+        dequant_unit(a.type, row_ptr(a, r, 0, 0), a.nb[0], u, k, w);
+        char *out = (char *)row_ptr(dst, r, 0, 0) + u * 64;
+        int len = (int)(k - u * 32 < 32 ? k - u * 32 : 32);
+        if (len == 32 && aligned_to(out, 16)) {
+            for (int q = 0; q < 4; ++q) {
+                U32x4 v;
+                for (int h = 0; h < 4; ++h)
+                    v.v[h] = (u32)f2h(w[8 * q + 2 * h]) | ((u32)f2h(w[8 * q + 2 * h + 1]) << 16);
+                ((U32x4 *)out)[q] = v;
+            }
+        } else {
+            for (int l = 0; l < len; ++l) *(u16 *)(out + 2 * l) = f2h(w[l]);
+        }
     }
 }
 

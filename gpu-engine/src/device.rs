@@ -64,6 +64,19 @@ impl GpuDevice {
         self.offload_min_batch.store(n, Ordering::Relaxed);
     }
 
+    /// Bytes of F16 weights a product of quantised weights on the BLAS
+    /// library (more than eight columns) converts at a time: the scratch
+    /// memory it takes beside the activations (64 MiB by default).
+    pub fn dequant_slice_bytes(&self) -> usize {
+        self.gpu.dequant_slice_bytes()
+    }
+
+    /// Changes [`GpuDevice::dequant_slice_bytes`] for products queued
+    /// afterwards; at least one row is converted at a time.
+    pub fn set_dequant_slice_bytes(&self, bytes: usize) {
+        self.gpu.set_dequant_slice_bytes(bytes);
+    }
+
     /// The pinned host buffer type, with its cap.
     pub fn pinned_buffer_type(&self) -> &Arc<PinnedBufferType> {
         &self.host_buffer_type

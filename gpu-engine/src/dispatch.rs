@@ -17,7 +17,8 @@ const ELEMWISE_BLOCK: u32 = 256;
 const ELEMWISE_MAX_BLOCKS: u64 = 8192;
 /// Columns up to which mul_mat uses the mat-vec kernel.
 pub const MMV_MAX_COLS: usize = 8;
-/// Warps (rows) per block of the mat-vec kernels.
+/// Warps (rows) per block of the mat-vec kernels (`MMV_WARPS` in
+/// kernels/ggraph.cu).
 const MMV_WARPS: u32 = 4;
 
 fn ktensor(t: &Tensor, data: u64) -> KTensor {
@@ -380,8 +381,9 @@ fn copy_values(s: &mut KernelQueue, dst: KTensor, a: KTensor, dtype: DType) -> R
     }
 }
 
-/// mul_mat: the mat-vec kernel for a few columns, the BLAS library for
-/// float weights where the layouts allow, the tiled kernel otherwise.
+/// mul_mat: the mat-vec kernels for a few columns, the BLAS library for
+/// float weights and (converted to F16) quantised ones where the layouts
+/// allow, the tiled kernel otherwise.
 fn mul_mat(s: &mut KernelQueue, graph: &Graph, id: TensorId, dst: KTensor) -> Result<()> {
     let t = graph.tensor(id);
     let (ta, tb) = (graph.tensor(t.src[0]), graph.tensor(t.src[1]));
@@ -399,17 +401,26 @@ fn mul_mat(s: &mut KernelQueue, graph: &Graph, id: TensorId, dst: KTensor) -> Re
         // SAFETY: dst is a tensor of this device (resolved above).
         return unsafe { s.gpu().memset(dst.data, 0, bytes as usize, None) };
     }
-    if n <= MMV_MAX_COLS {
+    // the mat-vec kernels read F32 activations with packed values
+    if n <= MMV_MAX_COLS && tb.dtype == DType::F32 && tb.nb[0] == 4 {
         let grid = [m.div_ceil(MMV_WARPS as usize) as u32, 1, z];
+        let kernel = if ta.dtype.is_quantized() {
+            "k_mul_mat_vec_q"
+        } else {
+            "k_mul_mat_vec"
+        };
         return s.launch(
-            "k_mul_mat_vec",
+            kernel,
             grid,
             [32 * MMV_WARPS, 1, 1],
             0,
             &[Arg::T(dst), Arg::T(a), Arg::T(b)],
         );
     }
-    if s.gpu().has_blas() && blas_mul_mat(s, ta, tb, t, a, b, dst)? {
+    if s.gpu().has_blas()
+        && (blas_mul_mat(s, ta, tb, t, a, b, dst)?
+            || dequantized_blas_mul_mat(s, ta, tb, t, a, b, dst)?)
+    {
         return Ok(());
     }
     let grid = [
@@ -424,6 +435,82 @@ fn mul_mat(s: &mut KernelQueue, graph: &Graph, id: TensorId, dst: KTensor) -> Re
         0,
         &[Arg::T(dst), Arg::T(a), Arg::T(b)],
     )
+}
+
+/// mul_mat of quantised weights on the BLAS library, as ggml's CUDA
+/// backend does where its integer kernels do not apply: the activations
+/// converted to F16 once, then the weights to F16 a slice of rows at a
+/// time in scratch memory (`Gpu::dequant_slice_bytes`), each slice one
+/// F16 GEMM into its rows of the result. `Ok(false)` (the caller uses the tiled kernel) for other
+/// weights, batched products, and results the library cannot write.
+fn dequantized_blas_mul_mat(
+    s: &mut KernelQueue,
+    ta: &Tensor,
+    tb: &Tensor,
+    t: &Tensor,
+    a: KTensor,
+    b: KTensor,
+    dst: KTensor,
+) -> Result<bool> {
+    if !ta.dtype.is_quantized() || t.ne[2] * t.ne[3] != 1 || ta.ne[2] * ta.ne[3] != 1 {
+        return Ok(false);
+    }
+    let (m, n, k) = (t.ne[0], t.ne[1], ta.ne[0]);
+    let fits = |v: usize| v <= i32::MAX as usize;
+    let Some(ldc) = elems(t.nb[1], 4) else {
+        return Ok(false);
+    };
+    if !(fits(m) && fits(n) && fits(k)) || t.nb[0] != 4 || ldc < m as i64 {
+        return Ok(false);
+    }
+    let f16 = DType::F16;
+    let rows_per_slice = (s.gpu().dequant_slice_bytes() / (2 * k)).clamp(1, m);
+    let slice_bytes = (rows_per_slice * k * 2).next_multiple_of(256) as u64;
+    let columns_bytes = (k * n * 2) as u64;
+    let weights = s.scratch(slice_bytes + columns_bytes)?;
+    let columns = weights + slice_bytes;
+    let packed = |data: u64, ne: [usize; 4]| KTensor {
+        data,
+        ne: ne.map(|v| v as i64),
+        nb: contiguous_strides(f16, ne).map(|v| v as i64),
+        dtype: f16.ggml_id() as i32,
+        pad: 0,
+    };
+    copy_values(s, packed(columns, tb.ne), b, f16)?;
+    for r0 in (0..m).step_by(rows_per_slice) {
+        let rows = rows_per_slice.min(m - r0);
+        let slice = KTensor {
+            data: a.data + (r0 * ta.nb[1]) as u64,
+            ne: [k as i64, rows as i64, 1, 1],
+            ..a
+        };
+        let out = packed(weights, [k, rows, 1, 1]);
+        s.launch(
+            "k_dequant_f16",
+            elementwise_grid((rows * k.div_ceil(32)) as u64),
+            [ELEMWISE_BLOCK, 1, 1],
+            0,
+            &[Arg::T(out), Arg::T(slice)],
+        )?;
+        s.gemm(&Gemm {
+            m: rows as i32,
+            n: n as i32,
+            k: k as i32,
+            a: weights,
+            a_type: f16,
+            lda: k as i32,
+            stride_a: 0,
+            b: columns,
+            b_type: f16,
+            ldb: k as i32,
+            stride_b: 0,
+            c: dst.data + (r0 * 4) as u64,
+            ldc: ldc as i32,
+            stride_c: 0,
+            batch: 1,
+        })?;
+    }
+    Ok(true)
 }
 
 /// `v / size` when it divides evenly and fits an i32.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ggraph_core::{Error, Result};
@@ -22,7 +23,14 @@ pub struct Gpu {
     module: KernelModule,
     /// Whether direct copies from a peer (by ordinal) work.
     peers: Mutex<HashMap<usize, bool>>,
+    /// Bytes of F16 weights a quantised product on the BLAS library
+    /// converts at a time.
+    dequant_slice_bytes: AtomicUsize,
 }
+
+/// The default of [`Gpu::dequant_slice_bytes`]: 64 MiB, the weights of
+/// 8192 rows of 4096 values.
+const DEQUANT_SLICE_BYTES: usize = 64 << 20;
 
 impl Gpu {
     /// The device of `rt`, named `<prefix>:<ordinal>` (e.g. `cuda:0`).
@@ -32,7 +40,21 @@ impl Gpu {
             rt,
             module: KernelModule::default(),
             peers: Mutex::new(HashMap::new()),
+            dequant_slice_bytes: AtomicUsize::new(DEQUANT_SLICE_BYTES),
         }
+    }
+
+    /// Bytes of F16 weights a product of quantised weights on the BLAS
+    /// library converts at a time: the scratch memory it takes beside the
+    /// activations, whatever the size of the matrix.
+    pub fn dequant_slice_bytes(&self) -> usize {
+        self.dequant_slice_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Changes [`Gpu::dequant_slice_bytes`] (at least one row is converted
+    /// at a time).
+    pub fn set_dequant_slice_bytes(&self, bytes: usize) {
+        self.dequant_slice_bytes.store(bytes, Ordering::Relaxed);
     }
 
     pub fn label(&self) -> &str {

@@ -18,15 +18,11 @@ pub fn full_source(prelude: &str) -> String {
     format!("{prelude}\n#line 1 \"ggraph.cu\"\n{KERNELS}")
 }
 
+include!("../kernels/kernel_names.rs");
+
 /// Names of the kernels of the source (the `extern "C" __global__` ones).
 pub fn kernel_names() -> Vec<&'static str> {
-    const MARK: &str = "extern \"C\" __global__ void ";
-    KERNELS
-        .lines()
-        .filter_map(|l| l.trim_start().strip_prefix(MARK))
-        .filter_map(|rest| rest.split('(').next())
-        .map(str::trim)
-        .collect()
+    parse_kernel_names(KERNELS)
 }
 
 #[cfg(test)]
@@ -62,10 +58,19 @@ mod tests {
     }
 
     #[test]
+    fn kernel_names_skip_launch_bounds() {
+        let source = "extern \"C\" __global__ void k_a(Tensor t) {\n\
+                      extern \"C\" __global__ void __launch_bounds__(32 * 4, 8) k_b(Tensor t) {\n\
+                      __device__ void helper() {\n";
+        assert_eq!(parse_kernel_names(source), ["k_a", "k_b"]);
+    }
+
+    #[test]
     fn every_kernel_has_a_unique_name() {
         let mut names = kernel_names();
         assert!(names.len() >= 20, "{names:?}");
         assert!(names.contains(&"k_mul_mat_vec") && names.contains(&"k_flash_attn"));
+        assert!(names.iter().all(|n| n.starts_with("k_")), "{names:?}");
         let n = names.len();
         names.sort();
         names.dedup();

@@ -1,6 +1,7 @@
 //! Matrix products past the conformance suite's sizes on the emulated
 //! GPU: several 64x64 tiles with ragged edges, the mat-vec/tiled boundary
-//! (n = 8 and 9), broadcast batches, for every weight type, with and
+//! (n = 8 and 9) and generation (n = 1), broadcast batches, for every
+//! weight type, with and
 //! without the BLAS path. Checked against the f64 reference.
 
 use std::sync::Arc;
@@ -46,10 +47,23 @@ fn matrix_products_across_tiles_and_paths() {
         let dev: Arc<dyn Device> = EmuRuntime::device(0, 1 << 30, blas);
         for w in DType::FLOATS.into_iter().chain(DType::QUANTIZED) {
             let k = if w.block_size() == 256 { 512 } else { 96 };
-            for (m, n) in [(130, 8), (130, 9), (67, 70)] {
+            for (m, n) in [(130, 1), (67, 2), (130, 8), (130, 9), (67, 70)] {
                 check(&dev, w, k, m, n, [1, 1]);
             }
             check(&dev, w, k, 33, 17, [3, 2]);
         }
     }
+}
+
+#[test]
+fn quantised_products_on_the_blas_library_convert_the_weights_in_slices_of_rows() {
+    let gpu = EmuRuntime::device(0, 1 << 30, true);
+    // 2 KiB of F16 weights: 8 rows of 128 values a slice, the last short
+    gpu.set_dequant_slice_bytes(2048);
+    assert_eq!(gpu.dequant_slice_bytes(), 2048);
+    let dev: Arc<dyn Device> = gpu;
+    for w in [DType::Q4_0, DType::Q8_0, DType::IQ4_NL] {
+        check(&dev, w, 128, 61, 12, [1, 1]);
+    }
+    check(&dev, DType::Q4_K, 256, 37, 20, [1, 1]);
 }
