@@ -441,8 +441,9 @@ fn mul_mat(s: &mut KernelQueue, graph: &Graph, id: TensorId, dst: KTensor) -> Re
 /// backend does where its integer kernels do not apply: the activations
 /// converted to F16 once, then the weights to F16 a slice of rows at a
 /// time in scratch memory (`Gpu::dequant_slice_bytes`), each slice one
-/// F16 GEMM into its rows of the result. `Ok(false)` (the caller uses the tiled kernel) for other
-/// weights, batched products, and results the library cannot write.
+/// F16 GEMM into its rows of the result. `Ok(false)` (the caller uses the
+/// tiled kernel) for other weights, batched products, and results the
+/// library cannot write.
 fn dequantized_blas_mul_mat(
     s: &mut KernelQueue,
     ta: &Tensor,

@@ -34,7 +34,8 @@ fn bytes_per_token(desc: &ModelDesc) -> u64 {
         .iter()
         .map(|t| {
             let rows: usize = t.shape.iter().skip(1).product();
-            let row = t.dtype.row_size(t.shape[0]).unwrap_or(0) as u64;
+            let row_len = t.shape.first().copied().unwrap_or(0);
+            let row = t.dtype.row_size(row_len).unwrap_or(0) as u64;
             if t.name == "token_embd.weight" {
                 row
             } else {
