@@ -32,6 +32,18 @@ fn ktensor(t: &Tensor, data: u64) -> KTensor {
     }
 }
 
+/// A tensor of `dtype` and shape `ne` with packed values at `data` (scratch
+/// memory the dispatcher converts into).
+fn packed(data: u64, dtype: DType, ne: [usize; 4]) -> KTensor {
+    KTensor {
+        data,
+        ne: ne.map(|v| v as i64),
+        nb: contiguous_strides(dtype, ne).map(|v| v as i64),
+        dtype: dtype.ggml_id() as i32,
+        pad: 0,
+    }
+}
+
 /// A placeholder for an absent optional operand (never read).
 fn absent() -> KTensor {
     KTensor {
@@ -470,14 +482,7 @@ fn dequantized_blas_mul_mat(
     let columns_bytes = (k * n * 2) as u64;
     let weights = s.scratch(slice_bytes + columns_bytes)?;
     let columns = weights + slice_bytes;
-    let packed = |data: u64, ne: [usize; 4]| KTensor {
-        data,
-        ne: ne.map(|v| v as i64),
-        nb: contiguous_strides(f16, ne).map(|v| v as i64),
-        dtype: f16.ggml_id() as i32,
-        pad: 0,
-    };
-    copy_values(s, packed(columns, tb.ne), b, f16)?;
+    copy_values(s, packed(columns, f16, tb.ne), b, f16)?;
     for r0 in (0..m).step_by(rows_per_slice) {
         let rows = rows_per_slice.min(m - r0);
         let slice = KTensor {
@@ -485,7 +490,7 @@ fn dequantized_blas_mul_mat(
             ne: [k as i64, rows as i64, 1, 1],
             ..a
         };
-        let out = packed(weights, [k, rows, 1, 1]);
+        let out = packed(weights, f16, [k, rows, 1, 1]);
         s.launch(
             "k_dequant_f16",
             elementwise_grid((rows * k.div_ceil(32)) as u64),
@@ -575,17 +580,9 @@ fn blas_mul_mat(
         )
     } else {
         let ne = tb.ne;
-        let nb = contiguous_strides(w, ne);
         let bytes = (ne.iter().product::<usize>() * es) as u64;
         let ptr = s.scratch(bytes)?;
-        let conv = KTensor {
-            data: ptr,
-            ne: ne.map(|v| v as i64),
-            nb: nb.map(|v| v as i64),
-            dtype: w.ggml_id() as i32,
-            pad: 0,
-        };
-        copy_values(s, conv, b, w)?;
+        copy_values(s, packed(ptr, w, ne), b, w)?;
         let (k_, n1, n2) = (ne[0] as i64, ne[1] as i64, ne[2] as i64);
         (ptr, k_, k_ * n1, k_ * n1 * n2)
     };

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph::backend::{BufferUsage, Device};
-use ggraph::ir::{Graph, GraphBuilder, TensorData, TensorId};
+use ggraph::ir::{Graph, GraphBuilder, TensorId};
 use ggraph::util::Rng;
-use ggraph::{DType, Result, quant};
+use ggraph::{DType, Result, exec, quant};
 use ggraph_gpu::GpuDevice;
 
 use crate::raw;
@@ -120,24 +120,7 @@ fn gflops(m: usize, n: usize, k: usize, secs: f64) -> f64 {
 
 /// `ids` placed one after another in one buffer of `d`.
 fn place(g: &mut Graph, d: &Arc<dyn Device>, ids: &[TensorId]) -> Result<()> {
-    let bt = d.buffer_type();
-    let align = bt.alignment();
-    let up = |v: u64| v.div_ceil(align) * align;
-    let sizes: Vec<u64> = ids.iter().map(|&id| g.tensor(id).nbytes() as u64).collect();
-    let total = sizes.iter().map(|&s| up(s)).sum();
-    let buffer = bt.alloc(total, BufferUsage::Compute)?;
-    let mut offset = 0;
-    for (&id, size) in ids.iter().zip(sizes) {
-        g.set_data(
-            id,
-            TensorData {
-                buffer: buffer.clone(),
-                offset,
-            },
-        )?;
-        offset += up(size);
-    }
-    Ok(())
+    exec::alloc_buffer_for(g, ids, &d.buffer_type(), BufferUsage::Compute).map(|_| ())
 }
 
 /// Seconds per run of `g` on `d`: one untimed run, then `reps` queued
