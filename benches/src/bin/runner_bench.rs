@@ -192,7 +192,7 @@ fn arch_table(
         }
     );
     println!(
-        "{:<18} {:>10} {:>13} {:>10} {:>13}",
+        "{:<24} {:>10} {:>13} {:>10} {:>13}",
         "model", "ggraph pp", "llama.cpp pp", "ggraph tg", "llama.cpp tg"
     );
     let dir = std::env::temp_dir().join(format!("ggraph-arch-bench-{}", std::process::id()));
@@ -249,7 +249,7 @@ fn arch_table(
                     (true, false) => format!("{} {weights} gguf", arch.name),
                 };
                 println!(
-                    "{:<18} {:>10} {:>13} {:>10} {:>13}",
+                    "{:<24} {:>10} {:>13} {:>10} {:>13}",
                     label,
                     cell(pp),
                     cell(lpp),
