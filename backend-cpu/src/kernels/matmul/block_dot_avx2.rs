@@ -1,6 +1,8 @@
 //! Weights in the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL) times one to eight activation columns on AVX2 (processors
-//! without AVX-512 VNNI): token generation and small batches.
+//! IQ4_NL) times one to eight activation columns on AVX2: token generation
+//! and small batches. On AVX-512 VNNI the same kernels take the formats
+//! that have no VNNI path of their own (Q4_1, Q5_0, Q5_1, IQ4_NL), with
+//! `vpdpbusd` for the integer dot.
 //!
 //! The columns are quantised to 8 bits once per call (one scale per block
 //! of 32, `activation_quant`), and every weight block is read straight
@@ -18,6 +20,12 @@
 //! - Q8_0 and IQ4_NL (its nibbles looked up in the table of values):
 //!   signed codes `w`; `vpmaddubsw` takes `|w|` and `q` with `w`'s sign (a
 //!   pair sum is at most 2 * 128 * 127 < 2^15).
+//!
+//! With VNNI, one `vpdpbusd` (unsigned times signed bytes, four products
+//! summed to 32 bits) replaces `vpmaddubsw` and `vpmaddwd`, and IQ4_NL
+//! looks its nibbles up in the table plus 128: unsigned codes, whose
+//! offset comes back in floats as the `_0` formats' does, so that no
+//! `|w|` and no sign move into the activations are needed.
 //!
 //! The f16 scales of eight blocks of a row are widened together and
 //! multiplied by the columns' scales into a small table that the block
@@ -117,8 +125,9 @@ fn layout_of(dtype: DType) -> Option<u8> {
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
 /// columns of `b`, packed rows of a 32-value block format. The caller has
-/// checked that the processor has AVX2, FMA and F16C.
-pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+/// checked that the processor has AVX2, FMA and F16C, and with `vnni`,
+/// AVX-512 VNNI and VL.
+pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>, vnni: bool) {
     let n = b.0.len();
     let k = a.k;
     let (Some(f), Some(lay)) = (format(a.dtype), layout_of(a.dtype)) else {
@@ -156,7 +165,7 @@ pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         };
         // SAFETY: a holds m rows of nb blocks, the quantised columns as
         // many, out n columns of m values; the kernels keep to KernelFn.
-        unsafe { few_columns::run(&a, m, n, out, plan, column, |r, c| kernel(lay, r, c)) };
+        unsafe { few_columns::run(&a, m, n, out, plan, column, |r, c| kernel(lay, r, c, vnni)) };
     });
 }
 
@@ -174,30 +183,36 @@ type KernelFn = few_columns::KernelFn<Column>;
 
 /// The kernel for `r` rows and `c` columns: four rows with one or two
 /// columns, two rows with up to four, one row with any (the remainder).
-fn kernel(lay: u8, r: usize, c: usize) -> KernelFn {
+/// With `vnni`, the `vpdpbusd` kernels of the formats VNNI machines send
+/// here (Q4_0 and Q8_0 have paths of their own there).
+fn kernel(lay: u8, r: usize, c: usize, vnni: bool) -> KernelFn {
     macro_rules! pick {
-        ($l:expr) => {
+        ($f:ident, $l:expr) => {
             match (r, c) {
-                (4, 1) => x86::blocks::<4, 1, { $l }> as KernelFn,
-                (4, _) => x86::blocks::<4, 2, { $l }> as KernelFn,
-                (2, 1) => x86::blocks::<2, 1, { $l }> as KernelFn,
-                (2, 2) => x86::blocks::<2, 2, { $l }> as KernelFn,
-                (2, 3) => x86::blocks::<2, 3, { $l }> as KernelFn,
-                (2, _) => x86::blocks::<2, 4, { $l }> as KernelFn,
-                (_, 1) => x86::blocks::<1, 1, { $l }> as KernelFn,
-                (_, 2) => x86::blocks::<1, 2, { $l }> as KernelFn,
-                (_, 3) => x86::blocks::<1, 3, { $l }> as KernelFn,
-                _ => x86::blocks::<1, 4, { $l }> as KernelFn,
+                (4, 1) => x86::$f::<4, 1, { $l }> as KernelFn,
+                (4, _) => x86::$f::<4, 2, { $l }> as KernelFn,
+                (2, 1) => x86::$f::<2, 1, { $l }> as KernelFn,
+                (2, 2) => x86::$f::<2, 2, { $l }> as KernelFn,
+                (2, 3) => x86::$f::<2, 3, { $l }> as KernelFn,
+                (2, _) => x86::$f::<2, 4, { $l }> as KernelFn,
+                (_, 1) => x86::$f::<1, 1, { $l }> as KernelFn,
+                (_, 2) => x86::$f::<1, 2, { $l }> as KernelFn,
+                (_, 3) => x86::$f::<1, 3, { $l }> as KernelFn,
+                _ => x86::$f::<1, 4, { $l }> as KernelFn,
             }
         };
     }
-    match lay {
-        layout::Q4_0 => pick!(layout::Q4_0),
-        layout::Q4_1 => pick!(layout::Q4_1),
-        layout::Q5_0 => pick!(layout::Q5_0),
-        layout::Q5_1 => pick!(layout::Q5_1),
-        layout::IQ4_NL => pick!(layout::IQ4_NL),
-        _ => pick!(layout::Q8_0),
+    match (lay, vnni) {
+        (layout::Q4_1, true) => pick!(blocks_vnni, layout::Q4_1),
+        (layout::Q5_0, true) => pick!(blocks_vnni, layout::Q5_0),
+        (layout::Q5_1, true) => pick!(blocks_vnni, layout::Q5_1),
+        (layout::IQ4_NL, true) => pick!(blocks_vnni, layout::IQ4_NL),
+        (layout::Q4_0, _) => pick!(blocks, layout::Q4_0),
+        (layout::Q4_1, _) => pick!(blocks, layout::Q4_1),
+        (layout::Q5_0, _) => pick!(blocks, layout::Q5_0),
+        (layout::Q5_1, _) => pick!(blocks, layout::Q5_1),
+        (layout::IQ4_NL, _) => pick!(blocks, layout::IQ4_NL),
+        _ => pick!(blocks, layout::Q8_0),
     }
 }
 
@@ -207,7 +222,7 @@ mod x86 {
     use crate::kernels::math::hsum256;
     use std::ops::Range;
 
-    use super::layout::{self, block_bytes, codes_at, fifth_bits_at, has_min, offset, signed};
+    use super::layout::{self, block_bytes, codes_at, fifth_bits_at, has_min};
     use super::{Call, GROUP, QB};
     use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 
@@ -225,6 +240,33 @@ mod x86 {
         }
     }
 
+    /// IQ4_NL's values plus 128, for the unsigned codes of the VNNI
+    /// kernels.
+    const IQ4_BIASED: [u8; 16] = {
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = (IQ4_VALUES[i] as i16 + 128) as u8;
+            i += 1;
+        }
+        t
+    };
+
+    /// The offset subtracted from the codes of layout `L` as the kernels
+    /// read them (`V`: the VNNI kernels').
+    const fn offset<const L: u8, const V: bool>() -> f32 {
+        if V && L == layout::IQ4_NL {
+            128.0
+        } else {
+            super::layout::offset(L)
+        }
+    }
+
+    /// Whether the kernels read signed codes (the sign trick).
+    const fn signed<const L: u8, const V: bool>() -> bool {
+        super::layout::signed(L) && !(V && L == layout::IQ4_NL)
+    }
+
     /// `R` rows of blocks of layout `L` times `C` columns.
     ///
     /// # Safety
@@ -235,13 +277,40 @@ mod x86 {
         call: &Call,
         rows: Range<usize>,
     ) {
+        // SAFETY: caller's contract.
+        unsafe { blocks_with::<R, C, L, false>(call, rows) }
+    }
+
+    /// As [`blocks`], the integer dot in `vpdpbusd`.
+    ///
+    /// # Safety
+    /// As [`blocks`], and AVX-512 VNNI and VL are available.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    pub(super) unsafe fn blocks_vnni<const R: usize, const C: usize, const L: u8>(
+        call: &Call,
+        rows: Range<usize>,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe { blocks_with::<R, C, L, true>(call, rows) }
+    }
+
+    /// The body of [`blocks`] (`V` false) and [`blocks_vnni`] (true),
+    /// inlined into each so that the intrinsics take their features.
+    ///
+    /// # Safety
+    /// As those.
+    #[inline(always)]
+    unsafe fn blocks_with<const R: usize, const C: usize, const L: u8, const V: bool>(
+        call: &Call,
+        rows: Range<usize>,
+    ) {
         for i in rows.step_by(R) {
             // SAFETY: caller's contract.
             unsafe {
                 let ts = block_bytes(L);
                 let row: [*const u8; R] =
                     std::array::from_fn(|q| call.a.row(i + q).add(call.b0 * ts));
-                let res = group::<R, C, L>(&row, call);
+                let res = group::<R, C, L, V>(&row, call);
                 for c in 0..C {
                     for (q, v) in res.iter().enumerate() {
                         let o = call.out[c].add(i + q);
@@ -253,13 +322,14 @@ mod x86 {
     }
 
     /// The 32 codes of the block at `p` (its start): unsigned (the 4- and
-    /// 5-bit formats) or signed (Q8_0, IQ4_NL's table values).
+    /// 5-bit formats, and IQ4_NL's table values plus 128 for the VNNI
+    /// kernels) or signed (Q8_0, IQ4_NL's table values).
     ///
     /// # Safety
     /// AVX2; `p` holds a block of layout `L`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn codes<const L: u8>(p: *const u8) -> __m256i {
+    unsafe fn codes<const L: u8, const V: bool>(p: *const u8) -> __m256i {
         // SAFETY: caller's contract.
         unsafe {
             let q = p.add(codes_at(L));
@@ -272,7 +342,12 @@ mod x86 {
             let u = _mm256_and_si256(_mm256_srlv_epi32(v, shift), _mm256_set1_epi8(0x0f));
             match L {
                 layout::IQ4_NL => {
-                    let table = _mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i);
+                    let values = if V {
+                        IQ4_BIASED.as_ptr()
+                    } else {
+                        IQ4_VALUES.as_ptr() as *const u8
+                    };
+                    let table = _mm_loadu_si128(values as *const __m128i);
                     _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), u)
                 }
                 layout::Q5_0 | layout::Q5_1 => {
@@ -301,21 +376,22 @@ mod x86 {
     }
 
     /// `R` rows of blocks of layout `L` times the call's first `C`
-    /// columns, over the call's blocks.
+    /// columns, over the call's blocks (`V`: with `vpdpbusd`).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C are available; the rows (at block `b0`) and the
-    /// columns hold `nb` blocks each.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn group<const R: usize, const C: usize, const L: u8>(
+    /// AVX2, FMA and F16C are available, and with `V` AVX-512 VNNI and
+    /// VL; the rows (at block `b0`) and the columns hold `nb` blocks each.
+    #[inline(always)]
+    unsafe fn group<const R: usize, const C: usize, const L: u8, const V: bool>(
         rows: &[*const u8; R],
         call: &Call,
     ) -> [[f32; C]; R] {
         let ts = block_bytes(L);
         // the codes' offset or the blocks' min times the sum of the
         // column's codes: -o * dw (the `_0` formats) or m (the `_1`)
-        let affine = offset(L) != 0.0 || has_min(L);
+        let offset = offset::<L, V>();
+        let signed = signed::<L, V>();
+        let affine = offset != 0.0 || has_min(L);
         // SAFETY: caller's contract; every read is inside a block of a
         // row or a column (prefetches may point past the end).
         unsafe {
@@ -340,7 +416,7 @@ mod x86 {
                         let coef = if has_min(L) {
                             scales8(p.add(2), ts)
                         } else {
-                            _mm256_mul_ps(dw, _mm256_set1_ps(-offset(L)))
+                            _mm256_mul_ps(dw, _mm256_set1_ps(-offset))
                         };
                         for c in 0..C {
                             let dx = _mm256_loadu_ps(call.cols[c].d.add(g0));
@@ -356,7 +432,7 @@ mod x86 {
                                 f16_to_f32((p.add(b * ts + o) as *const u16).read_unaligned())
                             };
                             let dw = at(0);
-                            let coef = if has_min(L) { at(2) } else { -offset(L) * dw };
+                            let coef = if has_min(L) { at(2) } else { -offset * dw };
                             for c in 0..C {
                                 scale[r][c][b] = dw * *call.cols[c].d.add(g0 + b);
                                 extra_tail[r][c] += coef * *call.cols[c].sx.add(g0 + b);
@@ -367,14 +443,18 @@ mod x86 {
                 for b in 0..gn {
                     let blk = g0 + b;
                     for r in 0..R {
-                        let w = codes::<L>(rows[r].add(blk * ts));
-                        let aw = if signed(L) { _mm256_abs_epi8(w) } else { w };
+                        let w = codes::<L, V>(rows[r].add(blk * ts));
+                        let aw = if signed { _mm256_abs_epi8(w) } else { w };
                         for c in 0..C {
                             let x = _mm256_loadu_si256(
                                 call.cols[c].codes.add(blk * QB) as *const __m256i
                             );
-                            let x = if signed(L) { _mm256_sign_epi8(x, w) } else { x };
-                            let s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones);
+                            let x = if signed { _mm256_sign_epi8(x, w) } else { x };
+                            let s = if V {
+                                _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, x)
+                            } else {
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones)
+                            };
                             acc[r][c] = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(s),
                                 _mm256_set1_ps(scale[r][c][b]),

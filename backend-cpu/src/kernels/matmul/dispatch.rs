@@ -147,8 +147,8 @@ const BLOCKS_32: &[DType] = &[
 ];
 /// The 32-value block formats without a VNNI path of their own for few
 /// columns (Q8_0 and Q4_0 have the fused and mat-vec paths): on VNNI
-/// machines too the AVX2 block dot reads them faster than the direct
-/// path decodes them (docs/performance.md).
+/// machines too the block dot (there with `vpdpbusd`) reads them faster
+/// than the direct path decodes them (docs/performance.md).
 const BLOCKS_32_NO_FUSED: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
 const Q4_0: &[DType] = &[DType::Q4_0];
 const K_QUANTS: &[DType] = &[
@@ -296,7 +296,7 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         #[cfg(target_arch = "x86_64")]
         BlockMatvec => block_matvec::matvec(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
-        BlockDotAvx2 => block_dot_avx2::gemm(a, m, b, out),
+        BlockDotAvx2 => block_dot_avx2::gemm(a, m, b, out, isa == Isa::Avx512Vnni),
         #[cfg(target_arch = "x86_64")]
         BlockGemmAvx2 => block_gemm_avx2::gemm(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
