@@ -40,6 +40,7 @@ use super::few_columns::{self, Plan, column_groups};
 use super::operands::{Cols, WeightRows};
 use super::quant_format::format;
 use super::row_streaming::SHORT_ROW_BYTES;
+use crate::kernels::isa::Isa;
 use crate::kernels::scratch::with_scratch;
 
 /// Values per block.
@@ -125,9 +126,10 @@ fn layout_of(dtype: DType) -> Option<u8> {
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m` and the (at most eight)
 /// columns of `b`, packed rows of a 32-value block format. The caller has
-/// checked that the processor has AVX2, FMA and F16C, and with `vnni`,
-/// AVX-512 VNNI and VL.
-pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>, vnni: bool) {
+/// checked that the processor has AVX2, FMA and F16C, and that it has
+/// what `isa` names.
+pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let vnni = isa == Isa::Avx512Vnni;
     let n = b.0.len();
     let k = a.k;
     let (Some(f), Some(lay)) = (format(a.dtype), layout_of(a.dtype)) else {

@@ -296,7 +296,7 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         #[cfg(target_arch = "x86_64")]
         BlockMatvec => block_matvec::matvec(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
-        BlockDotAvx2 => block_dot_avx2::gemm(a, m, b, out, isa == Isa::Avx512Vnni),
+        BlockDotAvx2 => block_dot_avx2::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         BlockGemmAvx2 => block_gemm_avx2::gemm(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
