@@ -138,7 +138,9 @@ const KV_CASES: [KvCase; 5] = [
         kv: DType::F16,
         attention: Attention::Standard,
         same_cache: 1e-9,
-        rounded_again: 1e-7,
+        // the scores' softmax is rounded to F16 for the product with V, as
+        // ggml rounds it: a rotation's last bits can move one of them
+        rounded_again: 3e-4,
         shifted_k: 1e-6,
     },
     KvCase {

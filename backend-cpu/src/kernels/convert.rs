@@ -45,6 +45,15 @@ pub(crate) fn f32_to_f16(src: &[f32], dst: &mut [half::f16]) {
     dst.convert_from_f32_slice(src);
 }
 
+/// Each value rounded to the nearest f16 (ties to even), in place.
+pub(crate) fn round_to_f16(x: &mut [f32]) {
+    let mut h = [half::f16::ZERO; 256];
+    for c in x.chunks_mut(256) {
+        f32_to_f16(c, &mut h);
+        f16_to_f32(&h[..c.len()], c);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;

@@ -1,17 +1,22 @@
-//! Activations quantised to 8 bits once per call, as ggml does: one f32
+//! Activations quantised to 8 bits once per call, exactly as ggml rounds
+//! them for the weight type (its partner, `Partner`: Q8_0, Q8_1 or Q8_K,
+//! their scales and rounding), laid out for the integer dot kernels: one
 //! scale per block of `QB` values, `QB` being the length over which the
-//! weights keep one scale (32, or 16 for Q6_K), laid out for the integer
-//! dot kernels.
+//! weights keep one scale (32, 16 for Q2_K, Q3_K and Q6_K, or a whole
+//! super-block); blocks inside one partner span share its scale.
+
+use ggraph_core::quant::{f16_to_f32, f32_to_f16};
 
 use super::operands::Cols;
-use super::quant_format::Format;
+use super::quant_format::{Format, Partner};
 use crate::kernels::isa::Isa;
 use crate::team;
 
 /// Activations quantised to 8 bits, columns in tiles of `t`:
 /// codes `[tile][k / 4][t][4]`, and per block `[tile][block][t]` the scale
 /// `d`, the integer `bias` that starts the block's accumulator
-/// (`-o * sum(q) / lanes`), and `sx = d * sum(q)` for the min term.
+/// (`-o * sum(q) / lanes`), and `sx`, the min term's `d * sum(q)` as the
+/// partner keeps it.
 pub(crate) struct QActs<'a> {
     k: usize,
     qb: usize,
@@ -29,6 +34,59 @@ impl QActs<'_> {
 
     pub(crate) fn nblk(&self) -> usize {
         self.k / self.qb
+    }
+}
+
+/// The scale of one span of activations, as the partner type keeps it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Scale {
+    /// Multiplies a value into its code (before rounding).
+    pub(crate) id: f32,
+    /// Multiplies a code back into a value: what the dot products use.
+    pub(crate) d: f32,
+    /// `d` before Q8_0 and Q8_1 round it to f16 (Q8_1's sum uses it).
+    exact: f32,
+}
+
+impl Scale {
+    /// The scale of a span whose largest magnitude is `amax`. Q8_0 and
+    /// Q8_1 (ggml's x86 quantisers): `id = 127 / amax`, `d = amax / 127`
+    /// rounded to f16. Q8_K: `id = -127 / max` and `d = 1 / id`, `max`
+    /// being the value of largest magnitude; its sign only flips every
+    /// code and the scale together, so it is dropped here.
+    pub(crate) fn new(partner: Partner, amax: f32) -> Scale {
+        match partner {
+            Partner::Q8_0 | Partner::Q8_1 => {
+                let exact = amax / 127.0;
+                Scale {
+                    id: if amax != 0.0 { 127.0 / amax } else { 0.0 },
+                    d: f16_to_f32(f32_to_f16(exact)),
+                    exact,
+                }
+            }
+            Partner::Q8K if amax == 0.0 => Scale {
+                id: 0.0,
+                d: 0.0,
+                exact: 0.0,
+            },
+            Partner::Q8K => {
+                let id = 127.0 / amax;
+                Scale {
+                    id,
+                    d: 1.0 / id,
+                    exact: 1.0 / id,
+                }
+            }
+        }
+    }
+
+    /// `d * sum(q)` for a block whose codes sum to `sum`, as the min term
+    /// reads it: Q8_1 keeps it as f16, from the scale before rounding.
+    pub(crate) fn sum_term(self, partner: Partner, sum: i32) -> f32 {
+        match partner {
+            Partner::Q8_1 => f16_to_f32(f32_to_f16(self.exact * sum as f32)),
+            Partner::Q8_0 | Partner::Q8K => self.d * sum as f32,
+        }
     }
 }
 
@@ -69,6 +127,14 @@ pub(crate) fn quantize_acts<'a>(
     };
     let offset = f.offset;
     let qb = f.qb;
+    let partner = f.partner;
+    let span = partner.span().max(qb);
+    // blocks a span
+    let per = span / qb;
+    debug_assert!(
+        span % qb == 0 && k % span == 0,
+        "k {k}, qb {qb}, span {span}"
+    );
     struct Tiles {
         codes: *mut i8,
         d: *mut f32,
@@ -95,56 +161,31 @@ pub(crate) fn quantize_acts<'a>(
                 std::slice::from_raw_parts_mut(base.sx.add(tile * t * nblk), t * nblk),
             )
         };
-        // a column past the last (padding of the last tile) is all zeros
-        let quantize = |j: usize, blk: usize, q: &mut [i8]| {
-            if j < n {
-                // SAFETY: column j holds k values.
-                let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(blk * qb), qb) };
-                quantize_block(x, q)
-            } else {
-                q.fill(0);
-                (0.0, 0)
-            }
-        };
-        #[cfg(target_arch = "x86_64")]
-        if t == 1 && qb == 32 && tile < n && crate::kernels::isa::active() >= Isa::Avx2 {
-            // SAFETY: AVX2 is available; column `tile` holds k values and
-            // the regions nblk blocks.
-            unsafe {
-                x86::quantize_column32(
-                    cols.0[tile],
-                    nblk,
-                    codes.as_mut_ptr(),
-                    d.as_mut_ptr(),
-                    bias.as_mut_ptr(),
-                )
-            };
-            for blk in 0..nblk {
-                let sum = bias[blk];
-                bias[blk] = -offset * sum / lanes;
-                sx[blk] = d[blk] * sum as f32;
-            }
-            return;
-        }
-        // a block of up to a super-block (Q8_K-style activations)
+        let mut sums = [0i32; 16];
+        // a span's codes, when a tile holds several columns
         let mut q = [0i8; 256];
         for c in 0..t {
             let j = tile * t + c;
-            for blk in 0..nblk {
-                let (dx, sum) = if t == 1 {
-                    // one column per tile: the codes are in order
-                    quantize(j, blk, &mut codes[blk * qb..(blk + 1) * qb])
+            for s in 0..k / span {
+                let sums = &mut sums[..per];
+                let scale = if t == 1 {
+                    // one column per tile: the codes go straight in order
+                    let q = &mut codes[s * span..(s + 1) * span];
+                    span_of(cols, j, s * span, f, q, sums)
                 } else {
-                    let r = quantize(j, blk, &mut q[..qb]);
-                    for g in 0..qb / 4 {
-                        let at = ((blk * qb / 4 + g) * t + c) * 4;
+                    let scale = span_of(cols, j, s * span, f, &mut q[..span], sums);
+                    for g in 0..span / 4 {
+                        let at = ((s * span / 4 + g) * t + c) * 4;
                         codes[at..at + 4].copy_from_slice(&q[g * 4..g * 4 + 4]);
                     }
-                    r
+                    scale
                 };
-                d[blk * t + c] = dx;
-                bias[blk * t + c] = -offset * sum / lanes;
-                sx[blk * t + c] = dx * sum as f32;
+                for (b, &sum) in sums.iter().enumerate() {
+                    let at = (s * per + b) * t + c;
+                    d[at] = scale.d;
+                    bias[at] = -offset * sum / lanes;
+                    sx[at] = scale.sum_term(partner, sum);
+                }
             }
         }
     });
@@ -158,91 +199,169 @@ pub(crate) fn quantize_acts<'a>(
     }
 }
 
-/// Quantises one block to codes in -127..=127; returns the scale and the
-/// sum of the codes.
+/// The columns as the integer kernels see them, back in floats: each
+/// value `d * q` with its span's scale and code as `partner` rounds them,
+/// `k` values a column one after another. The float paths that multiply
+/// quantised weights read these, so that they round where ggml rounds.
+pub(crate) fn rounded_columns(cols: &Cols<f32>, k: usize, partner: Partner) -> Vec<f32> {
+    let span = partner.span();
+    let mut out = vec![0f32; cols.0.len() * k];
+    let mut q = [0i8; 256];
+    let mut sum = [0i32; 1];
+    for (j, o) in out.chunks_exact_mut(k).enumerate() {
+        // SAFETY: column j holds k values.
+        let x = unsafe { std::slice::from_raw_parts(cols.0[j], k) };
+        for (xs, os) in x.chunks_exact(span).zip(o.chunks_exact_mut(span)) {
+            let scale = quantize_span(partner, xs, span, &mut q[..span], &mut sum);
+            for (v, &c) in os.iter_mut().zip(&q[..span]) {
+                *v = scale.d * c as f32;
+            }
+        }
+    }
+    out
+}
+
+/// The columns rounded to F16 (`bf16` false) or BF16, `k` values a column
+/// one after another: ggml multiplies F16 and BF16 weights by activations
+/// rounded to their type.
+pub(crate) fn columns_as_half(cols: &Cols<f32>, k: usize, bf16: bool) -> Vec<f32> {
+    let mut out = vec![0f32; cols.0.len() * k];
+    for (j, o) in out.chunks_exact_mut(k).enumerate() {
+        // SAFETY: column j holds k values.
+        o.copy_from_slice(unsafe { std::slice::from_raw_parts(cols.0[j], k) });
+        if bf16 {
+            for v in o.iter_mut() {
+                *v = half::bf16::from_f32(*v).to_f32();
+            }
+        } else {
+            crate::kernels::convert::round_to_f16(o);
+        }
+    }
+    out
+}
+
+/// Quantises the span of column `j` that starts at value `v0` into `q`,
+/// its blocks' code sums into `sums`; a column past the last (padding of
+/// the last tile) is all zeros.
+fn span_of(
+    cols: &Cols<f32>,
+    j: usize,
+    v0: usize,
+    f: Format,
+    q: &mut [i8],
+    sums: &mut [i32],
+) -> Scale {
+    if j >= cols.0.len() {
+        q.fill(0);
+        sums.fill(0);
+        return Scale::new(f.partner, 0.0);
+    }
+    // SAFETY: column j holds k values, and the span lies inside them.
+    let x = unsafe { std::slice::from_raw_parts(cols.0[j].add(v0), q.len()) };
+    quantize_span(f.partner, x, f.qb, q, sums)
+}
+
+/// Quantises one span of activations (`x`: a multiple of 16 values, all
+/// sharing one scale) into codes `q` as `partner` rounds them: codes
+/// `x * id` rounded to nearest, ties to even (as ggml's `_mm256_round_ps`
+/// and `nearest_int`). The code sums of each `qb` values go to `sums`.
 #[inline]
-pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+pub(crate) fn quantize_span(
+    partner: Partner,
+    x: &[f32],
+    qb: usize,
+    q: &mut [i8],
+    sums: &mut [i32],
+) -> Scale {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-        unsafe fn avx512(x: &[f32], q: &mut [i8]) -> (f32, i32) {
-            quantize_block_body(x, q)
+        unsafe fn avx512(p: Partner, x: &[f32], qb: usize, q: &mut [i8], s: &mut [i32]) -> Scale {
+            quantize_span_body(p, x, qb, q, s)
         }
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(x: &[f32], q: &mut [i8]) -> (f32, i32) {
-            quantize_block_body(x, q)
+        unsafe fn avx2(p: Partner, x: &[f32], qb: usize, q: &mut [i8], s: &mut [i32]) -> Scale {
+            quantize_span_body(p, x, qb, q, s)
         }
         let isa = crate::kernels::isa::active();
         if isa >= Isa::Avx512 {
             // SAFETY: the processor has AVX-512 F/BW (checked by `active`).
-            return unsafe { avx512(x, q) };
+            return unsafe { avx512(partner, x, qb, q, sums) };
         }
-        if isa >= Isa::Avx2 && x.len() == 32 && q.len() == 32 {
-            // SAFETY: the processor has AVX2 (checked by `active`); 32
-            // values in and out.
-            return unsafe { x86::quantize32(x.as_ptr(), q.as_mut_ptr()) };
+        if isa >= Isa::Avx2 && x.len() == 32 && q.len() == 32 && qb == 32 {
+            // SAFETY: AVX2 is available (checked by `active`); 32 values
+            // in and out.
+            let (scale, sum) = unsafe { x86::quantize32(partner, x.as_ptr(), q.as_mut_ptr()) };
+            sums[0] = sum;
+            return scale;
         }
         if isa >= Isa::Avx2 {
             // SAFETY: the processor has AVX2 and FMA (checked by `active`).
-            return unsafe { avx2(x, q) };
+            return unsafe { avx2(partner, x, qb, q, sums) };
         }
     }
-    quantize_block_body(x, q)
+    quantize_span_body(partner, x, qb, q, sums)
 }
 
-/// The body of [`quantize_block`]: lane-wise maxima and sums over fixed
+/// Quantises one block of 32 values as ggml's Q8_0 does (the partner of
+/// Q4_0, Q5_0, Q8_0 and IQ4_NL); returns the scale `d` (an f16 value) and
+/// the sum of the codes.
+#[inline]
+pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    let mut sum = [0i32; 1];
+    let scale = quantize_span(Partner::Q8_0, x, x.len(), q, &mut sum);
+    (scale.d, sum[0])
+}
+
+/// The body of [`quantize_span`]: lane-wise maxima and sums over fixed
 /// chunks, so that each instruction-set wrapper vectorises it.
 #[inline(always)]
-fn quantize_block_body(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+fn quantize_span_body(
+    partner: Partner,
+    x: &[f32],
+    qb: usize,
+    q: &mut [i8],
+    sums: &mut [i32],
+) -> Scale {
     const L: usize = 16;
     let mut lanes = [0f32; L];
-    let whole = x.len() - x.len() % L;
-    for chunk in x[..whole].chunks_exact(L) {
+    for chunk in x.chunks_exact(L) {
         for l in 0..L {
             lanes[l] = lanes[l].max(chunk[l].abs());
         }
     }
-    let amax = x[whole..]
-        .iter()
-        .fold(lanes.iter().fold(0f32, |m, v| m.max(*v)), |m, v| {
-            m.max(v.abs())
-        });
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut sums = [0i32; L];
-    for (qc, xc) in q[..whole]
-        .chunks_exact_mut(L)
-        .zip(x[..whole].chunks_exact(L))
-    {
-        for l in 0..L {
-            // round to nearest (ties to even) by the 1.5 * 2^23 trick: |v * id| <= 127
-            let r = ((xc[l] * id + 12582912.0) - 12582912.0) as i32;
-            qc[l] = r as i8;
-            sums[l] += r;
+    let amax = lanes.iter().fold(0f32, |m, v| m.max(*v));
+    let scale = Scale::new(partner, amax);
+    let id = scale.id;
+    for ((qb_codes, xb), sum) in q.chunks_exact_mut(qb).zip(x.chunks_exact(qb)).zip(sums) {
+        let mut acc = [0i32; L];
+        for (qc, xc) in qb_codes.chunks_exact_mut(L).zip(xb.chunks_exact(L)) {
+            for l in 0..L {
+                // round to nearest (ties to even) by the 1.5 * 2^23 trick: |v * id| <= 127
+                let r = ((xc[l] * id + 12582912.0) - 12582912.0) as i32;
+                qc[l] = r as i8;
+                acc[l] += r;
+            }
         }
+        *sum = acc.iter().sum();
     }
-    let mut sum: i32 = sums.iter().sum();
-    for (o, v) in q[whole..].iter_mut().zip(&x[whole..]) {
-        let r = ((v * id + 12582912.0) - 12582912.0) as i32;
-        *o = r as i8;
-        sum += r;
-    }
-    (d, sum)
+    scale
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// [`super::quantize_block`] for 32 values on AVX2, with the same
-    /// arithmetic (so the same codes): scale `amax / 127`, codes rounded
-    /// to nearest, ties to even.
+    use super::{Partner, Scale};
+
+    /// [`super::quantize_span`] for one span of 32 values on AVX2, with
+    /// the same arithmetic (so the same codes and scale).
     ///
     /// # Safety
     /// AVX2 is available; 32 values at `x` and room for 32 codes at `q`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize32(x: *const f32, q: *mut i8) -> (f32, i32) {
+    pub(super) unsafe fn quantize32(partner: Partner, x: *const f32, q: *mut i8) -> (Scale, i32) {
         // SAFETY: caller's contract.
         unsafe {
             let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));
@@ -252,8 +371,8 @@ mod x86 {
             let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
             let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
             let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-            let d = amax / 127.0;
-            let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+            let scale = Scale::new(partner, amax);
+            let id = _mm256_set1_ps(scale.id);
             let i: [__m256i; 4] =
                 std::array::from_fn(|j| _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id)));
             let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
@@ -268,32 +387,7 @@ mod x86 {
             );
             let w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_storeu_si256(q as *mut __m256i, w);
-            (d, sum)
-        }
-    }
-
-    /// [`quantize32`] over `nblk` blocks of a column, their scales to `d`
-    /// and code sums to `sum` (one call, so that the blocks' divisions
-    /// overlap).
-    ///
-    /// # Safety
-    /// AVX2 is available; `x` holds `nblk * 32` values, `codes` as many
-    /// bytes and `d` and `sum` `nblk` values.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_column32(
-        x: *const f32,
-        nblk: usize,
-        codes: *mut i8,
-        d: *mut f32,
-        sum: *mut i32,
-    ) {
-        for b in 0..nblk {
-            // SAFETY: caller's contract.
-            unsafe {
-                let (db, sb) = quantize32(x.add(32 * b), codes.add(32 * b));
-                *d.add(b) = db;
-                *sum.add(b) = sb;
-            }
+            (scale, sum)
         }
     }
 }
@@ -329,15 +423,90 @@ mod tests {
         out
     }
 
+    /// ggml's `quantize_row_q8_0` (and `_q8_1`) on x86: the scale as f16,
+    /// the codes, and Q8_1's `s`.
+    fn ggml_q8_0(x: &[f32; 32]) -> (u16, [i8; 32], u16) {
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let q: [i8; 32] = std::array::from_fn(|i| (x[i] * id).round_ties_even() as i8);
+        let sum: i32 = q.iter().map(|&v| v as i32).sum();
+        (f32_to_f16(d), q, f32_to_f16(d * sum as f32))
+    }
+
+    /// ggml's `quantize_row_q8_K_ref`: the scale, the codes.
+    fn ggml_q8_k(x: &[f32]) -> (f32, Vec<i8>) {
+        let (mut max, mut amax) = (0f32, 0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            return (0.0, vec![0; x.len()]);
+        }
+        let iscale = -127.0 / max;
+        let q = x
+            .iter()
+            .map(|&v| ((iscale * v).round_ties_even() as i32).min(127) as i8)
+            .collect();
+        (1.0 / iscale, q)
+    }
+
     #[test]
-    fn quantize_block_paths_give_the_same_codes() {
+    fn q8_0_and_q8_1_activations_are_ggml_s() {
         for x in blocks() {
-            let mut want = [0i8; 32];
-            let expected = quantize_block_body(&x, &mut want);
+            let (d, want, s) = ggml_q8_0(&x);
+            for partner in [Partner::Q8_0, Partner::Q8_1] {
+                let mut got = [0i8; 32];
+                let mut sum = [0i32; 1];
+                let scale = quantize_span(partner, &x, 32, &mut got, &mut sum);
+                assert_eq!(got, want, "{x:?}");
+                assert_eq!(scale.d.to_bits(), f16_to_f32(d).to_bits(), "{x:?}");
+                assert_eq!(sum[0], want.iter().map(|&v| v as i32).sum::<i32>());
+                if partner == Partner::Q8_1 {
+                    assert_eq!(scale.sum_term(partner, sum[0]), f16_to_f32(s), "{x:?}");
+                }
+            }
             let mut got = [0i8; 32];
-            let result = quantize_block(&x, &mut got);
-            assert_eq!(result.0.to_bits(), expected.0.to_bits(), "{x:?}");
-            assert_eq!((result.1, got), (expected.1, want), "{x:?}");
+            let (bd, _) = quantize_block(&x, &mut got);
+            assert_eq!((bd.to_bits(), got), (f16_to_f32(d).to_bits(), want));
+        }
+    }
+
+    #[test]
+    fn q8_k_activations_are_ggml_s_up_to_one_sign() {
+        let blocks = blocks();
+        // super-blocks of eight of the blocks, and one all zeros
+        let mut spans: Vec<Vec<f32>> = blocks
+            .chunks_exact(8)
+            .map(|c| c.iter().flatten().copied().collect())
+            .collect();
+        spans.push(vec![0.0; 256]);
+        for x in spans {
+            let (d, want) = ggml_q8_k(&x);
+            for qb in [16, 32, 256] {
+                let mut got = [0i8; 256];
+                let mut sums = [0i32; 16];
+                let scale = quantize_span(Partner::Q8K, &x, qb, &mut got, &mut sums[..256 / qb]);
+                // ggml's codes have the opposite sign of the values of the
+                // largest magnitude's sign; so does its scale
+                let sign = if d < 0.0 { -1 } else { 1 };
+                assert_eq!(scale.d.to_bits(), (sign as f32 * d).to_bits());
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(*g as i32 * sign, *w as i32);
+                }
+                for (b, s) in sums[..256 / qb].iter().enumerate() {
+                    assert_eq!(
+                        *s,
+                        got[b * qb..(b + 1) * qb]
+                            .iter()
+                            .map(|&v| v as i32)
+                            .sum::<i32>()
+                    );
+                }
+            }
         }
     }
 
@@ -351,12 +520,48 @@ mod tests {
         let mut buf = vec![0u8; qacts_len(1, k, 32, 1)];
         let acts = quantize_acts(&cols, k, f, 1, 8, &mut buf);
         for (b, block) in blocks.iter().enumerate() {
-            let mut want = [0i8; 32];
-            let (d, sum) = quantize_block_body(block, &mut want);
+            let (d, want, _) = ggml_q8_0(block);
+            let sum: i32 = want.iter().map(|&v| v as i32).sum();
+            let d = f16_to_f32(d);
             assert_eq!(&acts.codes[32 * b..32 * b + 32], &want[..], "block {b}");
             assert_eq!(acts.d[b].to_bits(), d.to_bits(), "block {b}");
             assert_eq!(acts.bias[b], -8 * sum / 8, "block {b}");
             assert_eq!(acts.sx[b], d * sum as f32, "block {b}");
+        }
+    }
+
+    #[test]
+    fn tiles_of_columns_hold_the_same_codes_and_scales() {
+        // Q6_K: 16-value blocks sharing a super-block's scale, three
+        // columns in tiles of two (the last padded with zeros)
+        let blocks = blocks();
+        let k = 256 * (blocks.len() / 8);
+        let x: Vec<f32> = blocks.iter().flatten().copied().take(k).collect();
+        let cols_x: Vec<Vec<f32>> = (0..3)
+            .map(|c| x.iter().map(|v| v * (c + 1) as f32).collect())
+            .collect();
+        let f = format(DType::Q6_K).unwrap();
+        let nblk = k / f.qb;
+        let cols = Cols(cols_x.iter().map(|c| c.as_ptr() as *mut f32).collect());
+        let mut one = vec![0u8; qacts_len(3, k, f.qb, 1)];
+        let ones = quantize_acts(&cols, k, f, 1, 1, &mut one);
+        let mut two = vec![0u8; qacts_len(3, k, f.qb, 2)];
+        let twos = quantize_acts(&cols, k, f, 2, 1, &mut two);
+        for c in 0..4 {
+            for i in 0..k {
+                let got = twos.codes[((c / 2) * k / 4 + i / 4) * 8 + (c % 2) * 4 + i % 4];
+                let want = if c < 3 { ones.codes[c * k + i] } else { 0 };
+                assert_eq!(got, want, "column {c} value {i}");
+            }
+            for b in 0..nblk {
+                let at = (c / 2) * 2 * nblk + b * 2 + c % 2;
+                let want = if c < 3 { ones.d[c * nblk + b] } else { 0.0 };
+                assert_eq!(twos.d[at].to_bits(), want.to_bits());
+                if c < 3 {
+                    // one scale a super-block
+                    assert_eq!(ones.d[c * nblk + b], ones.d[c * nblk + b / 16 * 16]);
+                }
+            }
         }
     }
 }

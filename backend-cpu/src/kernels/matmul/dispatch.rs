@@ -9,9 +9,9 @@ use ggraph_core::DType;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::format;
 use super::row_streaming::SHORT_ROW_BYTES;
+use super::{activation_quant, dequantized, float, quant_dot};
 #[cfg(target_arch = "x86_64")]
 use super::{block_dot_avx2, block_gemm_avx2, block_matvec, kquant_dot, transposed_matvec};
-use super::{dequantized, float, quant_dot};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
@@ -161,6 +161,22 @@ const K_QUANTS: &[DType] = &[
 ];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
+/// The quantised types whose activations ggml rounds to Q8_0 or Q8_K: the
+/// float GEMM multiplies them exactly as the integer kernels do (their
+/// columns rounded first). Q4_1 and Q5_1's partner, Q8_1, keeps its sum
+/// term as f16, which a float product of rounded columns cannot.
+const NO_Q8_1: &[DType] = &[
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q5_0,
+    DType::IQ4_NL,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_XS,
+];
 
 const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
 const ONE: RangeInclusive<usize> = 1..=1;
@@ -199,7 +215,7 @@ const RULES: &[Rule] = &[
     // weight panels dequantised as they are packed (and, as for float
     // weights, rows of no values give zeros)
     rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        EMPTY,            Zeros),
-    rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
+    rule(PORTABLE,     Only(NO_Q8_1),  Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
     rule(VNNI,         Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        QuantFused),
     rule(ANY_ISA,      Only(INTEGER),  Packed, ANY_COLS,             ANY_BYTES,        QuantDirect),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
@@ -278,17 +294,21 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
             }
         }
-        FloatRowStream => float::row_stream::matvec(isa, a, m, b, out),
-        FloatDot => float::dot::gemm(isa, a, m, b, out),
-        FloatPacked => float::packed::gemm(isa, a, m, b, out),
+        FloatRowStream => {
+            with_rounded_columns(a, b, |b| float::row_stream::matvec(isa, a, m, b, out))
+        }
+        FloatDot => with_rounded_columns(a, b, |b| float::dot::gemm(isa, a, m, b, out)),
+        FloatPacked => with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out)),
         #[cfg(target_arch = "x86_64")]
         Bf16Tiles => {
             let unit = amx::active_bf16().map(amx::Unit::Hardware);
             if !unit.is_some_and(|unit| float::bf16_tiles::gemm(unit, a, m, b, out)) {
-                float::packed::gemm(isa, a, m, b, out)
+                with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out))
             }
         }
-        Dequantized => dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out)),
+        Dequantized => with_rounded_columns(a, b, |b| {
+            dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out))
+        }),
         #[cfg(target_arch = "x86_64")]
         KQuantDot => kquant_dot::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
@@ -309,4 +329,31 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         #[cfg(not(target_arch = "x86_64"))]
         _ => quant_dot::direct::gemm(Isa::Portable, format(), a, m, b, out),
     }
+}
+
+/// Runs `f` on the columns rounded as ggml rounds them for `a`'s type
+/// before a product (its `vec_dot_type`): to F16 for F16 weights, to BF16
+/// for BF16 weights, and for quantised weights multiplied in floats (the
+/// paths below AVX2, rows not packed) to the codes and scales the integer
+/// paths use (Q4_1 and Q5_1 rows not packed keep one difference: their
+/// min term uses `d * sum(q)` in f32, where ggml keeps it as f16). F32
+/// weights take the columns as they are.
+fn with_rounded_columns(a: WeightRows, b: &Cols<f32>, f: impl FnOnce(&Cols<f32>)) {
+    let k = a.k;
+    let mut rounded = match a.dtype {
+        _ if k == 0 => return f(b),
+        DType::F16 => activation_quant::columns_as_half(b, k, false),
+        DType::BF16 => activation_quant::columns_as_half(b, k, true),
+        t => match format(t) {
+            Some(fmt) => activation_quant::rounded_columns(b, k, fmt.partner),
+            None => return f(b),
+        },
+    };
+    let cols = Cols(
+        rounded
+            .chunks_exact_mut(k)
+            .map(|c| c.as_mut_ptr())
+            .collect(),
+    );
+    f(&cols)
 }

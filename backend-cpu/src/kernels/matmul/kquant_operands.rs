@@ -6,8 +6,10 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use super::activation_quant::Scale;
 use super::few_columns;
 use super::operands::Cols;
+use super::quant_format::Partner;
 use crate::kernels::scratch::with_scratch;
 
 /// Values per super-block.
@@ -124,7 +126,7 @@ pub(super) type Call<'a> = few_columns::Call<'a, Column>;
 pub(super) type KernelFn = few_columns::KernelFn<Column>;
 
 /// Quantises `nsb` super-blocks of `x` to codes in -127..=127 with
-/// one scale each (`amax / 127`, codes rounded to nearest), and the
+/// one scale each, as ggml's Q8_K (`activation_quant::Scale`), and the
 /// sums of the codes per 16 and per 32 values. The codes of each
 /// 32-value group `g` go to group [`paired_group`]`(g)` when `paired`.
 ///
@@ -154,9 +156,9 @@ unsafe fn quantize_q8k(
             let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
             let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
             let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-            let scale = amax / 127.0;
-            *d.add(sb) = scale;
-            let inv = _mm256_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+            let scale = Scale::new(Partner::Q8K, amax);
+            *d.add(sb) = scale.d;
+            let inv = _mm256_set1_ps(scale.id);
             for g in 0..QK / 32 {
                 let q: [__m256i; 4] = std::array::from_fn(|i| {
                     _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p.add(32 * g + 8 * i)), inv))

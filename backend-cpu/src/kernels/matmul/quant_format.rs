@@ -19,6 +19,31 @@ use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 
 use crate::kernels::isa::Isa;
 
+/// The 8-bit type ggml quantises the activations to for a weight type (its
+/// `vec_dot_type`): ggraph rounds them the same way, so that its integer
+/// sums are ggml's and only the order of float additions differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Partner {
+    /// One scale `amax / 127` a 32 values, kept as f16 (Q4_0, Q5_0, Q8_0,
+    /// IQ4_NL).
+    Q8_0,
+    /// Q8_0's codes and scale, and `d * sum(q)` kept as f16 for the min
+    /// term (Q4_1, Q5_1).
+    Q8_1,
+    /// One f32 scale a 256-value super-block (the K-quants, IQ4_XS).
+    Q8K,
+}
+
+impl Partner {
+    /// Values that share one scale.
+    pub(crate) const fn span(self) -> usize {
+        match self {
+            Partner::Q8_0 | Partner::Q8_1 => 32,
+            Partner::Q8K => 256,
+        }
+    }
+}
+
 /// How one weight format reads as codes.
 #[derive(Clone, Copy)]
 pub(crate) struct Format {
@@ -33,6 +58,8 @@ pub(crate) struct Format {
     /// 255, too large for `vpmaddubsw`'s 16-bit pair sums, so the AVX2
     /// kernels take them signed.
     pub(crate) signed: bool,
+    /// How the activations are rounded for it.
+    pub(crate) partner: Partner,
 }
 
 pub(crate) fn format(dtype: DType) -> Option<Format> {
@@ -46,12 +73,20 @@ pub(crate) fn format(dtype: DType) -> Option<Format> {
         DType::Q6_K => (16, 32, false),
         _ => return None,
     };
+    let partner = match dtype {
+        DType::Q4_1 | DType::Q5_1 => Partner::Q8_1,
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => {
+            Partner::Q8K
+        }
+        _ => Partner::Q8_0,
+    };
     Some(Format {
         dtype,
         qb,
         offset,
         has_min,
         signed: offset == 128,
+        partner,
     })
 }
 
