@@ -41,10 +41,15 @@ fn lane_sum(x: &[f32], f: impl Fn(f64) -> f64) -> f64 {
     lanes.iter().sum::<f64>() + tail.iter().map(|v| f(*v as f64)).sum::<f64>()
 }
 
+/// ggml's arithmetic, so that the same row gives the same bits (a norm
+/// feeds quantised products, whose 8-bit rounding turns one ulp into a
+/// code): the squares in f32, summed in f64, the mean rounded to f32 and
+/// the scale `1 / sqrt(mean + eps)` in f32.
 pub fn rms_norm(dst: TRef, a: TRef, eps: f32) {
     rows(dst, a, |x, _| {
-        let ss = lane_sum(x, |v| v * v);
-        let s = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+        let ss = lane_sum(x, |v| ((v as f32) * (v as f32)) as f64);
+        let mean = (ss / x.len() as f64) as f32;
+        let s = 1.0 / (mean + eps).sqrt();
         x.iter_mut().for_each(|v| *v *= s);
     });
 }

@@ -80,20 +80,43 @@ fn table(pos: TRef, freq_factors: Option<TRef>, p: &RopeParams, n_tokens: usize)
     team::for_each_chunk_mut(&mut values, half.max(1) * 16, |c, rows| {
         for (r, row) in rows.chunks_mut(half.max(1)).enumerate() {
             let t = c * 16 + r;
-            let position = key.positions[t] as f64;
-            for (i, cs) in row.iter_mut().enumerate() {
-                let ff = key
-                    .freq_factors
+            let ff = |i: usize| {
+                key.freq_factors
                     .as_ref()
-                    .map_or(1.0, |f| f32::from_bits(f[i]) as f64);
-                let (c, s) = p.rotation(position, 2 * i, ff);
-                *cs = (c as f32, s as f32);
-            }
+                    .map_or(1.0, |f| f32::from_bits(f[i]))
+            };
+            ggml_rotations(p, key.positions[t] as f32, ff, row);
         }
     });
     let table = Arc::new(values);
     *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, table.clone()));
     table
+}
+
+/// cos and sin of every pair at position `pos`, as ggml's CPU backend
+/// computes them (`ggml_rope_cache_init`, `rope_yarn`): in f32, each
+/// pair's angle the previous one's times `theta_scale`. Rotated values
+/// feed quantised products, where one ulp can move an 8-bit code, so the
+/// kernel keeps ggml's arithmetic rather than the exact angle
+/// ([`RopeParams::rotation`], the reference's).
+fn ggml_rotations(p: &RopeParams, pos: f32, ff: impl Fn(usize) -> f32, out: &mut [(f32, f32)]) {
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
+    let [low, high] = p.yarn_corr_dims();
+    let mut theta = pos;
+    for (i, cs) in out.iter_mut().enumerate() {
+        let theta_extrap = theta / ff(i);
+        let theta_interp = p.freq_scale * theta_extrap;
+        let mut angle = theta_interp;
+        let mut mscale = p.attn_factor;
+        if p.ext_factor != 0.0 {
+            let y = (i as f32 - low) / (high - low).max(0.001);
+            let ramp_mix = (1.0 - y.clamp(0.0, 1.0)) * p.ext_factor;
+            angle = theta_interp.mul_add(1.0 - ramp_mix, theta_extrap * ramp_mix);
+            mscale *= 0.1f32.mul_add((1.0 / p.freq_scale).ln(), 1.0);
+        }
+        *cs = (angle.cos() * mscale, angle.sin() * mscale);
+        theta *= theta_scale;
+    }
 }
 
 pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeParams) {
@@ -113,9 +136,14 @@ pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeP
                         RopeMode::Normal => (2 * i, 2 * i + 1),
                         RopeMode::Neox => (i, i + half),
                     };
+                    // ggml's products and roundings (its compiler fuses
+                    // one product of each pair into the sum)
                     let (x0, x1) = (x[j0], x[j1]);
-                    x[j0] = x0 * c - x1 * s;
-                    x[j1] = x0 * s + x1 * c;
+                    x[j0] = x0.mul_add(*c, -(x1 * s));
+                    x[j1] = match p.mode {
+                        RopeMode::Normal => x1.mul_add(*c, x0 * s),
+                        RopeMode::Neox => x0.mul_add(*s, x1 * c),
+                    };
                 }
                 // SAFETY: as above.
                 unsafe { dst.store_row(i1, i2, i3, x) };
