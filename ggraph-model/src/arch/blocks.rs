@@ -98,6 +98,10 @@ fn qkv(
     let rope = c.rope(il);
     let q = b.rope_ext(q, positions, rope_freqs, rope)?;
     let k = b.rope_ext(k, positions, rope_freqs, rope)?;
+    // llama.cpp's names, so that the two compare tensor by tensor
+    b.set_name(q, &format!("Qcur-{il}"))?;
+    b.set_name(k, &format!("Kcur-{il}"))?;
+    b.set_name(v, &format!("Vcur-{il}"))?;
     Ok((q, k, v))
 }
 
@@ -211,8 +215,11 @@ pub fn self_attention(
                 kq = softcap(b, kq, c.attn_softcap)?;
                 scale = 1.0;
             }
+            b.set_name(kq, &format!("kq-{il}"))?;
             let kq = b.soft_max_ext(kq, Some(mask), scale, 0.0)?;
+            b.set_name(kq, &format!("kq_soft_max-{il}"))?;
             let kqv = b.mul_mat(v_all, kq)?;
+            b.set_name(kqv, &format!("kqv-{il}"))?;
             let merged = b.permute(kqv, [0, 2, 1, 3])?;
             let merged = b.cont(merged)?;
             b.reshape(merged, &[n_head * hd, n_tokens])?
@@ -230,6 +237,7 @@ pub fn self_attention(
             b.reshape(o, &[n_head * hd, n_tokens])?
         }
     };
+    b.set_name(attn, &format!("kqv_out-{il}"))?;
     let wo_name = format!("blk.{il}.attn_output.weight");
     let wo = required(weights, b, &wo_name, &[n_head * hd, c.n_embd])?;
     linear(b, weights, wo, attn, &format!("blk.{il}.attn_output.bias"))
@@ -253,7 +261,9 @@ pub fn ffn(
             let gate = required(weights, b, &name("ffn_gate"), &[e, f])?;
             let up = required(weights, b, &name("ffn_up"), &[e, f])?;
             let g = b.mul_mat(gate, cur)?;
+            b.set_name(g, &format!("ffn_gate-{il}"))?;
             let u = b.mul_mat(up, cur)?;
+            b.set_name(u, &format!("ffn_up-{il}"))?;
             b.glu_split(op, g, u)?
         }
         FfnKind::Fused(op) => {

@@ -156,6 +156,7 @@ pub fn build_graph(
 
     for il in 0..c.n_layer {
         let cur = layer_norm(&mut b, c, weights, il, "attn_norm", inp)?;
+        b.set_name(cur, &format!("attn_norm-{il}"))?;
         let mut cur = self_attention(
             &mut b,
             c,
@@ -167,6 +168,7 @@ pub fn build_graph(
             cur,
             &mut caches,
         )?;
+        b.set_name(cur, &format!("attn_out-{il}"))?;
         if il == c.n_layer - 1
             && let Some(ids) = out_ids
         {
@@ -177,8 +179,11 @@ pub fn build_graph(
             cur = layer_norm(&mut b, c, weights, il, "post_attention_norm", cur)?;
         }
         let ffn_inp = b.add(cur, inp)?;
+        b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
         let cur = layer_norm(&mut b, c, weights, il, "ffn_norm", ffn_inp)?;
+        b.set_name(cur, &format!("ffn_norm-{il}"))?;
         let mut cur = ffn(&mut b, c, weights, il, cur)?;
+        b.set_name(cur, &format!("ffn_out-{il}"))?;
         if c.arch.post_norms {
             cur = layer_norm(&mut b, c, weights, il, "post_ffw_norm", cur)?;
         }
