@@ -59,11 +59,12 @@ fn close_to_cpu(
     let (e, got) = run(dev, config, shape(), w);
     let (_, want) = run(cpu.as_ref(), config, shape(), w);
     let d = nmse(&got, &want.iter().map(|v| *v as f64).collect::<Vec<_>>());
-    // the CPU quantises the activations of a quantised mul_mat to 8 bits
-    // (as ggml does) and this device does not: with quantised weights the
-    // two agree to the conformance suite's quantised bound; each is also
-    // checked against the f64 reference
-    let bound = if w.is_quantized() { 5e-4 } else { 1e-9 };
+    // the CPU rounds the activations of a mul_mat as ggml does (to 8 bits
+    // for quantised weights, to F16 for F16 weights and for the products
+    // with an F16 cache) and this device does not: with quantised weights
+    // the two agree to the conformance suite's quantised bound, otherwise
+    // to F16's rounding; each is also checked against the f64 reference
+    let bound = if w.is_quantized() { 5e-4 } else { 1e-6 };
     assert!(d < bound, "{w}: wgpu vs CPU logits nmse {d}");
     e
 }

@@ -419,6 +419,118 @@ fn every_recorded_type_is_checked() {
     }
 }
 
+/// Each prompt followed by llama.cpp's tokens, decoded alone and as one
+/// of three sequences in one batch (where other kernel paths run: more
+/// columns a product): at every step where llama.cpp's top-2 gap is above
+/// the file's spread `tau`, both give llama.cpp's token, and their logits
+/// stay within `tau` of each other.
+#[test]
+fn a_prompt_decoded_with_others_gives_its_tokens_alone() {
+    let Some(dir) = model_dir() else { return };
+    let fixtures: Value = serde_json::from_str(FIXTURES).unwrap();
+    let prompts = fixtures["prompts"].as_array().unwrap();
+    let mut failures = Vec::new();
+    for kind in ["Q8_0", "Q4_K", "IQ4_NL"] {
+        let entry = fixtures["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == kind)
+            .unwrap();
+        let runs: Vec<Vec<Step>> = entry["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(steps)
+            .collect();
+        let tau = runs
+            .iter()
+            .flatten()
+            .map(|s| s.spread)
+            .fold(0.0f32, f32::max);
+        let path = dir.join(entry["file"].as_str().unwrap());
+        let desc = runner::open_model(path.to_str().unwrap()).unwrap();
+        let model = Arc::new(
+            Model::load(
+                &desc,
+                &[],
+                CpuDevice::new(),
+                &PlacementOptions::default(),
+                LoadMode::Real,
+                None,
+            )
+            .unwrap(),
+        );
+        // the prompt, then llama.cpp's tokens but the last, per sequence
+        let seqs: Vec<(Vec<i32>, usize)> = prompts
+            .iter()
+            .zip(&runs)
+            .map(|(p, run)| {
+                let prompt = ids(&p["ids"]);
+                let first = prompt.len() - 1;
+                let mut tokens = prompt;
+                tokens.extend(run[..run.len() - 1].iter().map(|s| s.token));
+                (tokens, first)
+            })
+            .collect();
+        let params = ContextParams {
+            n_seq_max: 3,
+            n_ctx: 384,
+            n_batch: 384,
+            n_ubatch: 384,
+            ..params(Attention::Flash)
+        };
+        let mut joint = Context::new(model.clone(), params.clone()).unwrap();
+        let mut batch = Batch::default();
+        let mut at = Vec::new();
+        for (s, (tokens, first)) in seqs.iter().enumerate() {
+            at.push(batch.tokens.len() + first);
+            for (i, &t) in tokens.iter().enumerate() {
+                batch.tokens.push(t);
+                batch.positions.get_or_insert_with(Vec::new).push(i as i32);
+                batch
+                    .seq_ids
+                    .get_or_insert_with(Vec::new)
+                    .push(vec![s as u32]);
+                batch.outputs.get_or_insert_with(Vec::new).push(i >= *first);
+            }
+        }
+        joint.decode(&batch).unwrap();
+        for (s, ((tokens, first), run)) in seqs.iter().zip(&runs).enumerate() {
+            let mut alone = Context::new(model.clone(), params.clone()).unwrap();
+            let outputs = (0..tokens.len()).map(|i| i >= *first).collect();
+            alone
+                .decode(&Batch {
+                    outputs: Some(outputs),
+                    ..Batch::tokens(tokens)
+                })
+                .unwrap();
+            for (step, rec) in run.iter().enumerate() {
+                let a = alone.logits_of(first + step).unwrap();
+                let j = joint.logits_of(at[s] + step).unwrap();
+                let worst = a
+                    .iter()
+                    .zip(j)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0.0f32, f32::max);
+                let (token, _, gap) = rec.with(Attention::Flash);
+                let here = format!("{kind} prompt {s} step {step}");
+                if worst > tau {
+                    failures.push(format!("{here}: logits {worst:.3} apart > tau {tau:.3}"));
+                }
+                if gap > tau && (runner::argmax(a) != token || runner::argmax(j) != token) {
+                    failures.push(format!(
+                        "{here}: alone {}, with others {}, llama.cpp {token} by {gap:.3}",
+                        runner::argmax(a),
+                        runner::argmax(j)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn the_prompts_tokenise_as_llama_cpp_tokenised_them() {
     let Some(dir) = model_dir() else {
