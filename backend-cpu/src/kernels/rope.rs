@@ -119,6 +119,40 @@ fn ggml_rotations(p: &RopeParams, pos: f32, ff: impl Fn(usize) -> f32, out: &mut
     }
 }
 
+/// Rotates the pairs of one row by `cs`, with ggml's products and
+/// roundings (its compiler fuses one product of each pair into the sum):
+/// on FMA instructions where the processor has them (a fused multiply-add
+/// is a libm call otherwise).
+fn rotate(x: &mut [f32], cs: &[(f32, f32)], mode: RopeMode) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::isa::active() >= crate::kernels::isa::Isa::Avx2 {
+        #[target_feature(enable = "fma")]
+        unsafe fn fma(x: &mut [f32], cs: &[(f32, f32)], mode: RopeMode) {
+            rotate_body(x, cs, mode)
+        }
+        // SAFETY: the AVX2 level includes FMA (checked by `active`).
+        return unsafe { fma(x, cs, mode) };
+    }
+    rotate_body(x, cs, mode)
+}
+
+#[inline(always)]
+fn rotate_body(x: &mut [f32], cs: &[(f32, f32)], mode: RopeMode) {
+    let half = cs.len();
+    for (i, &(c, s)) in cs.iter().enumerate() {
+        let (j0, j1) = match mode {
+            RopeMode::Normal => (2 * i, 2 * i + 1),
+            RopeMode::Neox => (i, i + half),
+        };
+        let (x0, x1) = (x[j0], x[j1]);
+        x[j0] = x0.mul_add(c, -(x1 * s));
+        x[j1] = match mode {
+            RopeMode::Normal => x1.mul_add(c, x0 * s),
+            RopeMode::Neox => x0.mul_add(s, x1 * c),
+        };
+    }
+}
+
 pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeParams) {
     let n_tokens = dst.ne[2];
     let half = p.n_dims / 2;
@@ -130,21 +164,7 @@ pub fn rope(dst: TRef, a: TRef, pos: TRef, freq_factors: Option<TRef>, p: &RopeP
                 let (i1, i2, i3) = dst.row_coords(r);
                 // SAFETY: rows in bounds; this task owns dst row r.
                 unsafe { a.load_row(i1, i2, i3, x) };
-                let cs = &table[i2 * half..(i2 + 1) * half];
-                for (i, (c, s)) in cs.iter().enumerate() {
-                    let (j0, j1) = match p.mode {
-                        RopeMode::Normal => (2 * i, 2 * i + 1),
-                        RopeMode::Neox => (i, i + half),
-                    };
-                    // ggml's products and roundings (its compiler fuses
-                    // one product of each pair into the sum)
-                    let (x0, x1) = (x[j0], x[j1]);
-                    x[j0] = x0.mul_add(*c, -(x1 * s));
-                    x[j1] = match p.mode {
-                        RopeMode::Normal => x1.mul_add(*c, x0 * s),
-                        RopeMode::Neox => x0.mul_add(*s, x1 * c),
-                    };
-                }
+                rotate(x, &table[i2 * half..(i2 + 1) * half], p.mode);
                 // SAFETY: as above.
                 unsafe { dst.store_row(i1, i2, i3, x) };
             }

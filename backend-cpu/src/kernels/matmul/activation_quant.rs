@@ -60,7 +60,7 @@ impl Scale {
                 let exact = amax / 127.0;
                 Scale {
                     id: if amax != 0.0 { 127.0 / amax } else { 0.0 },
-                    d: f16_to_f32(f32_to_f16(exact)),
+                    d: f16_round(exact),
                     exact,
                 }
             }
@@ -84,10 +84,23 @@ impl Scale {
     /// reads it: Q8_1 keeps it as f16, from the scale before rounding.
     pub(crate) fn sum_term(self, partner: Partner, sum: i32) -> f32 {
         match partner {
-            Partner::Q8_1 => f16_to_f32(f32_to_f16(self.exact * sum as f32)),
+            Partner::Q8_1 => f16_round(self.exact * sum as f32),
             Partner::Q8_0 | Partner::Q8K => self.d * sum as f32,
         }
     }
+}
+
+/// `x` rounded to the nearest f16 (ties to even), back as f32: with F16C
+/// where the processor has it (one instruction each way, inlined into the
+/// quantisers' instruction-set wrappers), else in software.
+#[inline(always)]
+fn f16_round(x: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: the processor has F16C.
+        return unsafe { x86::f16_round(x) };
+    }
+    f16_to_f32(f32_to_f16(x))
 }
 
 /// Bytes of scratch for `n` columns in tiles of `t`.
@@ -161,6 +174,18 @@ pub(crate) fn quantize_acts<'a>(
                 std::slice::from_raw_parts_mut(base.sx.add(tile * t * nblk), t * nblk),
             )
         };
+        if t == 1 && tile < n {
+            // one column per tile: the codes go straight in order, the
+            // whole column in one call
+            // SAFETY: column `tile` holds k values.
+            let x = unsafe { std::slice::from_raw_parts(cols.0[tile], k) };
+            quantize_column(partner, x, qb, codes, |blk, scale, sum| {
+                d[blk] = scale.d;
+                bias[blk] = -offset * sum / lanes;
+                sx[blk] = scale.sum_term(partner, sum);
+            });
+            return;
+        }
         let mut sums = [0i32; 16];
         // a span's codes, when a tile holds several columns
         let mut q = [0i8; 256];
@@ -199,34 +224,11 @@ pub(crate) fn quantize_acts<'a>(
     }
 }
 
-/// The columns as the integer kernels see them, back in floats: each
-/// value `d * q` with its span's scale and code as `partner` rounds them,
-/// `k` values a column one after another. The float paths that multiply
-/// quantised weights read these, so that they round where ggml rounds.
-pub(crate) fn rounded_columns(cols: &Cols<f32>, k: usize, partner: Partner) -> Vec<f32> {
-    let span = partner.span();
-    let mut out = vec![0f32; cols.0.len() * k];
-    let mut q = [0i8; 256];
-    let mut sum = [0i32; 1];
-    for (j, o) in out.chunks_exact_mut(k).enumerate() {
-        // SAFETY: column j holds k values.
-        let x = unsafe { std::slice::from_raw_parts(cols.0[j], k) };
-        for (xs, os) in x.chunks_exact(span).zip(o.chunks_exact_mut(span)) {
-            let scale = quantize_span(partner, xs, span, &mut q[..span], &mut sum);
-            for (v, &c) in os.iter_mut().zip(&q[..span]) {
-                *v = scale.d * c as f32;
-            }
-        }
-    }
-    out
-}
-
-/// The columns rounded to F16 (`bf16` false) or BF16, `k` values a column
-/// one after another: ggml multiplies F16 and BF16 weights by activations
-/// rounded to their type.
-pub(crate) fn columns_as_half(cols: &Cols<f32>, k: usize, bf16: bool) -> Vec<f32> {
-    let mut out = vec![0f32; cols.0.len() * k];
-    for (j, o) in out.chunks_exact_mut(k).enumerate() {
+/// The columns rounded to F16 (`bf16` false) or BF16 into `out`, `k`
+/// values a column one after another: ggml multiplies F16 and BF16 weights
+/// by activations rounded to their type.
+pub(crate) fn columns_as_half(cols: &Cols<f32>, k: usize, bf16: bool, out: &mut [f32]) {
+    team::for_each_chunk_mut(out, k, |j, o| {
         // SAFETY: column j holds k values.
         o.copy_from_slice(unsafe { std::slice::from_raw_parts(cols.0[j], k) });
         if bf16 {
@@ -236,8 +238,28 @@ pub(crate) fn columns_as_half(cols: &Cols<f32>, k: usize, bf16: bool) -> Vec<f32
         } else {
             crate::kernels::convert::round_to_f16(o);
         }
-    }
-    out
+    });
+}
+
+/// The columns as the integer kernels see them, back in floats, into
+/// `out`: each value `d * q` with its span's scale and code as `partner`
+/// rounds them, `k` values a column one after another. The float paths
+/// that multiply quantised weights read these, so that they round where
+/// ggml rounds.
+pub(crate) fn rounded_columns(cols: &Cols<f32>, k: usize, partner: Partner, out: &mut [f32]) {
+    let span = partner.span();
+    team::for_each_chunk_mut(out, k, |j, o| {
+        let mut q = [0i8; 256];
+        let mut sum = [0i32; 1];
+        // SAFETY: column j holds k values.
+        let x = unsafe { std::slice::from_raw_parts(cols.0[j], k) };
+        for (xs, os) in x.chunks_exact(span).zip(o.chunks_exact_mut(span)) {
+            let scale = quantize_span(partner, xs, span, &mut q[..span], &mut sum);
+            for (v, &c) in os.iter_mut().zip(&q[..span]) {
+                *v = scale.d * c as f32;
+            }
+        }
+    });
 }
 
 /// Quantises the span of column `j` that starts at value `v0` into `q`,
@@ -289,8 +311,8 @@ pub(crate) fn quantize_span(
             return unsafe { avx512(partner, x, qb, q, sums) };
         }
         if isa >= Isa::Avx2 && x.len() == 32 && q.len() == 32 && qb == 32 {
-            // SAFETY: AVX2 is available (checked by `active`); 32 values
-            // in and out.
+            // SAFETY: AVX2 and F16C are available (checked by `active`); 32
+            // values in and out.
             let (scale, sum) = unsafe { x86::quantize32(partner, x.as_ptr(), q.as_mut_ptr()) };
             sums[0] = sum;
             return scale;
@@ -303,14 +325,76 @@ pub(crate) fn quantize_span(
     quantize_span_body(partner, x, qb, q, sums)
 }
 
-/// Quantises one block of 32 values as ggml's Q8_0 does (the partner of
-/// Q4_0, Q5_0, Q8_0 and IQ4_NL); returns the scale `d` (an f16 value) and
-/// the sum of the codes.
+/// [`quantize_span`] over a whole column `x` (a multiple of the span)
+/// into `q`, in one call of the instruction set's code: `block(b, scale,
+/// sum)` is told each `qb`-value block's scale and code sum, in order.
 #[inline]
-pub(crate) fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
-    let mut sum = [0i32; 1];
-    let scale = quantize_span(Partner::Q8_0, x, x.len(), q, &mut sum);
-    (scale.d, sum[0])
+pub(crate) fn quantize_column(
+    partner: Partner,
+    x: &[f32],
+    qb: usize,
+    q: &mut [i8],
+    block: impl FnMut(usize, Scale, i32),
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+        unsafe fn avx512(
+            p: Partner,
+            x: &[f32],
+            qb: usize,
+            q: &mut [i8],
+            block: impl FnMut(usize, Scale, i32),
+        ) {
+            // SAFETY: AVX2 and F16C are enabled here.
+            unsafe { x86::quantize_column(p, x, qb, q, block) }
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2(
+            p: Partner,
+            x: &[f32],
+            qb: usize,
+            q: &mut [i8],
+            block: impl FnMut(usize, Scale, i32),
+        ) {
+            // SAFETY: AVX2 and F16C are enabled here.
+            unsafe { x86::quantize_column(p, x, qb, q, block) }
+        }
+        let isa = crate::kernels::isa::active();
+        if isa >= Isa::Avx512 {
+            // SAFETY: the processor has AVX-512 F/BW and F16C (checked by
+            // `active`: its AVX2 level includes F16C).
+            return unsafe { avx512(partner, x, qb, q, block) };
+        }
+        if isa >= Isa::Avx2 {
+            // SAFETY: the processor has AVX2, FMA and F16C.
+            return unsafe { avx2(partner, x, qb, q, block) };
+        }
+    }
+    quantize_column_body(partner, x, qb, q, block)
+}
+
+#[inline(always)]
+fn quantize_column_body(
+    partner: Partner,
+    x: &[f32],
+    qb: usize,
+    q: &mut [i8],
+    mut block: impl FnMut(usize, Scale, i32),
+) {
+    let span = partner.span().max(qb);
+    let per = span / qb;
+    let mut sums = [0i32; 16];
+    for (s, (xs, qs)) in x
+        .chunks_exact(span)
+        .zip(q.chunks_exact_mut(span))
+        .enumerate()
+    {
+        let scale = quantize_span_body(partner, xs, qb, qs, &mut sums[..per]);
+        for (b, &sum) in sums[..per].iter().enumerate() {
+            block(s * per + b, scale, sum);
+        }
+    }
 }
 
 /// The body of [`quantize_span`]: lane-wise maxima and sums over fixed
@@ -354,13 +438,49 @@ mod x86 {
 
     use super::{Partner, Scale};
 
+    /// [`super::f16_round`] with F16C.
+    ///
+    /// # Safety
+    /// The processor has F16C.
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    pub(super) unsafe fn f16_round(x: f32) -> f32 {
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(x));
+        _mm_cvtss_f32(_mm_cvtph_ps(h))
+    }
+
+    /// [`super::quantize_column`]'s body on AVX2: spans of 32 values
+    /// (Q8_0, Q8_1) through [`quantize32`], the others through the
+    /// portable body (which the caller's features vectorise).
+    ///
+    /// # Safety
+    /// AVX2 and F16C are available.
+    #[inline(always)]
+    pub(super) unsafe fn quantize_column(
+        partner: Partner,
+        x: &[f32],
+        qb: usize,
+        q: &mut [i8],
+        mut block: impl FnMut(usize, Scale, i32),
+    ) {
+        if partner.span() != 32 || qb != 32 {
+            return super::quantize_column_body(partner, x, qb, q, block);
+        }
+        for (b, (xs, qs)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+            // SAFETY: 32 values in and out; the caller's contract.
+            let (scale, sum) = unsafe { quantize32(partner, xs.as_ptr(), qs.as_mut_ptr()) };
+            block(b, scale, sum);
+        }
+    }
+
     /// [`super::quantize_span`] for one span of 32 values on AVX2, with
     /// the same arithmetic (so the same codes and scale).
     ///
     /// # Safety
-    /// AVX2 is available; 32 values at `x` and room for 32 codes at `q`.
+    /// AVX2 and F16C are available; 32 values at `x` and room for 32 codes
+    /// at `q`.
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn quantize32(partner: Partner, x: *const f32, q: *mut i8) -> (Scale, i32) {
         // SAFETY: caller's contract.
         unsafe {
@@ -470,8 +590,9 @@ mod tests {
                 }
             }
             let mut got = [0i8; 32];
-            let (bd, _) = quantize_block(&x, &mut got);
-            assert_eq!((bd.to_bits(), got), (f16_to_f32(d).to_bits(), want));
+            let mut column = Vec::new();
+            quantize_column(Partner::Q8_0, &x, 32, &mut got, |_, s, _| column.push(s.d));
+            assert_eq!((column, got), (vec![f16_to_f32(d)], want));
         }
     }
 

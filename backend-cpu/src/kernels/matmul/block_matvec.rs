@@ -23,8 +23,10 @@
 
 use std::cell::RefCell;
 
+use super::activation_quant;
 use super::one_column::matvec_rows;
 use super::operands::{Cols, WeightRows};
+use super::quant_format::Partner;
 use super::row_streaming::{matvec_one_row, matvec_prefetch};
 use crate::kernels::scratch::with_scratch;
 
@@ -106,16 +108,24 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
 
 /// Quantises `x` block by block into the order the kernel reads.
 fn quantize_column(x: &[f32], codes: &mut [i8], bias: &mut [i32], dx: &mut [f32]) {
-    let mut q = [0i8; QB];
-    for (b, xb) in x.chunks_exact(QB).enumerate() {
-        let (d, sum) = super::activation_quant::quantize_block(xb, &mut q);
-        dx[b] = d;
-        bias[b * LANES..(b + 1) * LANES].fill(-8 * sum / LANES as i32);
-        let pair = b / 2 * 2 * QB;
-        let half = b % 2 * 16;
-        codes[pair + half..pair + half + 16].copy_from_slice(&q[..16]);
-        codes[pair + 32 + half..pair + 32 + half + 16].copy_from_slice(&q[16..]);
-    }
+    // ggml's Q8_0 codes in order, then moved to the kernel's order
+    with_scratch(&CODES, x.len(), |q| {
+        activation_quant::quantize_column(Partner::Q8_0, x, QB, q, |b, scale, sum| {
+            dx[b] = scale.d;
+            bias[b * LANES..(b + 1) * LANES].fill(-8 * sum / LANES as i32);
+        });
+        for (b, q) in q.chunks_exact(QB).enumerate() {
+            let pair = b / 2 * 2 * QB;
+            let half = b % 2 * 16;
+            codes[pair + half..pair + half + 16].copy_from_slice(&q[..16]);
+            codes[pair + 32 + half..pair + 32 + half + 16].copy_from_slice(&q[16..]);
+        }
+    });
+}
+
+thread_local! {
+    /// A column's codes in ggml's order, before they are interleaved.
+    static CODES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Value `i` of block `b` in the column's order.

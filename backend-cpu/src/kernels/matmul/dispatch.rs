@@ -2,6 +2,7 @@
 //! its instruction set, weight type and row layout, column count and
 //! bytes per weight row.
 
+use std::cell::RefCell;
 use std::ops::RangeInclusive;
 
 use ggraph_core::DType;
@@ -15,6 +16,7 @@ use super::{block_dot_avx2, block_gemm_avx2, block_matvec, kquant_dot, transpose
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
+use crate::kernels::scratch::with_scratch;
 use Path::*;
 use Rows::{Any, Packed};
 use Weights::{Float, Only, Quantized};
@@ -298,12 +300,17 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             with_rounded_columns(a, b, |b| float::row_stream::matvec(isa, a, m, b, out))
         }
         FloatDot => with_rounded_columns(a, b, |b| float::dot::gemm(isa, a, m, b, out)),
-        FloatPacked => with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out)),
+        // the packed GEMM rounds F16 and BF16 weights' activations itself,
+        // as it packs them
+        FloatPacked if a.dtype.is_quantized() => {
+            with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out))
+        }
+        FloatPacked => float::packed::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         Bf16Tiles => {
             let unit = amx::active_bf16().map(amx::Unit::Hardware);
             if !unit.is_some_and(|unit| float::bf16_tiles::gemm(unit, a, m, b, out)) {
-                with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out))
+                float::packed::gemm(isa, a, m, b, out)
             }
         }
         Dequantized => with_rounded_columns(a, b, |b| {
@@ -340,20 +347,23 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
 /// weights take the columns as they are.
 fn with_rounded_columns(a: WeightRows, b: &Cols<f32>, f: impl FnOnce(&Cols<f32>)) {
     let k = a.k;
-    let mut rounded = match a.dtype {
+    let round: &dyn Fn(&mut [f32]) = match a.dtype {
         _ if k == 0 => return f(b),
-        DType::F16 => activation_quant::columns_as_half(b, k, false),
-        DType::BF16 => activation_quant::columns_as_half(b, k, true),
+        DType::F16 => &|out| activation_quant::columns_as_half(b, k, false, out),
+        DType::BF16 => &|out| activation_quant::columns_as_half(b, k, true, out),
         t => match format(t) {
-            Some(fmt) => activation_quant::rounded_columns(b, k, fmt.partner),
+            Some(fmt) => &move |out| activation_quant::rounded_columns(b, k, fmt.partner, out),
             None => return f(b),
         },
     };
-    let cols = Cols(
-        rounded
-            .chunks_exact_mut(k)
-            .map(|c| c.as_mut_ptr())
-            .collect(),
-    );
-    f(&cols)
+    // in this thread's scratch: 64-byte aligned, and no allocation per call
+    with_scratch(&ROUNDED, b.0.len() * k, |out| {
+        round(out);
+        let cols = Cols(out.chunks_exact_mut(k).map(|c| c.as_mut_ptr()).collect());
+        f(&cols)
+    })
+}
+
+thread_local! {
+    static ROUNDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }

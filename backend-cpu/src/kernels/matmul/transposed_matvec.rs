@@ -23,8 +23,10 @@
 
 use std::cell::RefCell;
 
+use super::activation_quant::quantize_column;
 use super::one_column::matvec_rows;
 use super::operands::{Cols, WeightRows};
+use super::quant_format::Partner;
 use super::row_streaming::short_rows_ahead;
 use crate::kernels::scratch::with_scratch;
 
@@ -74,12 +76,10 @@ pub(crate) fn matvec(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         };
         // SAFETY: column 0 holds k values.
         let x = unsafe { std::slice::from_raw_parts(b.0[0] as *const f32, k) };
-        for (blk, xb) in x.chunks_exact(QB).enumerate() {
-            let (d, sum) =
-                super::activation_quant::quantize_block(xb, &mut codes[blk * QB..(blk + 1) * QB]);
-            dx[blk] = d;
+        quantize_column(Partner::Q8_0, x, QB, codes, |blk, scale, sum| {
+            dx[blk] = scale.d;
             bias[blk] = -8 * sum;
-        }
+        });
         let col = Column { codes, bias, dx };
         let col = &col;
         let ahead = short_rows_ahead(ROWS * a.stride);

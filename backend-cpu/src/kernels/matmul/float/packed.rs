@@ -1,5 +1,6 @@
 //! The packed path: a tiled GEMM in the BLIS manner. The activations are
-//! packed `KC` values at a time into `NR`-wide panels shared by all
+//! packed (for F16 and BF16 weights, rounded to their type as ggml rounds
+//! them) `KC` values at a time into `NR`-wide panels shared by all
 //! threads; each thread packs (and widens to f32) an `MC x KC` block of
 //! weights into `MR`-wide panels that stay in its L2 cache, and a
 //! register-blocked micro-kernel computes `MR x NR` output tiles from them.
@@ -17,6 +18,7 @@ use super::avx512::{kernel_avx512, pack_panel32_avx512};
 use super::weight_values::load_row_segment;
 #[cfg(target_arch = "x86_64")]
 use super::weight_values::{DT_BF16, DT_F16, DT_F32};
+use crate::kernels::convert::round_to_f16;
 use crate::kernels::isa::Isa;
 use crate::kernels::matmul::operands::{Cols, WeightRows};
 use crate::kernels::parallel::column_split;
@@ -143,7 +145,7 @@ fn packed_columns<const MR: usize, const NR: usize>(
         for pc in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - pc);
             team::for_each_chunk_mut(bpack, tile_floats, |t, tile| {
-                pack_b_tile::<NR>(b, t, pc, kc, tile)
+                pack_b_tile::<NR>(b, t, pc, kc, a.dtype, tile)
             });
             let bp = SyncPtr(bpack.as_mut_ptr());
             let bp = &bp;
@@ -233,16 +235,45 @@ unsafe fn run_tile<const MR: usize, const NR: usize>(
 }
 
 /// Packs activation columns `t*NR..` values `pc..pc+kc` as `[kc][NR]`,
-/// zero beyond the last column.
-fn pack_b_tile<const NR: usize>(b: ColBlock, t: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+/// zero beyond the last column. For F16 and BF16 weights (`weights`) the
+/// values are rounded to that type as they are packed, as ggml rounds the
+/// activations of such a product.
+fn pack_b_tile<const NR: usize>(
+    b: ColBlock,
+    t: usize,
+    pc: usize,
+    kc: usize,
+    weights: DType,
+    dst: &mut [f32],
+) {
     let n = b.len();
     for j in 0..NR {
         let col = t * NR + j;
         if col < n {
             // SAFETY: every column holds k >= pc + kc values.
             let src = unsafe { std::slice::from_raw_parts(b.col(col).add(pc), kc) };
-            for (kk, v) in src.iter().enumerate() {
-                dst[kk * NR + j] = *v;
+            match weights {
+                DType::F16 => {
+                    let mut rounded = [0f32; 256];
+                    for (c, chunk) in src.chunks(256).enumerate() {
+                        let rounded = &mut rounded[..chunk.len()];
+                        rounded.copy_from_slice(chunk);
+                        round_to_f16(rounded);
+                        for (kk, v) in rounded.iter().enumerate() {
+                            dst[(c * 256 + kk) * NR + j] = *v;
+                        }
+                    }
+                }
+                DType::BF16 => {
+                    for (kk, v) in src.iter().enumerate() {
+                        dst[kk * NR + j] = half::bf16::from_f32(*v).to_f32();
+                    }
+                }
+                _ => {
+                    for (kk, v) in src.iter().enumerate() {
+                        dst[kk * NR + j] = *v;
+                    }
+                }
             }
         } else {
             for kk in 0..kc {
