@@ -124,6 +124,10 @@ impl Device for WgpuDevice {
         }
     }
 
+    fn is_software(&self) -> bool {
+        self.gpu.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     fn memory(&self) -> MemoryInfo {
         self.gpu.memory_report().info
     }

@@ -38,6 +38,13 @@ pub struct DeviceArgs {
     /// CPU threads [default: one per core]
     #[arg(short = 't', long, value_name = "N", value_parser = values::count)]
     pub threads: Option<usize>,
+    /// Use these devices, in this order, instead of the GPUs found (names
+    /// as `ggraph devices` lists them: wgpu:0, cuda:1, ...); a software
+    /// driver such as Mesa's lavapipe is used only when named here or with
+    /// GGRAPH_SOFTWARE_GPUS=1
+    #[arg(long = "device", visible_alias = "dev", value_name = "NAME[,NAME...]",
+          value_delimiter = ',', conflicts_with_all = ["cpu_only", "gpu_free"])]
+    pub device: Vec<String>,
 }
 
 /// GPU-class devices in order, and the CPU.
@@ -54,7 +61,9 @@ impl DeviceArgs {
             return Ok((Vec::new(), cpu));
         }
         let mut gpus = self.rpc_devices()?;
-        if !self.gpu_free.is_empty() {
+        if !self.device.is_empty() {
+            gpus.extend(named_devices(&self.device)?);
+        } else if !self.gpu_free.is_empty() {
             gpus.extend(
                 self.gpu_free
                     .iter()
@@ -81,12 +90,44 @@ pub fn rpc_devices(list: &str) -> Result<Vec<Arc<dyn Device>>, String> {
     ggraph_rpc::connect_all(list, ggraph_rpc::RpcOptions::default()).map_err(|e| e.to_string())
 }
 
-/// The GPU-class devices of every compiled-in backend.
+/// The GPU-class devices of every compiled-in backend, but software
+/// drivers running on the CPU (Mesa's lavapipe: slower than the CPU
+/// backend), unless `GGRAPH_SOFTWARE_GPUS=1` asks for them too.
 pub fn found_gpus() -> Vec<Arc<dyn Device>> {
+    let software = std::env::var("GGRAPH_SOFTWARE_GPUS").is_ok_and(|v| v == "1");
     crate::registry()
         .devices()
         .into_iter()
+        .filter(|d| d.kind().is_gpu_class() && (software || !d.is_software()))
+        .collect()
+}
+
+/// The GPU-class devices of every compiled-in backend with these names,
+/// in this order (software drivers included): `--device`.
+pub fn named_devices(names: &[String]) -> Result<Vec<Arc<dyn Device>>, String> {
+    let all: Vec<Arc<dyn Device>> = crate::registry()
+        .devices()
+        .into_iter()
         .filter(|d| d.kind().is_gpu_class())
+        .collect();
+    names
+        .iter()
+        .map(|name| {
+            all.iter()
+                .find(|d| d.name() == name)
+                .cloned()
+                .ok_or_else(|| {
+                    let found: Vec<&str> = all.iter().map(|d| d.name()).collect();
+                    format!(
+                        "--device {name}: no such GPU-class device (found: {})",
+                        if found.is_empty() {
+                            "none".to_string()
+                        } else {
+                            found.join(", ")
+                        }
+                    )
+                })
+        })
         .collect()
 }
 

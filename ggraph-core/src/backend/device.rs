@@ -88,6 +88,15 @@ pub trait Device: Send + Sync {
     /// [`DeviceKind::Cpu`] and prefers GPU-class devices.
     fn kind(&self) -> DeviceKind;
 
+    /// Whether this GPU-class device is a software driver running on the
+    /// host processor (Mesa's lavapipe or llvmpipe behind wgpu): slower
+    /// than the CPU backend, so tools leave it out of default placement,
+    /// as llama.cpp's Vulkan backend skips CPU-type devices, and use it
+    /// only when named.
+    fn is_software(&self) -> bool {
+        false
+    }
+
     /// Free and total memory now, in bytes (ggml's
     /// `ggml_backend_dev_memory`). Placement reads this before loading
     /// weights, so it should be cheap.

@@ -181,6 +181,18 @@ fn devices(weights: DType, rpc: Option<&str>) -> ExitCode {
         "\nnmse: the logits against the f64 reference; a device passes under {:.0e} with {weights} weights",
         cli::devices_sample::sample_bound(weights)
     );
+    let software: Vec<&str> = devices
+        .iter()
+        .filter(|d| d.is_software())
+        .map(|d| d.name())
+        .collect();
+    if !software.is_empty() {
+        println!(
+            "software drivers on the CPU, left out of default placement: {} (use one with \
+             --device NAME, or all with GGRAPH_SOFTWARE_GPUS=1)",
+            software.join(", ")
+        );
+    }
     tracing::info!("ggraph devices took {:.2?}", start.elapsed());
     if failed {
         ExitCode::FAILURE
