@@ -11,6 +11,7 @@ use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::arch::Attention;
 use ggraph_model::context::ContextParams;
+use ggraph_model::estimate::exact::FitRequest;
 use ggraph_model::placement::{GpuLayers, Override, PlacementOptions, SplitMode, TensorSplit};
 
 use crate::values;
@@ -45,6 +46,43 @@ pub struct DeviceArgs {
     #[arg(long = "device", visible_alias = "dev", value_name = "NAME[,NAME...]",
           value_delimiter = ',', conflicts_with_all = ["cpu_only", "gpu_free"])]
     pub device: Vec<String>,
+}
+
+/// Fitting a model to the devices' memory: the same options, defaults and
+/// search in every tool (`ggraph plan --fit` prints what `llama --fit`
+/// then allocates).
+#[derive(clap::Args, Clone, Debug)]
+#[command(next_help_heading = "Fit")]
+pub struct FitArgs {
+    /// Offload as many layers as fit every GPU's free memory less
+    /// --fit-margin (and with --fit-ctx, shrink the context first)
+    #[arg(long)]
+    pub fit: bool,
+    /// With --fit: shrink the context down to N cells before offloading
+    /// fewer layers
+    #[arg(long = "fit-ctx", value_name = "N", value_parser = values::count, requires = "fit")]
+    pub fit_ctx: Option<usize>,
+    /// Bytes --fit leaves free on every GPU, and the least free memory a
+    /// plan counts as fitting (llama.cpp's -fitt/--fit-target)
+    #[arg(long = "fit-margin", visible_alias = "fit-target", value_name = "BYTES",
+          default_value = DEFAULT_FIT_MARGIN, value_parser = values::size)]
+    pub fit_margin: u64,
+}
+
+/// `--fit-margin`'s default.
+pub const DEFAULT_FIT_MARGIN: &str = "256MiB";
+
+impl FitArgs {
+    /// The fit's request for a placement whose layers the user may have
+    /// fixed (`-ngl`) and the requested context.
+    pub fn request(&self, placement: &PlacementArgs, params: &ContextParams) -> FitRequest {
+        FitRequest {
+            margin: self.fit_margin,
+            layers_fixed: placement.n_gpu_layers.is_some(),
+            fit_ctx: self.fit_ctx.is_some(),
+            min_ctx: self.fit_ctx.unwrap_or(params.n_ctx),
+        }
+    }
 }
 
 /// GPU-class devices in order, and the CPU.

@@ -86,3 +86,94 @@ fn a_device_that_is_not_there_is_named_in_the_error() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("--device nope:7"), "{stderr}");
 }
+
+fn ggraph(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ggraph"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+/// A small random GGUF, written once per test.
+fn small_gguf(name: &str) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "ggraph-newcomer-{}-{name}.gguf",
+        std::process::id()
+    ));
+    let path = path.to_str().unwrap().to_string();
+    let out = ggraph(&["make-model", &path, "--arch", "llama", "--shape", "small"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    path
+}
+
+/// The fit's verdict and the simulated GPU's weights, KV, compute and
+/// total, as `ggraph plan` and `llama` print them.
+fn fit_and_gpu(out: &str) -> (String, Vec<String>) {
+    let verdict = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("fit: ")
+                .or_else(|| l.strip_prefix("fit      "))
+        })
+        .unwrap_or_else(|| panic!("no fit line:\n{out}"))
+        .to_string();
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("sim:0 "))
+        .unwrap_or_else(|| panic!("no sim:0 row:\n{out}"))
+        .split_whitespace()
+        .collect();
+    // "sim:0 [layers] W unit K unit C unit T unit [free after]": the four
+    // sizes after the name (plan has the layers column first)
+    let figures: Vec<String> = row
+        .windows(2)
+        .filter(|p| p[0].parse::<f64>().is_ok() && p[1].ends_with('B'))
+        .map(|p| p.join(" "))
+        .take(4)
+        .collect();
+    (verdict, figures)
+}
+
+#[test]
+fn llama_fits_and_allocates_what_plan_printed() {
+    let model = small_gguf("fit");
+    for (free, margin) in [
+        ("60MiB", None),
+        ("100MiB", Some("8MiB")),
+        ("300MiB", None),
+        ("300MiB", Some("0")),
+    ] {
+        let mut common = vec!["--gpu-free", free, "--fit", "-c", "512"];
+        if let Some(m) = margin {
+            common.extend(["--fit-margin", m]);
+        }
+        let plan = ggraph(&[&["plan", model.as_str()][..], &common].concat());
+        assert!(plan.status.success(), "{}", text(&plan.stderr));
+        let run = llama(
+            &[
+                &[model.as_str(), "--prompt-ids", "1,2", "-n", "1"][..],
+                &common,
+            ]
+            .concat(),
+        );
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        let (p, r) = (
+            fit_and_gpu(&text(&plan.stdout)),
+            fit_and_gpu(&text(&run.stderr)),
+        );
+        assert_eq!(p, r, "--gpu-free {free} --fit-margin {margin:?}");
+    }
+    std::fs::remove_file(&model).unwrap();
+}
+
+#[test]
+fn fit_ctx_without_fit_is_refused() {
+    for out in [
+        ggraph(&["plan", "x.gguf", "--fit-ctx", "256"]),
+        llama(&["--random", "tiny", "--fit-ctx", "256"]),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("--fit"), "{}", text(&out.stderr));
+    }
+}

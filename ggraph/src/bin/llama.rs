@@ -13,11 +13,11 @@ use clap_complete::Shell;
 use ggraph::context::Context;
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
-use ggraph::model::estimate::exact::{FitRequest, check_fits, fit};
+use ggraph::model::estimate::exact::{check_fits, fit};
 use ggraph::model::loaded::Model as LoadedModel;
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::tokenizer::{StreamDecoder, Tokenizer};
-use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
+use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
 use ggraph::runner::{Hooks, Retry};
 use ggraph::util::format_bytes;
@@ -105,9 +105,8 @@ struct Cli {
     #[arg(long = "rpc-retry", value_name = "SECONDS", default_value_t = 0,
           value_parser = values::count)]
     rpc_retry: usize,
-    /// Offload as many layers as fit the devices
-    #[arg(long)]
-    fit: bool,
+    #[command(flatten)]
+    fit: FitArgs,
     /// Print the scheduler's explanation of every node (logs: -v)
     #[arg(long)]
     verbose: bool,
@@ -206,13 +205,8 @@ fn run(a: &Cli) -> Result<(), String> {
     let (devices, cpu) = a.devices.devices()?;
     let opts = a.placement.options();
     // with --fit, the layers, op offload and context the fit chose
-    let (opts, params) = if a.fit {
-        let req = FitRequest {
-            margin: 256 << 20,
-            layers_fixed: a.placement.n_gpu_layers.is_some(),
-            fit_ctx: false,
-            min_ctx: params.n_ctx,
-        };
+    let (opts, params) = if a.fit.fit {
+        let req = a.fit.request(&a.placement, &params);
         let f =
             fit(&desc, &devices, cpu.clone(), &opts, &params, req).map_err(|e| e.to_string())?;
         eprintln!("fit: {}", f.reason);
@@ -387,7 +381,7 @@ mod tests {
         assert!(c.verbose);
         let c = parse(&["--random", "tiny", "-p", "-ngl is a prompt", "--fit"]).unwrap();
         assert_eq!(c.prompt.as_deref(), Some("-ngl is a prompt"));
-        assert!(c.fit && c.placement.n_gpu_layers.is_none());
+        assert!(c.fit.fit && c.placement.n_gpu_layers.is_none());
         let c = parse(&["--random", "tiny", "--prompt-ids", "1,2,3", "--print-ids"]).unwrap();
         assert_eq!(c.prompt_ids, Some(TokenIds(vec![1, 2, 3])));
         assert_eq!((c.n_predict, c.weights, c.seed), (32, DType::Q4_0, 1));

@@ -5,11 +5,10 @@
 use std::fmt::Write;
 
 use ggraph::model::desc::ModelDesc;
-use ggraph::model::estimate::exact::{FitRequest, exact_estimate, fit};
+use ggraph::model::estimate::exact::{exact_estimate, fit};
 use ggraph::model::placement::{GpuLayers, plan_placement_checked};
-use ggraph::options::{ContextArgs, DeviceArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
+use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::util::format_bytes;
-use ggraph::values;
 
 use super::Failure;
 use super::model::load;
@@ -21,18 +20,8 @@ pub struct PlanArgs {
     /// A .gguf, a GGUF header prefix or a header JSON
     #[arg(value_name = "MODEL")]
     pub model: String,
-    /// Choose the layers (and with --fit-ctx the context) that fit every
-    /// device, less --gpu-overhead
-    #[arg(long)]
-    pub fit: bool,
-    /// With --fit: shrink the context down to N before offloading fewer
-    /// layers
-    #[arg(long = "fit-ctx", value_name = "N", value_parser = values::count)]
-    pub fit_ctx: Option<usize>,
-    /// Bytes to leave free on every GPU
-    #[arg(long = "gpu-overhead", value_name = "BYTES", default_value = "0",
-          value_parser = values::size)]
-    pub gpu_overhead: u64,
+    #[command(flatten)]
+    pub fit: FitArgs,
     #[command(flatten)]
     pub devices: DeviceArgs,
     #[command(flatten)]
@@ -47,7 +36,7 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
     let (devices, cpu) = a.devices.devices().map_err(Failure::usage)?;
     let opts = a.placement.options();
     let params = a.context.params().map_err(Failure::usage)?;
-    let margin = a.gpu_overhead;
+    let margin = a.fit.fit_margin;
     let model = load(path).map_err(Failure::other)?;
     let desc = ModelDesc::from_header(&model.header, None).map_err(Failure::other)?;
     let mut out = String::new();
@@ -88,13 +77,8 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
             devs.join(", ")
         }
     );
-    let estimate = if a.fit {
-        let req = FitRequest {
-            margin,
-            layers_fixed: a.placement.n_gpu_layers.is_some(),
-            fit_ctx: a.fit_ctx.is_some(),
-            min_ctx: a.fit_ctx.unwrap_or(256),
-        };
+    let estimate = if a.fit.fit {
+        let req = a.fit.request(&a.placement, &params);
         let f = fit(&desc, &devices, cpu, &opts, &params, req).map_err(Failure::other)?;
         let _ = writeln!(out, "fit      {}", f.reason);
         f.estimate
@@ -102,7 +86,7 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
         exact_estimate(&desc, &devices, cpu, &opts, &params).map_err(Failure::other)?
     };
     let layers = match opts.n_gpu_layers {
-        GpuLayers::All if !a.fit => "all".to_string(),
+        GpuLayers::All if !a.fit.fit => "all".to_string(),
         _ => estimate.n_gpu_layers.to_string(),
     };
     let _ = writeln!(
