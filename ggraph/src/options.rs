@@ -34,10 +34,10 @@ pub struct DeviceArgs {
     pub cpu_only: bool,
     /// The devices of llama.cpp `ggml-rpc-server`s, before the other GPUs
     /// (as llama.cpp's --rpc)
-    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]", value_parser = values::rpc_list)]
     pub rpc: Option<String>,
     /// CPU threads [default: one per core]
-    #[arg(short = 't', long, value_name = "N", value_parser = values::count)]
+    #[arg(short = 't', long, value_name = "N", value_parser = values::threads)]
     pub threads: Option<usize>,
     /// Use these devices, in this order, instead of the GPUs found (names
     /// as `ggraph devices` lists them: wgpu:0, cuda:1, ...); a software
@@ -60,7 +60,7 @@ pub struct FitArgs {
     pub fit: bool,
     /// With --fit: shrink the context down to N cells before offloading
     /// fewer layers
-    #[arg(long = "fit-ctx", value_name = "N", value_parser = values::count, requires = "fit")]
+    #[arg(long = "fit-ctx", value_name = "N", value_parser = values::positive, requires = "fit")]
     pub fit_ctx: Option<usize>,
     /// Bytes --fit leaves free on every GPU, and the least free memory a
     /// plan counts as fitting (llama.cpp's -fitt/--fit-target)
@@ -236,6 +236,22 @@ pub struct PlacementArgs {
 }
 
 impl PlacementArgs {
+    /// Checks the options that name GPUs against the GPUs there are.
+    pub fn check(&self, gpus: usize) -> Result<(), String> {
+        if self.main_device > 0 && self.main_device >= gpus {
+            return Err(format!(
+                "--main-device {}: {}",
+                self.main_device,
+                match gpus {
+                    0 => "there is no GPU".to_string(),
+                    1 => "there is one GPU, 0".to_string(),
+                    n => format!("there are {n} GPUs, 0 to {}", n - 1),
+                }
+            ));
+        }
+        Ok(())
+    }
+
     /// Placement options from the command line.
     pub fn options(&self) -> PlacementOptions {
         let mut opts = PlacementOptions {
@@ -303,19 +319,19 @@ pub enum FlashAttn {
 pub struct ContextArgs {
     /// Context length per sequence
     #[arg(short = 'c', long = "ctx", visible_alias = "ctx-size", value_name = "N",
-          default_value_t = 4096, value_parser = values::count)]
+          default_value_t = 4096, value_parser = values::positive)]
     pub ctx: usize,
     /// Tokens per decode call
     #[arg(short = 'b', long = "batch", visible_alias = "batch-size", value_name = "N",
-          default_value_t = ContextParams::default().n_batch, value_parser = values::count)]
+          default_value_t = ContextParams::default().n_batch, value_parser = values::positive)]
     pub batch: usize,
     /// Tokens per graph [default: --batch, at most 512]
     #[arg(long = "ubatch", visible_aliases = ["ubatch-size", "ub"], value_name = "N",
-          value_parser = values::count)]
+          value_parser = values::positive)]
     pub ubatch: Option<usize>,
     /// Sequences at once (the cache holds ctx x N)
     #[arg(long = "parallel", visible_alias = "np", value_name = "N", default_value_t = 1,
-          value_parser = values::count)]
+          value_parser = values::positive)]
     pub parallel: usize,
     /// KV cache type
     #[arg(long = "kv-type", value_name = "T", value_enum, ignore_case = true,
@@ -351,6 +367,13 @@ impl ContextArgs {
             .checked_mul(parallel)
             .ok_or_else(|| format!("--ctx {ctx} x --parallel {parallel} is too large a context"))?;
         let n_batch = self.batch.max(1);
+        if let Some(ub) = self.ubatch
+            && ub > n_batch
+        {
+            return Err(format!(
+                "--ubatch {ub} is larger than --batch {n_batch}: a ubatch is a part of a batch"
+            ));
+        }
         let n_ubatch = self
             .ubatch
             .unwrap_or(n_batch.min(d.n_ubatch))

@@ -27,6 +27,35 @@ pub fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
+/// CPU threads: at least 1, and at most 4 per core of this machine (more
+/// only wait on each other).
+pub fn threads(s: &str) -> Result<usize, String> {
+    let n = positive(s)?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let most = 4 * cores;
+    if n > most {
+        return Err(format!(
+            "at most {most} (4 per core; this machine has {cores})"
+        ));
+    }
+    Ok(n)
+}
+
+/// `--rpc`: `HOST:PORT[,HOST:PORT...]`, each with a port number.
+pub fn rpc_list(s: &str) -> Result<String, String> {
+    for server in s.split(',') {
+        let (host, port) = server
+            .rsplit_once(':')
+            .ok_or_else(|| format!("'{server}' is not HOST:PORT"))?;
+        if host.is_empty() {
+            return Err(format!("'{server}' has no host"));
+        }
+        port.parse::<u16>()
+            .map_err(|_| format!("'{server}': '{port}' is not a port number"))?;
+    }
+    Ok(s.to_string())
+}
+
 /// A 64-bit seed or id.
 pub fn u64_number(s: &str) -> Result<u64, String> {
     s.replace('_', "")
@@ -59,19 +88,29 @@ pub fn tensor_split_by(s: &str, sep: char) -> Result<TensorSplit, String> {
     let has_unit = parts
         .iter()
         .any(|p| p.chars().any(|c| c.is_ascii_alphabetic()));
-    Ok(if has_unit {
-        TensorSplit::Bytes(parts.iter().map(|p| size(p)).collect::<Result<_, _>>()?)
+    let split = if has_unit {
+        let bytes: Vec<u64> = parts.iter().map(|p| size(p)).collect::<Result<_, _>>()?;
+        if bytes.iter().all(|&b| b == 0) {
+            return Err("every share is zero: give at least one GPU some".into());
+        }
+        TensorSplit::Bytes(bytes)
     } else {
-        TensorSplit::Fractions(
-            parts
-                .iter()
-                .map(|p| {
-                    p.parse::<f64>()
-                        .map_err(|_| format!("'{p}' is not a number"))
-                })
-                .collect::<Result<_, _>>()?,
-        )
-    })
+        let shares: Vec<f64> = parts
+            .iter()
+            .map(|p| {
+                p.parse::<f64>()
+                    .map_err(|_| format!("'{p}' is not a number"))
+            })
+            .collect::<Result<_, _>>()?;
+        if let Some(bad) = shares.iter().find(|v| !v.is_finite() || **v < 0.0) {
+            return Err(format!("share {bad} is not a finite number of at least 0"));
+        }
+        if shares.iter().all(|&v| v == 0.0) {
+            return Err("every share is zero: give at least one GPU some".into());
+        }
+        TensorSplit::Fractions(shares)
+    };
+    Ok(split)
 }
 
 /// `--tensor-split`: `3,1` or `12GiB,8GiB`.

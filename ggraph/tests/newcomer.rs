@@ -177,3 +177,40 @@ fn fit_ctx_without_fit_is_refused() {
         assert!(text(&out.stderr).contains("--fit"), "{}", text(&out.stderr));
     }
 }
+
+/// Every tool refuses a value it cannot use with clap's exit code 2, the
+/// flag named, before any work.
+#[test]
+fn bad_values_exit_2_with_the_flag_named() {
+    let model = small_gguf("values");
+    let cases: &[(&[&str], &str)] = &[
+        (&["-c", "0"], "--ctx"),
+        (&["-b", "0"], "--batch"),
+        (&["-ub", "0"], "--ubatch"),
+        (&["-np", "0"], "--parallel"),
+        (&["-t", "0"], "--threads"),
+        (&["-t", "100000"], "--threads"),
+        (&["--fit", "--fit-ctx", "0"], "--fit-ctx"),
+        (
+            &["-b", "8", "-ub", "16"],
+            "--ubatch 16 is larger than --batch 8",
+        ),
+        (&["-ts", "0,0"], "--tensor-split"),
+        (&["-ts", "1,-1"], "--tensor-split"),
+        (&["--gpu-free", "1GiB", "-mg", "5"], "--main-device 5"),
+        (&["--rpc", "localhost"], "--rpc"),
+    ];
+    for (args, named) in cases {
+        let plan = ggraph(&[&["plan", model.as_str()][..], args].concat());
+        let run = llama(&[&[model.as_str(), "--prompt-ids", "1", "-n", "1"][..], args].concat());
+        for (tool, out) in [("plan", plan), ("llama", run)] {
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{tool} {args:?}: {stderr}");
+            assert!(
+                stderr.contains(named),
+                "{tool} {args:?} does not name {named}: {stderr}"
+            );
+        }
+    }
+    std::fs::remove_file(&model).unwrap();
+}

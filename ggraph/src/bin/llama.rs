@@ -203,6 +203,9 @@ fn run(a: &Cli) -> Result<(), String> {
         .params()
         .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ArgumentConflict, e).exit());
     let (devices, cpu) = a.devices.devices()?;
+    a.placement
+        .check(devices.len())
+        .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ValueValidation, e).exit());
     let opts = a.placement.options();
     // with --fit, the layers, op offload and context the fit chose
     let (opts, params) = if a.fit.fit {

@@ -34,6 +34,7 @@ pub struct PlanArgs {
 pub fn render(a: &PlanArgs) -> Result<String, Failure> {
     let path = &a.model;
     let (devices, cpu) = a.devices.devices().map_err(Failure::usage)?;
+    a.placement.check(devices.len()).map_err(Failure::usage)?;
     let opts = a.placement.options();
     let params = a.context.params().map_err(Failure::usage)?;
     let margin = a.fit.fit_margin;
