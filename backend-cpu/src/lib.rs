@@ -63,17 +63,15 @@ pub struct CpuRegistration {
 
 impl CpuRegistration {
     /// The CPU, plus simulated devices from `GGRAPH_SIM_DEVICES` (a comma
-    /// separated list of memory sizes such as `2GiB,512MiB`).
+    /// separated list of memory sizes such as `2GiB,512MiB`). A list with
+    /// an entry that is not a size gives none (with a warning), rather
+    /// than shifting the indices of the others; tools refuse it first
+    /// ([`sim_configs_from_env`]).
     pub fn new() -> CpuRegistration {
-        let sims = std::env::var("GGRAPH_SIM_DEVICES")
-            .ok()
-            .map(|v| {
-                v.split(',')
-                    .filter_map(|s| ggraph_core::util::parse_bytes(s.trim()).ok())
-                    .map(SimConfig::gpu)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let sims = sim_configs_from_env().unwrap_or_else(|e| {
+            tracing::warn!("{e}: no simulated devices");
+            Vec::new()
+        });
         CpuRegistration::with_sims(sims)
     }
 
@@ -88,6 +86,29 @@ impl CpuRegistration {
                 .collect(),
         }
     }
+}
+
+/// The simulated GPUs `GGRAPH_SIM_DEVICES` asks for (none when unset or
+/// empty), or an error naming the entry that is not a memory size.
+pub fn sim_configs_from_env() -> Result<Vec<SimConfig>, String> {
+    let Ok(list) = std::env::var("GGRAPH_SIM_DEVICES") else {
+        return Ok(Vec::new());
+    };
+    if list.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(|entry| {
+            ggraph_core::util::parse_bytes(entry.trim())
+                .map(SimConfig::gpu)
+                .map_err(|_| {
+                    format!(
+                        "GGRAPH_SIM_DEVICES={list}: '{}' is not a memory size (such as 2GiB or 512MiB)",
+                        entry.trim()
+                    )
+                })
+        })
+        .collect()
 }
 
 impl Default for CpuRegistration {

@@ -129,7 +129,13 @@ where
 /// The process's command line as `T`; on a mistake, clap's message and
 /// exit code 2 (0 for `--help` and `--version`).
 pub fn parse<T: Parser>() -> T {
-    try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    let parsed = try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    // the environment's settings are options too: a bad one is refused
+    // as a bad flag is
+    if let Err(e) = ggraph_cpu::sim_configs_from_env() {
+        usage_error::<T>(clap::error::ErrorKind::ValueValidation, e).exit();
+    }
+    parsed
 }
 
 /// The completion script of `T`'s command for `shell`.

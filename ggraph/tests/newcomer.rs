@@ -214,3 +214,21 @@ fn bad_values_exit_2_with_the_flag_named() {
     }
     std::fs::remove_file(&model).unwrap();
 }
+
+#[test]
+fn a_bad_simulated_device_entry_is_refused_by_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggraph"))
+        .arg("devices")
+        .env("GGRAPH_SIM_DEVICES", "abc,2GiB")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'abc' is not a memory size"), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_llama"))
+        .args(["--random", "tiny", "--prompt-ids", "1", "-n", "1"])
+        .env("GGRAPH_SIM_DEVICES", "1GiB,,2GiB")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
