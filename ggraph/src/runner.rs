@@ -88,6 +88,10 @@ pub struct Generation {
     /// Seconds spent generating, from the first token chosen to the last
     /// decoded.
     pub gen_seconds: f64,
+    /// The KV cache filled before the tokens asked for: generation stopped
+    /// after the last token chosen (as llama.cpp's stops without
+    /// `--context-shift`).
+    pub context_full: bool,
 }
 
 impl Generation {
@@ -229,6 +233,7 @@ fn generate_in(
     let mut generated = Vec::with_capacity(n_predict);
     let start = Instant::now();
     let mut next = argmax(ctx.logits());
+    let mut context_full = false;
     for i in 0..n_predict {
         if !(hooks.on_token)(next) {
             break;
@@ -238,7 +243,15 @@ fn generate_in(
             break;
         }
         tokens.push(next);
-        decode_tail(ctx, &tokens, 1, before, piece, &mut hooks)?;
+        match decode_tail(ctx, &tokens, 1, before, piece, &mut hooks) {
+            Ok(()) => {}
+            // no cell for the next token: what was generated stands
+            Err(DecodeError::CacheFull { .. }) => {
+                context_full = true;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
         next = argmax(ctx.logits());
     }
     Ok(Generation {
@@ -246,6 +259,7 @@ fn generate_in(
         generated,
         prompt_seconds,
         gen_seconds: start.elapsed().as_secs_f64(),
+        context_full,
     })
 }
 

@@ -232,3 +232,29 @@ fn a_bad_simulated_device_entry_is_refused_by_name() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// A context that fills mid-generation stops the run cleanly: exit 0, the
+/// tokens generated printed, the statistics too.
+#[test]
+fn a_full_context_ends_generation_with_what_was_made() {
+    let out = llama(&[
+        "--random",
+        "tiny",
+        "--prompt-ids",
+        "1,2,3",
+        "-n",
+        "100",
+        "-c",
+        "16",
+        "--print-ids",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the context of 16 cells is full: generation stopped at 14 of 100 tokens"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("generation 14 tokens"), "{stderr}");
+    let ids = text(&out.stdout);
+    assert_eq!(ids.trim().split(',').count(), 14, "{ids}");
+}

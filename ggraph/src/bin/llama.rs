@@ -319,6 +319,14 @@ fn run(a: &Cli) -> Result<(), String> {
         emit(&stream.finish());
         println!();
     }
+    if g.context_full {
+        eprintln!(
+            "the context of {} cells is full: generation stopped at {} of {} tokens (a larger -c makes room)",
+            ctx.params.n_ctx,
+            g.generated.len(),
+            a.n_predict
+        );
+    }
     if a.print_ids {
         let ids: Vec<String> = g.generated.iter().map(|i| i.to_string()).collect();
         println!("{}", ids.join(","));
