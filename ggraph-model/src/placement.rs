@@ -305,13 +305,20 @@ pub fn plan_placement_named(
                     Some(TensorSplit::Bytes(budgets)) => {
                         by_budget(&layers, &layer_bytes, budgets, names)?
                     }
-                    split => {
-                        let f = match split {
-                            Some(TensorSplit::Fractions(f)) => normalise_shares(f)?,
-                            _ if free.len() == n_devices => normalise_shares(
+                    // the user's shares count layers, as llama.cpp's
+                    // -ts does
+                    Some(TensorSplit::Fractions(f)) => {
+                        by_count(layers.len(), &normalise_shares(f)?)
+                    }
+                    // by default, fill by free memory, weighing each
+                    // layer by its bytes
+                    None => {
+                        let f = if free.len() == n_devices {
+                            normalise_shares(
                                 &free.iter().map(|x| (*x).max(1) as f64).collect::<Vec<_>>(),
-                            )?,
-                            _ => vec![1.0 / n_devices as f64; n_devices],
+                            )?
+                        } else {
+                            vec![1.0 / n_devices as f64; n_devices]
                         };
                         by_fraction(&layers, &layer_bytes, &f)
                     }
@@ -454,6 +461,25 @@ fn by_fraction(layers: &[usize], bytes: &[u64], f: &[f64]) -> Vec<usize> {
         .collect()
 }
 
+/// llama.cpp's layer split for shares `f` (normalised): offloaded layer
+/// `i` of `n` goes to the first device whose cumulative share exceeds
+/// `i / n` (`llama_model::load_tensors`' upper bound), so the shares count
+/// layers, whatever their bytes.
+fn by_count(n: usize, f: &[f64]) -> Vec<usize> {
+    let mut bounds = Vec::with_capacity(f.len());
+    let mut acc = 0.0f32;
+    for x in f {
+        acc += *x as f32;
+        bounds.push(acc);
+    }
+    (0..n)
+        .map(|i| {
+            let x = i as f32 / n as f32;
+            bounds.iter().filter(|&&b| b <= x).count().min(f.len() - 1)
+        })
+        .collect()
+}
+
 /// Contiguous ranges filling each device's byte budget in turn.
 fn by_budget(
     layers: &[usize],
@@ -527,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn fractions_split_layers_by_bytes_in_contiguous_ranges() {
+    fn fractions_split_layers_by_count_as_llama_cpp_does() {
         let m = model();
         let o = PlacementOptions {
             tensor_split: Some(TensorSplit::Fractions(vec![3.0, 1.0])),
@@ -535,10 +561,13 @@ mod tests {
         };
         let p = plan_placement(&m, 2, &[], &o).unwrap();
         let d: Vec<usize> = p.layer_device.iter().map(|x| x.unwrap()).collect();
-        assert!(d.windows(2).all(|w| w[0] <= w[1]), "contiguous: {d:?}");
-        let share = p.weight_bytes[1] as f64 / (p.weight_bytes[1] + p.weight_bytes[2]) as f64;
-        // the output layer (big vocabulary) is one lump; the split is by bytes
-        assert!((share - 0.75).abs() < 0.2, "device 0 holds {share}");
+        // llama.cpp: layer i of n on the first device whose cumulative
+        // share exceeds i / n
+        let n = d.len();
+        let want: Vec<usize> = (0..n)
+            .map(|i| usize::from(i as f32 / n as f32 >= 0.75))
+            .collect();
+        assert_eq!(d, want);
     }
 
     /// Bytes of each layer (the output layer last).
@@ -593,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn uneven_layers_are_split_by_bytes_not_counts() {
+    fn shares_count_layers_and_free_memory_weighs_their_bytes() {
         // layers 0 and 1 in f32, the others in q4_0 (about 7 times smaller)
         let mut m =
             ModelDesc::random(ModelConfig::dense(64, 64, 8, 4, 2, 128), DType::F32, 1).unwrap();
@@ -604,15 +633,18 @@ mod tests {
         }
         let bytes = layer_bytes(&m);
         assert!(bytes[0] > 5 * bytes[2], "{bytes:?}");
+        // -ts 1,1: half of the nine layers each, as llama.cpp counts
         let o = PlacementOptions {
             tensor_split: Some(TensorSplit::Fractions(vec![1.0, 1.0])),
             ..Default::default()
         };
         let p = plan_placement(&m, 2, &[], &o).unwrap();
-        assert_split_by_bytes(&m, &p, &[1.0, 1.0]);
-        // by count device 0 would take layers 0..=3, far over its half
         let on_first = p.layer_device.iter().filter(|d| **d == Some(0)).count();
-        assert!(on_first < 4, "{:?}", p.layer_device);
+        assert_eq!(on_first, 5, "{:?}", p.layer_device);
+        // equal free memory, no shares: half of the bytes each
+        let gib = 1u64 << 30;
+        let p = plan_placement(&m, 2, &[gib, gib], &PlacementOptions::default()).unwrap();
+        assert_split_by_bytes(&m, &p, &[1.0, 1.0]);
     }
 
     #[test]

@@ -202,8 +202,10 @@ pub struct PlacementArgs {
     #[arg(long = "split-mode", visible_alias = "sm", value_name = "MODE",
           value_enum, default_value_t = SplitModeArg::Layer)]
     pub split_mode: SplitModeArg,
-    /// Shares per GPU as fractions (3,1) or byte budgets (12GiB,8GiB)
-    /// [default: by free memory]
+    /// Shares per GPU: proportions of the offloaded layers, counted as
+    /// llama.cpp's -ts counts them (3,1: three layers on GPU 0 for each on
+    /// GPU 1; rows with --split-mode row), or byte budgets (12GiB,8GiB)
+    /// [default: by free memory, each layer weighed by its bytes]
     #[arg(long = "tensor-split", visible_alias = "ts", value_name = "LIST",
           value_parser = values::tensor_split)]
     pub tensor_split: Option<TensorSplit>,

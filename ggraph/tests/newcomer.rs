@@ -258,3 +258,45 @@ fn a_full_context_ends_generation_with_what_was_made() {
     let ids = text(&out.stdout);
     assert_eq!(ids.trim().split(',').count(), 14, "{ids}");
 }
+
+/// `-ts 3,1` counts layers as llama.cpp does, even where the first GPU
+/// could hold them all; without it, layers fill the GPUs by free memory.
+#[test]
+fn a_tensor_split_shares_the_offloaded_layers_as_llama_cpp_does() {
+    let model = small_gguf("ts");
+    let layers = |extra: &[&str]| {
+        let out = ggraph(
+            &[
+                &[
+                    "plan",
+                    model.as_str(),
+                    "--gpu-free",
+                    "2GiB",
+                    "--gpu-free",
+                    "2GiB",
+                    "-c",
+                    "256",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        ["sim:0", "sim:1"].map(|d| {
+            stdout
+                .lines()
+                .find(|l| l.starts_with(d))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .unwrap_or_else(|| panic!("no {d} row:\n{stdout}"))
+                .to_string()
+        })
+    };
+    // nine layers (eight and the output): layer i on GPU 1 from i / 9 >= 3/4
+    assert_eq!(layers(&["-ts", "3,1"]), ["0-6", "7-8"]);
+    assert_eq!(layers(&["-ts", "1,3"]), ["0-2", "3-8"]);
+    // by free memory (equal here): both GPUs get layers
+    let even = layers(&[]);
+    assert!(even.iter().all(|r| r != "-"), "{even:?}");
+    std::fs::remove_file(&model).unwrap();
+}
