@@ -71,6 +71,21 @@ pub fn dtype(s: &str) -> Result<DType, String> {
     })
 }
 
+/// A type model weights can have: a float type or a quantised one (not
+/// I32 or the other index types).
+pub fn weight_dtype(s: &str) -> Result<DType, String> {
+    let t = dtype(s)?;
+    if t.is_quantized() || DType::FLOATS.contains(&t) {
+        return Ok(t);
+    }
+    let names: Vec<&str> = DType::FLOATS
+        .iter()
+        .chain(DType::QUANTIZED.iter())
+        .map(|t| t.name())
+        .collect();
+    Err(format!("'{s}' is not a weight type ({})", names.join(", ")))
+}
+
 /// Layers on the GPUs: a count or `all`.
 pub fn gpu_layers(s: &str) -> Result<GpuLayers, String> {
     match s {

@@ -300,3 +300,37 @@ fn a_tensor_split_shares_the_offloaded_layers_as_llama_cpp_does() {
     assert!(even.iter().all(|r| r != "-"), "{even:?}");
     std::fs::remove_file(&model).unwrap();
 }
+
+/// make-model refuses what it cannot make, or what llama would refuse,
+/// before writing anything; no size aborts the process.
+#[test]
+fn make_model_refuses_before_writing() {
+    let out_path = std::env::temp_dir().join(format!(
+        "ggraph-newcomer-{}-refused.gguf",
+        std::process::id()
+    ));
+    let out_path = out_path.to_str().unwrap();
+    for (args, named) in [
+        (
+            &["--n-embd", "100000000", "--n-layer", "1000"][..],
+            "of memory is free",
+        ),
+        (&["--weights", "I32"][..], "is not a weight type"),
+        (&["--n-layer", "0"][..], "--n-layer"),
+        (&["--n-vocab", "0"][..], "--n-vocab"),
+    ] {
+        let out = ggraph(&[&["make-model", out_path][..], args].concat());
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert!(
+            !std::path::Path::new(out_path).exists(),
+            "{args:?} wrote a file"
+        );
+    }
+    let help = text(&ggraph(&["-h"]).stdout);
+    assert!(
+        help.contains("make-model") && !help.contains("a random-weight llama GGUF"),
+        "{help}"
+    );
+}

@@ -31,7 +31,7 @@ struct Cli {
     #[command(flatten)]
     log: Verbosity,
     /// Weights of the sample graph (without a command) [default: Q8_0]
-    #[arg(long, value_name = "TYPE", value_parser = values::dtype)]
+    #[arg(long, value_name = "TYPE", value_parser = values::weight_dtype)]
     weights: Option<DType>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -40,7 +40,7 @@ struct Cli {
 #[derive(clap::Args, Clone, Debug)]
 struct DevicesArgs {
     /// Weights of the sample graph: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
-    #[arg(long, value_name = "TYPE", default_value = "Q8_0", value_parser = values::dtype)]
+    #[arg(long, value_name = "TYPE", default_value = "Q8_0", value_parser = values::weight_dtype)]
     weights: DType,
     /// Also the devices of llama.cpp `ggml-rpc-server`s
     #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]

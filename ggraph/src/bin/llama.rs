@@ -56,7 +56,7 @@ struct Cli {
           value_parser = PossibleValuesParser::new(runner::SHAPES))]
     random: Option<String>,
     /// Weights of the random model: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
-    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::weight_dtype)]
     weights: DType,
     /// Seed of the random model
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]

@@ -50,7 +50,7 @@ struct Cli {
           value_parser = PossibleValuesParser::new(runner::SHAPES))]
     shape: Option<String>,
     /// Its weight type
-    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::weight_dtype)]
     weights: DType,
     // (the help as an attribute: rustdoc would read its brackets as links)
     #[arg(long, value_name = "SPEC", value_parser = sim_spec,

@@ -35,22 +35,22 @@ pub struct MakeArgs {
           value_parser = PossibleValuesParser::new(SHAPES))]
     pub shape: String,
     /// Embedding width [default: the shape's]
-    #[arg(long = "n-embd", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-embd", value_name = "N", value_parser = values::positive)]
     pub n_embd: Option<usize>,
     /// Layers [default: the shape's]
-    #[arg(long = "n-layer", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-layer", value_name = "N", value_parser = values::positive)]
     pub n_layer: Option<usize>,
     /// Attention heads [default: the shape's]
-    #[arg(long = "n-head", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-head", value_name = "N", value_parser = values::positive)]
     pub n_head: Option<usize>,
     /// KV heads [default: the shape's]
-    #[arg(long = "n-head-kv", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-head-kv", value_name = "N", value_parser = values::positive)]
     pub n_head_kv: Option<usize>,
     /// Feed-forward width [default: the shape's]
-    #[arg(long = "n-ff", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-ff", value_name = "N", value_parser = values::positive)]
     pub n_ff: Option<usize>,
     /// Vocabulary size [default: the shape's]
-    #[arg(long = "n-vocab", value_name = "N", value_parser = values::count)]
+    #[arg(long = "n-vocab", value_name = "N", value_parser = values::positive)]
     pub n_vocab: Option<usize>,
     /// Experts per layer (mixture of experts) [default: the
     /// architecture's: 8 for qwen3moe, else none]
@@ -59,12 +59,35 @@ pub struct MakeArgs {
     /// Experts used per token [default: 2, at most --n-expert]
     #[arg(long = "n-expert-used", value_name = "N", value_parser = values::count)]
     pub n_expert_used: Option<usize>,
-    /// Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
-    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::dtype)]
+    /// Weight type: F32, F16, BF16 or any quantised type ggraph reads
+    #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::weight_dtype)]
     pub weights: DType,
     /// Seed of the weights
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]
     pub seed: u64,
+}
+
+/// The bytes of `c`'s weights in `weights` (the norms in F32), or `None`
+/// past 2^64: counted from the list of tensors the model has, without
+/// making any.
+fn file_bytes(c: &ModelConfig, weights: DType) -> Option<u64> {
+    let mut total = 0u64;
+    for w in c.weights() {
+        let rows = w
+            .shape
+            .iter()
+            .skip(1)
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))?;
+        let dtype = if w.shape.len() > 1 {
+            weights
+        } else {
+            DType::F32
+        };
+        let n0 = *w.shape.first()? as u64;
+        let row = n0.checked_mul(dtype.type_size() as u64)? / dtype.block_size().max(1) as u64;
+        total = total.checked_add(row.checked_mul(rows)?)?;
+    }
+    Some(total)
 }
 
 /// Makes the model and writes it (progress on stderr for large models);
@@ -98,6 +121,19 @@ pub fn render(a: &MakeArgs) -> Result<String, Failure> {
         0
     });
     let weights = a.weights;
+    // the whole file is made in memory: refuse a model that cannot be,
+    // before anything is allocated
+    let size = file_bytes(&c, weights).ok_or_else(|| {
+        Failure::usage("those sizes make a model of more than 2^64 bytes".to_string())
+    })?;
+    let free = ggraph_cpu::host_memory_info().free_bytes;
+    if size.saturating_mul(2) > free {
+        return Err(Failure::usage(format!(
+            "those sizes make a model of {}; making it here takes twice that, and {} of memory is free",
+            format_bytes(size),
+            format_bytes(free)
+        )));
+    }
     let desc = ModelDesc::random(c, weights, a.seed).map_err(|e| Failure::usage(e.to_string()))?;
     // the header from model_gguf, the tensors added here one by one: making
     // a large model's random weights takes a while

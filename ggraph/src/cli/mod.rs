@@ -41,11 +41,12 @@ pub enum ModelCommand {
     /// files) and prints tensors by type and a 64-bit checksum of the data
     /// (for comparing copies; not cryptographic).
     Check(check::CheckArgs),
-    /// Write a random-weight llama GGUF of any shape
+    /// Write a random-weight GGUF of any architecture ggraph builds
     ///
-    /// Writes a llama GGUF with random weights (and a vocabulary the llama
-    /// runner's tokenizer round-trips), for tests, benches and splitting
-    /// experiments.
+    /// Writes a GGUF of any architecture ggraph builds (--arch: llama,
+    /// qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3) and any shape, with
+    /// random weights and a vocabulary the runner's tokenizer round-trips,
+    /// for tests, benches and splitting experiments.
     MakeModel(make::MakeArgs),
     /// A text's token ids with the model's own tokenizer
     ///
