@@ -106,6 +106,18 @@ pub enum DecodeError {
     /// ([`Scheduler::set_abort_callback`]).
     #[error("aborted")]
     Aborted,
+    /// The logits hold a NaN or an infinity: a weight, a norm's epsilon
+    /// or an input of the model does (the batch is rolled back).
+    #[error(
+        "the logits of batch token {token} are not finite ({value}): a weight, a norm's epsilon \
+         or an input of the model holds a NaN or an infinity"
+    )]
+    NotFinite {
+        /// The batch index of the first output row with such a value.
+        token: usize,
+        /// The value.
+        value: f32,
+    },
     /// A device lost KV cache memory (a remote server that restarted), so
     /// every sequence lost its past: [`Context::recover`] empties the
     /// cache and makes the context usable again.
@@ -603,6 +615,14 @@ impl Context {
             if let Err(e) = g.read_f32_into(built.logits, &mut self.logits[start..]) {
                 self.logits.truncate(start);
                 return Err(DecodeError::Compute(e));
+            }
+            if let Some(at) = self.logits[start..].iter().position(|x| !x.is_finite()) {
+                let value = self.logits[start + at];
+                self.logits.truncate(start);
+                return Err(DecodeError::NotFinite {
+                    token: outputs[at / v],
+                    value,
+                });
             }
         }
         if key.embeddings {

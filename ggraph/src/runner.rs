@@ -523,3 +523,46 @@ pub fn measure_speed(
     around(Phase::Generation, false);
     Ok((pp.prompt_tokens_per_s(), tg.gen_tokens_per_s()))
 }
+
+/// Decodes `tokens` (as the next batch of sequence 0) watching every F32
+/// node, and names the first whose output holds a NaN or an infinity, with
+/// its op: where a decode that failed with [`DecodeError::NotFinite`] went
+/// wrong. The decode stops there and is rolled back.
+pub fn first_non_finite(ctx: &mut Context, tokens: &[i32]) -> Option<String> {
+    use std::sync::Mutex;
+
+    use ggraph_core::ir::{Graph, TensorId};
+    use ggraph_core::sched::EvalCallback;
+
+    struct Watch(Arc<Mutex<Option<String>>>);
+    impl EvalCallback for Watch {
+        fn wants(&mut self, graph: &Graph, node: TensorId) -> bool {
+            graph.tensor(node).dtype == DType::F32
+        }
+        fn observe(&mut self, graph: &Graph, node: TensorId) -> bool {
+            let Ok(values) = graph.read_f32(node) else {
+                return true;
+            };
+            match values.iter().find(|x| !x.is_finite()) {
+                Some(x) => {
+                    let t = graph.tensor(node);
+                    let name = if t.name.is_empty() {
+                        "(unnamed)"
+                    } else {
+                        &t.name
+                    };
+                    *self.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(format!("{name} ({:?}) holds {x}", t.op));
+                    false
+                }
+                None => true,
+            }
+        }
+    }
+    let found = Arc::new(Mutex::new(None));
+    ctx.scheduler_mut()
+        .set_eval_callback(Some(Box::new(Watch(found.clone()))));
+    let _ = ctx.decode(&Batch::tokens(tokens));
+    ctx.scheduler_mut().set_eval_callback(None);
+    found.lock().unwrap_or_else(|e| e.into_inner()).take()
+}

@@ -334,3 +334,34 @@ fn make_model_refuses_before_writing() {
         "{help}"
     );
 }
+
+/// A NaN in a weight makes the logits NaN: the decode fails saying so (no
+/// empty output and exit 0), and with -v names the first node that
+/// computed one.
+#[test]
+fn non_finite_logits_are_an_error_naming_the_node() {
+    let path =
+        std::env::temp_dir().join(format!("ggraph-newcomer-{}-nan.gguf", std::process::id()));
+    let p = path.to_str().unwrap();
+    let out = ggraph(&["make-model", p, "--shape", "tiny", "--weights", "F32"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let h = ggraph::model::gguf::read_header(&path, None).unwrap();
+    let t = h.tensor("output_norm.weight").unwrap();
+    let at = h.layout().unwrap().data_offset + t.offset;
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[at as usize..at as usize + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let args = [p, "--prompt-ids", "1,2,3", "-n", "4", "--cpu-only"];
+    let out = llama(&args);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("are not finite (NaN)"), "{stderr}");
+    assert!(stderr.contains("-v names the first node"), "{stderr}");
+    let out = llama(&[&args[..], &["-v"]].concat());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("the first node that computed one: result_norm"),
+        "{stderr}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

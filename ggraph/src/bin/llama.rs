@@ -10,7 +10,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 use clap::error::ErrorKind;
 use clap_complete::Shell;
-use ggraph::context::Context;
+use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
 use ggraph::model::estimate::exact::{check_fits, fit};
@@ -286,7 +286,7 @@ fn run(a: &Cli) -> Result<(), String> {
         }
         true
     };
-    let g = runner::generate_streaming(
+    let generation = runner::generate_streaming(
         &mut ctx,
         &prompt,
         a.n_predict,
@@ -312,8 +312,24 @@ fn run(a: &Cli) -> Result<(), String> {
                 )
             },
         },
-    )
-    .map_err(|e| e.to_string())?;
+    );
+    let g = match generation {
+        Ok(g) => g,
+        Err(e @ DecodeError::NotFinite { .. }) => {
+            progress.finish();
+            // with -v, decode the prompt again watching every node
+            let at = if a.log.log_level > 0 {
+                match runner::first_non_finite(&mut ctx, &prompt) {
+                    Some(node) => format!("; the first node that computed one: {node}"),
+                    None => String::new(),
+                }
+            } else {
+                " (-v names the first node that computed one)".to_string()
+            };
+            return Err(format!("{e}{at}"));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     progress.finish();
     if tokenizer.is_some() {
         emit(&stream.finish());
