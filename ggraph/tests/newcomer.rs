@@ -365,3 +365,47 @@ fn non_finite_logits_are_an_error_naming_the_node() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// What `plan` says of a context the host cannot hold, and of a machine
+/// without GPUs; the context a fit chose heads the plan.
+#[test]
+fn plan_says_what_does_not_fit_and_where_layers_go() {
+    let model = small_gguf("plan");
+    let plan =
+        |args: &[&str]| text(&ggraph(&[&["plan", model.as_str()][..], args].concat()).stdout);
+    let out = plan(&["-c", "99999999", "--cpu-only"]);
+    assert!(out.contains("layers   none of 9 on GPUs (no GPU)"), "{out}");
+    assert!(out.contains("does not fit: CPU is"), "{out}");
+    let out = plan(&[
+        "--gpu-free",
+        "300MiB",
+        "-c",
+        "8192",
+        "--fit",
+        "--fit-ctx",
+        "512",
+    ]);
+    let context = out.lines().find(|l| l.starts_with("context ")).unwrap();
+    let layers = out.lines().find(|l| l.starts_with("layers ")).unwrap();
+    let chosen = layers.rsplit("context ").next().unwrap();
+    assert!(
+        context.starts_with(&format!("context  {chosen} cells")),
+        "{out}"
+    );
+    // llama refuses the same context before loading, naming the host
+    let run = llama(&[
+        model.as_str(),
+        "-c",
+        "99999999",
+        "--cpu-only",
+        "--prompt-ids",
+        "1",
+        "-n",
+        "1",
+    ]);
+    let stderr = text(&run.stderr);
+    assert!(!run.status.success());
+    assert!(stderr.contains("out of memory on CPU (weights"), "{stderr}");
+    assert!(!stderr.contains("loaded in"), "it loaded first: {stderr}");
+    std::fs::remove_file(&model).unwrap();
+}

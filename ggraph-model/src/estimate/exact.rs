@@ -60,14 +60,18 @@ pub struct ExactEstimate {
 }
 
 impl ExactEstimate {
-    /// Devices (not the host) whose total plus `margin` exceeds their free
-    /// memory, with the shortfall. A device that holds nothing is never
-    /// over.
+    /// Devices whose total exceeds their free memory, with the shortfall:
+    /// the GPUs' plus `margin`, the host's as it is (its free memory is
+    /// what the system can still give). A device that holds nothing is
+    /// never over.
     pub fn over(&self, margin: u64) -> Vec<(String, u64)> {
-        self.devices[1..]
+        self.devices
             .iter()
-            .filter(|d| d.total() > 0 && d.total().saturating_add(margin) > d.free)
-            .map(|d| (d.name.clone(), d.total().saturating_add(margin) - d.free))
+            .enumerate()
+            .filter_map(|(i, d)| {
+                let need = d.total().saturating_add(if i == 0 { 0 } else { margin });
+                (d.total() > 0 && need > d.free).then(|| (d.name.clone(), need - d.free))
+            })
             .collect()
     }
 

@@ -40,6 +40,15 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
     let margin = a.fit.fit_margin;
     let model = load(path).map_err(Failure::other)?;
     let desc = ModelDesc::from_header(&model.header, None).map_err(Failure::other)?;
+    // the fit first: the context it chose heads the plan
+    let (estimate, params, fit_reason) = if a.fit.fit {
+        let req = a.fit.request(&a.placement, &params);
+        let f = fit(&desc, &devices, cpu, &opts, &params, req).map_err(Failure::other)?;
+        (f.estimate, f.params, Some(f.reason))
+    } else {
+        let e = exact_estimate(&desc, &devices, cpu, &opts, &params).map_err(Failure::other)?;
+        (e, params, None)
+    };
     let mut out = String::new();
     let c = &desc.config;
     let _ = writeln!(
@@ -78,22 +87,19 @@ pub fn render(a: &PlanArgs) -> Result<String, Failure> {
             devs.join(", ")
         }
     );
-    let estimate = if a.fit.fit {
-        let req = a.fit.request(&a.placement, &params);
-        let f = fit(&desc, &devices, cpu, &opts, &params, req).map_err(Failure::other)?;
-        let _ = writeln!(out, "fit      {}", f.reason);
-        f.estimate
-    } else {
-        exact_estimate(&desc, &devices, cpu, &opts, &params).map_err(Failure::other)?
-    };
+    if let Some(reason) = &fit_reason {
+        let _ = writeln!(out, "fit      {reason}");
+    }
     let layers = match opts.n_gpu_layers {
+        _ if devices.is_empty() => "none".to_string(),
         GpuLayers::All if !a.fit.fit => "all".to_string(),
         _ => estimate.n_gpu_layers.to_string(),
     };
     let _ = writeln!(
         out,
-        "layers   {layers} of {} on GPUs, context {}\n",
+        "layers   {layers} of {} on GPUs{}, context {}\n",
         c.n_layer + 1,
+        if devices.is_empty() { " (no GPU)" } else { "" },
         estimate.n_ctx
     );
     out.push_str(&estimate.table());
