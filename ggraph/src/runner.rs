@@ -467,6 +467,22 @@ pub fn random_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<i32> {
 
 /// Opens a GGUF (mapped; the weights are read when the model is loaded).
 pub fn open_model(path: &str) -> Result<ModelDesc> {
+    // a header (JSON or a prefix) describes a model but holds no weights
+    let starts_json = std::fs::File::open(path).ok().and_then(|mut f| {
+        use std::io::Read;
+        let mut first = [0u8; 64];
+        let n = f.read(&mut first).ok()?;
+        first[..n]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .map(|&b| b == b'{')
+    });
+    if starts_json == Some(true) {
+        return Err(Error::InvalidArgument(format!(
+            "{path} is a header JSON: running a model needs its weights (a .gguf); \
+             ggraph plan and ggraph estimate take headers"
+        )));
+    }
     let file = ggraph_model::gguf::ModelFile::open(path)?;
     ModelDesc::from_file(file)
 }

@@ -409,3 +409,72 @@ fn plan_says_what_does_not_fit_and_where_layers_go() {
     assert!(!stderr.contains("loaded in"), "it loaded first: {stderr}");
     std::fs::remove_file(&model).unwrap();
 }
+
+/// Errors that name the real mistake.
+#[test]
+fn errors_name_the_real_mistake() {
+    let dir = std::env::temp_dir().join(format!("ggraph-newcomer-{}-dir", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let out = llama(&[d, "--prompt-ids", "1", "-n", "1"]);
+    assert!(
+        text(&out.stderr).contains("is a directory, not a .gguf file"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = ggraph(&["plan", d]);
+    assert!(
+        text(&out.stderr).contains("is a directory, not a .gguf file"),
+        "{}",
+        text(&out.stderr)
+    );
+    // a header JSON: plan takes it, llama says it needs the weights
+    let model = small_gguf("header");
+    let header = ggraph(&["header", &model]);
+    assert!(header.status.success());
+    let json = dir.join("header.json");
+    std::fs::write(&json, &header.stdout).unwrap();
+    let j = json.to_str().unwrap();
+    assert!(ggraph(&["plan", j]).status.success());
+    let out = llama(&[j, "--prompt-ids", "1", "-n", "1"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("is a header JSON: running a model needs its weights"),
+        "{stderr}"
+    );
+    // no layers: the block count is blamed, not the head count
+    let zero = text(&header.stdout).replace("\"llama.block_count\": 8", "\"llama.block_count\": 0");
+    assert!(zero.contains("\"llama.block_count\": 0"), "{zero}");
+    std::fs::write(&json, zero).unwrap();
+    let out = ggraph(&["plan", j]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("block_count is 0: a model needs at least one layer"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&model).unwrap();
+}
+
+/// Help fits a terminal (wrapped, at most 100 columns when not one) and
+/// lists every option, --completions included.
+#[test]
+fn help_is_wrapped_and_complete() {
+    for (tool, args) in [
+        (env!("CARGO_BIN_EXE_llama"), &["-h"][..]),
+        (env!("CARGO_BIN_EXE_llama"), &["--help"][..]),
+        (env!("CARGO_BIN_EXE_ggraph"), &["plan", "--help"][..]),
+        (env!("CARGO_BIN_EXE_split-experiment"), &["--help"][..]),
+    ] {
+        let out = Command::new(tool).args(args).output().unwrap();
+        let help = text(&out.stdout);
+        let widest = help.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(
+            widest <= 100,
+            "{tool} {args:?}: a line of {widest} columns:\n{help}"
+        );
+        if !tool.ends_with("ggraph") {
+            assert!(help.contains("--completions"), "{tool} {args:?}:\n{help}");
+        }
+    }
+}

@@ -40,6 +40,12 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     let n_layer = h.hparam_u32("block_count")? as usize;
     // per-layer tables are sized by the layer count: bound it before any
     // is made
+    if n_layer == 0 {
+        return Err(meta_error(format!(
+            "{} is 0: a model needs at least one layer",
+            key("block_count")
+        )));
+    }
     if n_layer > MAX_LAYERS {
         return Err(meta_error(format!(
             "{} {n_layer} is more than the {MAX_LAYERS} layers ggraph accepts",

@@ -41,6 +41,9 @@ fn read_header_from(
     first_read: u64,
     mut progress: Option<Progress<'_>>,
 ) -> Result<GgufHeader> {
+    if path.is_dir() {
+        return Err(format_error(path, "is a directory, not a .gguf file"));
+    }
     let mut file = File::open(path).map_err(|e| format_error(path, e.to_string()))?;
     let file_len = file
         .metadata()
@@ -114,6 +117,9 @@ impl ModelFile {
     /// header pages; tensor bytes are read when asked for.
     pub fn open(path: impl AsRef<Path>) -> Result<ModelFile> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return Err(format_error(path, "is a directory, not a .gguf file"));
+        }
         let file = File::open(path).map_err(|e| format_error(path, e.to_string()))?;
         let len = file
             .metadata()

@@ -111,7 +111,7 @@ struct Cli {
     #[arg(long)]
     verbose: bool,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[arg(long, value_name = "SHELL", hide = true)]
+    #[arg(long, value_name = "SHELL")]
     completions: Option<Shell>,
     #[command(flatten)]
     log: Verbosity,

@@ -72,7 +72,7 @@ struct Cli {
     #[arg(long, value_name = "DIR")]
     dot: Option<String>,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[arg(long, value_name = "SHELL", hide = true)]
+    #[arg(long, value_name = "SHELL")]
     completions: Option<Shell>,
     #[command(flatten)]
     log: Verbosity,

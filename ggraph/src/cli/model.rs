@@ -38,6 +38,12 @@ pub struct Loaded {
 /// True when `path` holds header JSON rather than GGUF: a `.json` name, or
 /// text that starts with `{`.
 fn is_json(path: &Path) -> Result<bool, String> {
+    if path.is_dir() {
+        return Err(format!(
+            "{}: is a directory, not a .gguf file",
+            path.display()
+        ));
+    }
     if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))

@@ -120,7 +120,7 @@ struct Options {
     #[arg(long)]
     emulator: bool,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
-    #[arg(long, value_name = "SHELL", hide = true)]
+    #[arg(long, value_name = "SHELL")]
     completions: Option<Shell>,
     #[command(flatten)]
     log: Verbosity,
