@@ -478,3 +478,17 @@ fn help_is_wrapped_and_complete() {
         }
     }
 }
+
+#[test]
+fn estimate_without_a_gpu_says_so() {
+    let model = small_gguf("estimate");
+    let out = ggraph(&["estimate", &model, "--num-gpu", "5"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("no GPU: every layer on the CPU"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("layers asked for fit"), "{stdout}");
+    std::fs::remove_file(&model).unwrap();
+}

@@ -379,7 +379,9 @@ pub fn fit(
     // 1. every layer we may offload, with the context shrunk if allowed
     let limit = match attempt(max_layers, ctx_hi, opts.op_offload)? {
         Ok(f) => {
-            let reason = if max_layers == n_layer + 1 {
+            let reason = if devices.is_empty() {
+                "no GPU: every layer on the CPU, and it fits".into()
+            } else if max_layers == n_layer + 1 {
                 "everything fits".into()
             } else {
                 format!("the {max_layers} layers asked for fit")
