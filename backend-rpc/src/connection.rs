@@ -363,9 +363,15 @@ fn connect(endpoint: &str, options: &RpcOptions) -> Result<(TcpStream, ProtocolV
         Reply::Into(&mut hello),
     )
     .map_err(|msg| {
-        fail(format!(
-            "HELLO: {msg} (a server serves one client at a time: is another one connected?)"
-        ))
+        // a stock server busy with another client accepts the connection
+        // and does not answer; anything that does answer, but not HELLO's
+        // reply, is not a ggml-rpc-server
+        let why = if msg.starts_with("timed out") {
+            " (a server serves one client at a time: is another one connected?)"
+        } else {
+            " (is it a ggml-rpc-server? its answer is not one)"
+        };
+        fail(format!("HELLO: {msg}{why}"))
     })?;
     setup(&socket, options.io_timeout).map_err(|e| fail(e.to_string()))?;
     let version = ProtocolVersion {

@@ -141,6 +141,24 @@ fn a_server_that_stops_answering_times_out() {
     );
 }
 
+/// A peer that answers HELLO with anything but its reply is not taken
+/// for a busy server.
+#[test]
+fn a_peer_that_answers_garbage_is_not_called_busy() {
+    let endpoint = fake_server(|mut s| {
+        read_request(&mut s).unwrap();
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        thread::sleep(Duration::from_millis(200));
+    });
+    let Err(e) = RpcDevice::connect(&endpoint, quick()) else {
+        panic!("garbage for HELLO");
+    };
+    names_the_server(&e, &endpoint);
+    let msg = e.to_string();
+    assert!(msg.contains("is it a ggml-rpc-server?"), "{msg}");
+    assert!(!msg.contains("another one connected"), "{msg}");
+}
+
 #[test]
 fn a_server_that_closes_mid_hello_is_an_error() {
     let endpoint = fake_server(|mut s| {
