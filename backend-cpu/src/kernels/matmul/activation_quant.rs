@@ -295,39 +295,18 @@ pub(crate) fn quantize_span(
     q: &mut [i8],
     sums: &mut [i32],
 ) -> Scale {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-        unsafe fn avx512(p: Partner, x: &[f32], qb: usize, q: &mut [i8], s: &mut [i32]) -> Scale {
-            quantize_span_body(p, x, qb, q, s)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(p: Partner, x: &[f32], qb: usize, q: &mut [i8], s: &mut [i32]) -> Scale {
-            quantize_span_body(p, x, qb, q, s)
-        }
-        let isa = crate::kernels::isa::active();
-        if isa >= Isa::Avx512 {
-            // SAFETY: the processor has AVX-512 F/BW (checked by `active`).
-            return unsafe { avx512(partner, x, qb, q, sums) };
-        }
-        if isa >= Isa::Avx2 && x.len() == 32 && q.len() == 32 && qb == 32 {
-            // SAFETY: AVX2 and F16C are available (checked by `active`); 32
-            // values in and out.
-            let (scale, sum) = unsafe { x86::quantize32(partner, x.as_ptr(), q.as_mut_ptr()) };
-            sums[0] = sum;
-            return scale;
-        }
-        if isa >= Isa::Avx2 {
-            // SAFETY: the processor has AVX2 and FMA (checked by `active`).
-            return unsafe { avx2(partner, x, qb, q, sums) };
-        }
-    }
-    quantize_span_body(partner, x, qb, q, sums)
+    let mut scale = Scale::new(partner, 0.0);
+    quantize_column(partner, x, qb, q, |b, s, sum| {
+        sums[b] = sum;
+        scale = s;
+    });
+    scale
 }
 
-/// [`quantize_span`] over a whole column `x` (a multiple of the span)
-/// into `q`, in one call of the instruction set's code: `block(b, scale,
-/// sum)` is told each `qb`-value block's scale and code sum, in order.
+/// Quantises a whole column `x` (a multiple of the partner's span) into
+/// `q` span by span, as [`quantize_span`] describes, in one call of the
+/// instruction set's code: `block(b, scale, sum)` is told each `qb`-value
+/// block's scale and code sum, in order.
 #[inline]
 pub(crate) fn quantize_column(
     partner: Partner,
@@ -481,7 +460,7 @@ mod x86 {
     /// at `q`.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) unsafe fn quantize32(partner: Partner, x: *const f32, q: *mut i8) -> (Scale, i32) {
+    unsafe fn quantize32(partner: Partner, x: *const f32, q: *mut i8) -> (Scale, i32) {
         // SAFETY: caller's contract.
         unsafe {
             let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.add(8 * i)));

@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 use ggraph_core::DType;
 
 use super::operands::{Cols, WeightRows};
-use super::quant_format::format;
+use super::quant_format::{Partner, format};
 use super::row_streaming::SHORT_ROW_BYTES;
 use super::{activation_quant, dequantized, float, quant_dot};
 #[cfg(target_arch = "x86_64")]
@@ -19,7 +19,7 @@ use crate::kernels::isa::Isa;
 use crate::kernels::scratch::with_scratch;
 use Path::*;
 use Rows::{Any, Packed};
-use Weights::{Float, Only, Quantized};
+use Weights::{Float, Only, Quantized, RoundedExactly};
 
 /// A way to compute a product: a driver and its kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +74,11 @@ enum Weights {
     Quantized,
     /// These types.
     Only(&'static [DType]),
+    /// Quantised types whose products a float GEMM computes as the integer
+    /// kernels do, on columns rounded first (`with_rounded_columns`): all
+    /// but those whose partner is Q8_1, whose f16 sum term a float product
+    /// of rounded columns cannot keep.
+    RoundedExactly,
 }
 
 /// Which weight rows a rule takes.
@@ -163,22 +168,6 @@ const K_QUANTS: &[DType] = &[
 ];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
-/// The quantised types whose activations ggml rounds to Q8_0 or Q8_K: the
-/// float GEMM multiplies them exactly as the integer kernels do (their
-/// columns rounded first). Q4_1 and Q5_1's partner, Q8_1, keeps its sum
-/// term as f16, which a float product of rounded columns cannot.
-const NO_Q8_1: &[DType] = &[
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q5_0,
-    DType::IQ4_NL,
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_XS,
-];
 
 const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
 const ONE: RangeInclusive<usize> = 1..=1;
@@ -217,7 +206,7 @@ const RULES: &[Rule] = &[
     // weight panels dequantised as they are packed (and, as for float
     // weights, rows of no values give zeros)
     rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        EMPTY,            Zeros),
-    rule(PORTABLE,     Only(NO_Q8_1),  Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
+    rule(PORTABLE,     RoundedExactly, Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
     rule(VNNI,         Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        QuantFused),
     rule(ANY_ISA,      Only(INTEGER),  Packed, ANY_COLS,             ANY_BYTES,        QuantDirect),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
@@ -238,6 +227,7 @@ impl Rule {
             Float => !p.dtype.is_quantized(),
             Quantized => p.dtype.is_quantized(),
             Only(types) => types.contains(&p.dtype),
+            RoundedExactly => format(p.dtype).is_some_and(|f| f.partner != Partner::Q8_1),
         };
         let rows = match self.rows {
             Packed => p.packed,
