@@ -193,15 +193,37 @@ struct Tally {
     failures: Vec<String>,
 }
 
-fn check(kind: &str) {
-    let Some(dir) = model_dir() else { return };
-    let fixtures: Value = serde_json::from_str(FIXTURES).unwrap();
-    let entry = fixtures["types"]
+/// The fixtures' entry of file type `kind`.
+fn fixture<'a>(fixtures: &'a Value, kind: &str) -> &'a Value {
+    fixtures["types"]
         .as_array()
         .unwrap()
         .iter()
         .find(|t| t["type"] == kind)
-        .unwrap_or_else(|| panic!("no fixture for {kind}"));
+        .unwrap_or_else(|| panic!("no fixture for {kind}"))
+}
+
+/// An entry's recorded steps per prompt, and its flash attention spread
+/// `tau`: the largest |logit off - on| over every step of every prompt.
+fn runs_and_spread(entry: &Value) -> (Vec<Vec<Step>>, f32) {
+    let runs: Vec<Vec<Step>> = entry["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(steps)
+        .collect();
+    let tau = runs
+        .iter()
+        .flatten()
+        .map(|s| s.spread)
+        .fold(0.0f32, f32::max);
+    (runs, tau)
+}
+
+fn check(kind: &str) {
+    let Some(dir) = model_dir() else { return };
+    let fixtures: Value = serde_json::from_str(FIXTURES).unwrap();
+    let entry = fixture(&fixtures, kind);
     let path = dir.join(entry["file"].as_str().unwrap());
     assert!(
         path.is_file(),
@@ -224,17 +246,7 @@ fn check(kind: &str) {
         .collect();
     assert_eq!(census, want, "{kind}: tensor types");
 
-    let runs: Vec<Vec<Step>> = entry["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(steps)
-        .collect();
-    let tau = runs
-        .iter()
-        .flatten()
-        .map(|s| s.spread)
-        .fold(0.0f32, f32::max);
+    let (runs, tau) = runs_and_spread(entry);
     // every type both in GGUF's layout and in the CPU's repacked rows
     // where it has them (CPU_REPACK), whatever this processor's default;
     // the decodes are batches, so the repacked rows go through the same
@@ -431,23 +443,8 @@ fn a_prompt_decoded_with_others_gives_its_tokens_alone() {
     let prompts = fixtures["prompts"].as_array().unwrap();
     let mut failures = Vec::new();
     for kind in ["Q8_0", "Q4_K", "IQ4_NL"] {
-        let entry = fixtures["types"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["type"] == kind)
-            .unwrap();
-        let runs: Vec<Vec<Step>> = entry["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(steps)
-            .collect();
-        let tau = runs
-            .iter()
-            .flatten()
-            .map(|s| s.spread)
-            .fold(0.0f32, f32::max);
+        let entry = fixture(&fixtures, kind);
+        let (runs, tau) = runs_and_spread(entry);
         let path = dir.join(entry["file"].as_str().unwrap());
         let desc = runner::open_model(path.to_str().unwrap()).unwrap();
         let model = Arc::new(
