@@ -27,6 +27,16 @@ impl Batch {
         }
     }
 
+    /// Tokens of sequence `seq`, continuing it, with the last one's
+    /// logits.
+    pub fn of_sequence(tokens: &[i32], seq: SeqId) -> Batch {
+        Batch {
+            tokens: tokens.to_vec(),
+            seq_ids: Some(vec![vec![seq]; tokens.len()]),
+            ..Batch::default()
+        }
+    }
+
     /// Every token's logits.
     pub fn all_outputs(mut self) -> Batch {
         self.outputs = Some(vec![true; self.tokens.len()]);

@@ -67,12 +67,14 @@ pub mod chat_template;
 pub mod context;
 pub mod desc;
 pub mod estimate;
+pub mod generation;
 pub mod gguf;
 pub mod kv;
 pub mod loaded;
 pub mod make;
 pub mod ollama;
 pub mod placement;
+pub mod sampling;
 pub mod tokenizer;
 
 /// The JSON library of header JSON and estimate documents, re-exported so

@@ -53,6 +53,7 @@ pub mod logs;
 pub mod options;
 pub mod progress;
 pub mod runner;
+pub mod sampling_args;
 pub mod tool;
 pub mod values;
 

@@ -1,20 +1,22 @@
 //! The llama runner's pieces: model presets, greedy generation with
-//! timings, and the memory table. The `llama` binary is a thin shell
-//! around these; tests and benches call them directly.
+//! timings (over the library's generation loop,
+//! [`ggraph_model::generation`]), and the memory table. The `llama` binary
+//! is a thin shell around these; tests and benches call them directly.
 
 use std::fmt::Write;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ggraph_core::backend::weight_buffer_type_names;
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
 use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::batch::Batch;
-use ggraph_model::context::{Context, ContextParams, DecodeError, Recovery};
+use ggraph_model::context::{Context, ContextParams, DecodeError};
 use ggraph_model::desc::ModelDesc;
+use ggraph_model::generation::{self, Generation, Hooks, Request};
 use ggraph_model::loaded::Model;
 use ggraph_model::make::{make_vocab, vocab_header};
+use ggraph_model::sampling::{Greedy, SamplerChain, TokenSampler};
 
 /// The shapes [`preset`] knows.
 pub const SHAPES: [&str; 3] = ["tiny", "small", "8b-4l"];
@@ -76,94 +78,34 @@ pub fn argmax(logits: &[f32]) -> i32 {
     at as i32
 }
 
-/// What a generation did and how fast.
-#[derive(Clone, Debug, Default)]
-pub struct Generation {
-    /// The prompt's token ids, as decoded.
-    pub prompt: Vec<i32>,
-    /// The tokens chosen, in order (the first from the prompt's logits).
-    pub generated: Vec<i32>,
-    /// Seconds spent decoding the prompt.
-    pub prompt_seconds: f64,
-    /// Seconds spent generating, from the first token chosen to the last
-    /// decoded.
-    pub gen_seconds: f64,
-    /// The KV cache filled before the tokens asked for: generation stopped
-    /// after the last token chosen (as llama.cpp's stops without
-    /// `--context-shift`).
-    pub context_full: bool,
+/// A sampler that takes the most likely token (the first of equals), as
+/// [`argmax`] does, without the default chain's cuts: for benches and
+/// checks that compare greedy tokens.
+pub fn greedy_sampler() -> TokenSampler {
+    let mut chain = SamplerChain::new();
+    chain.push(Box::new(Greedy));
+    TokenSampler::new(chain)
 }
 
-impl Generation {
-    /// Prompt tokens decoded per second (llama-bench's `pp`).
-    pub fn prompt_tokens_per_s(&self) -> f64 {
-        self.prompt.len() as f64 / self.prompt_seconds.max(1e-9)
-    }
-
-    /// Tokens decoded per second while generating: the first generated
-    /// token comes from the prompt's logits, so it is not counted.
-    pub fn gen_tokens_per_s(&self) -> f64 {
-        self.generated.len().saturating_sub(1) as f64 / self.gen_seconds.max(1e-9)
-    }
-}
-
-/// How a generation meets a device that lost its memory mid-run (a remote
-/// server that restarted): wait up to `within` for it, restore what it
-/// lost ([`Context::recover`]), decode again the tokens a lost KV cache
-/// held, and go on. The default, no time, ends the run with the error.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Retry {
-    /// How long to wait for the device, from the failure.
-    pub within: Duration,
-}
-
-/// One recovery during a generation, as [`Hooks::on_recover`] sees it.
-#[derive(Clone, Debug)]
-pub struct Recovered {
-    /// The error that stopped the decode.
-    pub error: String,
-    /// What [`Context::recover`] restored.
-    pub recovery: Recovery,
-    /// Tokens of this generation the lost cache held: they are decoded
-    /// again.
-    pub replay: usize,
-    /// Time from the failure to the recovery.
-    pub waited: Duration,
-}
-
-/// What a generation calls as it goes, and how it meets lost devices.
-pub struct Hooks<'a> {
-    /// `(done, total)` prompt tokens, before the first piece and after
-    /// each.
-    pub on_prompt: &'a mut dyn FnMut(u64, u64),
-    /// Each token as it is chosen: `false` (an end-of-generation token,
-    /// say) stops the generation there, without that token.
-    pub on_token: &'a mut dyn FnMut(i32) -> bool,
-    /// Whether and how long to wait for a device that lost its memory.
-    pub retry: Retry,
-    /// Each recovery, before the tokens are decoded again.
-    pub on_recover: &'a mut dyn FnMut(&Recovered),
-}
-
-/// Decodes `prompt` (in batches of the context's n_batch) and then
-/// generates `n_predict` tokens greedily, timing both phases.
+/// Decodes `prompt` into sequence 0 (in batches of the context's n_batch)
+/// and then generates `n_predict` tokens greedily, timing both phases.
 pub fn generate(
     ctx: &mut Context,
     prompt: &[i32],
     n_predict: usize,
 ) -> std::result::Result<Generation, DecodeError> {
-    let n_batch = ctx.params.n_batch;
-    generate_in(
+    let req = Request {
+        n_predict,
+        piece: ctx.params.n_batch,
+        ..Request::default()
+    };
+    generation::generate(
         ctx,
         prompt,
-        n_predict,
-        n_batch,
-        Hooks {
-            on_prompt: &mut |_, _| {},
-            on_token: &mut |_| true,
-            retry: Retry::default(),
-            on_recover: &mut |_| {},
-        },
+        &mut greedy_sampler(),
+        None,
+        &req,
+        Hooks::default(),
     )
 }
 
@@ -178,165 +120,15 @@ pub fn generate_with(
     n_predict: usize,
     on_prompt: &mut dyn FnMut(u64, u64),
 ) -> std::result::Result<Generation, DecodeError> {
-    let n_ubatch = ctx.params.n_ubatch;
-    generate_in(
-        ctx,
-        prompt,
+    let req = Request {
         n_predict,
-        n_ubatch,
-        Hooks {
-            on_prompt,
-            on_token: &mut |_| true,
-            retry: Retry::default(),
-            on_recover: &mut |_| {},
-        },
-    )
-}
-
-/// [`generate_with`], with every hook: each token as it is chosen, and
-/// recovery from devices that lose their memory as `hooks.retry` says.
-pub fn generate_streaming(
-    ctx: &mut Context,
-    prompt: &[i32],
-    n_predict: usize,
-    hooks: Hooks<'_>,
-) -> std::result::Result<Generation, DecodeError> {
-    let n_ubatch = ctx.params.n_ubatch;
-    generate_in(ctx, prompt, n_predict, n_ubatch, hooks)
-}
-
-fn generate_in(
-    ctx: &mut Context,
-    prompt: &[i32],
-    n_predict: usize,
-    piece: usize,
-    mut hooks: Hooks<'_>,
-) -> std::result::Result<Generation, DecodeError> {
-    if prompt.is_empty() {
-        return Err(DecodeError::InvalidBatch(Error::InvalidArgument(
-            "the prompt is empty".into(),
-        )));
-    }
-    let piece = piece.max(1);
-    // what sequence 0 held before: a lost cache cannot give it back
-    let before = held(ctx, 0);
-    let mut tokens = Vec::with_capacity(prompt.len() + n_predict);
-    let start = Instant::now();
-    let total = prompt.len() as u64;
-    (hooks.on_prompt)(0, total);
-    for chunk in prompt.chunks(piece) {
-        tokens.extend_from_slice(chunk);
-        decode_tail(ctx, &tokens, chunk.len(), before, piece, &mut hooks)?;
-        (hooks.on_prompt)(tokens.len() as u64, total);
-    }
-    let prompt_seconds = start.elapsed().as_secs_f64();
-    let mut generated = Vec::with_capacity(n_predict);
-    let start = Instant::now();
-    let mut next = argmax(ctx.logits());
-    let mut context_full = false;
-    for i in 0..n_predict {
-        if !(hooks.on_token)(next) {
-            break;
-        }
-        generated.push(next);
-        if i + 1 == n_predict {
-            break;
-        }
-        tokens.push(next);
-        match decode_tail(ctx, &tokens, 1, before, piece, &mut hooks) {
-            Ok(()) => {}
-            // no cell for the next token: what was generated stands
-            Err(DecodeError::CacheFull { .. }) => {
-                context_full = true;
-                break;
-            }
-            Err(e) => return Err(e),
-        }
-        next = argmax(ctx.logits());
-    }
-    Ok(Generation {
-        prompt: prompt.to_vec(),
-        generated,
-        prompt_seconds,
-        gen_seconds: start.elapsed().as_secs_f64(),
-        context_full,
-    })
-}
-
-/// Tokens sequence 0 holds past its first `before`.
-fn held(ctx: &Context, before: usize) -> usize {
-    ctx.seq_pos_max(0)
-        .map_or(0, |p| (p as usize + 1).saturating_sub(before))
-}
-
-/// Decodes the last `new` of `tokens` (sequence 0 holds `before` tokens of
-/// its own, then the others), in pieces of `piece`; recovers from lost
-/// memory as `hooks.retry` allows, decoding again what a lost cache held.
-fn decode_tail(
-    ctx: &mut Context,
-    tokens: &[i32],
-    new: usize,
-    before: usize,
-    piece: usize,
-    hooks: &mut Hooks<'_>,
-) -> std::result::Result<(), DecodeError> {
-    let mut from = tokens.len().saturating_sub(new);
-    let mut failed_at = None;
-    loop {
-        let err = match tokens[from..]
-            .chunks(piece)
-            .try_for_each(|c| ctx.decode(&Batch::tokens(c)))
-        {
-            Ok(()) => return Ok(()),
-            Err(e) => e,
-        };
-        let lost = matches!(err, DecodeError::CacheLost(_)) || ctx.memory_lost();
-        if hooks.retry.within.is_zero() || !lost {
-            return Err(err);
-        }
-        let since = *failed_at.get_or_insert_with(Instant::now);
-        let replay = held(ctx, before);
-        let recovery = wait_and_recover(ctx, since, hooks.retry.within)?;
-        if recovery.cache_cleared && before > 0 {
-            return Err(DecodeError::Compute(Error::InvalidArgument(format!(
-                "{err}; the cache was lost with the {before} tokens the sequence held before \
-                 this generation, which it cannot decode again"
-            ))));
-        }
-        let replay = if recovery.cache_cleared { replay } else { 0 };
-        (hooks.on_recover)(&Recovered {
-            error: err.to_string(),
-            recovery,
-            replay,
-            waited: since.elapsed(),
-        });
-        // a failed ubatch is rolled back and a lost cache emptied: what
-        // the cache holds now is what went through
-        from = held(ctx, before).min(tokens.len());
-    }
-}
-
-/// Calls [`Context::recover`] until it succeeds or `within` has passed
-/// since `since`, pausing longer each time (0.1 s to 2 s).
-fn wait_and_recover(
-    ctx: &mut Context,
-    since: Instant,
-    within: Duration,
-) -> std::result::Result<Recovery, DecodeError> {
-    let mut pause = Duration::from_millis(100);
-    loop {
-        match ctx.recover() {
-            Ok(r) => return Ok(r),
-            Err(e) => {
-                let left = within.saturating_sub(since.elapsed());
-                if left.is_zero() {
-                    return Err(DecodeError::Compute(e));
-                }
-                std::thread::sleep(pause.min(left));
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-        }
-    }
+        ..Request::default()
+    };
+    let hooks = Hooks {
+        on_prompt: Box::new(on_prompt),
+        ..Hooks::default()
+    };
+    generation::generate(ctx, prompt, &mut greedy_sampler(), None, &req, hooks)
 }
 
 /// Memory per device of a context: weights, KV cache, compute.

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use ggraph::DType;
 use ggraph::backend::Device;
 use ggraph::context::{Context, ContextParams};
+use ggraph::model::generation::{self, Hooks, Recovered, Request, Retry};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
 use ggraph::rpc::local_server::{LocalServer, server_binary};
 use ggraph::rpc::{RpcDevice, RpcOptions};
-use ggraph::runner::{self, Hooks, Recovered, Retry};
+use ggraph::runner;
 use ggraph_cpu::CpuDevice;
 
 fn run(bin: &str, args: &[&str]) -> Output {
@@ -215,21 +216,22 @@ fn generate(
     let prompt = runner::random_prompt(8, ctx.model().config.n_vocab, 5);
     let mut chosen = 0;
     let mut recovered = Vec::new();
-    let g = runner::generate_streaming(
-        ctx,
-        &prompt,
-        12,
-        Hooks {
-            on_prompt: &mut |_, _| {},
-            on_token: &mut |_| {
-                chosen += 1;
-                at_token(chosen, server);
-                true
-            },
-            retry,
-            on_recover: &mut |r| recovered.push(r.clone()),
-        },
-    );
+    let req = Request {
+        n_predict: 12,
+        retry,
+        ..Request::default()
+    };
+    let hooks = Hooks {
+        on_token: Box::new(|_| {
+            chosen += 1;
+            at_token(chosen, server);
+            true
+        }),
+        on_recover: Box::new(|r| recovered.push(r.clone())),
+        ..Hooks::default()
+    };
+    let mut greedy = runner::greedy_sampler();
+    let g = generation::generate(ctx, &prompt, &mut greedy, None, &req, hooks);
     (g.map(|g| g.generated).map_err(|e| e.to_string()), recovered)
 }
 

@@ -170,6 +170,18 @@ impl Tokenizer {
         remove_special: bool,
         unparse_special: bool,
     ) -> Result<String> {
+        let text = self.decode_bytes(ids, remove_special, unparse_special)?;
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// [`Tokenizer::decode`]'s bytes, before they are read as UTF-8 (a
+    /// token may hold part of a character).
+    pub fn decode_bytes(
+        &self,
+        ids: &[i32],
+        remove_special: bool,
+        unparse_special: bool,
+    ) -> Result<Vec<u8>> {
         let v = &self.vocab;
         let mut ids = ids;
         let mut remove_space = v.add_space_prefix;
@@ -192,7 +204,7 @@ impl Tokenizer {
         if v.clean_spaces {
             detokenize::clean_spaces(&mut text);
         }
-        Ok(String::from_utf8_lossy(&text).into_owned())
+        Ok(text)
     }
 
     /// Whether `id` ends generation.

@@ -1,6 +1,7 @@
 //! `llama`: a llama runner built on ggraph. Loads a GGUF (or makes a
-//! random-weight model), places it across the devices, and generates
-//! greedily; prints tokens/s, memory per device and the splits.
+//! random-weight model), places it across the devices, and generates with
+//! llama.cpp's samplers; prints tokens/s, memory per device and the
+//! splits.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,12 +15,14 @@ use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
 use ggraph::model::estimate::exact::{check_fits, fit};
+use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
 use ggraph::model::loaded::Model as LoadedModel;
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::tokenizer::{StreamDecoder, Tokenizer};
+use ggraph::model::sampling::{GrammarVocab, TokenSampler};
+use ggraph::model::tokenizer::Tokenizer;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
-use ggraph::runner::{Hooks, Retry};
+use ggraph::sampling_args::SamplingArgs;
 use ggraph::util::format_bytes;
 use ggraph::{DType, logs, runner, tool, values};
 
@@ -34,8 +37,9 @@ fn token_ids(s: &str) -> Result<TokenIds, String> {
 /// llama: a llama runner on ggraph
 ///
 /// Loads a GGUF (or makes a random-weight model), places it across the
-/// devices, decodes the prompt and generates greedily; prints tokens/s,
-/// memory per device and the splits.
+/// devices, decodes the prompt and generates with llama.cpp's samplers
+/// and their defaults (--temp 0 is greedy); prints tokens/s, memory per
+/// device and the splits.
 #[derive(Parser, Debug)]
 #[command(name = "llama", version, after_help = LLAMA_CPP_SPELLINGS)]
 struct Cli {
@@ -58,9 +62,10 @@ struct Cli {
     /// Weights of the random model: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K
     #[arg(long, value_name = "TYPE", default_value = "Q4_0", value_parser = values::weight_dtype)]
     weights: DType,
-    /// Seed of the random model
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = values::u64_number)]
-    seed: u64,
+    /// Seed of the random model's weights
+    #[arg(long = "weights-seed", value_name = "N", default_value_t = 1,
+          value_parser = values::u64_number)]
+    weights_seed: u64,
     /// The prompt, tokenised with the model's own tokenizer (BOS as the
     /// vocabulary asks, control tokens such as <|im_start|> recognised)
     #[arg(short = 'p', long, value_name = "TEXT", allow_hyphen_values = true,
@@ -121,6 +126,8 @@ struct Cli {
     placement: PlacementArgs,
     #[command(flatten)]
     context: ContextArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
 }
 
 fn main() -> ExitCode {
@@ -190,7 +197,7 @@ fn run(a: &Cli) -> Result<(), String> {
     let desc = match (path, &a.random) {
         (Some(path), None) => runner::open_model(path).map_err(|e| e.to_string())?,
         (None, Some(shape)) => {
-            runner::random_model(shape, a.weights, a.seed).map_err(|e| e.to_string())?
+            runner::random_model(shape, a.weights, a.weights_seed).map_err(|e| e.to_string())?
         }
         _ => tool::usage_error::<Cli>(
             ErrorKind::MissingRequiredArgument,
@@ -264,54 +271,75 @@ fn run(a: &Cli) -> Result<(), String> {
         let ids: Vec<String> = prompt.iter().map(i32::to_string).collect();
         println!("[{}]", ids.join(", "));
     }
+    let chain = a
+        .sampling
+        .params()
+        .chain(n_vocab, tokenizer.as_ref())
+        .map_err(|e| e.to_string())?;
+    let seed = chain.seed();
+    let mut sampler = match a.sampling.grammar_source()? {
+        None => TokenSampler::new(chain),
+        Some(source) => {
+            let t = tokenizer
+                .as_ref()
+                .ok_or("a grammar needs the model's vocabulary, which could not be read")?;
+            let grammar = GrammarVocab::new(t)
+                .and_then(|v| v.compile(&source))
+                .map_err(|e| e.to_string())?;
+            TokenSampler::constrained(chain, Box::new(grammar))
+        }
+    };
     // the text streams to stdout as it is made: the prompt's (not for
-    // --chat, whose prompt is the template's), then each token's piece,
-    // a character once its last byte is there
-    let mut stream = StreamDecoder::new();
+    // --chat, whose prompt is the template's), then each token's, a
+    // character once its last byte is there
     if let (Some(t), None) = (&tokenizer, &a.chat) {
         let text = t.decode(&prompt, false, false).map_err(|e| e.to_string())?;
         emit(&text);
     }
     // a bar for prompts that take more than one graph
     let mut progress = Progress::tokens("prompt", ctx.params.n_ubatch as u64);
-    let mut on_token = |id: i32| {
-        let Some(t) = &tokenizer else {
-            return true;
-        };
-        if t.is_eog(id) {
-            return false;
-        }
-        if let Ok(piece) = t.piece(id, false) {
-            emit(&stream.push(piece));
-        }
-        true
+    let mut probs = Vec::new();
+    let req = Request {
+        n_predict: a.n_predict,
+        ignore_eos: a.sampling.ignore_eos,
+        n_probs: a.sampling.n_probs,
+        retry: Retry {
+            within: Duration::from_secs(a.rpc_retry as u64),
+        },
+        ..Request::default()
     };
-    let generation = runner::generate_streaming(
+    let hooks = Hooks {
+        on_prompt: Box::new(|done, total| progress.update(done, total)),
+        on_token: Box::new(|t| {
+            emit(t.text);
+            if !t.probs.is_empty() {
+                probs.push((t.id, t.probs.to_vec()));
+            }
+            true
+        }),
+        on_recover: Box::new(|r| {
+            eprintln!(
+                "\n{}\nrecovered after {:.1} s: {} of weights uploaded again, \
+                 {} compute buffer(s) restored{}",
+                r.error,
+                r.waited.as_secs_f64(),
+                format_bytes(r.recovery.weight_bytes),
+                r.recovery.compute_buffers,
+                if r.recovery.cache_cleared {
+                    format!("; the KV cache was lost: {} tokens decoded again", r.replay)
+                } else {
+                    String::new()
+                }
+            )
+        }),
+    };
+    let generation = generation::generate(
         &mut ctx,
         &prompt,
-        a.n_predict,
-        Hooks {
-            on_prompt: &mut |done, total| progress.update(done, total),
-            on_token: &mut on_token,
-            retry: Retry {
-                within: Duration::from_secs(a.rpc_retry as u64),
-            },
-            on_recover: &mut |r| {
-                eprintln!(
-                    "\n{}\nrecovered after {:.1} s: {} of weights uploaded again, \
-                     {} compute buffer(s) restored{}",
-                    r.error,
-                    r.waited.as_secs_f64(),
-                    format_bytes(r.recovery.weight_bytes),
-                    r.recovery.compute_buffers,
-                    if r.recovery.cache_cleared {
-                        format!("; the KV cache was lost: {} tokens decoded again", r.replay)
-                    } else {
-                        String::new()
-                    }
-                )
-            },
-        },
+        &mut sampler,
+        tokenizer.as_ref(),
+        &req,
+        hooks,
     );
     let g = match generation {
         Ok(g) => g,
@@ -332,10 +360,26 @@ fn run(a: &Cli) -> Result<(), String> {
     };
     progress.finish();
     if tokenizer.is_some() {
-        emit(&stream.finish());
         println!();
     }
-    if g.context_full {
+    if let Some(seed) = seed {
+        eprintln!("sampling seed {seed}");
+    }
+    for (id, top) in &probs {
+        let list: Vec<String> = top
+            .iter()
+            .map(|(t, p)| {
+                let piece = tokenizer
+                    .as_ref()
+                    .and_then(|tk| tk.piece(*t, true).ok())
+                    .map(|b| format!("{:?}", String::from_utf8_lossy(b)))
+                    .unwrap_or_default();
+                format!("{t}{piece} {p:.6}")
+            })
+            .collect();
+        eprintln!("token {id}: {}", list.join(", "));
+    }
+    if g.stop == StopReason::ContextFull {
         eprintln!(
             "the context of {} cells is full: generation stopped at {} of {} tokens (a larger -c makes room)",
             ctx.params.n_ctx,
@@ -411,7 +455,34 @@ mod tests {
         assert!(c.fit.fit && c.placement.n_gpu_layers.is_none());
         let c = parse(&["--random", "tiny", "--prompt-ids", "1,2,3", "--print-ids"]).unwrap();
         assert_eq!(c.prompt_ids, Some(TokenIds(vec![1, 2, 3])));
-        assert_eq!((c.n_predict, c.weights, c.seed), (32, DType::Q4_0, 1));
+        assert_eq!(
+            (c.n_predict, c.weights, c.weights_seed),
+            (32, DType::Q4_0, 1)
+        );
+        let p = c.sampling.params();
+        assert_eq!(p, ggraph::model::sampling::SamplingParams::default());
+        let c = parse(&[
+            "m.gguf",
+            "-s",
+            "7",
+            "--temp",
+            "0",
+            "--top-k",
+            "5",
+            "-l",
+            "3-inf",
+            "--samplers",
+            "top_k;temp",
+            "--mirostat",
+            "2",
+            "--dry-sequence-breaker",
+            "none",
+        ])
+        .unwrap();
+        let p = c.sampling.params();
+        assert_eq!((p.seed, p.temp, p.top_k, p.mirostat), (7, 0.0, 5, 2));
+        assert_eq!(p.logit_bias, [(3, f32::NEG_INFINITY)]);
+        assert!(p.dry_sequence_breakers.is_empty() && p.samplers.len() == 2);
     }
 
     #[test]
