@@ -58,7 +58,7 @@ pub struct SamplingArgs {
           allow_hyphen_values = true)]
     pub top_nsigma: f32,
     /// Last n tokens the penalties look at; 0 is off
-    #[arg(long = "repeat-last-n", value_name = "N", default_value_t = 64,
+    #[arg(long = "repeat-last-n", value_name = "N", allow_hyphen_values = true, default_value_t = 64,
           value_parser = clap::value_parser!(i32).range(0..))]
     pub repeat_last_n: i32,
     /// Penalise repeated tokens; 1.0 is off
@@ -102,11 +102,11 @@ pub struct SamplingArgs {
     )]
     pub dry_base: f32,
     /// Repetitions DRY allows before penalising
-    #[arg(long = "dry-allowed-length", value_name = "N", default_value_t = 2,
+    #[arg(long = "dry-allowed-length", value_name = "N", allow_hyphen_values = true, default_value_t = 2,
           value_parser = clap::value_parser!(i32).range(0..))]
     pub dry_allowed_length: i32,
     /// Last n tokens DRY looks at; 0 is off
-    #[arg(long = "dry-penalty-last-n", value_name = "N", default_value_t = 64,
+    #[arg(long = "dry-penalty-last-n", value_name = "N", allow_hyphen_values = true, default_value_t = 64,
           value_parser = clap::value_parser!(i32).range(0..))]
     pub dry_penalty_last_n: i32,
     /// A DRY sequence breaker, replacing the defaults ("\n", ":", "\"",
@@ -147,7 +147,7 @@ pub struct SamplingArgs {
     pub dynatemp_exp: f32,
     /// Mirostat: 0 off, 1 Mirostat, 2 Mirostat 2.0 (top-k, nucleus and
     /// the others are then left out)
-    #[arg(long, value_name = "N", default_value_t = 0,
+    #[arg(long, value_name = "N", default_value_t = 0, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u8).range(0..=2))]
     pub mirostat: u8,
     /// Mirostat learning rate (eta)
@@ -188,11 +188,11 @@ pub struct SamplingArgs {
     /// [default: penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature]
     #[arg(long, value_name = "SAMPLERS", value_parser = samplers,
           conflicts_with = "sampling_seq")]
-    pub samplers: Option<Vec<SamplerType>>,
+    pub samplers: Option<SamplerList>,
     /// The samplers as letters, in order [default: edskypmxt]
     #[arg(long = "sampling-seq", visible_alias = "sampler-seq", value_name = "SEQUENCE",
           value_parser = sampling_seq)]
-    pub sampling_seq: Option<Vec<SamplerType>>,
+    pub sampling_seq: Option<SamplerList>,
     /// Go on past end-of-generation tokens
     #[arg(long = "ignore-eos")]
     pub ignore_eos: bool,
@@ -293,11 +293,15 @@ impl SamplingArgs {
             };
         }
         if let Some(s) = self.samplers.as_ref().or(self.sampling_seq.as_ref()) {
-            p.samplers = s.clone();
+            p.samplers = s.0.clone();
         }
         p
     }
 }
+
+/// A sampler chain's order, as `--samplers` or `--sampling-seq` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SamplerList(pub Vec<SamplerType>);
 
 /// A seed: 0 to 4294967294, or -1 (random).
 fn seed(s: &str) -> Result<u32, String> {
@@ -325,12 +329,16 @@ fn logit_bias(s: &str) -> Result<(i32, f32), String> {
     Ok((token, bias))
 }
 
-fn samplers(s: &str) -> Result<Vec<SamplerType>, String> {
-    SamplerType::parse_list(s).map_err(|e| e.to_string())
+fn samplers(s: &str) -> Result<SamplerList, String> {
+    SamplerType::parse_list(s)
+        .map(SamplerList)
+        .map_err(|e| e.to_string())
 }
 
-fn sampling_seq(s: &str) -> Result<Vec<SamplerType>, String> {
-    SamplerType::parse_letters(s).map_err(|e| e.to_string())
+fn sampling_seq(s: &str) -> Result<SamplerList, String> {
+    SamplerType::parse_letters(s)
+        .map(SamplerList)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -348,16 +356,19 @@ mod tests {
         assert!(logit_bias("abc+1").is_err() && logit_bias("12").is_err());
         assert_eq!(
             samplers("top_k;temp;min-p"),
-            Ok(vec![
+            Ok(SamplerList(vec![
                 SamplerType::TopK,
                 SamplerType::Temperature,
                 SamplerType::MinP
-            ])
+            ]))
         );
         assert!(samplers("top_k;bogus").unwrap_err().contains("bogus"));
         assert_eq!(
             sampling_seq("kt"),
-            Ok(vec![SamplerType::TopK, SamplerType::Temperature])
+            Ok(SamplerList(vec![
+                SamplerType::TopK,
+                SamplerType::Temperature
+            ]))
         );
     }
 }

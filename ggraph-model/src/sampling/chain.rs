@@ -3,12 +3,12 @@
 
 use ggraph_core::error::{Error, Result};
 
-use super::sampler::Sampler;
 use super::candidates::Candidates;
 use super::dry::Dry;
 use super::filters::{
     LogitBias, MinP, Penalties, Temperature, TopK, TopNSigma, TopP, Typical, Xtc,
 };
+use super::sampler::Sampler;
 use super::selectors::{AdaptiveP, Dist, Mirostat, MirostatV2};
 use crate::tokenizer::Tokenizer;
 

@@ -35,6 +35,6 @@ pub use dry::Dry;
 pub use filters::{LogitBias, MinP, Penalties, Temperature, TopK, TopNSigma, TopP, Typical, Xtc};
 pub use gbnf::gbnf_to_lark;
 pub use grammar::{Grammar, GrammarSource, GrammarVocab};
+pub use sampler::Sampler;
 pub use selectors::{AdaptiveP, Dist, Greedy, Mirostat, MirostatV2};
 pub use token_sampler::{Constraint, TokenSampler};
-pub use sampler::Sampler;

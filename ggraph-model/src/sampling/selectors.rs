@@ -2,9 +2,9 @@
 //! draw (`dist`), greedy, and Mirostat 1 and 2, with llama.cpp 0.3.36's
 //! arithmetic and random numbers.
 
-use super::sampler::Sampler;
 use super::candidates::{Candidates, cpp_int, cpp_max};
 use super::rng::Mt19937;
+use super::sampler::Sampler;
 
 /// Draws a token from the softmax of the logits with a seeded
 /// `std::mt19937` (`llama_sampler_init_dist`): one canonical double a

@@ -4,7 +4,7 @@
 //! layers and context that fit when the GPUs are too small. The figures
 //! come from the library (`ggraph::model::estimate::exact`), not the CLI.
 //!
-//! Run: cargo run --release -p ggraph --example memory_plan [-- MODEL.gguf]
+//! Run: cargo run --release -p ggraph-examples --example memory_plan [-- MODEL.gguf]
 //! (without a model: the llama-3-8B shape in Q4_K; only the header is
 //! read, the weights are never loaded)
 

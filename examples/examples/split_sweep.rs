@@ -9,7 +9,7 @@
 //! boundary with its own memory), so copies and splits are real while
 //! the times are the CPU's.
 //!
-//! Run: cargo run --release -p ggraph --example split_sweep [-- --rpc HOST:PORT[,...]]
+//! Run: cargo run --release -p ggraph-examples --example split_sweep [-- --rpc HOST:PORT[,...]]
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,19 +1,20 @@
 //! A model runner in a few lines: load a GGUF (or make a random model),
-//! tokenise a prompt, decode it into the KV cache, then pick the most
-//! likely token, print its text as it comes and decode it, until an
-//! end-of-generation token or 32 tokens.
+//! tokenise a prompt, and generate with llama.cpp's default samplers
+//! (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, a fixed seed),
+//! printing the text as it comes, until an end-of-generation token or 32
+//! tokens.
 //!
-//! Run: cargo run --release -p ggraph --example minimal_runner [-- MODEL.gguf "PROMPT"]
+//! Run: cargo run --release -p ggraph-examples --example minimal_runner [-- MODEL.gguf "PROMPT"]
 //! (without a model: a random-weight one, whose text is noise)
 
 use std::io::Write;
 use std::sync::Arc;
 
-use ggraph::batch::Batch;
 use ggraph::context::{Context, ContextParams};
+use ggraph::model::generation::{self, Hooks, Request};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
-use ggraph::model::tokenizer::StreamDecoder;
+use ggraph::model::sampling::{SamplingParams, TokenSampler};
 use ggraph::options::found_gpus;
 use ggraph::{DType, runner};
 use ggraph_cpu::CpuDevice;
@@ -41,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None,
     )?;
     let tokenizer = model.tokenizer()?;
+    let n_vocab = model.config.n_vocab;
     let mut ctx = Context::new(
         Arc::new(model),
         ContextParams {
@@ -49,20 +51,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )?;
 
+    // llama.cpp's sampler chain with its defaults; --seed 42
+    let params = SamplingParams {
+        seed: 42,
+        ..SamplingParams::default()
+    };
+    let mut sampler = TokenSampler::new(params.chain(n_vocab, Some(&tokenizer))?);
     let ids = tokenizer.encode(prompt, true, true)?;
     print!("{prompt}");
-    ctx.decode(&Batch::tokens(&ids))?;
-    let mut text = StreamDecoder::new();
-    for _ in 0..32 {
-        let next = runner::argmax(ctx.logits());
-        if tokenizer.is_eog(next) {
-            break;
-        }
-        // a character is printed once all its bytes are there
-        print!("{}", text.push(tokenizer.piece(next, false)?));
-        std::io::stdout().flush()?;
-        ctx.decode(&Batch::tokens(&[next]))?;
-    }
-    println!("{}", text.finish());
+    let hooks = Hooks {
+        // whole characters, as they are complete
+        on_token: Box::new(|token| {
+            print!("{}", token.text);
+            std::io::stdout().flush().is_ok()
+        }),
+        ..Hooks::default()
+    };
+    let request = Request {
+        n_predict: 32,
+        ..Request::default()
+    };
+    generation::generate(
+        &mut ctx,
+        &ids,
+        &mut sampler,
+        Some(&tokenizer),
+        &request,
+        hooks,
+    )?;
+    println!();
     Ok(())
 }

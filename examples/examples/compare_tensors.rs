@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! tensors MODEL.gguf 0 DIR 1,4093,198            (llama.cpp, flash attention off)
-//! cargo run --release -p ggraph --example compare_tensors -- MODEL.gguf DIR 1,4093,198 [--flash] [--out OURS]
+//! cargo run --release -p ggraph-examples --example compare_tensors -- MODEL.gguf DIR 1,4093,198 [--flash] [--out OURS]
 //! ```
 //!
 //! `--out OURS` also writes ggraph's tensors to the directory OURS, as

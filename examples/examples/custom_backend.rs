@@ -3,7 +3,7 @@
 //! registered beside the CPU. The scheduler sends everything it refuses
 //! to the CPU, and the conformance suite checks what it claims.
 //!
-//! Run: cargo run -p ggraph --example custom_backend
+//! Run: cargo run -p ggraph-examples --example custom_backend
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! node runs where it runs, writes the DOT file, and checks the result
 //! against the graph run on the CPU alone.
 //!
-//! Run: cargo run -p ggraph --example graph_on_devices [-- OUT.dot]
+//! Run: cargo run -p ggraph-examples --example graph_on_devices [-- OUT.dot]
 
 use std::sync::Arc;
 
