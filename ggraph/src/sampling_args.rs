@@ -184,8 +184,8 @@ pub struct SamplingArgs {
     #[arg(short = 'l', long = "logit-bias", value_name = "TOKEN_ID(+/-)BIAS",
           value_parser = logit_bias)]
     pub logit_bias: Vec<(i32, f32)>,
-    /// The samplers, in order, separated by ';'
-    /// [default: penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature]
+    /// The samplers, in order, separated by ';' [default: penalties; dry;
+    /// top_n_sigma; top_k; typ_p; top_p; min_p; xtc; temperature]
     #[arg(long, value_name = "SAMPLERS", value_parser = samplers,
           conflicts_with = "sampling_seq")]
     pub samplers: Option<SamplerList>,

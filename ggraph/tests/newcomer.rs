@@ -3,9 +3,11 @@
 
 use std::process::{Command, Output};
 
+/// `llama` with `args`, greedy (`--temp 0`: the same tokens every run).
 fn llama(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_llama"))
         .args(args)
+        .args(["--temp", "0"])
         .env_remove("RUST_LOG")
         .env_remove("GGRAPH_SOFTWARE_GPUS")
         .output()

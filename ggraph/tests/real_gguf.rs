@@ -564,6 +564,8 @@ fn chat_renders_the_template_and_answers_until_the_end_of_turn() {
             "-n",
             "40",
             "--print-prompt-ids",
+            "--temp",
+            "0",
         ])
         .env_remove("RUST_LOG")
         .output()

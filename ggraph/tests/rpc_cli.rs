@@ -124,6 +124,8 @@ fn devices_plan_and_llama_take_rpc_servers() {
             &list,
             "--prompt-ids",
             "1,2,3",
+            "--temp",
+            "0",
         ],
     );
     // the text on stdout, the figures and the devices on stderr
