@@ -2,7 +2,9 @@
 //! its defaults (`common/arg.cpp`): what a `llama` run or a server takes
 //! to build a [`SamplingParams`].
 
-use ggraph_model::sampling::{GrammarSource, RANDOM_SEED, SamplerType, SamplingParams};
+use ggraph_model::sampling::{
+    GrammarSource, ModelSampling, RANDOM_SEED, SamplerType, SamplingParams,
+};
 use ggraph_model::serde_json;
 
 /// llama.cpp's sampling flags.
@@ -224,6 +226,36 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
+    /// The parameters a GGUF may set (`general.sampling.*`) that the
+    /// command line set: those keep the user's values (llama.cpp's
+    /// `user_sampling_config`).
+    pub fn user_set(matches: &clap::ArgMatches) -> Vec<ModelSampling> {
+        use clap::parser::ValueSource;
+        let given = |id: &str| {
+            matches
+                .try_get_raw(id)
+                .is_ok_and(|_| matches.value_source(id) == Some(ValueSource::CommandLine))
+        };
+        [
+            (&["samplers", "sampling_seq"][..], ModelSampling::Samplers),
+            (&["top_k"], ModelSampling::TopK),
+            (&["top_p"], ModelSampling::TopP),
+            (&["min_p"], ModelSampling::MinP),
+            (&["xtc_probability"], ModelSampling::XtcProbability),
+            (&["xtc_threshold"], ModelSampling::XtcThreshold),
+            (&["temp"], ModelSampling::Temp),
+            (&["repeat_last_n"], ModelSampling::PenaltyLastN),
+            (&["repeat_penalty"], ModelSampling::PenaltyRepeat),
+            (&["mirostat"], ModelSampling::Mirostat),
+            (&["mirostat_ent"], ModelSampling::MirostatTau),
+            (&["mirostat_lr"], ModelSampling::MirostatEta),
+        ]
+        .into_iter()
+        .filter(|(ids, _)| ids.iter().any(|id| given(id)))
+        .map(|(_, f)| f)
+        .collect()
+    }
+
     /// The grammar the flags ask for, read (files) and parsed (JSON), or
     /// what is wrong with it; not yet compiled.
     pub fn grammar_source(&self) -> Result<Option<GrammarSource>, String> {

@@ -129,13 +129,24 @@ where
 /// The process's command line as `T`; on a mistake, clap's message and
 /// exit code 2 (0 for `--help` and `--version`).
 pub fn parse<T: Parser>() -> T {
-    let parsed = try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    parse_with_matches().0
+}
+
+/// [`parse`], with clap's matches: where each value came from (the
+/// command line or a default).
+pub fn parse_with_matches<T: Parser>() -> (T, clap::ArgMatches) {
+    let mut cmd = T::command();
+    let args = llama_cpp_spellings(&cmd, std::env::args_os());
+    let matches = cmd
+        .try_get_matches_from_mut(args)
+        .unwrap_or_else(|e| e.exit());
+    let parsed = T::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut cmd).exit());
     // the environment's settings are options too: a bad one is refused
     // as a bad flag is
     if let Err(e) = ggraph_cpu::sim_configs_from_env() {
         usage_error::<T>(clap::error::ErrorKind::ValueValidation, e).exit();
     }
-    parsed
+    (parsed, matches)
 }
 
 /// The completion script of `T`'s command for `shell`.

@@ -34,10 +34,20 @@ fn the_same_seed_gives_the_same_tokens_and_temp_zero_is_greedy() {
     let b = ids(&ok(&["-n", "12", "--print-ids", "-s", "7"]).0);
     assert_eq!(a, b);
     let (_, e) = ok(&["-n", "4", "--seed", "7"]);
-    assert!(e.contains("sampling seed 7"), "{e}");
+    assert!(e.contains("sampler seed: 7"), "{e}");
+    assert!(
+        e.contains("top_k = 40, top_p = 0.950, min_p = 0.050"),
+        "{e}"
+    );
+    assert!(
+        e.contains(
+            "sampler chain: logits -> top-k -> typical -> top-p -> min-p -> temp-ext -> dist"
+        ),
+        "{e}"
+    );
     // a random seed is reported, so the run can be repeated
     let (_, e) = ok(&["-n", "4"]);
-    assert!(e.contains("sampling seed "), "{e}");
+    assert!(e.contains("sampler seed: "), "{e}");
     // temperature 0: the chain keeps only the most likely token, the
     // same for every seed, as the greedy helpers choose it
     let g1 = ids(&ok(&["-n", "12", "--print-ids", "--temp", "0", "--seed", "1"]).0);
@@ -114,4 +124,48 @@ fn grammars_hold_the_output_and_bad_ones_stop_before_any_token() {
             "{args:?}: tokens generated"
         );
     }
+}
+
+/// A GGUF's own sampling (`general.sampling.*`) replaces llama.cpp's
+/// defaults, but not what the command line sets.
+#[test]
+fn the_model_s_sampling_keys_apply_where_the_command_line_is_silent() {
+    use ggraph::model::gguf::Value;
+    use ggraph::model::make::{make_vocab, model_gguf};
+    let desc = ggraph::runner::random_model("tiny", ggraph::DType::Q8_0, 1).unwrap();
+    let mut w = model_gguf(&desc, make_vocab(desc.config.n_vocab)).unwrap();
+    w.kv("general.sampling.temp", Value::F32(0.0))
+        .kv("general.sampling.top_k", Value::I32(7))
+        .kv(
+            "general.sampling.sequence",
+            Value::String("top_k;temperature".into()),
+        );
+    let path = std::env::temp_dir().join(format!("sampling-keys-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_llama"))
+            .arg(&path)
+            .args(["--cpu-only", "--prompt-ids", "1,2,3", "-n", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let e = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{e}");
+        e
+    };
+    let e = run(&[]);
+    assert!(
+        e.contains("top_k = 7,") && e.contains("temp = 0.000"),
+        "{e}"
+    );
+    assert!(
+        e.contains("sampler chain: logits -> top-k -> temp-ext -> dist"),
+        "{e}"
+    );
+    let e = run(&["--temp", "0.5", "--top-k", "40"]);
+    assert!(
+        e.contains("top_k = 40,") && e.contains("temp = 0.500"),
+        "{e}"
+    );
+    std::fs::remove_file(&path).unwrap();
 }

@@ -432,6 +432,39 @@ impl SamplingParams {
         Ok(())
     }
 
+    /// The parameters as llama.cpp's tools print them
+    /// (`common_params_sampling::print`), for comparing runs.
+    pub fn summary(&self) -> String {
+        format!(
+            "repeat_last_n = {}, repeat_penalty = {:.3}, frequency_penalty = {:.3}, presence_penalty = {:.3}\n\
+             dry_multiplier = {:.3}, dry_base = {:.3}, dry_allowed_length = {}, dry_penalty_last_n = {}\n\
+             top_k = {}, top_p = {:.3}, min_p = {:.3}, xtc_probability = {:.3}, xtc_threshold = {:.3}, \
+             typical_p = {:.3}, top_n_sigma = {:.3}, temp = {:.3}\n\
+             mirostat = {}, mirostat_lr = {:.3}, mirostat_ent = {:.3}, adaptive_target = {:.3}, adaptive_decay = {:.3}",
+            self.penalty_last_n,
+            self.penalty_repeat,
+            self.penalty_freq,
+            self.penalty_present,
+            self.dry_multiplier,
+            self.dry_base,
+            self.dry_allowed_length,
+            self.dry_penalty_last_n,
+            self.top_k,
+            self.top_p,
+            self.min_p,
+            self.xtc_probability,
+            self.xtc_threshold,
+            self.typ_p,
+            self.top_n_sigma,
+            self.temp,
+            self.mirostat,
+            self.mirostat_eta,
+            self.mirostat_tau,
+            self.adaptive_target,
+            self.adaptive_decay
+        )
+    }
+
     /// The seed the draws use: `seed`, or one drawn from the clock and the
     /// process when it is [`RANDOM_SEED`].
     pub fn resolved_seed(&self) -> u32 {

@@ -418,19 +418,24 @@ impl Sampler for Xtc {
 }
 
 /// Temperature (`llama_sampler_init_temp`; 0 or below keeps only the
-/// most likely token), or dynamic temperature from the entropy when
-/// `delta` is above 0 (`llama_sampler_init_temp_ext`).
+/// most likely token), or `llama_sampler_init_temp_ext`: dynamic
+/// temperature from the entropy when `delta` is above 0.
 #[derive(Clone, Debug)]
 pub struct Temperature {
     temp: f32,
     delta: f32,
     exponent: f32,
+    /// Made as `temp_ext` (its name in a chain).
+    ext: bool,
 }
 
 impl Temperature {
     /// A plain temperature.
     pub fn new(temp: f32) -> Temperature {
-        Temperature::dynamic(temp, 0.0, 1.0)
+        Temperature {
+            ext: false,
+            ..Temperature::dynamic(temp, 0.0, 1.0)
+        }
     }
 
     /// A temperature between `temp - delta` and `temp + delta`, the
@@ -440,13 +445,14 @@ impl Temperature {
             temp,
             delta,
             exponent,
+            ext: true,
         }
     }
 }
 
 impl Sampler for Temperature {
     fn name(&self) -> &'static str {
-        if self.delta > 0.0 { "temp-ext" } else { "temp" }
+        if self.ext { "temp-ext" } else { "temp" }
     }
     fn apply(&mut self, c: &mut Candidates) {
         if self.delta <= 0.0 {

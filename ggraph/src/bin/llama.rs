@@ -18,7 +18,7 @@ use ggraph::model::estimate::exact::{check_fits, fit};
 use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
 use ggraph::model::loaded::Model as LoadedModel;
 use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::sampling::{GrammarVocab, TokenSampler};
+use ggraph::model::sampling::{GrammarVocab, ModelSampling, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
 use ggraph::progress::Progress;
@@ -131,13 +131,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = tool::parse();
+    let (cli, matches) = tool::parse_with_matches::<Cli>();
     if let Some(shell) = cli.completions {
         print!("{}", tool::completions::<Cli>(shell));
         return ExitCode::SUCCESS;
     }
     logs::init(cli.log.log_level);
-    match run(&cli) {
+    let user_set = SamplingArgs::user_set(&matches);
+    match run(&cli, &user_set) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("llama: {e}");
@@ -192,7 +193,7 @@ fn chat_prompt(
         .map_err(|e| format!("the chat template: {e}"))
 }
 
-fn run(a: &Cli) -> Result<(), String> {
+fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
     let path = a.model.as_ref().or(a.model_flag.as_ref());
     let desc = match (path, &a.random) {
         (Some(path), None) => runner::open_model(path).map_err(|e| e.to_string())?,
@@ -271,12 +272,22 @@ fn run(a: &Cli) -> Result<(), String> {
         let ids: Vec<String> = prompt.iter().map(i32::to_string).collect();
         println!("[{}]", ids.join(", "));
     }
-    let chain = a
-        .sampling
-        .params()
+    // the model's own sampling (general.sampling.*) where the command
+    // line left llama.cpp's defaults, as llama.cpp takes it
+    let mut params = a.sampling.params();
+    if let Some(h) = ctx.model().metadata.as_deref() {
+        params = params.with_model_defaults(h, user_set);
+    }
+    let chain = params
         .chain(n_vocab, tokenizer.as_ref())
         .map_err(|e| e.to_string())?;
-    let seed = chain.seed();
+    // as llama.cpp prints them, so two runs' logs compare
+    eprintln!(
+        "sampler seed: {}\nsampler params:\n\t{}\nsampler chain: logits -> {}",
+        chain.seed().unwrap_or(params.seed),
+        params.summary().replace('\n', "\n\t"),
+        chain.names().join(" -> ")
+    );
     let mut sampler = match a.sampling.grammar_source()? {
         None => TokenSampler::new(chain),
         Some(source) => {
@@ -361,9 +372,6 @@ fn run(a: &Cli) -> Result<(), String> {
     progress.finish();
     if tokenizer.is_some() {
         println!();
-    }
-    if let Some(seed) = seed {
-        eprintln!("sampling seed {seed}");
     }
     for (id, top) in &probs {
         let list: Vec<String> = top
