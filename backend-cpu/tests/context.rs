@@ -543,12 +543,13 @@ fn embeddings_are_the_output_norm_of_each_output_token_as_the_f64_reference_comp
     let i32_bytes = |v: &[i32]| v.iter().flat_map(|t| t.to_le_bytes()).collect::<Vec<u8>>();
     inputs.insert(lg.inputs.tokens, i32_bytes(&prompt));
     inputs.insert(lg.inputs.positions, i32_bytes(&positions));
-    let mask = quant::quantize(
-        g.tensor(lg.inputs.kq_mask).dtype,
-        &causal_mask(&positions, &cells, 0),
-    )
-    .unwrap();
-    inputs.insert(lg.inputs.kq_mask, mask);
+    let kq_mask = lg
+        .inputs
+        .kq_mask
+        .expect("a llama layer attends to every position");
+    let mask =
+        quant::quantize(g.tensor(kq_mask).dtype, &causal_mask(&positions, &cells, 0)).unwrap();
+    inputs.insert(kq_mask, mask);
     let ev = reference::evaluate(g, |id| {
         if let Some(b) = inputs.get(&id) {
             return Ok(b.clone());

@@ -653,7 +653,9 @@ impl Context {
         g.write_i32(inputs.tokens, &tokens)?;
         let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
         g.write_i32(inputs.positions, &pos)?;
-        g.write_f32(inputs.kq_mask, &self.cache.mask(places, key.n_kv, 0))?;
+        if let Some(m) = inputs.kq_mask {
+            g.write_f32(m, &self.cache.mask(places, key.n_kv, 0))?;
+        }
         if let Some(m) = inputs.kq_mask_swa {
             let n_swa = self.model.config.n_swa;
             let mask = match &self.swa_cache {

@@ -203,6 +203,13 @@ fn gemma3_matches_llama_cpp() {
     check("gemma3");
 }
 
+/// Every layer sliding: no layer reads the full causal mask or the main
+/// cache, so the graph has neither input (llama.cpp runs such a file).
+#[test]
+fn gemma3_with_only_sliding_layers_matches_llama_cpp() {
+    check_fixture("gemma3_sliding", "gemma3");
+}
+
 #[test]
 fn phi3_matches_llama_cpp() {
     check("phi3");

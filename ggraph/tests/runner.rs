@@ -81,13 +81,13 @@ fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f
         lg.inputs.positions,
         positions.iter().flat_map(|t| t.to_le_bytes()).collect(),
     );
+    let mask = lg
+        .inputs
+        .kq_mask
+        .expect("a llama layer attends to every position");
     inputs.insert(
-        lg.inputs.kq_mask,
-        quant::quantize(
-            g.tensor(lg.inputs.kq_mask).dtype,
-            &causal_mask(&positions, &cells, 0),
-        )
-        .unwrap(),
+        mask,
+        quant::quantize(g.tensor(mask).dtype, &causal_mask(&positions, &cells, 0)).unwrap(),
     );
     let ev = reference::evaluate(g, |id| {
         if let Some(b) = inputs.get(&id) {

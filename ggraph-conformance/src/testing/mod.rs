@@ -50,7 +50,7 @@ pub fn llama_leaf_data(
             (0..n).map(|_| rng.below(config.n_vocab) as f32).collect()
         } else if leaf == lg.inputs.positions {
             positions.iter().map(|p| *p as f32).collect()
-        } else if leaf == lg.inputs.kq_mask {
+        } else if Some(leaf) == lg.inputs.kq_mask {
             causal_mask(&positions, &cell_pos, 0)
         } else if Some(leaf) == lg.inputs.kq_mask_swa {
             causal_mask(&positions, &cell_pos, config.n_swa)

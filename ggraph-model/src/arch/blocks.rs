@@ -5,7 +5,7 @@
 //!
 //! [`ArchSpec`]: super::config::ArchSpec
 
-use ggraph_core::error::Result;
+use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
 
 use super::config::{FfnKind, ModelConfig};
@@ -108,8 +108,9 @@ fn qkv(
 /// The graph inputs attention reads besides Q, K and V.
 pub struct AttentionInputs {
     pub positions: TensorId,
-    /// The causal mask, and the sliding-window one (for SWA layers).
-    pub kq_mask: TensorId,
+    /// The causal mask (where a layer is not SWA), and the sliding-window
+    /// one (for SWA layers).
+    pub kq_mask: Option<TensorId>,
     pub kq_mask_swa: Option<TensorId>,
     /// Cache cells the ubatch writes (K, V), with a cache.
     pub k_idx: Option<TensorId>,
@@ -200,9 +201,14 @@ pub fn self_attention(
             (kp, vp)
         }
     };
-    let mask = match inputs.kq_mask_swa {
-        Some(m) if c.is_swa(il) => m,
-        _ => inputs.kq_mask,
+    let mask = match (inputs.kq_mask_swa, inputs.kq_mask) {
+        (Some(m), _) if c.is_swa(il) => m,
+        (_, Some(m)) => m,
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "layer {il} attends to every position but the graph has no causal mask"
+            )));
+        }
     };
     let qp = b.permute(q, [0, 2, 1, 3])?;
     let attn = match shape.attention {

@@ -21,8 +21,9 @@ pub struct GraphInputs {
     pub tokens: TensorId,
     /// I32 `[n_tokens]` positions.
     pub positions: TensorId,
-    /// `[n_kv, n_tokens]` attention mask (0 or -inf), F16 or F32.
-    pub kq_mask: TensorId,
+    /// `[n_kv, n_tokens]` attention mask (0 or -inf), F16 or F32; absent
+    /// when every layer is a sliding-window one (no node would read it).
+    pub kq_mask: Option<TensorId>,
     /// The same for the sliding-window layers, which also mask the cells
     /// `n_swa` or more positions before the token (present when the model
     /// has such layers): `[n_kv of their cache, n_tokens]`.
@@ -106,7 +107,15 @@ pub fn build_graph(
 
     let tokens = b.input("inp_tokens", DType::I32, &[n_tokens])?;
     let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;
-    let kq_mask = b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?;
+    // only the masks some layer reads: a graph input no node reads gets no
+    // memory, and a model whose layers all slide (gemma3's smallest
+    // shapes) has no full-attention layer
+    let any_full = (0..c.n_layer).any(|il| !c.is_swa(il));
+    let kq_mask = if any_full {
+        Some(b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?)
+    } else {
+        None
+    };
     let kq_mask_swa = if c.has_swa() {
         let n_kv_swa = shape.swa.map_or(n_kv, |s| s.n_kv);
         Some(b.input("kq_mask_swa", shape.mask_type, &[n_kv_swa, n_tokens])?)
@@ -118,13 +127,16 @@ pub fn build_graph(
     } else {
         None
     };
+    // the main cache's cells, where some layer writes there (sliding-window
+    // layers write their own cache when they have one)
+    let main_cache_used = (0..c.n_layer).any(|il| !(c.is_swa(il) && shape.swa.is_some()));
     let (k_idx, v_idx) = match shape.kv {
-        Some(_) => {
+        Some(_) if main_cache_used => {
             let k = b.input("kv_idx_k", DType::I32, &[n_tokens])?;
             let v = b.input("kv_idx_v", DType::I32, &[n_tokens])?;
             (Some(k), Some(v))
         }
-        None => (None, None),
+        _ => (None, None),
     };
     let (k_idx_swa, v_idx_swa) = match shape.swa {
         Some(_) => {
