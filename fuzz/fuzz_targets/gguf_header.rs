@@ -31,7 +31,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = estimate(&h, &req).to_json();
     if let Ok(t) = Tokenizer::from_header(&h) {
-        let ids = t.encode("Hello <s> world</s>\n", true, true).unwrap_or_default();
+        let ids = t
+            .encode("Hello <s> world</s>\n", true, true)
+            .unwrap_or_default();
         let _ = t.decode(&ids, true, true);
     }
 });

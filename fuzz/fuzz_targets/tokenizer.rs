@@ -14,8 +14,19 @@ use libfuzzer_sys::fuzz_target;
 /// Pre-tokenizer families with their regexes of every shape: plain, with
 /// lookahead, with literal Unicode ranges, with several passes.
 const PRES: &[&str] = &[
-    "gpt-2", "llama3", "qwen2", "gpt-4o", "tekken", "deepseek-llm", "deepseek-v3", "falcon",
-    "chameleon", "bloom", "default", "smollm", "exaone-moe",
+    "gpt-2",
+    "llama3",
+    "qwen2",
+    "gpt-4o",
+    "tekken",
+    "deepseek-llm",
+    "deepseek-v3",
+    "falcon",
+    "chameleon",
+    "bloom",
+    "default",
+    "smollm",
+    "exaone-moe",
 ];
 
 fn tokenizers() -> &'static [Tokenizer] {
