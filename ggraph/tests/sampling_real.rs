@@ -27,13 +27,16 @@ use ggraph::model::arch::Attention;
 use ggraph::model::generation::{self, Hooks, Request, StopReason};
 use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::placement::PlacementOptions;
-use ggraph::model::sampling::{
-    GrammarSource, GrammarVocab, SamplerType, SamplingParams, TokenSampler,
-};
+use ggraph::model::sampling::{GrammarSource, GrammarVocab, SamplingParams, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::runner;
 use ggraph_cpu::CpuDevice;
 use serde_json::{Value, json};
+
+#[path = "../../ggraph-model/tests/common/llama_sampling_params.rs"]
+#[allow(dead_code)]
+mod llama_sampling_params;
+use llama_sampling_params::params;
 
 /// A token drawn at a lower probability than this, over the whole
 /// vocabulary, may part from llama.cpp's draw (see the module's note).
@@ -68,51 +71,6 @@ fn context(model: &Arc<Model>) -> Context {
         ..ContextParams::default()
     };
     Context::new(model.clone(), params).unwrap()
-}
-
-fn float(v: &Value) -> f32 {
-    match v.as_str() {
-        Some("-inf") => f32::NEG_INFINITY,
-        _ => v.as_f64().unwrap() as f32,
-    }
-}
-
-/// The parameters a fixture run used (llama.cpp's names).
-fn params(p: &Value) -> SamplingParams {
-    let f = |k: &str| float(&p[k]);
-    let i = |k: &str| p[k].as_i64().unwrap() as i32;
-    SamplingParams {
-        seed: p["seed"].as_u64().unwrap() as u32,
-        min_keep: i("min_keep") as usize,
-        top_k: i("top_k"),
-        top_p: f("top_p"),
-        min_p: f("min_p"),
-        xtc_probability: f("xtc_probability"),
-        xtc_threshold: f("xtc_threshold"),
-        typ_p: f("typ_p"),
-        temp: f("temp"),
-        dynatemp_range: f("dynatemp_range"),
-        dynatemp_exponent: f("dynatemp_exponent"),
-        penalty_last_n: i("penalty_last_n"),
-        penalty_repeat: f("penalty_repeat"),
-        penalty_freq: f("penalty_freq"),
-        penalty_present: f("penalty_present"),
-        dry_multiplier: f("dry_multiplier"),
-        dry_base: f("dry_base"),
-        dry_allowed_length: i("dry_allowed_length"),
-        dry_penalty_last_n: i("dry_penalty_last_n"),
-        mirostat: i("mirostat") as u8,
-        mirostat_tau: f("mirostat_tau"),
-        mirostat_eta: f("mirostat_eta"),
-        top_n_sigma: f("top_n_sigma"),
-        samplers: p["samplers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| SamplerType::from_name(s.as_str().unwrap()).unwrap())
-            .collect(),
-        ..SamplingParams::default()
-    }
 }
 
 #[test]

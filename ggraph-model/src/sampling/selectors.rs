@@ -108,6 +108,15 @@ impl Sampler for Greedy {
     }
 }
 
+/// Mirostat's last step, both versions: a draw over the probabilities,
+/// then `mu` moved toward the target surprise `tau` at rate `eta`.
+fn draw_and_learn(c: &mut Candidates, rng: &mut Mt19937, mu: &mut f32, tau: f32, eta: f32) {
+    let at = rng.discrete(c.data.iter().map(|t| t.p));
+    c.selected = Some(at);
+    let surprise = -c.data[at].p.log2();
+    *mu -= eta * (surprise - tau);
+}
+
 /// Mirostat 1.0 (`llama_sampler_init_mirostat`): a top-k whose k follows
 /// the target surprise `tau`, learning at rate `eta`, from the `m` most
 /// likely tokens' Zipf exponent.
@@ -163,10 +172,7 @@ impl Sampler for Mirostat {
         .powf(1.0 / s_hat);
         c.top_k(cpp_int(k).max(1));
         c.softmax(true);
-        let at = self.rng.discrete(c.data.iter().map(|t| t.p));
-        c.selected = Some(at);
-        let surprise = -c.data[at].p.log2();
-        self.mu -= self.eta * (surprise - self.tau);
+        draw_and_learn(c, &mut self.rng, &mut self.mu, self.tau, self.eta);
     }
     fn reset(&mut self) {
         self.mu = 2.0 * self.tau;
@@ -220,10 +226,7 @@ impl Sampler for MirostatV2 {
             .max(1);
         c.data.truncate(keep);
         c.softmax(true);
-        let at = self.rng.discrete(c.data.iter().map(|t| t.p));
-        c.selected = Some(at);
-        let surprise = -c.data[at].p.log2();
-        self.mu -= self.eta * (surprise - self.tau);
+        draw_and_learn(c, &mut self.rng, &mut self.mu, self.tau, self.eta);
     }
     fn reset(&mut self) {
         self.mu = 2.0 * self.tau;
