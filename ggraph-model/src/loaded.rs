@@ -83,6 +83,29 @@ impl Model {
         crate::desc::tokenizer_of(self.metadata.as_deref())
     }
 
+    /// The model's chat template (`tokenizer.chat_template`), with its
+    /// tokenizer's BOS and EOS text, and those the tokenizer adds itself
+    /// taken off a rendering's ends (as llama.cpp does, so a prompt does
+    /// not get two).
+    pub fn chat_template(
+        &self,
+        tokenizer: &crate::tokenizer::Tokenizer,
+    ) -> Result<crate::chat_template::ChatTemplate> {
+        let source = self
+            .metadata
+            .as_deref()
+            .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
+            .ok_or_else(|| {
+                Error::InvalidArgument(
+                    "this model has no chat template (tokenizer.chat_template)".into(),
+                )
+            })?;
+        let (bos, eos) = tokenizer.bos_eos_text();
+        let v = tokenizer.vocab();
+        Ok(crate::chat_template::ChatTemplate::new(source, &bos, &eos)?
+            .with_added_tokens(v.add_bos, v.add_eos))
+    }
+
     /// Places `desc` on `devices` (and the host `cpu`) as `opts` say,
     /// allocates the weights (one packing per buffer type) and, in `Real`
     /// mode, copies their bytes in.

@@ -187,20 +187,12 @@ fn seeded_generations_are_llama_completion_s() {
 }
 
 fn chat_prompt(t: &Tokenizer, model: &Model, user: &str) -> Vec<i32> {
-    use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
-    let source = model
-        .metadata
-        .as_deref()
-        .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
+    use ggraph::model::chat_template::ChatMessage;
+    let template = model.chat_template(t).unwrap();
+    let text = template
+        .render(&[ChatMessage::new("user", user)], true)
         .unwrap();
-    let (bos, eos) = t.bos_eos_text();
-    let template = ChatTemplate::new(source, &bos, &eos).unwrap();
-    let messages = [ChatMessage {
-        role: "user".into(),
-        content: user.into(),
-    }];
-    t.encode(&template.render(&messages, true).unwrap(), true, true)
-        .unwrap()
+    t.encode(&text, true, true).unwrap()
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph::context::{Context, ContextParams};
-use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
+use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::generation::{self, Hooks, Request};
 use ggraph::model::gguf::ModelFile;
 use ggraph::model::loaded::{LoadMode, Model};
@@ -183,23 +183,11 @@ fn main() {
         .unwrap(),
     );
     let t = model.tokenizer().unwrap();
-    let template_source = model
-        .metadata
-        .as_deref()
-        .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
+    let question = "Describe a famous scientist as JSON with name, age, colors and notes.";
+    let prompt_text = model
+        .chat_template(&t)
         .unwrap()
-        .to_string();
-    let (bos, eos) = t.bos_eos_text();
-    let template = ChatTemplate::new(&template_source, &bos, &eos).unwrap();
-    let prompt_text = template
-        .render(
-            &[ChatMessage {
-                role: "user".into(),
-                content: "Describe a famous scientist as JSON with name, age, colors and notes."
-                    .into(),
-            }],
-            true,
-        )
+        .render(&[ChatMessage::new("user", question)], true)
         .unwrap();
     let prompt = t.encode(&prompt_text, true, true).unwrap();
     let vocab = GrammarVocab::new(&t).unwrap();

@@ -13,7 +13,7 @@ use clap::error::ErrorKind;
 use clap_complete::Shell;
 use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
-use ggraph::model::chat_template::{ChatMessage, ChatTemplate};
+use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::estimate::exact::{check_fits, fit};
 use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
 use ggraph::model::loaded::Model as LoadedModel;
@@ -165,29 +165,15 @@ fn chat_prompt(
     system: Option<&str>,
     user: &str,
 ) -> Result<String, String> {
-    let source = model
-        .metadata
-        .as_deref()
-        .and_then(|h| h.opt_str("tokenizer.chat_template").ok().flatten())
-        .ok_or("this model has no chat template (tokenizer.chat_template): use --prompt")?;
-    let (bos, eos) = tokenizer.map(Tokenizer::bos_eos_text).unwrap_or_default();
-    // a BOS or EOS the tokenizer adds is taken off the rendering's ends, as
-    // llama.cpp does, so that the prompt does not get two
-    let adds = tokenizer.map_or((false, false), |t| (t.vocab().add_bos, t.vocab().add_eos));
-    let template = ChatTemplate::new(source, &bos, &eos)
-        .map_err(|e| e.to_string())?
-        .with_added_tokens(adds.0, adds.1);
+    let tokenizer = tokenizer.ok_or("--chat needs the model's vocabulary")?;
+    let template = model
+        .chat_template(tokenizer)
+        .map_err(|e| format!("{e}: use --prompt"))?;
     let mut messages = Vec::new();
     if let Some(s) = system {
-        messages.push(ChatMessage {
-            role: "system".into(),
-            content: s.into(),
-        });
+        messages.push(ChatMessage::new("system", s));
     }
-    messages.push(ChatMessage {
-        role: "user".into(),
-        content: user.into(),
-    });
+    messages.push(ChatMessage::new("user", user));
     template
         .render(&messages, true)
         .map_err(|e| format!("the chat template: {e}"))
