@@ -216,7 +216,7 @@ pub fn generate(
         prompt_seconds,
         ..Generation::default()
     };
-    let mut text = TextStream::new(tokenizer, &req.stop);
+    let mut text = TextStream::new();
     for i in 0..req.n_predict {
         let id = sampler
             .sample(ctx.logits())
@@ -229,7 +229,8 @@ pub fn generate(
             .accept(id, true)
             .map_err(DecodeError::InvalidBatch)?;
         let probs = sampler.top_probs(req.n_probs);
-        let (shown, stop) = text.push(id);
+        let piece = tokenizer.map_or(&[][..], |t| t.piece(id, false).unwrap_or(&[]));
+        let (shown, stop) = text.push(piece, &req.stop);
         if !(hooks.on_token)(&Token {
             id,
             text: &shown,
@@ -267,7 +268,7 @@ pub fn generate(
             });
         }
     }
-    out.text = text.shown;
+    out.text = text.shown().to_string();
     out.gen_seconds = start.elapsed().as_secs_f64();
     Ok(out)
 }
@@ -363,10 +364,9 @@ fn wait_and_recover(
 }
 
 /// Generated text, released in whole characters and held back while it
-/// may be the start of a stop string.
-struct TextStream<'t> {
-    tokenizer: Option<&'t Tokenizer>,
-    stop: &'t [String],
+/// may be the start of a stop string: what a runner shows of each token.
+#[derive(Debug, Default)]
+pub struct TextStream {
     decoder: StreamDecoder,
     /// Decoded text not yet shown (it may begin a stop string).
     pending: String,
@@ -374,29 +374,20 @@ struct TextStream<'t> {
     shown: String,
 }
 
-impl<'t> TextStream<'t> {
-    fn new(tokenizer: Option<&'t Tokenizer>, stop: &'t [String]) -> TextStream<'t> {
-        TextStream {
-            tokenizer,
-            stop,
-            decoder: StreamDecoder::new(),
-            pending: String::new(),
-            shown: String::new(),
-        }
+impl TextStream {
+    /// An empty stream.
+    pub fn new() -> TextStream {
+        TextStream::default()
     }
 
-    /// The text `id` lets through, and the stop string it completed.
-    fn push(&mut self, id: i32) -> (String, Option<String>) {
-        let Some(t) = self.tokenizer else {
-            return (String::new(), None);
-        };
-        if let Ok(piece) = t.piece(id, false) {
-            let text = self.decoder.push(piece);
-            self.pending.push_str(&text);
-        }
+    /// The text a token's `piece` (its bytes) lets through, and the first
+    /// of `stop` it completed (the text before it is let through, nothing
+    /// after).
+    pub fn push(&mut self, piece: &[u8], stop: &[String]) -> (String, Option<String>) {
+        let text = self.decoder.push(piece);
+        self.pending.push_str(&text);
         // the earliest stop string in the text, if any
-        let found = self
-            .stop
+        let found = stop
             .iter()
             .filter(|s| !s.is_empty())
             .filter_map(|s| self.pending.find(s.as_str()).map(|at| (at, s)))
@@ -408,8 +399,7 @@ impl<'t> TextStream<'t> {
             return (out, Some(s.clone()));
         }
         // hold the longest tail that begins a stop string
-        let keep = self
-            .stop
+        let keep = stop
             .iter()
             .map(|s| partial_suffix(&self.pending, s))
             .max()
@@ -420,8 +410,13 @@ impl<'t> TextStream<'t> {
         (out, None)
     }
 
+    /// Everything let through so far.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
     /// What is still held, at the end.
-    fn finish(&mut self) -> String {
+    pub fn finish(&mut self) -> String {
         let mut out = std::mem::take(&mut self.pending);
         out.push_str(&self.decoder.finish());
         self.shown.push_str(&out);

@@ -6,16 +6,18 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use ggraph_core::backend::weight_buffer_type_names;
+use ggraph_core::backend::{Device, weight_buffer_type_names};
 use ggraph_core::util::format_bytes;
 use ggraph_core::{DType, Error, Result};
 use ggraph_model::arch::{Attention, ModelConfig};
 use ggraph_model::batch::Batch;
 use ggraph_model::context::{Context, ContextParams, DecodeError};
 use ggraph_model::desc::ModelDesc;
+use ggraph_model::estimate::{self, exact::FitRequest};
 use ggraph_model::generation::{self, Generation, Hooks, Request};
-use ggraph_model::loaded::Model;
+use ggraph_model::loaded::{LoadMode, Model};
 use ggraph_model::make::{make_vocab, vocab_header};
+use ggraph_model::placement::PlacementOptions;
 use ggraph_model::sampling::{Greedy, SamplerChain, TokenSampler};
 
 /// The shapes [`preset`] knows.
@@ -129,6 +131,40 @@ pub fn generate_with(
         ..Hooks::default()
     };
     generation::generate(ctx, prompt, &mut greedy_sampler(), None, &req, hooks)
+}
+
+/// Loads `desc` for a run: with `fit`, on the layers, op offload and
+/// context the fit chooses (its reason on stderr); checked to fit every
+/// device's memory before any weight is read; the weights' progress on
+/// stderr. Returns the model and the context parameters to use.
+pub fn load_for_run(
+    desc: &ModelDesc,
+    devices: &[Arc<dyn Device>],
+    cpu: Arc<dyn Device>,
+    opts: PlacementOptions,
+    params: ContextParams,
+    fit: Option<FitRequest>,
+) -> std::result::Result<(Model, ContextParams), String> {
+    let (opts, params) = match fit {
+        Some(req) => {
+            let f = estimate::exact::fit(desc, devices, cpu.clone(), &opts, &params, req)
+                .map_err(|e| e.to_string())?;
+            eprintln!("fit: {}", f.reason);
+            (f.options, f.params)
+        }
+        None => (opts, params),
+    };
+    // weights, KV cache and compute memory must fit before any is loaded
+    estimate::exact::check_fits(desc, devices, cpu.clone(), &opts, &params)
+        .map_err(|e| e.to_string())?;
+    let t = std::time::Instant::now();
+    let mut progress = crate::progress::Progress::bytes("loading weights");
+    let mut report = |done: u64, total: u64| progress.update(done, total);
+    let model = Model::load(desc, devices, cpu, &opts, LoadMode::Real, Some(&mut report))
+        .map_err(|e| e.to_string())?;
+    progress.finish();
+    eprintln!("loaded in {:.2} s", t.elapsed().as_secs_f64());
+    Ok((model, params))
 }
 
 /// Memory per device of a context: weights, KV cache, compute.

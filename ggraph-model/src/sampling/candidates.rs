@@ -241,3 +241,36 @@ pub(crate) fn cpp_int(x: f32) -> i32 {
 pub(crate) fn cpp_max(a: f32, b: f32) -> f32 {
     if a < b { b } else { a }
 }
+
+/// The probabilities of the raw logits (a softmax over the whole
+/// vocabulary, before any sampler, as llama-server reports log
+/// probabilities unless asked for the samplers' own): `id`'s, and the `n`
+/// most probable `(id, p)`, most probable first.
+pub fn raw_probabilities(logits: &[f32], n: usize, id: i32) -> (f32, Vec<(i32, f32)>) {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| cpp_max(m, x));
+    let sum: f64 = logits.iter().map(|&x| ((x - max) as f64).exp()).sum();
+    let p = |x: f32| (((x - max) as f64).exp() / sum) as f32;
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    let n = n.min(order.len());
+    let larger = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    if n > 0 && n < order.len() {
+        order.select_nth_unstable_by(n - 1, larger);
+    }
+    order.truncate(n);
+    order.sort_by(larger);
+    let chosen = usize::try_from(id)
+        .ok()
+        .and_then(|i| logits.get(i))
+        .map_or(0.0, |&x| p(x));
+    (
+        chosen,
+        order
+            .iter()
+            .map(|&i| (i as i32, p(logits[i as usize])))
+            .collect(),
+    )
+}

@@ -30,7 +30,7 @@ mod selectors;
 mod token_sampler;
 mod window;
 
-pub use candidates::{Candidates, TokenData};
+pub use candidates::{Candidates, TokenData, raw_probabilities};
 pub use chain::{RANDOM_SEED, SamplerChain, SamplerType, SamplingParams};
 pub use dry::Dry;
 pub use filters::{LogitBias, MinP, Penalties, Temperature, TopK, TopNSigma, TopP, Typical, Xtc};

@@ -104,6 +104,16 @@ impl TokenSampler {
         self.candidates.top_probs(n)
     }
 
+    /// The probability token `id` had in the last draw, after the chain
+    /// (0 when the chain had cut it).
+    pub fn probability(&self, id: i32) -> f32 {
+        self.candidates
+            .data
+            .iter()
+            .find(|t| t.id == id)
+            .map_or(0.0, |t| t.p)
+    }
+
     /// Forgets the tokens taken, restarts the random numbers and the
     /// constraint.
     pub fn reset(&mut self) {

@@ -70,7 +70,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli: Cli = tool::parse();
+    let (cli, matches) = tool::parse_with_matches::<Cli>();
     if cli.weights.is_some() && cli.command.is_some() {
         tool::usage_error::<Cli>(
             clap::error::ErrorKind::ArgumentConflict,
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     match cli.command {
         None => devices(cli.weights.unwrap_or(DType::Q8_0), None),
         Some(Command::Devices(d)) => devices(d.weights, d.rpc.as_deref()),
-        Some(Command::Model(m)) => m.run(),
+        Some(Command::Model(m)) => m.run_with(matches.subcommand().map(|(_, sub)| sub)),
         Some(Command::Completions { shell }) => {
             cli::out(&tool::completions::<Cli>(shell));
             ExitCode::SUCCESS

@@ -14,10 +14,8 @@ use clap_complete::Shell;
 use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::ChatMessage;
-use ggraph::model::estimate::exact::{check_fits, fit};
 use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
 use ggraph::model::loaded::Model as LoadedModel;
-use ggraph::model::loaded::{LoadMode, Model};
 use ggraph::model::sampling::{GrammarVocab, ModelSampling, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
@@ -200,33 +198,9 @@ fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
     a.placement
         .check(devices.len())
         .unwrap_or_else(|e| tool::usage_error::<Cli>(ErrorKind::ValueValidation, e).exit());
-    let opts = a.placement.options();
-    // with --fit, the layers, op offload and context the fit chose
-    let (opts, params) = if a.fit.fit {
-        let req = a.fit.request(&a.placement, &params);
-        let f =
-            fit(&desc, &devices, cpu.clone(), &opts, &params, req).map_err(|e| e.to_string())?;
-        eprintln!("fit: {}", f.reason);
-        (f.options, f.params)
-    } else {
-        (opts, params)
-    };
-    // weights, KV cache and compute memory must fit before any is loaded
-    check_fits(&desc, &devices, cpu.clone(), &opts, &params).map_err(|e| e.to_string())?;
-    let t = std::time::Instant::now();
-    let mut progress = Progress::bytes("loading weights");
-    let mut report = |done: u64, total: u64| progress.update(done, total);
-    let model = Model::load(
-        &desc,
-        &devices,
-        cpu,
-        &opts,
-        LoadMode::Real,
-        Some(&mut report),
-    )
-    .map_err(|e| e.to_string())?;
-    progress.finish();
-    eprintln!("loaded in {:.2} s", t.elapsed().as_secs_f64());
+    let fit = a.fit.fit.then(|| a.fit.request(&a.placement, &params));
+    let (model, params) =
+        runner::load_for_run(&desc, &devices, cpu, a.placement.options(), params, fit)?;
     // the tokenizer is needed for --prompt and --chat, and to print text;
     // a vocabulary it cannot read only matters for those
     let wants_text = a.prompt.is_some() || a.chat.is_some();

@@ -10,10 +10,13 @@ pub mod header;
 pub mod make;
 pub mod model;
 pub mod plan;
+pub mod serve;
 pub mod tokenize;
 
 /// `ggraph`'s subcommands on model files (`devices` and `completions` are
 /// the binary's own).
+// parsed once per run: the size of a variant does not matter
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Clone, Debug)]
 pub enum ModelCommand {
     /// Per-device memory and splits by a dry run of ggraph
@@ -56,6 +59,16 @@ pub enum ModelCommand {
     /// MODEL is a .gguf, a header prefix or a header JSON holding the
     /// vocabulary.
     Tokenize(tokenize::TokenizeArgs),
+    /// An OpenAI-compatible HTTP server for a model
+    ///
+    /// POST /v1/chat/completions (the model's chat template; "stream":
+    /// true for SSE), POST /v1/completions, GET /v1/models, POST
+    /// /tokenize, POST /detokenize, GET /health (503 while loading). Each
+    /// request is a slot (-np of them share the context, batched
+    /// together), sampled with llama.cpp's samplers; the request's fields
+    /// (temperature, top_p, seed, stop, response_format, ...) override the
+    /// sampling options given here.
+    Serve(serve::ServeArgs),
 }
 
 impl ModelCommand {
@@ -68,6 +81,7 @@ impl ModelCommand {
             ModelCommand::Check(_) => "check",
             ModelCommand::MakeModel(_) => "make-model",
             ModelCommand::Tokenize(_) => "tokenize",
+            ModelCommand::Serve(_) => "serve",
         }
     }
 
@@ -80,11 +94,24 @@ impl ModelCommand {
             ModelCommand::Check(a) => check::render(a),
             ModelCommand::MakeModel(a) => make::render(a),
             ModelCommand::Tokenize(a) => tokenize::render(a),
+            ModelCommand::Serve(_) => Err(Failure::usage("serve runs a server: use run_with")),
         }
     }
 
     /// Runs the subcommand: its output on stdout, a failure on stderr.
-    pub fn run(&self) -> ExitCode {
+    /// With the subcommand's clap matches: where the sampling options
+    /// came from (`serve` keeps a model's own sampling where the command
+    /// line is silent).
+    pub fn run_with(&self, matches: Option<&clap::ArgMatches>) -> ExitCode {
+        if let ModelCommand::Serve(a) = self {
+            let user_set = matches
+                .map(ggraph::sampling_args::SamplingArgs::user_set)
+                .unwrap_or_default();
+            return finish(
+                self.name(),
+                serve::run(a, &user_set).map(|()| String::new()),
+            );
+        }
         finish(self.name(), self.render())
     }
 }

@@ -1,0 +1,108 @@
+//! `ggraph serve MODEL`: the model behind an OpenAI-compatible HTTP
+//! server (ggraph-server). The listener opens first (`/health` answers
+//! 503 while the model loads), then the model loads as `llama` loads it
+//! (placement, context, `--fit`), then requests run.
+
+use std::sync::{Arc, OnceLock};
+
+use ggraph::context::Context;
+use ggraph::model::sampling::ModelSampling;
+use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, PlacementArgs};
+use ggraph::runner;
+use ggraph::sampling_args::SamplingArgs;
+use ggraph_server::engine::Engine;
+use ggraph_server::{Ready, Server};
+
+use super::Failure;
+
+/// `ggraph serve`'s options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// The model, a .gguf
+    #[arg(value_name = "MODEL.gguf")]
+    pub model: String,
+    /// Address to listen on
+    #[arg(long, value_name = "HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed on stderr)
+    #[arg(long, value_name = "PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// The model's name in the API [default: the file's name]
+    #[arg(long, value_name = "NAME")]
+    pub alias: Option<String>,
+    /// Requests that may wait for a slot; more are answered 503
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = ggraph::values::positive)]
+    pub queue: usize,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+    #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
+    pub fit: FitArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Runs the server until the process ends; an error if it cannot start.
+pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Failure::other)?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind((a.host.as_str(), a.port)))
+        .map_err(|e| Failure::other(format!("cannot listen on {}:{}: {e}", a.host, a.port)))?;
+    let addr = listener.local_addr().map_err(Failure::other)?;
+    let name = a.alias.clone().unwrap_or_else(|| {
+        std::path::Path::new(&a.model)
+            .file_name()
+            .map_or(a.model.clone(), |n| n.to_string_lossy().into_owned())
+    });
+    let server = Server::new(name);
+    rt.spawn(ggraph_server::serve(listener, server.clone()));
+    eprintln!(
+        "ggraph serve: listening on http://{addr} (loading {})",
+        a.model
+    );
+
+    let desc = runner::open_model(&a.model).map_err(Failure::other)?;
+    let params = a.context.params().map_err(Failure::usage)?;
+    let (devices, cpu) = a.devices.devices().map_err(Failure::other)?;
+    a.placement.check(devices.len()).map_err(Failure::usage)?;
+    let fit = a.fit.fit.then(|| a.fit.request(&a.placement, &params));
+    let (model, params) =
+        runner::load_for_run(&desc, &devices, cpu, a.placement.options(), params, fit)
+            .map_err(Failure::other)?;
+    let tokenizer = Arc::new(model.tokenizer().map_err(Failure::other)?);
+    let template = model.chat_template(&tokenizer).ok();
+    let mut defaults = a.sampling.params();
+    if let Some(h) = model.metadata.as_deref() {
+        defaults = defaults.with_model_defaults(h, user_set);
+    }
+    defaults
+        .check(model.config.n_vocab)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let ctx = Context::new(Arc::new(model), params).map_err(Failure::other)?;
+    let engine = Engine::start(ctx, tokenizer, a.queue);
+    eprintln!(
+        "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
+        engine.n_slots,
+        engine.n_ctx_slot,
+        if template.is_none() {
+            "; no chat template: /v1/chat/completions is refused"
+        } else {
+            ""
+        }
+    );
+    server.ready(Ready {
+        engine,
+        template,
+        defaults,
+        grammar_vocab: OnceLock::new(),
+    });
+    rt.block_on(std::future::pending::<()>());
+    Ok(())
+}
