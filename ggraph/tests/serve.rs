@@ -445,3 +445,45 @@ fn a_client_that_goes_away_frees_its_slot_and_bad_requests_name_the_field() {
     let (status, raw) = http(&s.addr, "POST", "/v1/completions", Some("{not json"));
     assert_eq!(status, 400, "{raw}");
 }
+
+/// The official client (`openai` from PyPI, `scripts/openai-client`;
+/// `GGRAPH_OPENAI_PYTHON` names its python, as scripts/test sets it):
+/// chat and completions, streamed and not, JSON schema, a bad request.
+#[test]
+fn the_official_openai_client_works_against_it() {
+    let Some(model) = model_path() else { return };
+    let Some(python) = std::env::var_os("GGRAPH_OPENAI_PYTHON") else {
+        eprintln!("serve: GGRAPH_OPENAI_PYTHON unset: the openai client is not run");
+        return;
+    };
+    let s = serve(&model, &["-np", "2", "--alias", "smollm2"]);
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve/openai_client.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://{}/v1", s.addr))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let answer = library_answer(&model, "What is 2+2?", 40);
+    assert_eq!(r["chat"], answer.as_str());
+    assert_eq!(r["chat_finish"], "stop");
+    assert_eq!(r["chat_stream"], answer.as_str());
+    assert_eq!(r["chat_stream_finish"], "stop");
+    assert_eq!(r["chat_stream_usage"], r["chat_usage"]);
+    assert_eq!(r["completion"], " Paris");
+    let person: Value = serde_json::from_str(r["json"].as_str().unwrap()).unwrap();
+    assert!(
+        person["name"].is_string() && person["age"].is_i64(),
+        "{person}"
+    );
+    assert_eq!(r["bad"][0], 400, "{r}");
+    assert!(r["bad"][1].as_str().unwrap().contains("top_p"), "{r}");
+    assert_eq!(r["models"], json!(["smollm2"]));
+}
