@@ -349,6 +349,12 @@ impl Context {
         }
     }
 
+    /// Cells of the main cache that hold a token (what a server reports
+    /// as its cache use, against `params.n_ctx`).
+    pub fn cells_used(&self) -> usize {
+        self.cache.cells.used()
+    }
+
     /// The context of one sequence, as llama.cpp counts it for LongRoPE.
     fn n_ctx_seq(&self) -> usize {
         self.params.n_ctx / self.params.n_seq_max.max(1)

@@ -388,6 +388,24 @@ fn a_client_that_goes_away_frees_its_slot_and_bad_requests_name_the_field() {
         json!({"prompt": "Hi", "max_tokens": 2, "temperature": 0}),
     );
     assert_eq!(status, 200, "{c}");
+    // no slot runs anything, no cell is held
+    let (_, slots) = http(&s.addr, "GET", "/slots", None);
+    let slots: Value = serde_json::from_str(&slots).unwrap();
+    assert_eq!(slots[0]["is_processing"], false, "{slots}");
+    let (status, metrics) = http(&s.addr, "GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("llamacpp:kv_cache_tokens 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("llamacpp:requests_processing 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("llamacpp:prompt_tokens_total 0\n"),
+        "{metrics}"
+    );
 
     for (path, body, says) in [
         (

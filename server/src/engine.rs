@@ -102,6 +102,11 @@ pub struct Counters {
     pub busy: AtomicUsize,
     /// Jobs waiting for a slot now.
     pub waiting: AtomicUsize,
+    /// Cells of the cache holding a token, after the last step.
+    pub cells_used: AtomicUsize,
+    /// Per slot: its job's prompt tokens and tokens generated, or `None`
+    /// when idle.
+    pub slots: Mutex<Vec<Option<(usize, usize)>>>,
 }
 
 /// The handle the HTTP layer holds.
@@ -116,6 +121,8 @@ pub struct Engine {
     pub tokenizer: Arc<Tokenizer>,
     /// The counters.
     pub counters: Arc<Counters>,
+    /// Cells of the whole context.
+    pub n_ctx: usize,
     thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
@@ -136,6 +143,10 @@ impl Engine {
         let n_ctx_slot = ctx.params.n_ctx / n_slots;
         let (tx, rx) = std::sync::mpsc::sync_channel(queue.max(1));
         let counters = Arc::new(Counters::default());
+        let n_ctx = ctx.params.n_ctx;
+        if let Ok(mut s) = counters.slots.lock() {
+            *s = vec![None; n_slots];
+        }
         let run = Runner {
             ctx,
             tokenizer: tokenizer.clone(),
@@ -154,6 +165,7 @@ impl Engine {
             n_ctx_slot,
             tokenizer,
             counters,
+            n_ctx,
             thread: Arc::new(Mutex::new(thread)),
         }
     }
@@ -219,6 +231,19 @@ impl Runner {
                 .waiting
                 .store(self.waiting.len(), Ordering::Relaxed);
             self.step();
+            self.report();
+        }
+    }
+
+    /// The slots' state and the cache's use, for `/slots` and `/metrics`.
+    fn report(&self) {
+        self.counters
+            .cells_used
+            .store(self.ctx.cells_used(), Ordering::Relaxed);
+        if let Ok(mut s) = self.counters.slots.lock() {
+            for (out, slot) in s.iter_mut().zip(&self.slots) {
+                *out = slot.as_ref().map(|sl| (sl.job.prompt.len(), sl.generated));
+            }
         }
     }
 

@@ -26,6 +26,8 @@ pub fn router(server: Server) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        .route("/metrics", get(metrics))
+        .route("/slots", get(slots))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/completions", post(completions))
@@ -82,6 +84,97 @@ async fn models(State(server): State<Server>) -> Response {
         "data": [{"id": name, "object": "model", "created": 0, "owned_by": "ggraph", "meta": meta}]
     }))
     .into_response()
+}
+
+/// Prometheus' text format, with llama-server's names (so its dashboards
+/// read it).
+async fn metrics(State(server): State<Server>) -> Response {
+    let Some(r) = server.state() else {
+        return error(loading());
+    };
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = &r.engine.counters;
+    let ratio = c.cells_used.load(Relaxed) as f64 / r.engine.n_ctx.max(1) as f64;
+    let rows = [
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens decoded.",
+            c.prompt_tokens.load(Relaxed) as f64,
+        ),
+        (
+            "tokens_predicted_total",
+            "counter",
+            "Tokens generated.",
+            c.generated_tokens.load(Relaxed) as f64,
+        ),
+        (
+            "requests_done_total",
+            "counter",
+            "Requests finished.",
+            c.jobs_done.load(Relaxed) as f64,
+        ),
+        (
+            "kv_cache_usage_ratio",
+            "gauge",
+            "Cells of the KV cache in use, over all of them.",
+            ratio,
+        ),
+        (
+            "kv_cache_tokens",
+            "gauge",
+            "Cells of the KV cache in use.",
+            c.cells_used.load(Relaxed) as f64,
+        ),
+        (
+            "requests_processing",
+            "gauge",
+            "Requests in a slot.",
+            c.busy.load(Relaxed) as f64,
+        ),
+        (
+            "requests_deferred",
+            "gauge",
+            "Requests waiting for a slot.",
+            c.waiting.load(Relaxed) as f64,
+        ),
+    ];
+    let mut text = String::new();
+    for (name, kind, help, value) in rows {
+        text.push_str(&format!(
+            "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n"
+        ));
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Each slot: whether it runs a request, and that request's counts.
+async fn slots(State(server): State<Server>) -> Response {
+    let Some(r) = server.state() else {
+        return error(loading());
+    };
+    let list: Vec<Value> = r
+        .engine
+        .counters
+        .slots
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(id, s)| {
+            json!({"id": id, "n_ctx": r.engine.n_ctx_slot, "is_processing": s.is_some(),
+                   "n_prompt_tokens": s.map_or(0, |x| x.0), "n_decoded": s.map_or(0, |x| x.1)})
+        })
+        .collect();
+    axum::Json(Value::Array(list)).into_response()
 }
 
 async fn tokenize(State(server): State<Server>, body: Bytes) -> Response {
