@@ -3,9 +3,9 @@
 //! one: `POST /v1/chat/completions` (the model's chat template; streamed
 //! with SSE ending in `data: [DONE]`), `POST /v1/completions`,
 //! `GET /v1/models`, `POST /tokenize`, `POST /detokenize`, `GET /health`
-//! (503 while the model loads), `GET /metrics` (Prometheus), `GET /slots`. Each request is a slot of the
-//! [`engine`]: continuous batching over the context's sequences, each
-//! with its own sampler chain, seed and grammar.
+//! (503 while the model loads), `GET /metrics` (Prometheus), `GET /slots`.
+//! Each request is a slot of the [`engine`]: continuous batching over the
+//! context's sequences, each with its own sampler chain, seed and grammar.
 //!
 //! To embed it: bind a listener, [`serve`] it with a [`Server`], load the
 //! model, then [`Server::ready`] with an [`engine::Engine`] over the
