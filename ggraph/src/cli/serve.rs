@@ -87,22 +87,24 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
         .map_err(|e| Failure::usage(e.to_string()))?;
     let ctx = Context::new(Arc::new(model), params).map_err(Failure::other)?;
     let engine = Engine::start(ctx, tokenizer, a.queue);
-    eprintln!(
-        "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
-        engine.n_slots,
-        engine.n_ctx_slot,
-        if template.is_none() {
-            "; no chat template: /v1/chat/completions is refused"
-        } else {
-            ""
-        }
-    );
+    // requests are taken from here on: only then say so
+    let (n_slots, n_ctx_slot, chat) = (engine.n_slots, engine.n_ctx_slot, template.is_some());
     server.ready(Ready {
         engine,
         template,
         defaults,
         grammar_vocab: OnceLock::new(),
     });
+    eprintln!(
+        "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
+        n_slots,
+        n_ctx_slot,
+        if !chat {
+            "; no chat template: /v1/chat/completions is refused"
+        } else {
+            ""
+        }
+    );
     rt.block_on(std::future::pending::<()>());
     Ok(())
 }
