@@ -173,13 +173,13 @@ pub struct Grammar {
 
 impl Grammar {
     fn mask(&mut self) -> Result<&SimpleVob> {
-        if self.mask.is_none() {
-            let m = self.matcher.compute_mask_or_eos().map_err(|e| {
+        let mask = match self.mask.take() {
+            Some(m) => m,
+            None => self.matcher.compute_mask_or_eos().map_err(|e| {
                 Error::InvalidArgument(format!("{}: computing the next tokens: {e}", self.what))
-            })?;
-            self.mask = Some(m);
-        }
-        Ok(self.mask.as_ref().unwrap_or_else(|| unreachable!()))
+            })?,
+        };
+        Ok(self.mask.insert(mask))
     }
 }
 
