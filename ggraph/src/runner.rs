@@ -315,6 +315,22 @@ pub fn open_model(path: &str) -> Result<ModelDesc> {
     ModelDesc::from_file(file)
 }
 
+/// Opens the GGUF at `path` and loads it whole on the host CPU (no GPU,
+/// the default placement): the model of tests, benches and examples.
+pub fn load_on_host(path: &str) -> Result<Arc<Model>> {
+    let desc = open_model(path)?;
+    let cpu = ggraph_cpu::CpuDevice::new();
+    let model = Model::load(
+        &desc,
+        &[],
+        cpu,
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    )?;
+    Ok(Arc::new(model))
+}
+
 /// A phase of [`measure_speed`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

@@ -25,12 +25,10 @@ use std::sync::Arc;
 use ggraph::context::{Context, ContextParams};
 use ggraph::model::arch::Attention;
 use ggraph::model::generation::{self, Hooks, Request, StopReason};
-use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::placement::PlacementOptions;
+use ggraph::model::loaded::Model;
 use ggraph::model::sampling::{GrammarSource, GrammarVocab, SamplingParams, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::runner;
-use ggraph_cpu::CpuDevice;
 use serde_json::{Value, json};
 
 #[path = "../../ggraph-model/tests/common/llama_sampling_params.rs"]
@@ -51,17 +49,7 @@ fn model() -> Option<Arc<Model>> {
         return None;
     };
     let path = PathBuf::from(dir).join("F16.gguf");
-    let desc = runner::open_model(path.to_str().unwrap()).unwrap();
-    let cpu = CpuDevice::new();
-    let model = Model::load(
-        &desc,
-        &[],
-        cpu,
-        &PlacementOptions::default(),
-        LoadMode::Real,
-        None,
-    );
-    Some(Arc::new(model.unwrap()))
+    Some(runner::load_on_host(path.to_str().unwrap()).unwrap())
 }
 
 fn context(model: &Arc<Model>) -> Context {

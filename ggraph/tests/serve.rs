@@ -10,17 +10,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use ggraph::context::{Context, ContextParams};
 use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::generation::{self, Hooks, Request};
-use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::placement::PlacementOptions;
 use ggraph::model::sampling::{SamplingParams, TokenSampler};
 use ggraph::runner;
-use ggraph_cpu::CpuDevice;
 use serde_json::{Value, json};
 
 struct Serve {
@@ -253,18 +249,7 @@ fn the_endpoints_answer_as_openai_and_llama_server_shape_them() {
 /// The library's greedy answer to `question` (the chat template, the
 /// temperature-0 chain), as `llama --chat --temp 0` gives it.
 fn library_answer(path: &Path, question: &str, n: usize) -> String {
-    let desc = runner::open_model(path.to_str().unwrap()).unwrap();
-    let model = Arc::new(
-        Model::load(
-            &desc,
-            &[],
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap(),
-    );
+    let model = runner::load_on_host(path.to_str().unwrap()).unwrap();
     let t = model.tokenizer().unwrap();
     let text = model
         .chat_template(&t)

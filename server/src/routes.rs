@@ -47,6 +47,14 @@ fn error(e: ApiError) -> Response {
     r
 }
 
+/// A JSON answer, or the error's.
+fn json_or_error(r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => error(e),
+    }
+}
+
 fn loading() -> ApiError {
     ApiError {
         status: 503,
@@ -212,10 +220,7 @@ async fn tokenize(State(server): State<Server>, body: Bytes) -> Response {
         }
         Ok(json!({"tokens": ids}))
     };
-    match run() {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => error(e),
-    }
+    json_or_error(run())
 }
 
 async fn detokenize(State(server): State<Server>, body: Bytes) -> Response {
@@ -242,10 +247,7 @@ async fn detokenize(State(server): State<Server>, body: Bytes) -> Response {
             .map_err(|e| ApiError::bad(e.to_string()))?;
         Ok(json!({"content": text}))
     };
-    match run() {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => error(e),
-    }
+    json_or_error(run())
 }
 
 /// Which endpoint a generation answers.

@@ -12,22 +12,18 @@
 //! `scripts/llama-cpp-source` prints it).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use ggraph::context::{Context, ContextParams};
 use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::generation::{self, Hooks, Request};
 use ggraph::model::gguf::ModelFile;
-use ggraph::model::loaded::{LoadMode, Model};
-use ggraph::model::placement::PlacementOptions;
 use ggraph::model::sampling::{
     Candidates, Constraint, GrammarSource, GrammarVocab, SamplingParams, TokenSampler,
 };
 use ggraph::model::serde_json::json;
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::runner;
-use ggraph_cpu::CpuDevice;
 
 const JSON_TEXT: &str = "{\"name\": \"Ada Lovelace\", \"age\": 36, \"colors\": [\"red\", \"blue\"], \
                          \"notes\": \"first programmer, wrote on the analytical engine\"}";
@@ -75,20 +71,22 @@ fn logits(n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn chain_cost(n_vocab: usize) -> f64 {
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn chain_cost(n_vocab: usize) -> Res<f64> {
     let l = logits(n_vocab);
     let p = SamplingParams {
         seed: 1,
         ..SamplingParams::default()
     };
-    let mut s = TokenSampler::new(p.chain(n_vocab, None).unwrap());
+    let mut s = TokenSampler::new(p.chain(n_vocab, None)?);
     let rounds = 200;
     let t = Instant::now();
     for _ in 0..rounds {
-        let id = s.sample(&l).unwrap();
-        s.accept(id, true).unwrap();
+        let id = s.sample(&l)?;
+        s.accept(id, true)?;
     }
-    t.elapsed().as_secs_f64() / rounds as f64
+    Ok(t.elapsed().as_secs_f64() / rounds as f64)
 }
 
 /// Mean and worst time per token to compute the mask and apply it to a
@@ -98,26 +96,28 @@ fn mask_cost(
     t: &Tokenizer,
     source: &GrammarSource,
     text: &str,
-) -> (f64, f64, usize) {
-    let mut g = vocab.compile(source).unwrap();
-    let ids = t.encode(text, false, false).unwrap();
+) -> Res<(f64, f64)> {
+    let mut g = vocab.compile(source)?;
+    let ids = t.encode(text, false, false)?;
     let l = logits(t.n_vocab());
     let mut c = Candidates::default();
     let (mut total, mut worst) = (0.0f64, 0.0f64);
     for &id in &ids {
         c.fill(&l);
         let s = Instant::now();
-        g.apply(&mut c).unwrap();
+        g.apply(&mut c)?;
         let dt = s.elapsed().as_secs_f64();
-        assert!(c.data[id as usize].logit.is_finite(), "token {id} refused");
-        g.accept(id).unwrap();
+        if !c.data[id as usize].logit.is_finite() {
+            return Err(format!("the grammar refused token {id} of its own text").into());
+        }
+        g.accept(id)?;
         total += dt;
         worst = worst.max(dt);
     }
-    (total / ids.len() as f64, worst, ids.len())
+    Ok((total / ids.len().max(1) as f64, worst))
 }
 
-fn main() {
+fn main() -> Res<()> {
     let args: Vec<PathBuf> = std::env::args().skip(1).map(PathBuf::from).collect();
     let paths = if args.is_empty() {
         default_paths()
@@ -139,23 +139,26 @@ fn main() {
                 continue;
             }
         };
-        let t = Tokenizer::from_header(file.header()).unwrap();
+        let t = Tokenizer::from_header(file.header())?;
         let n = t.n_vocab();
-        let chain = chain_cost(n);
+        let chain = chain_cost(n)?;
         let s = Instant::now();
-        let vocab = GrammarVocab::new(&t).unwrap();
+        let vocab = GrammarVocab::new(&t)?;
         let index = s.elapsed().as_secs_f64();
-        let (sm, sw, _) = mask_cost(&vocab, &t, &GrammarSource::JsonSchema(schema()), JSON_TEXT);
+        let (sm, sw) = mask_cost(&vocab, &t, &GrammarSource::JsonSchema(schema()), JSON_TEXT)?;
         let (gm, gw) = match &gbnf {
             Some(g) => {
-                let (m, w, _) = mask_cost(&vocab, &t, &GrammarSource::Gbnf(g.clone()), JSON_TEXT);
+                let (m, w) = mask_cost(&vocab, &t, &GrammarSource::Gbnf(g.clone()), JSON_TEXT)?;
                 (format!("{:.3} ms", m * 1e3), format!("{:.3} ms", w * 1e3))
             }
             None => ("-".into(), "-".into()),
         };
         println!(
             "| {} | {n} | {:.3} ms | {:.2} s | {:.3} ms | {:.3} ms | {gm} | {gw} |",
-            path.file_name().unwrap().to_string_lossy(),
+            path.file_name().map_or_else(
+                || path.display().to_string(),
+                |f| f.to_string_lossy().into_owned()
+            ),
             chain * 1e3,
             index,
             sm * 1e3,
@@ -168,29 +171,16 @@ fn main() {
         .map(|p| p.with_file_name("Q8_0.gguf"))
         .filter(|p| p.is_file())
     else {
-        return;
+        return Ok(());
     };
-    let desc = runner::open_model(smol.to_str().unwrap()).unwrap();
-    let model = Arc::new(
-        Model::load(
-            &desc,
-            &[],
-            CpuDevice::new(),
-            &PlacementOptions::default(),
-            LoadMode::Real,
-            None,
-        )
-        .unwrap(),
-    );
-    let t = model.tokenizer().unwrap();
+    let model = runner::load_on_host(&smol.to_string_lossy())?;
+    let t = model.tokenizer()?;
     let question = "Describe a famous scientist as JSON with name, age, colors and notes.";
     let prompt_text = model
-        .chat_template(&t)
-        .unwrap()
-        .render(&[ChatMessage::new("user", question)], true)
-        .unwrap();
-    let prompt = t.encode(&prompt_text, true, true).unwrap();
-    let vocab = GrammarVocab::new(&t).unwrap();
+        .chat_template(&t)?
+        .render(&[ChatMessage::new("user", question)], true)?;
+    let prompt = t.encode(&prompt_text, true, true)?;
+    let vocab = GrammarVocab::new(&t)?;
     println!("\n| SmolLM2 Q8_0, 128 tokens at most | tokens | generation tokens/s |");
     println!("|---|---|---|");
     for constrained in [false, true] {
@@ -201,21 +191,18 @@ fn main() {
                 seed,
                 ..SamplingParams::default()
             };
-            let chain = p.chain(t.n_vocab(), Some(&t)).unwrap();
+            let chain = p.chain(t.n_vocab(), Some(&t))?;
             let mut sampler = if constrained {
-                let g = vocab.compile(&GrammarSource::JsonSchema(schema())).unwrap();
+                let g = vocab.compile(&GrammarSource::JsonSchema(schema()))?;
                 TokenSampler::constrained(chain, Box::new(g))
             } else {
                 TokenSampler::new(chain)
             };
-            let mut ctx = Context::new(
-                model.clone(),
-                ContextParams {
-                    n_ctx: 1024,
-                    ..ContextParams::default()
-                },
-            )
-            .unwrap();
+            let params = ContextParams {
+                n_ctx: 1024,
+                ..ContextParams::default()
+            };
+            let mut ctx = Context::new(model.clone(), params)?;
             let req = Request {
                 n_predict: 128,
                 ignore_eos: !constrained,
@@ -228,8 +215,7 @@ fn main() {
                 Some(&t),
                 &req,
                 Hooks::default(),
-            )
-            .unwrap();
+            )?;
             made += g.generated.len();
             rates.push(g.gen_tokens_per_s());
         }
@@ -245,4 +231,5 @@ fn main() {
             rates[1]
         );
     }
+    Ok(())
 }
