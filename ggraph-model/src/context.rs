@@ -355,6 +355,24 @@ impl Context {
         self.cache.cells.used()
     }
 
+    /// Cells of the main cache in all: what [`Context::cells_used`] counts
+    /// against (at least `params.n_ctx`).
+    pub fn cells_total(&self) -> usize {
+        self.cache.cells.size()
+    }
+
+    /// The lowest position of sequence `s` that every cache still holds,
+    /// as llama.cpp's `llama_memory_seq_pos_min`: a sliding-window cache
+    /// forgets a sequence's oldest tokens, so a sequence cut back to
+    /// `n` tokens can go on only while this is at most `n - n_swa`.
+    pub fn seq_pos_min(&self, s: SeqId) -> Option<i32> {
+        let main = self.cache.cells.seq_pos_min(s)?;
+        match &self.swa_cache {
+            Some(swa) => Some(main.max(swa.cells.seq_pos_min(s).unwrap_or(i32::MAX))),
+            None => Some(main),
+        }
+    }
+
     /// The context of one sequence, as llama.cpp counts it for LongRoPE.
     fn n_ctx_seq(&self) -> usize {
         self.params.n_ctx / self.params.n_seq_max.max(1)

@@ -51,9 +51,22 @@ pub fn filter(verbosity: u8, rust_log: Option<&str>) -> EnvFilter {
 
 /// Installs the log subscriber on stderr (once; later calls do nothing).
 pub fn init(verbosity: u8) {
+    init_with(verbosity, None);
+}
+
+/// [`init`], with a directive the tool adds before `-v` and `RUST_LOG`
+/// (`ggraph serve` logs each request at info: `ggraph_server=info`).
+pub fn init_with(verbosity: u8, default: Option<Directive>) {
     let rust_log = std::env::var("RUST_LOG").ok();
+    let mut f = filter(verbosity, rust_log.as_deref());
+    if let Some(d) = default
+        && rust_log.is_none()
+        && verbosity == 0
+    {
+        f = f.add_directive(d);
+    }
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter(verbosity, rust_log.as_deref()))
+        .with_env_filter(f)
         .with_writer(|| StderrAboveBars)
         .with_ansi(crate::progress::enabled())
         .try_init();

@@ -44,7 +44,13 @@ fn serve(model: &Path, args: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggraph"))
         .arg("serve")
         .arg(model)
-        .args(["--port", "0", "--cpu-only"])
+        .args(["--port", "0"])
+        // the host's CPU unless the test names remote devices
+        .args(if args.contains(&"--rpc") {
+            &[][..]
+        } else {
+            &["--cpu-only"][..]
+        })
         .args(args)
         .env_remove("RUST_LOG")
         .stderr(Stdio::piped())
@@ -71,13 +77,24 @@ fn serve(model: &Path, args: &[&str]) -> Serve {
 
 /// One HTTP/1.1 request; the status and the body (chunked bodies joined).
 fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_with(addr, method, path, body, "")
+}
+
+/// [`http`] with more header lines (each ending in `\r\n`).
+fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let body = body.unwrap_or("");
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -203,7 +220,15 @@ fn the_endpoints_answer_as_openai_and_llama_server_shape_them() {
     );
     let data = sse(&text);
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    assert!(data[data.len() - 2].contains("\"usage\""), "{text}");
+    // the same prompt again: its slot's cache held all of it but the
+    // last token, which is decoded again for its logits
+    let usage: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    let prompt_tokens = usage["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        usage["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(),
+        Some(prompt_tokens - 1),
+        "{usage}"
+    );
 
     // a stop string ends the text before it
     let (_, c) = post(
@@ -290,37 +315,53 @@ fn library_answer(path: &Path, question: &str, n: usize) -> String {
 /// on F16).
 const CLOSE_CALL: f64 = 0.25;
 
+/// Each streamed token and the gap between its two most likely
+/// candidates' log probabilities.
+fn streamed_steps(body: &str) -> Vec<(String, f64)> {
+    let mut steps = Vec::new();
+    for d in sse(body) {
+        if d == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&d).unwrap();
+        let lp = &v["choices"][0]["logprobs"];
+        if lp.is_null() {
+            continue;
+        }
+        let entry = lp.get("content").map_or(lp, |c| &c[0]);
+        let top = entry["top_logprobs"].as_array().unwrap();
+        let gap = top[0]["logprob"].as_f64().unwrap() - top[1]["logprob"].as_f64().unwrap();
+        steps.push((entry["token"].as_str().unwrap().to_string(), gap));
+    }
+    steps
+}
+
 #[test]
-fn concurrent_requests_each_get_what_they_get_alone() {
+fn eight_concurrent_streams_each_get_what_they_get_alone() {
     let Some(q8) = model_path() else { return };
     let model = q8.with_file_name("F16.gguf");
-    let s = serve(&model, &["-np", "4", "-c", "512"]);
+    // four slots for eight requests: half wait in the queue
+    let s = serve(&model, &["-np", "4", "-c", "256"]);
     let prompts = [
         "The capital of France is",
         "Once upon a time",
         "List three colors:",
         "1, 2, 3,",
+        "The best way to learn",
+        "def fibonacci(n):",
+        "Water boils at",
+        "My favourite animal is",
     ];
     let body = |p: &str| {
-        json!({"prompt": p, "temperature": 0, "max_tokens": 24, "logprobs": 2}).to_string()
-    };
-    // each token, and its two most likely alternatives' log probabilities
-    let steps = |v: &Value| -> Vec<(String, f64)> {
-        v["choices"][0]["logprobs"]["content"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| {
-                let top = t["top_logprobs"].as_array().unwrap();
-                let gap = top[0]["logprob"].as_f64().unwrap() - top[1]["logprob"].as_f64().unwrap();
-                (t["token"].as_str().unwrap().to_string(), gap)
-            })
-            .collect()
+        json!({"prompt": p, "temperature": 0, "max_tokens": 16, "logprobs": 2, "stream": true,
+               "cache_prompt": false, "ignore_eos": true})
+        .to_string()
     };
     let ask = |addr: &str, p: &str| {
         let (status, text) = http(addr, "POST", "/v1/completions", Some(&body(p)));
         assert_eq!(status, 200, "{text}");
-        steps(&serde_json::from_str(&text).unwrap())
+        assert_eq!(sse(&text).last().map(String::as_str), Some("[DONE]"));
+        streamed_steps(&text)
     };
     let alone: Vec<_> = prompts.iter().map(|p| ask(&s.addr, p)).collect();
     let together: Vec<_> = std::thread::scope(|sc| {
@@ -335,6 +376,7 @@ fn concurrent_requests_each_get_what_they_get_alone() {
     });
     let mut compared = 0;
     for (p, (a, t)) in prompts.iter().zip(alone.iter().zip(&together)) {
+        assert_eq!(a.len(), 16, "{p:?}: {a:?}");
         // up to the first close call, every token is the same
         let decisive = a
             .iter()
@@ -344,7 +386,7 @@ fn concurrent_requests_each_get_what_they_get_alone() {
         assert!(same >= decisive, "{p:?}: alone {a:?}\ntogether {t:?}");
         compared += decisive;
     }
-    assert!(compared >= 24, "only {compared} decisive steps compared");
+    assert!(compared >= 48, "only {compared} decisive steps compared");
 }
 
 #[test]
@@ -373,12 +415,22 @@ fn a_client_that_goes_away_frees_its_slot_and_bad_requests_name_the_field() {
         json!({"prompt": "Hi", "max_tokens": 2, "temperature": 0}),
     );
     assert_eq!(status, 200, "{c}");
-    // no slot runs anything, no cell is held
+    // no slot runs anything; the only cells held are the last request's
+    // (its slot's prompt cache), until the slot is erased
     let (_, slots) = http(&s.addr, "GET", "/slots", None);
     let slots: Value = serde_json::from_str(&slots).unwrap();
     assert_eq!(slots[0]["is_processing"], false, "{slots}");
+    let cached = slots[0]["n_cached"].as_u64().unwrap();
+    assert!(cached > 0, "{slots}");
     let (status, metrics) = http(&s.addr, "GET", "/metrics", None);
     assert_eq!(status, 200);
+    assert!(
+        metrics.contains(&format!("llamacpp:kv_cache_tokens {cached}\n")),
+        "{metrics}"
+    );
+    let (status, erased) = post(&s.addr, "/slots/0?action=erase", json!({}));
+    assert_eq!((status, erased["n_erased"].as_u64()), (200, Some(cached)));
+    let (_, metrics) = http(&s.addr, "GET", "/metrics", None);
     assert!(
         metrics.contains("llamacpp:kv_cache_tokens 0\n"),
         "{metrics}"
@@ -447,6 +499,53 @@ fn a_client_that_goes_away_frees_its_slot_and_bad_requests_name_the_field() {
     }
     let (status, raw) = http(&s.addr, "POST", "/v1/completions", Some("{not json"));
     assert_eq!(status, 400, "{raw}");
+
+    // what the server does not do is 501, not ignored
+    for (path, body, says) in [
+        ("/v1/completions", json!({"prompt": "x", "n": 2}), "'n'"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}],
+                   "tools": [{"type": "function", "function": {"name": "f"}}]}),
+            "'tools'",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            "image_url",
+        ),
+        ("/slots/0?action=save", json!({}), "save"),
+    ] {
+        let (status, e) = post(&s.addr, path, body.clone());
+        assert_eq!(status, 501, "{body}: {e}");
+        assert_eq!(e["error"]["type"], "not_supported_error", "{e}");
+        let msg = e["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains(says), "{body}: {msg}");
+    }
+    // an unknown endpoint, a wrong method, a body over the limit: each in
+    // OpenAI's error shape
+    for (method, path, status, says) in [
+        ("GET", "/v2/nothing", 404, "/v2/nothing"),
+        ("GET", "/v1/completions", 405, "GET"),
+    ] {
+        let (got, e) = http(&s.addr, method, path, None);
+        let e: Value = serde_json::from_str(&e).unwrap();
+        assert_eq!(got, status, "{e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains(says),
+            "{e}"
+        );
+    }
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413");
 }
 
 /// The official client (`openai` from PyPI, `scripts/openai-client`;
@@ -489,4 +588,285 @@ fn the_official_openai_client_works_against_it() {
     assert_eq!(r["bad"][0], 400, "{r}");
     assert!(r["bad"][1].as_str().unwrap().contains("top_p"), "{r}");
     assert_eq!(r["models"], json!(["smollm2"]));
+}
+
+/// A request the server must refuse or cancel: no API key (401), and one
+/// that waits in the queue longer than `--timeout` (408).
+#[test]
+fn an_api_key_is_required_and_a_request_waits_no_longer_than_the_timeout() {
+    let Some(model) = model_path() else { return };
+    let s = serve(
+        &model,
+        &[
+            "-np",
+            "1",
+            "-c",
+            "4096",
+            "--api-key",
+            "k3y",
+            "--timeout",
+            "1",
+        ],
+    );
+    let body = json!({"prompt": "Hi", "max_tokens": 2}).to_string();
+    // /health and /v1/models stay open, as llama-server's
+    assert_eq!(http(&s.addr, "GET", "/health", None).0, 200);
+    assert_eq!(http(&s.addr, "GET", "/v1/models", None).0, 200);
+    for headers in ["", "Authorization: Bearer nope\r\n"] {
+        let (status, e) = http_with(&s.addr, "POST", "/v1/completions", Some(&body), headers);
+        assert_eq!(status, 401, "{e}");
+        assert!(e.contains("authentication_error"), "{e}");
+    }
+    for headers in ["Authorization: Bearer k3y\r\n", "X-Api-Key: k3y\r\n"] {
+        let (status, e) = http_with(&s.addr, "POST", "/v1/completions", Some(&body), headers);
+        assert_eq!(status, 200, "{e}");
+    }
+    // a long stream holds the only slot; the next request waits in the
+    // queue past the timeout and is answered 408
+    let mut long = TcpStream::connect(&s.addr).unwrap();
+    let long_body = json!({"prompt": "Once upon a time", "max_tokens": 4000, "stream": true,
+                           "ignore_eos": true})
+    .to_string();
+    write!(
+        long,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\n\
+         Content-Length: {}\r\n\r\n{long_body}",
+        long_body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    long.read_exact(&mut first).unwrap();
+    let (status, e) = http_with(
+        &s.addr,
+        "POST",
+        "/v1/completions",
+        Some(&body),
+        "Authorization: Bearer k3y\r\n",
+    );
+    assert_eq!(status, 408, "{e}");
+    assert!(e.contains("timeout"), "{e}");
+    drop(long);
+}
+
+/// With one unified cache (`--kv-unified`) a slot may take more than its
+/// share of the context; when the cache fills, the fullest request ends
+/// with "length" and the others go on; idle slots' caches give way.
+#[test]
+fn a_unified_cache_lends_a_slot_the_whole_context_and_a_full_cache_ends_a_request() {
+    let Some(model) = model_path() else { return };
+    // 2 x 64 = 128 cells: either slot may fill them all
+    let s = serve(&model, &["-np", "2", "-c", "64", "--kv-unified"]);
+    let long_prompt = "one two three four five six seven eight nine ten ".repeat(9);
+    let (status, r) = post(
+        &s.addr,
+        "/v1/completions",
+        json!({"prompt": long_prompt, "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{r}");
+    let prompt_tokens = r["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!((64..120).contains(&prompt_tokens), "{r}");
+
+    // two requests that want 2 x 150 cells of 128: both are answered
+    let ask = |addr: &str, p: &str| {
+        post(
+            addr,
+            "/v1/completions",
+            json!({"prompt": p, "max_tokens": 140, "ignore_eos": true, "temperature": 0}),
+        )
+    };
+    let answers: Vec<(u16, Value)> = std::thread::scope(|sc| {
+        let a = sc.spawn(|| ask(&s.addr, "The history of the Roman empire"));
+        let b = sc.spawn(|| ask(&s.addr, "A recipe for bread"));
+        vec![a.join().unwrap(), b.join().unwrap()]
+    });
+    let mut held = Vec::new();
+    for (status, r) in &answers {
+        assert_eq!(*status, 200, "{r}");
+        assert_eq!(r["choices"][0]["finish_reason"], "length", "{r}");
+        held.push(r["usage"]["total_tokens"].as_u64().unwrap());
+    }
+    // neither got its 140 tokens: a slot holds 128 cells at most, and the
+    // first to find the cache full (both running) ended well before that
+    held.sort();
+    assert!(held[1] <= 128 && held[0] < 100, "{answers:?}");
+    let (_, metrics) = http(&s.addr, "GET", "/metrics", None);
+    let used: u64 = metric(&metrics, "llamacpp:kv_cache_tokens") as u64;
+    assert!(used <= 128, "{metrics}");
+    // idle slots' caches make room for the next request
+    let (status, r) = post(
+        &s.addr,
+        "/v1/completions",
+        json!({"prompt": long_prompt, "max_tokens": 8, "temperature": 0, "cache_prompt": false}),
+    );
+    assert_eq!(status, 200, "{r}");
+}
+
+/// A metric's value in Prometheus' text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+/// The server process's resident memory, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A few hundred short requests from four clients, a third of them
+/// abandoned at random (before an answer, or mid-stream): then no slot
+/// runs, erasing the slots empties the cache, every request was answered
+/// or cancelled, and the process has not grown.
+#[test]
+fn a_soak_of_short_requests_with_random_cancellations_leaks_nothing() {
+    let Some(model) = model_path() else { return };
+    let s = serve(&model, &["-np", "4", "-c", "128"]);
+    let prompts = [
+        "Hi",
+        "The capital of France is",
+        "Once upon a time there was",
+        "List three colors:",
+        "1, 2, 3,",
+    ];
+    let round = |from: u64, n: u64| {
+        std::thread::scope(|sc| {
+            for client in 0..4u64 {
+                let addr = s.addr.clone();
+                sc.spawn(move || {
+                    // a small deterministic generator per client
+                    let mut x = from * 7919 + client * 104_729 + 1;
+                    let mut next = move || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x
+                    };
+                    for _ in 0..n {
+                        let p = prompts[(next() % 5) as usize];
+                        let stream = next() % 2 == 0;
+                        let body = json!({"prompt": p, "max_tokens": 1 + next() % 8,
+                                          "stream": stream, "seed": next() % 1000})
+                        .to_string();
+                        match next() % 3 {
+                            // abandoned: right after sending, or after the
+                            // first bytes of the answer
+                            0 => {
+                                let mut c = TcpStream::connect(&addr).unwrap();
+                                write!(
+                                    c,
+                                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\n\
+                                     Content-Length: {}\r\n\r\n{body}",
+                                    body.len()
+                                )
+                                .unwrap();
+                                if next() % 2 == 0 {
+                                    let mut b = [0u8; 16];
+                                    let _ = c.read(&mut b);
+                                }
+                            }
+                            _ => {
+                                let (status, text) =
+                                    http(&addr, "POST", "/v1/completions", Some(&body));
+                                assert_eq!(status, 200, "{text}");
+                            }
+                        }
+                    }
+                });
+            }
+        })
+    };
+    round(1, 15);
+    let pid = s.child.id();
+    let warm = rss(pid);
+    round(2, 60);
+    // the engine notices the last abandoned requests within a step
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = http(&s.addr, "GET", "/metrics", None).1;
+        if metric(&metrics, "llamacpp:requests_processing") == 0.0
+            && metric(&metrics, "llamacpp:requests_deferred") == 0.0
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        metric(&metrics, "llamacpp:requests_processing"),
+        0.0,
+        "{metrics}"
+    );
+    let done = metric(&metrics, "llamacpp:requests_done_total");
+    let dropped = metric(&metrics, "llamacpp:requests_dropped_total");
+    assert!(done + dropped <= 300.0 && done >= 150.0, "{metrics}");
+    for slot in 0..4 {
+        let (status, e) = post(&s.addr, &format!("/slots/{slot}?action=erase"), json!({}));
+        assert_eq!(status, 200, "{e}");
+    }
+    let (_, metrics) = http(&s.addr, "GET", "/metrics", None);
+    assert_eq!(
+        metric(&metrics, "llamacpp:kv_cache_tokens"),
+        0.0,
+        "{metrics}"
+    );
+    let grown = rss(pid).saturating_sub(warm);
+    assert!(
+        grown < 24 << 20,
+        "grew {grown} bytes over 240 requests (from {warm})"
+    );
+}
+
+/// A remote device (a stock ggml-rpc-server) that goes away mid-service:
+/// the requests it touches fail with 500 and a message, the server keeps
+/// answering, and once the device is back it is recovered (weights
+/// uploaded again) and requests give what they gave before.
+#[test]
+fn a_lost_device_fails_its_requests_and_is_recovered() {
+    use ggraph::rpc::local_server::{LocalServer, server_binary};
+    let Some(model) = model_path() else { return };
+    if !server_binary().exists() {
+        assert!(
+            std::env::var("GGRAPH_REQUIRE_RPC").as_deref() != Ok("1"),
+            "no {}: run scripts/rpc-server",
+            server_binary().display()
+        );
+        eprintln!("SKIPPED: no ggml-rpc-server (scripts/rpc-server builds it)");
+        return;
+    }
+    let mut rpc = LocalServer::start(1, None).unwrap();
+    let endpoint = rpc.endpoint().to_string();
+    let s = serve(
+        &model,
+        &["-np", "1", "-c", "256", "--rpc", &endpoint, "-ngl", "99"],
+    );
+    let body = json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0,
+                      "cache_prompt": false});
+    let (status, before) = post(&s.addr, "/v1/completions", body.clone());
+    assert_eq!(status, 200, "{before}");
+
+    let port = rpc.port();
+    rpc.kill();
+    let (status, e) = post(&s.addr, "/v1/completions", body.clone());
+    assert_eq!(status, 500, "{e}");
+    assert!(!e["error"]["message"].as_str().unwrap().is_empty(), "{e}");
+    // the server still answers what needs no device
+    assert_eq!(http(&s.addr, "GET", "/v1/models", None).0, 200);
+
+    let _back = LocalServer::start_on(port, 1, None).unwrap();
+    let mut answer = None;
+    for _ in 0..20 {
+        let (status, r) = post(&s.addr, "/v1/completions", body.clone());
+        if status == 200 {
+            answer = Some(r);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let after = answer.expect("the device recovered within 10 s");
+    assert_eq!(after["choices"][0]["text"], before["choices"][0]["text"]);
 }

@@ -31,9 +31,11 @@ impl ApiError {
     /// OpenAI's error body.
     pub fn body(&self) -> Value {
         let kind = match self.status {
-            400 => "invalid_request_error",
+            400 | 405 | 413 => "invalid_request_error",
             401 => "authentication_error",
             404 => "not_found_error",
+            408 => "timeout_error",
+            501 => "not_supported_error",
             503 => "unavailable_error",
             _ => "server_error",
         };
@@ -62,6 +64,9 @@ pub struct GenRequest {
     pub grammar: Option<GrammarSource>,
     /// Go on past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Reuse the slot's cache and keep this request's cells after it
+    /// (llama-server's `cache_prompt`, on by default).
+    pub cache_prompt: bool,
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -283,6 +288,7 @@ fn common(
     defaults: &SamplingParams,
     n_ctx_slot: usize,
 ) -> Result<GenRequest, ApiError> {
+    refuse_unsupported(o)?;
     if prompt.is_empty() {
         return Err(ApiError::bad("the prompt is empty"));
     }
@@ -318,7 +324,50 @@ fn common(
         logprobs: None,
         grammar: grammar(o)?,
         ignore_eos: boolean(o, "ignore_eos")?.unwrap_or(false),
+        cache_prompt: boolean(o, "cache_prompt")?.unwrap_or(true),
     })
+}
+
+/// A 501: the request asks for something this server does not do.
+fn unsupported(message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: 501,
+        message: message.into(),
+    }
+}
+
+/// Refuses what OpenAI's API has and this server does not do, rather
+/// than ignoring it: several choices, tools, echo, suffixes.
+fn refuse_unsupported(o: &Map<String, Value>) -> Result<(), ApiError> {
+    for key in ["n", "best_of"] {
+        if let Some(n) = integer(o, key)?
+            && n != 1
+        {
+            return Err(unsupported(format!(
+                "'{key}' is {n}: one choice per request is supported"
+            )));
+        }
+    }
+    for key in ["tools", "functions"] {
+        match o.get(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(_) => {
+                return Err(unsupported(format!(
+                    "'{key}': tool calls are not supported"
+                )));
+            }
+        }
+    }
+    if boolean(o, "echo")?.unwrap_or(false) {
+        return Err(unsupported("'echo' is not supported"));
+    }
+    if o.get("suffix").is_some_and(|v| !v.is_null()) {
+        return Err(unsupported(
+            "'suffix' (fill in the middle) is not supported",
+        ));
+    }
+    Ok(())
 }
 
 /// A chat completion request (`POST /v1/chat/completions`).
@@ -354,9 +403,14 @@ pub fn chat(
                         Some("text") => {
                             text.push_str(p.get("text").and_then(Value::as_str).unwrap_or(""))
                         }
-                        other => {
+                        Some(other) => {
+                            return Err(unsupported(format!(
+                                "messages[{i}]: content parts of type '{other}' are not supported (text only)"
+                            )));
+                        }
+                        None => {
                             return Err(ApiError::bad(format!(
-                                "messages[{i}]: content parts of type {other:?} are not supported (text only)"
+                                "messages[{i}]: a content part without a 'type'"
                             )));
                         }
                     }

@@ -2,12 +2,14 @@
 //! the engine, its events written back as OpenAI's JSON or SSE chunks.
 
 use std::convert::Infallible;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,11 +18,12 @@ use ggraph_model::sampling::{GrammarVocab, TokenSampler};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use crate::engine::{Event, Finish, Job, Refused};
+use crate::engine::{Event, Finish, Job, Refused, Timings};
 use crate::request::{self, ApiError, GenRequest};
 use crate::{Ready, Server};
 
 pub fn router(server: Server) -> Router {
+    let limit = server.inner.options.body_limit;
     Router::new()
         .route("/health", get(health))
         .route("/v1/health", get(health))
@@ -28,13 +31,75 @@ pub fn router(server: Server) -> Router {
         .route("/models", get(models))
         .route("/metrics", get(metrics))
         .route("/slots", get(slots))
+        .route("/slots/{id}", post(slot_action))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/completions", post(completions))
         .route("/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(server.clone(), guard))
+        .layer(DefaultBodyLimit::max(limit))
         .with_state(server)
+}
+
+/// Endpoints anyone may call when an API key is set (as llama-server's).
+const PUBLIC: [&str; 4] = ["/health", "/v1/health", "/models", "/v1/models"];
+
+/// Before any route: a body announced over the limit is 413 at once
+/// (not read first); with `--api-key`, a request without the key is 401.
+async fn guard(State(server): State<Server>, req: Request, next: Next) -> Response {
+    let options = &server.inner.options;
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(n) = announced
+        && n > options.body_limit as u64
+    {
+        return error(ApiError {
+            status: 413,
+            message: format!(
+                "the request body is {n} bytes: the server takes {} at most",
+                options.body_limit
+            ),
+        });
+    }
+    let Some(key) = &options.api_key else {
+        return next.run(req).await;
+    };
+    if PUBLIC.contains(&req.uri().path()) || carries_key(req.headers(), key) {
+        return next.run(req).await;
+    }
+    error(ApiError {
+        status: 401,
+        message: "Invalid API Key".into(),
+    })
+}
+
+fn carries_key(headers: &HeaderMap, key: &str) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or(x_api_key).is_some_and(|k| k.trim() == key)
+}
+
+async fn not_found(method: Method, uri: Uri) -> Response {
+    error(ApiError {
+        status: 404,
+        message: format!("no endpoint {method} {}", uri.path()),
+    })
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    error(ApiError {
+        status: 405,
+        message: format!("{} does not take {method}", uri.path()),
+    })
 }
 
 fn error(e: ApiError) -> Response {
@@ -66,7 +131,16 @@ fn ready(server: &Server) -> Result<&Ready, ApiError> {
     server.state().ok_or_else(loading)
 }
 
-fn json_body(bytes: &Bytes) -> Result<Value, ApiError> {
+/// The body as JSON; a body over the limit is 413.
+fn json_body(bytes: &Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = bytes.as_ref().map_err(|e| ApiError {
+        status: e.status().as_u16(),
+        message: if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            "the request body is larger than the server takes".into()
+        } else {
+            e.body_text()
+        },
+    })?;
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))
 }
 
@@ -103,6 +177,14 @@ async fn metrics(State(server): State<Server>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let c = &r.engine.counters;
     let ratio = c.cells_used.load(Relaxed) as f64 / r.engine.n_ctx.max(1) as f64;
+    let rate = |tokens: &std::sync::atomic::AtomicU64, us: &std::sync::atomic::AtomicU64| {
+        let us = us.load(Relaxed);
+        if us == 0 {
+            0.0
+        } else {
+            tokens.load(Relaxed) as f64 * 1e6 / us as f64
+        }
+    };
     let rows = [
         (
             "prompt_tokens_total",
@@ -115,6 +197,36 @@ async fn metrics(State(server): State<Server>) -> Response {
             "counter",
             "Tokens generated.",
             c.generated_tokens.load(Relaxed) as f64,
+        ),
+        (
+            "prompt_seconds_total",
+            "counter",
+            "Seconds reading prompts.",
+            c.prompt_us.load(Relaxed) as f64 / 1e6,
+        ),
+        (
+            "tokens_predicted_seconds_total",
+            "counter",
+            "Seconds generating.",
+            c.gen_us.load(Relaxed) as f64 / 1e6,
+        ),
+        (
+            "prompt_tokens_seconds",
+            "gauge",
+            "Prompt tokens decoded a second, on average.",
+            rate(&c.prompt_tokens, &c.prompt_us),
+        ),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Tokens generated a second, on average.",
+            rate(&c.generated_tokens, &c.gen_us),
+        ),
+        (
+            "requests_dropped_total",
+            "counter",
+            "Requests failed or cancelled.",
+            c.jobs_dropped.load(Relaxed) as f64,
         ),
         (
             "requests_done_total",
@@ -178,14 +290,42 @@ async fn slots(State(server): State<Server>) -> Response {
         .iter()
         .enumerate()
         .map(|(id, s)| {
-            json!({"id": id, "n_ctx": r.engine.n_ctx_slot, "is_processing": s.is_some(),
-                   "n_prompt_tokens": s.map_or(0, |x| x.0), "n_decoded": s.map_or(0, |x| x.1)})
+            json!({"id": id, "n_ctx": r.engine.n_ctx_slot, "is_processing": s.processing,
+                   "n_prompt_tokens": s.prompt_tokens, "n_decoded": s.generated_tokens,
+                   "n_cached": s.cached_tokens})
         })
         .collect();
     axum::Json(Value::Array(list)).into_response()
 }
 
-async fn tokenize(State(server): State<Server>, body: Bytes) -> Response {
+/// `POST /slots/{id}?action=erase`: an idle slot gives up its cells.
+async fn slot_action(State(server): State<Server>, Path(id): Path<String>, uri: Uri) -> Response {
+    let action = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("action="));
+    let r = match ready(&server) {
+        Ok(r) => r,
+        Err(e) => return error(e),
+    };
+    let Ok(slot) = id.parse::<usize>() else {
+        return error(ApiError::bad(format!("'{id}' is not a slot id")));
+    };
+    match action {
+        Some("erase") => match r.engine.erase(slot).await {
+            Ok(n) => axum::Json(json!({"id_slot": slot, "n_erased": n})).into_response(),
+            Err(e) => error(ApiError::bad(e)),
+        },
+        Some(other) => error(ApiError {
+            status: 501,
+            message: format!("slot action '{other}' is not supported (erase)"),
+        }),
+        None => error(ApiError::bad("'action' is missing (erase)")),
+    }
+}
+
+async fn tokenize(State(server): State<Server>, body: Result<Bytes, BytesRejection>) -> Response {
     let run = || -> Result<Value, ApiError> {
         let r = ready(&server)?;
         let b = json_body(&body)?;
@@ -223,7 +363,7 @@ async fn tokenize(State(server): State<Server>, body: Bytes) -> Response {
     json_or_error(run())
 }
 
-async fn detokenize(State(server): State<Server>, body: Bytes) -> Response {
+async fn detokenize(State(server): State<Server>, body: Result<Bytes, BytesRejection>) -> Response {
     let run = || -> Result<Value, ApiError> {
         let r = ready(&server)?;
         let b = json_body(&body)?;
@@ -257,11 +397,17 @@ enum Kind {
     Completion,
 }
 
-async fn chat_completions(State(server): State<Server>, body: Bytes) -> Response {
+async fn chat_completions(
+    State(server): State<Server>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     generate(server, body, Kind::Chat).await
 }
 
-async fn completions(State(server): State<Server>, body: Bytes) -> Response {
+async fn completions(
+    State(server): State<Server>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     generate(server, body, Kind::Completion).await
 }
 
@@ -287,7 +433,7 @@ fn sampler(r: &Ready, req: &GenRequest) -> Result<TokenSampler, ApiError> {
     Ok(TokenSampler::constrained(chain, Box::new(g)))
 }
 
-async fn generate(server: Server, body: Bytes, kind: Kind) -> Response {
+async fn generate(server: Server, body: Result<Bytes, BytesRejection>, kind: Kind) -> Response {
     let prepared = (|| {
         let r = ready(&server)?;
         let b = json_body(&body)?;
@@ -307,6 +453,7 @@ async fn generate(server: Server, body: Bytes, kind: Kind) -> Response {
             stop: req.stop.clone(),
             ignore_eos: req.ignore_eos,
             n_probs: req.logprobs.unwrap_or(0),
+            cache_prompt: req.cache_prompt,
             events: tx,
         };
         r.engine.submit(job).map_err(|e| match e {
@@ -343,10 +490,11 @@ async fn generate(server: Server, body: Bytes, kind: Kind) -> Response {
         logprobs: req.logprobs,
         tokenizer,
     };
+    let timeout = server.inner.options.timeout;
     if req.stream {
-        stream_answer(answer, rx, req.include_usage).into_response()
+        stream_answer(answer, rx, req.include_usage, timeout).into_response()
     } else {
-        whole_answer(answer, rx).await
+        whole_answer(answer, rx, timeout).await
     }
 }
 
@@ -382,9 +530,23 @@ impl Answer {
         v
     }
 
-    fn usage(prompt: usize, generated: usize) -> Value {
-        json!({"prompt_tokens": prompt, "completion_tokens": generated,
-               "total_tokens": prompt + generated})
+    fn usage(t: &Timings) -> Value {
+        json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.generated_tokens,
+               "total_tokens": t.prompt_tokens + t.generated_tokens,
+               "prompt_tokens_details": {"cached_tokens": t.cached_tokens}})
+    }
+
+    /// llama-server's `timings`.
+    fn timings(t: &Timings) -> Value {
+        let decoded = t.prompt_tokens - t.cached_tokens;
+        let per = |n: usize, ms: f64| (n > 0).then(|| ms / n as f64);
+        let rate = |n: usize, ms: f64| (ms > 0.0).then(|| n as f64 * 1e3 / ms);
+        json!({"cache_n": t.cached_tokens, "prompt_n": decoded, "prompt_ms": t.prompt_ms,
+               "prompt_per_token_ms": per(decoded, t.prompt_ms),
+               "prompt_per_second": rate(decoded, t.prompt_ms),
+               "predicted_n": t.generated_tokens, "predicted_ms": t.gen_ms,
+               "predicted_per_token_ms": per(t.generated_tokens, t.gen_ms),
+               "predicted_per_second": rate(t.generated_tokens, t.gen_ms)})
     }
 
     fn chunk(&self, choice: Value) -> Value {
@@ -408,10 +570,46 @@ impl Answer {
     }
 }
 
-async fn whole_answer(answer: Answer, mut rx: UnboundedReceiver<Event>) -> Response {
+/// What waiting for the engine's next event ends with.
+enum Wait {
+    Event(Event),
+    /// The engine dropped the job.
+    Closed,
+    /// Nothing came within the timeout.
+    TimedOut,
+}
+
+async fn next_event(rx: &mut UnboundedReceiver<Event>, timeout: Duration) -> Wait {
+    match tokio::time::timeout(timeout, rx.recv()).await {
+        Ok(Some(ev)) => Wait::Event(ev),
+        Ok(None) => Wait::Closed,
+        Err(_) => Wait::TimedOut,
+    }
+}
+
+fn timed_out(timeout: Duration) -> ApiError {
+    ApiError {
+        status: 408,
+        message: format!(
+            "no token within the server's timeout ({} s): the request is cancelled",
+            timeout.as_secs_f64()
+        ),
+    }
+}
+
+async fn whole_answer(
+    answer: Answer,
+    mut rx: UnboundedReceiver<Event>,
+    timeout: Duration,
+) -> Response {
     let mut text = String::new();
     let mut logprobs = Vec::new();
-    while let Some(ev) = rx.recv().await {
+    loop {
+        let ev = match next_event(&mut rx, timeout).await {
+            Wait::Event(ev) => ev,
+            Wait::Closed => break,
+            Wait::TimedOut => return error(timed_out(timeout)),
+        };
         match ev {
             Event::Token {
                 id,
@@ -426,10 +624,8 @@ async fn whole_answer(answer: Answer, mut rx: UnboundedReceiver<Event>) -> Respo
             }
             Event::Done {
                 finish,
-                prompt_tokens,
-                generated_tokens,
                 tail,
-                ..
+                timings,
             } => {
                 text.push_str(&tail);
                 let lp = answer.logprobs.map(|_| json!({"content": logprobs}));
@@ -447,7 +643,7 @@ async fn whole_answer(answer: Answer, mut rx: UnboundedReceiver<Event>) -> Respo
                 return axum::Json(json!({
                     "id": answer.id, "object": object, "created": answer.created,
                     "model": answer.model, "choices": [choice],
-                    "usage": Answer::usage(prompt_tokens, generated_tokens)
+                    "usage": Answer::usage(&timings), "timings": Answer::timings(&timings)
                 }))
                 .into_response();
             }
@@ -471,6 +667,7 @@ fn stream_answer(
     answer: Answer,
     rx: UnboundedReceiver<Event>,
     include_usage: bool,
+    timeout: Duration,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let first = (answer.kind == Kind::Chat).then(|| {
         answer.chunk(
@@ -495,33 +692,29 @@ fn stream_answer(
                     return None;
                 }
                 let data = |v: Value| SseEvent::default().data(v.to_string());
-                match rx.recv().await {
-                    Some(Event::Token { id, text, p, probs }) => {
+                match next_event(&mut rx, timeout).await {
+                    Wait::Event(Event::Token { id, text, p, probs }) => {
                         let lp = answer.logprobs.map(|_| answer.logprob(id, p, &probs));
                         queued.push(data(answer.chunk(answer.text_choice(&text, None, lp))));
                     }
-                    Some(Event::Done {
+                    Wait::Event(Event::Done {
                         finish,
-                        prompt_tokens,
-                        generated_tokens,
                         tail,
-                        ..
+                        timings,
                     }) => {
-                        queued.push(data(answer.chunk(answer.text_choice(
-                            &tail,
-                            Some(finish),
-                            None,
-                        ))));
+                        let mut last = answer.chunk(answer.text_choice(&tail, Some(finish), None));
+                        last["timings"] = Answer::timings(&timings);
+                        queued.push(data(last));
                         if include_usage {
                             let mut u = answer.chunk(Value::Null);
                             u["choices"] = json!([]);
-                            u["usage"] = Answer::usage(prompt_tokens, generated_tokens);
+                            u["usage"] = Answer::usage(&timings);
                             queued.push(data(u));
                         }
                         queued.push(SseEvent::default().data("[DONE]"));
                         done = true;
                     }
-                    Some(Event::Failed(msg)) => {
+                    Wait::Event(Event::Failed(msg)) => {
                         let e = ApiError {
                             status: 500,
                             message: msg,
@@ -529,7 +722,11 @@ fn stream_answer(
                         queued.push(data(e.body()));
                         done = true;
                     }
-                    None => {
+                    Wait::TimedOut => {
+                        queued.push(data(timed_out(timeout).body()));
+                        done = true;
+                    }
+                    Wait::Closed => {
                         done = true;
                     }
                 }

@@ -78,7 +78,13 @@ fn main() -> ExitCode {
         )
         .exit();
     }
-    logs::init(cli.log.log_level);
+    // a server logs each request, as llama-server does
+    let serving = matches!(
+        cli.command,
+        Some(Command::Model(cli::ModelCommand::Serve(_)))
+    );
+    let default = serving.then(|| "ggraph_server=info".parse().ok()).flatten();
+    logs::init_with(cli.log.log_level, default);
     match cli.command {
         None => devices(cli.weights.unwrap_or(DType::Q8_0), None),
         Some(Command::Devices(d)) => devices(d.weights, d.rpc.as_deref()),

@@ -3,15 +3,15 @@
 //! 503 while the model loads), then the model loads as `llama` loads it
 //! (placement, context, `--fit`), then requests run.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use ggraph::context::Context;
 use ggraph::model::sampling::ModelSampling;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, PlacementArgs};
 use ggraph::runner;
 use ggraph::sampling_args::SamplingArgs;
-use ggraph_server::engine::Engine;
-use ggraph_server::{Ready, Server};
+use ggraph_server::engine::{Engine, EngineOptions};
+use ggraph_server::{Ready, Server, ServerOptions};
 
 use super::Failure;
 
@@ -33,6 +33,20 @@ pub struct ServeArgs {
     /// Requests that may wait for a slot; more are answered 503
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = ggraph::values::positive)]
     pub queue: usize,
+    /// Requests must send this key (`Authorization: Bearer KEY`); others
+    /// get 401. /health and /v1/models stay open
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Seconds a request may wait for its next token (queued, reading its
+    /// prompt or generating) before it is cancelled
+    #[arg(long = "timeout", visible_alias = "to", value_name = "SECONDS", default_value_t = 600,
+          value_parser = ggraph::values::positive)]
+    pub timeout: usize,
+    /// One cache every slot shares (llama.cpp's --kv-unified): a request
+    /// may fill the whole context. Without it each of the -np slots has
+    /// --ctx cells of its own
+    #[arg(long = "kv-unified", visible_alias = "kvu")]
+    pub kv_unified: bool,
     #[command(flatten)]
     pub devices: DeviceArgs,
     #[command(flatten)]
@@ -61,7 +75,12 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
             .file_name()
             .map_or(a.model.clone(), |n| n.to_string_lossy().into_owned())
     });
-    let server = Server::new(name);
+    let options = ServerOptions {
+        api_key: a.api_key.clone(),
+        timeout: std::time::Duration::from_secs(a.timeout as u64),
+        ..ServerOptions::default()
+    };
+    let server = Server::new(name, options);
     rt.spawn(ggraph_server::serve(listener, server.clone()));
     eprintln!(
         "ggraph serve: listening on http://{addr} (loading {})",
@@ -86,15 +105,17 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
         .check(model.config.n_vocab)
         .map_err(|e| Failure::usage(e.to_string()))?;
     let ctx = Context::new(Arc::new(model), params).map_err(Failure::other)?;
-    let engine = Engine::start(ctx, tokenizer, a.queue);
+    let engine = Engine::start(
+        ctx,
+        tokenizer,
+        EngineOptions {
+            queue: a.queue,
+            kv_unified: a.kv_unified,
+        },
+    );
     // requests are taken from here on: only then say so
     let (n_slots, n_ctx_slot, chat) = (engine.n_slots, engine.n_ctx_slot, template.is_some());
-    server.ready(Ready {
-        engine,
-        template,
-        defaults,
-        grammar_vocab: OnceLock::new(),
-    });
+    server.ready(Ready::new(engine, template, defaults));
     eprintln!(
         "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
         n_slots,
