@@ -447,13 +447,18 @@ impl Runner {
     }
 
     /// Ends slot `s`'s request; its cells go too unless `keep`.
-    fn end(&mut self, s: usize, keep: bool) {
-        if self.slots[s].task.take().is_some() {
+    /// The counters are updated before the caller tells the client, so a
+    /// client that reads `/metrics` after its answer sees its cells gone.
+    fn end(&mut self, s: usize, keep: bool) -> Option<Task> {
+        let task = self.slots[s].task.take();
+        if task.is_some() {
             self.counters.busy.fetch_sub(1, Ordering::Relaxed);
         }
         if !keep {
             self.forget(s);
         }
+        self.report();
+        task
     }
 
     /// Slot `s` gives up its cells.
@@ -464,12 +469,11 @@ impl Runner {
 
     /// Fails slot `s`'s request (if any) with `msg`, freeing its cells.
     fn fail(&mut self, s: usize, msg: &str) {
-        if let Some(t) = &self.slots[s].task {
-            let _ = t.job.events.send(Event::Failed(msg.to_string()));
+        if let Some(t) = self.end(s, false) {
             tracing::info!("slot {s}: request failed: {msg}");
             self.counters.jobs_dropped.fetch_add(1, Ordering::Relaxed);
+            let _ = t.job.events.send(Event::Failed(msg.to_string()));
         }
-        self.end(s, false);
     }
 
     fn drop_cancelled(&mut self) {
@@ -796,11 +800,6 @@ impl Runner {
             prompt_ms: (first - t.started).as_secs_f64() * 1e3,
             gen_ms: first.elapsed().as_secs_f64() * 1e3,
         };
-        let _ = t.job.events.send(Event::Done {
-            finish,
-            tail,
-            timings,
-        });
         let keep = t.job.cache_prompt;
         self.counters
             .gen_us
@@ -821,7 +820,13 @@ impl Runner {
             per_s(timings.generated_tokens, timings.gen_ms),
             finish.as_str()
         );
-        self.end(s, keep);
+        if let Some(t) = self.end(s, keep) {
+            let _ = t.job.events.send(Event::Done {
+                finish,
+                tail,
+                timings,
+            });
+        }
     }
 }
 
