@@ -88,6 +88,33 @@ fn out_of_range_indices_are_errors_at_compute_time() {
     }
 }
 
+/// A sequence id outside ssm_scan's states is an error when the graph
+/// runs, naming the op; nothing is read out of bounds.
+#[test]
+fn an_ssm_scan_state_id_out_of_range_is_an_error() {
+    use ggraph_core::{DType, GraphBuilder, exec};
+    let dev = CpuDevice::new();
+    let mut b = GraphBuilder::new();
+    let f = |b: &mut GraphBuilder, ne: &[usize]| b.input("t", DType::F32, ne).unwrap();
+    let s = f(&mut b, &[8, 4, 2, 2]);
+    let x = f(&mut b, &[4, 2, 1, 1]);
+    let dt = f(&mut b, &[2, 1, 1]);
+    let a = f(&mut b, &[1, 2]);
+    let bc = f(&mut b, &[8, 1, 1, 1]);
+    let ids = b.input("ids", DType::I32, &[1]).unwrap();
+    let y = b.ssm_scan(s, x, dt, a, bc, bc, ids).unwrap();
+    b.set_output(y).unwrap();
+    let mut g = b.build();
+    let _mem = exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
+    for t in [s, x, dt, a, bc] {
+        let n = g.tensor(t).nelements();
+        g.write_f32(t, &vec![0.5; n]).unwrap();
+    }
+    g.write_bytes(ids, &2i32.to_le_bytes()).unwrap();
+    let e = exec::compute_on(dev.as_ref(), &g).unwrap_err().to_string();
+    assert!(e.contains("ssm_scan") && e.contains("index 2"), "{e}");
+}
+
 /// Casts into every quantised type (what a KV cache or a requantisation
 /// writes) give the reference quantiser's bytes, and casts back its
 /// values. The suite asks this of the types every backend writes; the CPU

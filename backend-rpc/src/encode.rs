@@ -123,6 +123,12 @@ pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Enc
             (GgmlOp::ArgSort, src)
         }
         Op::TopK { .. } => (GgmlOp::TopK, src),
+        Op::SsmConv => (GgmlOp::SsmConv, src),
+        // one state snapshot (ggml's K)
+        Op::SsmScan => {
+            params[0] = 1;
+            (GgmlOp::SsmScan, src)
+        }
         Op::FlashAttnExt {
             scale,
             max_bias,

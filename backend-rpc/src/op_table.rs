@@ -39,6 +39,8 @@ pub(crate) enum GgmlOp {
     FlashAttnExt,
     Unary,
     Glu,
+    SsmConv,
+    SsmScan,
 }
 
 /// One protocol version's op, unary-op and GLU numbers.
@@ -100,6 +102,8 @@ static V7_0_0: OpTable = OpTable {
         (GgmlOp::ArgSort, 69),
         (GgmlOp::TopK, 70),
         (GgmlOp::FlashAttnExt, 74),
+        (GgmlOp::SsmConv, 76),
+        (GgmlOp::SsmScan, 77),
         (GgmlOp::Unary, 91),
         (GgmlOp::Glu, 100),
     ],
@@ -111,6 +115,7 @@ static V7_0_0: OpTable = OpTable {
         (UnaryOp::Gelu, 8),
         (UnaryOp::Silu, 10),
         (UnaryOp::Exp, 13),
+        (UnaryOp::Softplus, 15),
     ],
     glu: &[(GluOp::Geglu, 1), (GluOp::Swiglu, 2)],
 };

@@ -104,6 +104,18 @@ pub(crate) fn supports(table: &OpTable, graph: &Graph, node: TensorId) -> bool {
             dtype(1) == Some(DType::F32) && dtype(2) == Some(DType::I32) && packed_rows(1)
         }
         Op::Concat { .. } => dtype(0) == dtype(1) && t.dtype == dtype(0).unwrap_or(t.dtype),
+        // ggml's ssm_scan asserts contiguous F32 sources and I32 ids
+        Op::SsmScan => {
+            (0..6).all(|i| dtype(i) == Some(DType::F32) && contiguous(i))
+                && dtype(6) == Some(DType::I32)
+        }
+        // ggml's CPU ssm_conv reads packed F32 rows
+        Op::SsmConv => {
+            dtype(0) == Some(DType::F32)
+                && dtype(1) == Some(DType::F32)
+                && contiguous(0)
+                && contiguous(1)
+        }
         Op::FlashAttnExt { .. } => {
             dtype(0) == Some(DType::F32)
                 && packed_rows(0)

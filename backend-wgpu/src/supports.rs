@@ -97,5 +97,7 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
             float(src(0).dtype) && src(0).ne[0] <= max_sort_row()
         }
         Op::FlashAttnExt { .. } => src(2).ne[0] <= attention_max_dv(),
+        Op::SsmConv => true,
+        Op::SsmScan => src(0).ne[0] <= crate::kernels::MAX_SSM_STATE,
     }
 }

@@ -702,6 +702,66 @@ fn misc_cases(c: &mut Cases) {
             cb.b.concat(a, b, 1)
         },
     );
+    // generation (one token), a prompt over several sequences, and the
+    // state joined to the tokens as LFM2's convolution layers build it
+    for (d_conv, d_inner, n_t, n_s) in [
+        (4usize, 64usize, 1usize, 1usize),
+        (3, 37, 5, 3),
+        (4, 1, 9, 2),
+    ] {
+        c.add(
+            OpKind::SsmConv,
+            format!("ssm_conv[d_conv={d_conv},d_inner={d_inner},n_t={n_t},n_s={n_s}]"),
+            1e-5,
+            move |cb| {
+                let sx = cb.input(DType::F32, &[d_conv - 1 + n_t, d_inner, n_s])?;
+                let w = cb.input(DType::F32, &[d_conv, d_inner])?;
+                cb.b.ssm_conv(sx, w)
+            },
+        );
+    }
+    c.add(
+        OpKind::SsmConv,
+        "ssm_conv[state_then_transposed_tokens]".into(),
+        1e-5,
+        |cb| {
+            let state = cb.input(DType::F32, &[2, 24, 2])?;
+            let x = cb.input(DType::F32, &[24, 6, 2])?;
+            let xt = cb.b.transpose(x)?;
+            let sx = cb.b.concat(state, xt, 0)?;
+            let w = cb.input(DType::F32, &[3, 24])?;
+            cb.b.ssm_conv(sx, w)
+        },
+    );
+    // Mamba-2 (one decay per head, heads in groups) for a token and for a
+    // prompt of several sequences whose states lie out of order; Mamba-1
+    // (a decay per state element)
+    for (d_state, head_dim, n_head, n_group, n_t, n_s, mamba2) in [
+        (16usize, 8usize, 4usize, 2usize, 1usize, 1usize, true),
+        (32, 4, 6, 3, 5, 3, true),
+        (16, 8, 2, 1, 3, 2, false),
+    ] {
+        c.add(
+            OpKind::SsmScan,
+            format!(
+                "ssm_scan[d_state={d_state},head_dim={head_dim},n_head={n_head},n_group={n_group},n_t={n_t},n_s={n_s},{}]",
+                if mamba2 { "mamba2" } else { "mamba1" }
+            ),
+            1e-4,
+            move |cb| {
+                let n_rs = n_s + 2;
+                let st = cb.filled(DType::F32, &[d_state, head_dim, n_head, n_rs], Fill::Uniform(-1.0, 1.0))?;
+                let x = cb.input(DType::F32, &[head_dim, n_head, n_t, n_s])?;
+                let dt = cb.filled(DType::F32, &[n_head, n_t, n_s], Fill::Uniform(-3.0, 3.0))?;
+                let a_rows = if mamba2 { 1 } else { d_state };
+                let a = cb.filled(DType::F32, &[a_rows, n_head], Fill::Uniform(-2.0, -0.1))?;
+                let b = cb.input(DType::F32, &[d_state, n_group, n_t, n_s])?;
+                let cc = cb.input(DType::F32, &[d_state, n_group, n_t, n_s])?;
+                let ids = cb.filled(DType::I32, &[n_s], Fill::DistinctIndices(n_rs))?;
+                cb.b.ssm_scan(st, x, dt, a, b, cc, ids)
+            },
+        );
+    }
     for t in DType::FLOATS {
         c.add(
             OpKind::SumRows,

@@ -375,6 +375,18 @@ impl Evaluation<'_> {
                     }
                 })
             }
+            Op::SsmConv => {
+                let (sx, c) = (src(0), src(1));
+                let d_conv = g.tensor(c).ne[0];
+                self.map_indexed(ne, |ev, [i, t, s, _]| {
+                    (0..d_conv)
+                        .map(|k| ev.get(sx, [t + k, i, s, 0]) * ev.get(c, [k, i, 0, 0]))
+                        .sum()
+                })
+            }
+            Op::SsmScan => {
+                self.ssm_scan([src(0), src(1), src(2), src(3), src(4), src(5), src(6)])?
+            }
             Op::SumRows => {
                 let a = src(0);
                 let n0 = g.tensor(a).ne[0];
@@ -470,6 +482,47 @@ impl Evaluation<'_> {
             }
         }
         Ok(())
+    }
+
+    /// ssm_scan's y, then its final states ([`Op::SsmScan`]).
+    fn ssm_scan(&self, [s, x, dt, a, b, c, ids]: [TensorId; 7]) -> Result<Vec<f64>> {
+        let g = self.graph;
+        let (d_state, n_rs) = (g.tensor(s).ne[0], g.tensor(s).ne[3]);
+        let [head_dim, n_head, n_t, n_s] = g.tensor(x).ne;
+        let per_group = n_head / g.tensor(b).ne[1];
+        let mamba2 = g.tensor(a).ne[0] == 1;
+        let softplus = |v: f64| if v > 20.0 { v } else { v.exp().ln_1p() };
+        let mut y = vec![0f64; head_dim * n_head * n_t * n_s];
+        let mut states = vec![0f64; d_state * head_dim * n_head * n_s];
+        for j in 0..n_s {
+            let id = self.get(ids, [j, 0, 0, 0]);
+            if id < 0.0 || id as usize >= n_rs {
+                return Err(bad_index("ssm_scan", id, n_rs));
+            }
+            for h in 0..n_head {
+                let grp = h / per_group;
+                for i1 in 0..head_dim {
+                    let at = ((j * n_head + h) * head_dim + i1) * d_state;
+                    let st = &mut states[at..at + d_state];
+                    for (i0, v) in st.iter_mut().enumerate() {
+                        *v = self.get(s, [i0, i1, h, id as usize]);
+                    }
+                    for t in 0..n_t {
+                        let d = softplus(self.get(dt, [h, t, j, 0]));
+                        let x_dt = self.get(x, [i1, h, t, j]) * d;
+                        let mut sum = 0.0;
+                        for (i0, v) in st.iter_mut().enumerate() {
+                            let decay = self.get(a, [if mamba2 { 0 } else { i0 }, h, 0, 0]);
+                            *v = *v * (d * decay).exp() + self.get(b, [i0, grp, t, j]) * x_dt;
+                            sum += *v * self.get(c, [i0, grp, t, j]);
+                        }
+                        y[((j * n_t + t) * n_head + h) * head_dim + i1] = sum;
+                    }
+                }
+            }
+        }
+        y.extend(states);
+        Ok(y)
     }
 
     fn map_indexed(&self, ne: [usize; 4], f: impl Fn(&Self, [usize; 4]) -> f64) -> Vec<f64> {

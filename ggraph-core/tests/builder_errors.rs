@@ -107,6 +107,47 @@ fn results_too_large_to_address_are_errors_not_overflows() {
 }
 
 #[test]
+fn state_space_ops_name_the_misshaped_operand() {
+    let mut b = GraphBuilder::new();
+    let f = |b: &mut GraphBuilder, ne: &[usize]| b.input("t", DType::F32, ne).unwrap();
+    let sx = f(&mut b, &[6, 16, 2]);
+    let w = f(&mut b, &[4, 16]);
+    let w_wide = f(&mut b, &[4, 8]);
+    let w_long = f(&mut b, &[7, 16]);
+    let n_before = b.graph().n_tensors();
+    shape_err(b.ssm_conv(sx, w_wide), "d_inner");
+    shape_err(b.ssm_conv(sx, w_long), "n_t >= 1");
+    let h = b.input("h", DType::F16, &[6, 16, 2]).unwrap();
+    type_err(b.ssm_conv(h, w));
+    assert_eq!(b.graph().n_tensors(), n_before + 1);
+    assert!(b.ssm_conv(sx, w).is_ok());
+
+    // d_state 8, head_dim 4, 2 heads, 3 tokens, 1 sequence
+    let s = f(&mut b, &[8, 4, 2, 2]);
+    let x = f(&mut b, &[4, 2, 3, 1]);
+    let dt = f(&mut b, &[2, 3, 1]);
+    let a = f(&mut b, &[1, 2]);
+    let bc = f(&mut b, &[8, 1, 3, 1]);
+    let ids = b.input("ids", DType::I32, &[1]).unwrap();
+    let dt_bad = f(&mut b, &[2, 2, 1]);
+    let a_bad = f(&mut b, &[3, 2]);
+    let bc_bad = f(&mut b, &[8, 3, 3, 1]);
+    let s_bad = f(&mut b, &[8, 5, 2, 2]);
+    shape_err(b.ssm_scan(s, x, dt_bad, a, bc, bc, ids), "dt");
+    shape_err(b.ssm_scan(s, x, dt, a_bad, bc, bc, ids), "A");
+    shape_err(
+        b.ssm_scan(s, x, dt, a, bc_bad, bc_bad, ids),
+        "multiple of n_group",
+    );
+    shape_err(b.ssm_scan(s, x, dt, a, bc, bc_bad, ids), "B");
+    shape_err(b.ssm_scan(s_bad, x, dt, a, bc, bc, ids), "s ");
+    type_err(b.ssm_scan(s, x, dt, a, bc, bc, dt));
+    let y = b.ssm_scan(s, x, dt, a, bc, bc, ids).unwrap();
+    // y (4 x 2 x 3) then the final states (8 x 4 x 2)
+    assert_eq!(b.graph().tensor(y).ne, [24 + 64, 1, 1, 1]);
+}
+
+#[test]
 fn alibi_without_mask_is_an_error() {
     let mut b = GraphBuilder::new();
     let a = b.input("a", DType::F32, &[8, 4]).unwrap();

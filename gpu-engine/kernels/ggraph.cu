@@ -51,6 +51,8 @@ typedef long long i64;
 #define ERR_GET_ROWS 1
 #define ERR_SET_ROWS 2
 #define ERR_MUL_MAT_ID 4
+#define ERR_SSM_SCAN 8
+#define SSM_MAX_STATE 256
 
 #define WARP 32
 
@@ -861,6 +863,7 @@ __device__ __forceinline__ float unary_f(int op, float x) {
     case 6: return tanhf(x);
     case 7: return x * x;
     case 8: return sqrtf(x);
+    case 9: return x > 20.0f ? x : logf(1.0f + expf(x));
     default: return x;
     }
 }
@@ -1066,6 +1069,61 @@ extern "C" __global__ void k_concat(Tensor dst, Tensor a, Tensor b, int dim) {
         }
         char *dp = elem_ptr(dst, i[0], i[1], i[2], i[3]);
         for (int c = 0; c < ts; ++c) dp[c] = sp[c];
+    }
+}
+
+// ssm_conv: dst[i, t, s] = sum over k < d_conv of sx[t + k, i, s] * c[k, i],
+// summed in k order; one thread per output element.
+extern "C" __global__ void k_ssm_conv(Tensor dst, Tensor sx, Tensor c) {
+    i64 n = nelements(dst);
+    i64 d_conv = c.ne[0];
+    for (i64 k = global_id(); k < n; k += global_stride()) {
+        i64 i[4];
+        unflat(k, dst.ne, i);
+        float sum = 0.0f;
+        for (i64 j = 0; j < d_conv; ++j) {
+            sum += load_f(sx, i[1] + j, i[0], i[2], 0) * load_f(c, j, i[0], 0, 0);
+        }
+        store_scalar(dst.type, elem_ptr(dst, i[0], i[1], i[2], i[3]), sum);
+    }
+}
+
+// ssm_scan: one thread per (i1, h, j), its state row in local memory
+// (d_state <= SSM_MAX_STATE); y first in dst, then the final states.
+extern "C" __global__ void k_ssm_scan(Tensor dst, Tensor s, Tensor x, Tensor dt, Tensor a,
+                                      Tensor b, Tensor c, Tensor ids, int *err) {
+    i64 d_state = s.ne[0], head_dim = x.ne[0], n_head = x.ne[1], n_t = x.ne[2], n_s = x.ne[3];
+    i64 per_group = n_head / b.ne[1];
+    bool mamba2 = a.ne[0] == 1;
+    i64 n = head_dim * n_head * n_s;
+    i64 states_at = head_dim * n_head * n_t * n_s;
+    float *out = (float *)elem_ptr(dst, 0, 0, 0, 0);
+    for (i64 k = global_id(); k < n; k += global_stride()) {
+        i64 i1 = k % head_dim, h = (k / head_dim) % n_head, j = k / (head_dim * n_head);
+        i64 grp = h / per_group;
+        i32 id = *(const i32 *)elem_ptr(ids, j, 0, 0, 0);
+        if (id < 0 || id >= s.ne[3]) {
+            ATOMIC_OR(err, ERR_SSM_SCAN);
+            continue;
+        }
+        float st[SSM_MAX_STATE];
+        for (i64 i0 = 0; i0 < d_state; ++i0) st[i0] = load_f(s, i0, i1, h, id);
+        for (i64 t = 0; t < n_t; ++t) {
+            float v = load_f(dt, h, t, j, 0);
+            float d = v > 20.0f ? v : logf(1.0f + expf(v));
+            float x_dt = load_f(x, i1, h, t, j) * d;
+            float decay = expf(d * load_f(a, 0, h, 0, 0));
+            float sum = 0.0f;
+            for (i64 i0 = 0; i0 < d_state; ++i0) {
+                if (!mamba2) decay = expf(d * load_f(a, i0, h, 0, 0));
+                float w = st[i0] * decay + load_f(b, i0, grp, t, j) * x_dt;
+                sum += w * load_f(c, i0, grp, t, j);
+                st[i0] = w;
+            }
+            out[((j * n_t + t) * n_head + h) * head_dim + i1] = sum;
+        }
+        i64 at = states_at + ((j * n_head + h) * head_dim + i1) * d_state;
+        for (i64 i0 = 0; i0 < d_state; ++i0) out[at + i0] = st[i0];
     }
 }
 

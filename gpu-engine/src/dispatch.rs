@@ -203,6 +203,27 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                 &[Arg::T(dst), Arg::T(a), Arg::T(b), Arg::I(*dim as i32)],
             )
         }
+        Op::SsmConv => {
+            let (sx, c) = (kt(s, src(0))?, kt(s, src(1))?);
+            s.launch(
+                "k_ssm_conv",
+                elementwise_grid(n),
+                block,
+                0,
+                &[Arg::T(dst), Arg::T(sx), Arg::T(c)],
+            )
+        }
+        Op::SsmScan => {
+            let srcs = (0..7).map(|i| kt(s, src(i))).collect::<Result<Vec<_>>>()?;
+            // a thread per state row: head_dim x n_head x n_s
+            let x = graph.tensor(src(1));
+            let threads = (x.ne[0] * x.ne[1] * x.ne[3]) as u64;
+            let err = s.err_ptr();
+            let mut args = vec![Arg::T(dst)];
+            args.extend(srcs.into_iter().map(Arg::T));
+            args.push(Arg::P(err));
+            s.launch("k_ssm_scan", elementwise_grid(threads), block, 0, &args)
+        }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = kt(s, src(0))?;
             let kernel = if matches!(t.op, Op::RmsNorm { .. }) {

@@ -11,7 +11,7 @@ use ggraph_core::{Error, Result};
 
 use crate::buffer::GpuBuffer;
 use crate::gpu::Gpu;
-use crate::kernel_args::{Arg, ERR_GET_ROWS, ERR_MUL_MAT_ID, ERR_SET_ROWS, KTensor};
+use crate::kernel_args::{Arg, ERR_GET_ROWS, ERR_MUL_MAT_ID, ERR_SET_ROWS, ERR_SSM_SCAN, KTensor};
 use crate::runtime::{DevPtr, Gemm, RawStream};
 
 /// Kernel launches in order on one stream of one device.
@@ -169,6 +169,9 @@ impl KernelQueue {
         }
         if flags & ERR_MUL_MAT_ID != 0 {
             ops.push("mul_mat_id");
+        }
+        if flags & ERR_SSM_SCAN != 0 {
+            ops.push("ssm_scan");
         }
         Err(Error::InvalidArgument(format!(
             "{}: an index was outside its tensor in {} (those rows were left as zeros or unwritten)",

@@ -37,6 +37,9 @@ fn weight(d: DType) -> bool {
     d != DType::I32 && kernels_read(d)
 }
 
+/// Largest d_state ssm_scan takes (`SSM_MAX_STATE` in ggraph.cu).
+pub const MAX_SSM_STATE: usize = 256;
+
 /// Whether the shared kernels compute `node` of `graph`: the
 /// `supports_op` of every device of the engine. Refused: types a kernel
 /// does not read or write, sort rows longer than [`MAX_SORT_ROW`],
@@ -73,6 +76,9 @@ pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
         Op::SetRows => kernels_read(src(1).dtype) && kernels_write(t.dtype),
         Op::Concat { .. } => true,
         Op::ArgSort { .. } | Op::TopK { .. } => float(src(0).dtype) && src(0).ne[0] <= MAX_SORT_ROW,
+        Op::SsmConv => true,
+        // a thread keeps its state row in local memory (ggraph.cu)
+        Op::SsmScan => src(0).ne[0] <= MAX_SSM_STATE,
         Op::FlashAttnExt { .. } => {
             src(0).ne[0] <= MAX_FA_HEAD
                 && src(2).ne[0] <= MAX_FA_HEAD

@@ -135,6 +135,7 @@ pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
         UnaryOp::Tanh => f32::tanh,
         UnaryOp::Sqr => |x| x * x,
         UnaryOp::Sqrt => f32::sqrt,
+        UnaryOp::Softplus => |x| if x > 20.0 { x } else { (1.0 + x.exp()).ln() },
     }
 }
 

@@ -24,6 +24,7 @@ mod parallel;
 mod rope;
 mod scratch;
 mod sort;
+mod ssm;
 pub(crate) mod tensor_ref;
 
 use ggraph_core::Result;
@@ -101,6 +102,22 @@ pub(crate) fn run_node(
             sort::sum_rows(dst, src[0]);
             Ok(())
         }
+        Op::SsmConv => {
+            ssm::ssm_conv(dst, src[0], src[1]);
+            Ok(())
+        }
+        Op::SsmScan => ssm::ssm_scan(
+            dst,
+            &ssm::ScanSources {
+                s: src[0],
+                x: src[1],
+                dt: src[2],
+                a: src[3],
+                b: src[4],
+                c: src[5],
+                ids: src[6],
+            },
+        ),
         Op::ArgSort { order } => {
             sort::argsort(dst, src[0], *order);
             Ok(())

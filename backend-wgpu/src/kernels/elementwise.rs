@@ -11,7 +11,7 @@ use super::wgsl::{Access, Shader, entry, unravel};
 
 /// Runs `body` for every element of the result, with its coordinates in
 /// `i0..i3`; `srcs` are the source tensors in slots 1.. as A, B, ...
-fn run(
+pub(crate) fn run(
     rec: &mut Recorder,
     graph: &Graph,
     node: TensorId,
@@ -109,6 +109,7 @@ pub(crate) fn unary_expr(u: UnaryOp) -> &'static str {
         UnaryOp::Tanh => "tanh(clamp(x, -15.0, 15.0))",
         UnaryOp::Sqr => "x * x",
         UnaryOp::Sqrt => "sqrt(x)",
+        UnaryOp::Softplus => "select(log(1.0 + exp(x)), x, x > 20.0)",
     }
 }
 

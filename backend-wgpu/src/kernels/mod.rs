@@ -23,6 +23,8 @@ mod quantize;
 mod recorder;
 mod rope;
 mod sort;
+mod ssm;
+pub(crate) use ssm::MAX_SSM_STATE;
 pub(crate) mod wgsl;
 
 use ggraph_core::ir::{Graph, Op, TensorId};
@@ -57,6 +59,8 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
             max_bias,
             softcap,
         } => attention::flash_attn_ext(rec, graph, node, *scale, *max_bias, *softcap),
+        Op::SsmConv => ssm::ssm_conv(rec, graph, node),
+        Op::SsmScan => ssm::ssm_scan(rec, graph, node),
     }
 }
 

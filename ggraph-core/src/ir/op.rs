@@ -40,11 +40,13 @@ pub enum UnaryOp {
     Sqr,
     /// Square root; NaN for negative `x`.
     Sqrt,
+    /// `ln(1 + e^x)`, and `x` itself above 20 (as ggml's `softplus`).
+    Softplus,
 }
 
 impl UnaryOp {
     /// Every unary op, in declaration order (for tests and capability tables).
-    pub const ALL: [UnaryOp; 9] = [
+    pub const ALL: [UnaryOp; 10] = [
         UnaryOp::Silu,
         UnaryOp::Gelu,
         UnaryOp::Relu,
@@ -54,6 +56,7 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sqr,
         UnaryOp::Sqrt,
+        UnaryOp::Softplus,
     ];
 
     /// The op on one value, in f64: the definition every backend matches.
@@ -71,6 +74,8 @@ impl UnaryOp {
             UnaryOp::Tanh => x.tanh(),
             UnaryOp::Sqr => x * x,
             UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Softplus if x > 20.0 => x,
+            UnaryOp::Softplus => x.exp().ln_1p(),
         }
     }
 }
@@ -311,6 +316,26 @@ pub enum Op {
         /// before the mask is added (Gemma 2); 0 disables capping.
         softcap: f32,
     },
+    /// `ssm_conv(sx, c)`, a short causal convolution per channel (ggml's,
+    /// for Mamba's and LFM2's convolution layers): sx F32
+    /// [d_conv - 1 + n_t, d_inner, n_s] (each channel's row the previous
+    /// state, then its tokens), c F32 [d_conv, d_inner] →
+    /// F32 [d_inner, n_t, n_s], where
+    /// `out[i, t, s] = sum over k < d_conv of sx[t + k, i, s] * c[k, i]`.
+    SsmConv,
+    /// `ssm_scan(s, x, dt, A, B, C, ids)`, the selective scan of Mamba's
+    /// layers (ggml's, with one state snapshot): s F32 [d_state, head_dim,
+    /// n_head, n_rs] (the states, sequence `ids[j]` read for batch sequence
+    /// `j`), x F32 [head_dim, n_head, n_t, n_s], dt F32 [n_head, n_t, n_s],
+    /// A F32 [1, n_head] (Mamba-2: one decay per head) or
+    /// [d_state, n_head] (Mamba-1), B and C F32 [d_state, n_group, n_t, n_s]
+    /// (`n_head` a multiple of `n_group`; head `h` reads group
+    /// `h / (n_head / n_group)`), ids I32 [n_s]. Per token, with
+    /// `d = softplus(dt)`: `state = state * exp(d * A) + B * x * d` and
+    /// `y = sum over d_state of state * C`. The result is F32, one
+    /// dimension: y [head_dim, n_head, n_t, n_s] laid out first, then the
+    /// final states [d_state, head_dim, n_head, n_s].
+    SsmScan,
     /// A copy of `src[0]` (same layout) in another device's memory, inserted
     /// by the scheduler where a split reads a tensor from another backend.
     /// Backends never compute it: the scheduler moves the bytes through
@@ -375,6 +400,10 @@ pub enum OpKind {
     TopK,
     /// [`Op::FlashAttnExt`].
     FlashAttnExt,
+    /// [`Op::SsmConv`].
+    SsmConv,
+    /// [`Op::SsmScan`].
+    SsmScan,
     /// [`Op::Transfer`].
     Transfer,
 }
@@ -410,6 +439,8 @@ impl OpKind {
             OpKind::ArgSort => "ARGSORT",
             OpKind::TopK => "TOP_K",
             OpKind::FlashAttnExt => "FLASH_ATTN_EXT",
+            OpKind::SsmConv => "SSM_CONV",
+            OpKind::SsmScan => "SSM_SCAN",
             OpKind::Transfer => "TRANSFER",
         }
     }
@@ -453,6 +484,8 @@ impl Op {
             Op::ArgSort { .. } => OpKind::ArgSort,
             Op::TopK { .. } => OpKind::TopK,
             Op::FlashAttnExt { .. } => OpKind::FlashAttnExt,
+            Op::SsmConv => OpKind::SsmConv,
+            Op::SsmScan => OpKind::SsmScan,
             Op::Transfer => OpKind::Transfer,
         }
     }

@@ -497,6 +497,132 @@ impl GraphBuilder {
         self.node(Op::Concat { dim }, dtype, ne, &[a, b])
     }
 
+    /// ggml's `ssm_conv(sx, c)`: a short causal convolution of each
+    /// channel. sx F32 [d_conv - 1 + n_t, d_inner, n_s] (per channel the
+    /// carried state, then the tokens), c F32 [d_conv, d_inner] →
+    /// F32 [d_inner, n_t, n_s] (see [`Op::SsmConv`]).
+    pub fn ssm_conv(&mut self, sx: TensorId, c: TensorId) -> Result<TensorId> {
+        const OP: &str = "ssm_conv";
+        let tx = self.graph.get(sx)?;
+        let tc = self.graph.get(c)?;
+        for (name, t) in [("sx", tx), ("c", tc)] {
+            if t.dtype != DType::F32 {
+                return Err(Error::dtype(OP, name, t.dtype, "F32"));
+            }
+        }
+        let (d_conv, d_inner) = (tc.ne[0], tc.ne[1]);
+        if tc.ne[2] != 1 || tc.ne[3] != 1 || tx.ne[3] != 1 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "c {} must be a matrix and sx {} at most 3-D",
+                    tc.shape_str(),
+                    tx.shape_str()
+                ),
+            ));
+        }
+        if d_conv == 0 || tx.ne[1] != d_inner || tx.ne[0] < d_conv {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "sx {} must be [d_conv - 1 + n_t, d_inner, n_s] with n_t >= 1 for c {} \
+                     ([d_conv, d_inner])",
+                    tx.shape_str(),
+                    tc.shape_str()
+                ),
+            ));
+        }
+        let ne = [d_inner, tx.ne[0] + 1 - d_conv, tx.ne[2], 1];
+        self.node(Op::SsmConv, DType::F32, ne, &[sx, c])
+    }
+
+    /// ggml's `ssm_scan(s, x, dt, A, B, C, ids)` with one state snapshot:
+    /// the selective scan of Mamba's layers (see [`Op::SsmScan`] for the
+    /// shapes). The result is F32 of one dimension: y
+    /// [head_dim, n_head, n_t, n_s], then the final states
+    /// [d_state, head_dim, n_head, n_s].
+    #[allow(clippy::too_many_arguments)]
+    pub fn ssm_scan(
+        &mut self,
+        s: TensorId,
+        x: TensorId,
+        dt: TensorId,
+        a: TensorId,
+        b: TensorId,
+        c: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId> {
+        const OP: &str = "ssm_scan";
+        let ts = self.graph.get(s)?;
+        let tx = self.graph.get(x)?;
+        let tdt = self.graph.get(dt)?;
+        let ta = self.graph.get(a)?;
+        let tb = self.graph.get(b)?;
+        let tc = self.graph.get(c)?;
+        let tids = self.i32(OP, "ids", ids)?;
+        for (name, t) in [
+            ("s", ts),
+            ("x", tx),
+            ("dt", tdt),
+            ("A", ta),
+            ("B", tb),
+            ("C", tc),
+        ] {
+            if t.dtype != DType::F32 {
+                return Err(Error::dtype(OP, name, t.dtype, "F32"));
+            }
+        }
+        let d_state = ts.ne[0];
+        let [head_dim, n_head, n_t, n_s] = tx.ne;
+        let n_group = tb.ne[1];
+        let shape = |what: String| Err(Error::shape(OP, what));
+        if ts.ne[1] != head_dim || ts.ne[2] != n_head || ts.ne[3] == 0 {
+            return shape(format!(
+                "s {} must be [d_state, head_dim, n_head, n_rs] for x {}",
+                ts.shape_str(),
+                tx.shape_str()
+            ));
+        }
+        if tdt.ne != [n_head, n_t, n_s, 1] {
+            return shape(format!(
+                "dt {} must be [n_head, n_t, n_s] for x {}",
+                tdt.shape_str(),
+                tx.shape_str()
+            ));
+        }
+        if !(ta.ne[0] == 1 || ta.ne[0] == d_state) || ta.ne[1] != n_head || ta.ne[2] * ta.ne[3] != 1
+        {
+            return shape(format!(
+                "A {} must be [1, n_head] or [d_state, n_head] (d_state {d_state}, n_head {n_head})",
+                ta.shape_str()
+            ));
+        }
+        if tb.ne != tc.ne
+            || tb.ne[0] != d_state
+            || tb.ne[2] != n_t
+            || tb.ne[3] != n_s
+            || n_group == 0
+            || n_head % n_group != 0
+        {
+            return shape(format!(
+                "B {} and C {} must both be [d_state, n_group, n_t, n_s] with n_head {n_head} a \
+                 multiple of n_group",
+                tb.shape_str(),
+                tc.shape_str()
+            ));
+        }
+        if tids.ne != [n_s, 1, 1, 1] {
+            return shape(format!("ids {} must be [n_s] ({n_s})", tids.shape_str()));
+        }
+        let n = head_dim * n_head * n_t * n_s + d_state * head_dim * n_head * n_s;
+        self.node(
+            Op::SsmScan,
+            DType::F32,
+            [n, 1, 1, 1],
+            &[s, x, dt, a, b, c, ids],
+        )
+    }
+
     /// Sum of each row: [n, a, b, c] → [1, a, b, c].
     pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
         let t = self.float("sum_rows", "a", a)?;
