@@ -84,7 +84,7 @@ impl Device for CpuDevice {
             ""
         };
         #[cfg(target_arch = "x86_64")]
-        let amx = if crate::kernels::amx::active().is_some() {
+        let amx = if crate::kernels::amx::active() {
             ", AMX tiles"
         } else {
             ""

@@ -330,24 +330,56 @@ impl TileUnit for Emulated {
     }
 }
 
-/// Whether `GGRAPH_CPU_AMX=1` asks for the tiles: the kernels have been
-/// checked against the emulation, not yet measured on an AMX processor,
-/// so they stay off until asked for.
-fn asked() -> bool {
-    static ASKED: OnceLock<bool> = OnceLock::new();
-    *ASKED.get_or_init(|| std::env::var("GGRAPH_CPU_AMX").as_deref() == Ok("1"))
+/// Which products take the tiles where the processor has them
+/// (`GGRAPH_CPU_AMX`): `1` every product they have, `0` none, unset the
+/// BF16 products alone, the ones measured much faster with them on an AMX
+/// processor (3.6-8.5 times; the integer GEMMs of Q4_0 and Q8_0 measured
+/// level with VNNI, the K-quants slower: docs/performance.md, 2026-12-05
+/// and 2026-12-06).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Choice {
+    All,
+    None,
+    Bf16,
 }
 
-/// The processor's tile unit where this process may use it ([`usable`])
-/// and [`asked`] for.
-pub(crate) fn active() -> Option<Hardware> {
-    if asked() { unit() } else { None }
+fn choice() -> Choice {
+    static CHOICE: OnceLock<Choice> = OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("GGRAPH_CPU_AMX").as_deref() {
+        Ok("1") => Choice::All,
+        Ok("0") => Choice::None,
+        _ => Choice::Bf16,
+    })
 }
 
-/// The tile unit with its BF16 products ([`bf16_usable`]), where asked
-/// for.
+/// The tile unit for the integer GEMMs of quantised weights, where the
+/// process may use it ([`usable`]) and `GGRAPH_CPU_AMX=1` asks for it.
+pub(crate) fn active_integer() -> Option<Hardware> {
+    if choice() == Choice::All {
+        unit()
+    } else {
+        None
+    }
+}
+
+/// Whether some product takes the tiles in this process (for the
+/// device's description).
+pub(crate) fn active() -> bool {
+    match choice() {
+        Choice::All => unit().is_some(),
+        Choice::Bf16 => bf16_unit().is_some(),
+        Choice::None => false,
+    }
+}
+
+/// The tile unit with its BF16 products ([`bf16_usable`]), unless
+/// `GGRAPH_CPU_AMX=0`.
 pub(crate) fn active_bf16() -> Option<Hardware> {
-    if asked() { bf16_unit() } else { None }
+    if choice() == Choice::None {
+        None
+    } else {
+        bf16_unit()
+    }
 }
 
 /// The processor's tile unit where this process may use it, asked for or

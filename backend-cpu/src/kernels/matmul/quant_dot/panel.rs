@@ -91,9 +91,9 @@ unsafe fn on_unit(
 }
 
 impl PanelKernel {
-    /// AMX where `amx::active` gives the tile unit, else VNNI.
+    /// AMX where `amx::active_integer` gives the tile unit, else VNNI.
     fn active() -> PanelKernel {
-        amx::active().map_or(PanelKernel::Vnni, |h| PanelKernel::Amx(Unit::Hardware(h)))
+        amx::active_integer().map_or(PanelKernel::Vnni, |h| PanelKernel::Amx(Unit::Hardware(h)))
     }
 }
 
