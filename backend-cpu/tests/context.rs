@@ -233,7 +233,7 @@ fn sequences_in_one_batch_do_not_see_each_other() {
 fn a_copied_sequence_continues_like_the_original() {
     let mut ctx = context(Attention::Standard);
     ctx.decode(&Batch::tokens(&[4, 8, 15])).unwrap();
-    ctx.cache.cells.seq_cp(0, 1, None, None).unwrap();
+    ctx.seq_cp(0, 1, None, None).unwrap();
     let next = |seq| Batch {
         tokens: vec![16],
         seq_ids: Some(vec![vec![seq]]),
@@ -243,7 +243,11 @@ fn a_copied_sequence_continues_like_the_original() {
     let from0 = ctx.logits().to_vec();
     ctx.decode(&next(1)).unwrap();
     assert!(nmse(ctx.logits(), &f64s(&from0)) < 1e-9);
-    assert_eq!(ctx.cache.cells.used(), 5, "three shared cells and one each");
+    assert_eq!(
+        ctx.memory().cells().used(),
+        5,
+        "three shared cells and one each"
+    );
 }
 
 #[test]
@@ -272,10 +276,10 @@ fn the_k_shift_uses_the_models_rope_frequency_factors() {
 
 /// Layer 0's K of `n` cells from `first`, as f32.
 fn k_rows(ctx: &Context, first: usize, n: usize) -> Vec<f32> {
-    let t = ctx.cache.layout().k_type;
+    let t = ctx.memory().main().layout().k_type;
     let n_embd_kv = ctx.model().config.n_embd_kv();
     let row = t.row_size(n_embd_kv).unwrap();
-    let k = &ctx.cache.layer(0).unwrap().k;
+    let k = &ctx.memory().main().layer(0).unwrap().k;
     let mut bytes = vec![0u8; row * n];
     k.buffer
         .read(k.offset + (row * first) as u64, &mut bytes)
@@ -290,18 +294,17 @@ fn k_rows(ctx: &Context, first: usize, n: usize) -> Vec<f32> {
 fn shift_against_a_fresh_decode(one_layer: &dyn Fn() -> Context) -> (f64, f64) {
     let mut shifted = one_layer();
     shifted.decode(&Batch::tokens(&[10, 20, 30, 40])).unwrap();
-    shifted
-        .cache
-        .cells
-        .seq_rm(Some(0), Some(0), Some(2))
-        .unwrap();
-    shifted.cache.cells.seq_add(0, Some(2), None, -2).unwrap();
+    shifted.seq_rm(Some(0), Some(0), Some(2)).unwrap();
+    shifted.seq_add(0, Some(2), None, -2).unwrap();
     shifted.decode(&Batch::tokens(&[50])).unwrap();
     let mut fresh = one_layer();
     fresh.decode(&Batch::tokens(&[30, 40, 50])).unwrap();
-    assert!(!shifted.cache.cells.has_shift(), "the shift was applied");
+    assert!(
+        !shifted.memory().cells().has_shift(),
+        "the shift was applied"
+    );
     // C D stay in cells 2 3 (E took the free cell 0); fresh: cells 0 1
-    assert_eq!(shifted.cache.cells.cell(2).pos, Some(0));
+    assert_eq!(shifted.memory().cells().cell(2).pos, Some(0));
     let k = nmse(&k_rows(&shifted, 2, 2), &f64s(&k_rows(&fresh, 0, 2)));
     (k, nmse(shifted.logits(), &f64s(fresh.logits())))
 }
@@ -320,15 +323,19 @@ fn defragmentation_moves_cells_without_changing_attention() {
                 ..Batch::default()
             };
             ctx.decode(&two).unwrap();
-            ctx.cache.cells.seq_rm(Some(0), None, None).unwrap();
+            ctx.seq_rm(Some(0), None, None).unwrap();
             ctx
         };
         let mut ctx = scattered();
         let mut twin = scattered();
-        assert_eq!(ctx.cache.cells.used_end(), 6, "sequence 1 is scattered");
+        assert_eq!(
+            ctx.memory().cells().used_end(),
+            6,
+            "sequence 1 is scattered"
+        );
         let moved = ctx.defragment().unwrap();
         assert!(moved > 0);
-        assert_eq!(ctx.cache.cells.used_end(), 3, "packed");
+        assert_eq!(ctx.memory().cells().used_end(), 3, "packed");
         let next = Batch {
             tokens: vec![7],
             seq_ids: Some(vec![vec![1]]),
@@ -356,7 +363,7 @@ fn defragmentation_moves_cells_without_changing_attention() {
 fn a_full_cache_is_an_error_and_changes_nothing() {
     let mut ctx = context(Attention::Flash);
     ctx.decode(&Batch::tokens(&[1; 24])).unwrap();
-    let before = ctx.cache.cells.clone();
+    let before = ctx.memory().cells().clone();
     match ctx.decode(&Batch::tokens(&[2; 9])) {
         Err(DecodeError::CacheFull { needed, free }) => {
             // the first ubatch of 8 fits and stays; the second does not
@@ -364,23 +371,23 @@ fn a_full_cache_is_an_error_and_changes_nothing() {
         }
         other => panic!("expected a full cache, got {other:?}"),
     }
-    assert_eq!(ctx.cache.cells.used(), 32);
-    ctx.cache.cells.seq_rm(Some(0), Some(24), None).unwrap();
-    assert_eq!(ctx.cache.cells.cells(), before.cells());
+    assert_eq!(ctx.memory().cells().used(), 32);
+    ctx.seq_rm(Some(0), Some(24), None).unwrap();
+    assert_eq!(ctx.memory().cells().cells(), before.cells());
 }
 
 #[test]
 fn an_abort_rolls_the_ubatch_back() {
     let mut ctx = context(Attention::Flash);
     ctx.decode(&Batch::tokens(&[1, 2, 3])).unwrap();
-    let before = ctx.cache.cells.clone();
+    let before = ctx.memory().cells().clone();
     ctx.scheduler_mut()
         .set_abort_callback(Some(Box::new(|| true)));
     assert!(matches!(
         ctx.decode(&Batch::tokens(&[4])),
         Err(DecodeError::Aborted)
     ));
-    assert_eq!(ctx.cache.cells, before);
+    assert_eq!(*ctx.memory().cells(), before);
     ctx.scheduler_mut().set_abort_callback(None);
     ctx.decode(&Batch::tokens(&[4])).unwrap();
 }
@@ -389,7 +396,7 @@ fn an_abort_rolls_the_ubatch_back() {
 fn invalid_batches_change_nothing() {
     let mut ctx = context(Attention::Flash);
     ctx.decode(&Batch::tokens(&[1, 2])).unwrap();
-    let before = ctx.cache.cells.clone();
+    let before = ctx.memory().cells().clone();
     for b in [
         Batch::tokens(&[500]),
         Batch {
@@ -403,7 +410,7 @@ fn invalid_batches_change_nothing() {
             matches!(ctx.decode(&b), Err(DecodeError::InvalidBatch(_))),
             "{b:?}"
         );
-        assert_eq!(ctx.cache.cells, before);
+        assert_eq!(*ctx.memory().cells(), before);
     }
 }
 
@@ -424,13 +431,13 @@ fn an_allocation_failure_rolls_back_and_names_the_device() {
         .buffer_type()
         .alloc(rest, ggraph_core::BufferUsage::Compute)
         .unwrap();
-    let before = ctx.cache.cells.clone();
+    let before = ctx.memory().cells().clone();
     ctx.params.n_ubatch = 8;
     match ctx.decode(&Batch::tokens(&[3, 4, 5, 6])) {
         Err(DecodeError::Alloc(e)) => assert!(e.to_string().contains("sim:0"), "{e}"),
         other => panic!("expected an allocation failure, got {other:?}"),
     }
-    assert_eq!(ctx.cache.cells, before);
+    assert_eq!(*ctx.memory().cells(), before);
     drop(hog);
     ctx.decode(&Batch::tokens(&[3, 4, 5, 6])).unwrap();
 }
@@ -494,13 +501,13 @@ fn a_compute_failure_rolls_the_ubatch_back() {
     });
     let mut ctx = Context::new(model_on(&[], cpu), params(Attention::Flash)).unwrap();
     ctx.decode(&Batch::tokens(&[1, 2, 3])).unwrap();
-    let before = ctx.cache.cells.clone();
+    let before = ctx.memory().cells().clone();
     fail.store(true, Ordering::SeqCst);
     match ctx.decode(&Batch::tokens(&[4, 5])) {
         Err(DecodeError::Compute(e)) => assert!(e.to_string().contains("injected"), "{e}"),
         other => panic!("expected a compute failure, got {other:?}"),
     }
-    assert_eq!(ctx.cache.cells, before);
+    assert_eq!(*ctx.memory().cells(), before);
     fail.store(false, Ordering::SeqCst);
     ctx.decode(&Batch::tokens(&[4, 5])).unwrap();
 }

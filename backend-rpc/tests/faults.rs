@@ -246,7 +246,7 @@ fn load(desc: &ModelDesc, server: &LocalServer, opts: &PlacementOptions) -> Mode
 /// checks that the next decode fails in bounded time naming the server,
 /// with the failed ubatch rolled back.
 fn kill_mid_run(server: &mut LocalServer, ctx: &mut Context) {
-    let used = ctx.cache.cells.used();
+    let used = ctx.memory().cells().used();
     server.kill();
     let start = Instant::now();
     let Err(e) = ctx.decode(&Batch::tokens(&[5])) else {
@@ -259,7 +259,7 @@ fn kill_mid_run(server: &mut LocalServer, ctx: &mut Context) {
         start.elapsed()
     );
     assert_eq!(
-        ctx.cache.cells.used(),
+        ctx.memory().cells().used(),
         used,
         "the failed ubatch is rolled back"
     );
@@ -313,7 +313,7 @@ fn a_server_killed_mid_run_fails_the_decode_and_recover_brings_the_context_back(
         "{recovery:?}, {on_server} weight bytes on the server"
     );
     assert!(!ctx.memory_lost());
-    assert_eq!(ctx.cache.cells.used(), 0);
+    assert_eq!(ctx.memory().cells().used(), 0);
     ctx.decode(&Batch::tokens(&[1, 2, 3, 4])).unwrap();
     assert_eq!(
         ctx.logits(),
@@ -349,7 +349,7 @@ fn with_the_kv_cache_on_the_host_a_retry_after_the_server_is_back_just_works() {
     // the sequence goes on where it was
     ctx.decode(&Batch::tokens(&[5])).unwrap();
     assert_eq!(ctx.logits(), &expected[..]);
-    assert_eq!(ctx.cache.cells.used(), 5);
+    assert_eq!(ctx.memory().cells().used(), 5);
 }
 
 #[test]

@@ -8,14 +8,15 @@
 
 use std::sync::Arc;
 
-use crate::arch::{Attention, BuildShape, GraphInputs, ModelGraph, build_graph, rope_freq_factors};
+use crate::arch::{Attention, GraphInputs, ModelGraph, build_graph};
 use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
-use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, Slot, TokenPlace};
+use crate::kv::{SeqId, TokenPlace};
 use crate::loaded::{LoadMode, Model};
+use crate::memory::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
 use ggraph_core::backend::Device;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
+use ggraph_core::ir::Graph;
 use ggraph_core::sched::{BackendSpec, OffloadPolicy, SchedConfig, Scheduler};
 
 /// Context settings.
@@ -144,9 +145,9 @@ pub struct Recovery {
 struct GraphKey {
     n_tokens: usize,
     n_outputs: usize,
-    n_kv: usize,
-    /// Cells of the sliding-window cache looked at (0 without one).
-    n_kv_swa: usize,
+    /// Cells the graph reads in the main cache and in the
+    /// sliding-window cache (0 without one).
+    n_kv: (usize, usize),
     embeddings: bool,
 }
 
@@ -193,11 +194,8 @@ pub struct Context {
     /// The settings the context was made with; its caches and reserved
     /// compute memory were sized from them.
     pub params: ContextParams,
-    /// The cache of every layer, or of the full-attention layers when the
-    /// sliding-window layers have their own.
-    pub cache: KvCache,
-    /// The sliding-window layers' own cache (see `ContextParams::swa_full`).
-    pub swa_cache: Option<KvCache>,
+    /// The attention layers' caches.
+    memory: KvMemory,
     sched: Scheduler,
     /// Runs the cache's own graphs (shifts, defragmentation) over the same
     /// devices, so that they do not disturb the decode graph's plan.
@@ -224,41 +222,19 @@ impl Context {
                 "n_ctx, n_batch and n_ubatch must be positive".into(),
             ));
         }
-        let layout = KvLayout {
-            kv_size: params.n_ctx,
-            k_type: params.k_type,
-            v_type: params.v_type,
-        };
-        let separate_swa = c.has_swa() && !params.swa_full;
-        let transposed_v = params.attention == Attention::Standard;
-        let cache = KvCache::new(
-            c.n_layer,
-            &|il| !(separate_swa && c.is_swa(il)),
-            c.n_embd_kv(),
-            layout,
-            transposed_v,
-            params.n_seq_max,
-            0,
+        let memory = KvMemory::new(
+            c,
+            KvMemoryParams {
+                n_ctx: params.n_ctx,
+                n_seq_max: params.n_seq_max,
+                n_ubatch: params.n_ubatch,
+                k_type: params.k_type,
+                v_type: params.v_type,
+                attention: params.attention,
+                swa_full: params.swa_full,
+            },
             &|il| model.kv_buffer_type(il),
         )?;
-        let swa_cache = if separate_swa {
-            let swa_layout = KvLayout {
-                kv_size: swa_cache_size(c.n_swa, &params),
-                ..layout
-            };
-            Some(KvCache::new(
-                c.n_layer,
-                &|il| c.is_swa(il),
-                c.n_embd_kv(),
-                swa_layout,
-                transposed_v,
-                params.n_seq_max,
-                c.n_swa,
-                &|il| model.kv_buffer_type(il),
-            )?)
-        } else {
-            None
-        };
         let backends = |op_offload: bool| -> Vec<BackendSpec> {
             model
                 .devices
@@ -286,8 +262,7 @@ impl Context {
         let mut ctx = Context {
             model,
             params,
-            cache,
-            swa_cache,
+            memory,
             sched,
             side,
             built: None,
@@ -299,8 +274,7 @@ impl Context {
         let worst = ctx.build(GraphKey {
             n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
-            n_kv: ctx.params.n_ctx,
-            n_kv_swa: ctx.swa_cache.as_ref().map_or(0, |s| s.layout().kv_size),
+            n_kv: ctx.memory.n_kv_max(),
             embeddings: ctx.params.embeddings,
         })?;
         ctx.sched.reserve(worst.graph)?;
@@ -334,31 +308,21 @@ impl Context {
         self.sched.compute_buffer_bytes()
     }
 
-    fn shape(&self, key: GraphKey) -> BuildShape {
-        let shape = BuildShape::cached(
-            key.n_tokens,
-            key.n_outputs,
-            key.n_kv,
-            self.params.attention,
-            self.cache.layout(),
-        )
-        .with_ctx_per_seq(self.n_ctx_seq());
-        match &self.swa_cache {
-            Some(swa) => shape.with_swa_cache(key.n_kv_swa, swa.layout()),
-            None => shape,
-        }
+    /// The attention layers' caches.
+    pub fn memory(&self) -> &KvMemory {
+        &self.memory
     }
 
     /// Cells of the main cache that hold a token (what a server reports
     /// as its cache use, against `params.n_ctx`).
     pub fn cells_used(&self) -> usize {
-        self.cache.cells.used()
+        self.memory.cells_used()
     }
 
     /// Cells of the main cache in all: what [`Context::cells_used`] counts
     /// against (at least `params.n_ctx`).
     pub fn cells_total(&self) -> usize {
-        self.cache.cells.size()
+        self.memory.cells_total()
     }
 
     /// The lowest position of sequence `s` that every cache still holds,
@@ -366,11 +330,7 @@ impl Context {
     /// forgets a sequence's oldest tokens, so a sequence cut back to
     /// `n` tokens can go on only while this is at most `n - n_swa`.
     pub fn seq_pos_min(&self, s: SeqId) -> Option<i32> {
-        let main = self.cache.cells.seq_pos_min(s)?;
-        match &self.swa_cache {
-            Some(swa) => Some(main.max(swa.cells.seq_pos_min(s).unwrap_or(i32::MAX))),
-            None => Some(main),
-        }
+        self.memory.seq_pos_min(s)
     }
 
     /// The context of one sequence, as llama.cpp counts it for LongRoPE.
@@ -378,20 +338,14 @@ impl Context {
         self.params.n_ctx / self.params.n_seq_max.max(1)
     }
 
-    /// Every cache of the context: the main one, then the sliding-window
-    /// layers' own.
-    fn caches_mut(&mut self) -> impl Iterator<Item = &mut KvCache> {
-        std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut())
-    }
-
     fn build(&mut self, key: GraphKey) -> Result<ModelGraph> {
-        let shape = self.shape(key);
+        let shape = self
+            .memory
+            .shape(key.n_tokens, key.n_outputs, key.n_kv, self.params.attention)
+            .with_ctx_per_seq(self.n_ctx_seq());
         let model = self.model.clone();
-        let mut caches = Caches {
-            main: &mut self.cache,
-            swa: self.swa_cache.as_mut(),
-        };
-        let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut caches)?;
+        let mut source = self.memory.source();
+        let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut source)?;
         if key.embeddings {
             // kept, not overwritten by later nodes, to be read back
             lg.graph.set_output(lg.embeddings)?;
@@ -406,9 +360,7 @@ impl Context {
         let key = GraphKey {
             n_tokens,
             n_outputs: n_tokens,
-            n_kv: n_kv.clamp(n_tokens, self.params.n_ctx),
-            n_kv_swa: (self.swa_cache.as_ref())
-                .map_or(0, |s| n_kv.clamp(n_tokens, s.layout().kv_size)),
+            n_kv: self.memory.n_kv_clamped(n_kv, n_tokens),
             embeddings: self.params.embeddings,
         };
         let lg = self.build(key)?;
@@ -460,8 +412,8 @@ impl Context {
     /// until [`Context::recover`].
     pub fn decode(&mut self, batch: &Batch) -> std::result::Result<(), DecodeError> {
         if self.memory_lost() {
-            if let Some(lost) = self.cache_lost() {
-                return Err(DecodeError::CacheLost(lost));
+            if let Some(lost) = self.memory.lost() {
+                return Err(DecodeError::CacheLost(lost.to_string()));
             }
             self.recover().map_err(DecodeError::Compute)?;
         }
@@ -472,14 +424,14 @@ impl Context {
                 self.params.n_batch
             ))));
         }
-        let sane = sanitize(batch, &self.cache.cells, self.model.config.n_vocab)
+        let sane = sanitize(batch, self.memory.cells(), self.model.config.n_vocab)
             .map_err(DecodeError::InvalidBatch)?;
         let ubatches = split(&sane, self.params.n_ubatch, self.params.ubatch_split)
             .map_err(DecodeError::InvalidBatch)?;
         self.logits.clear();
         self.embeddings.clear();
         self.output_ids.clear();
-        if self.caches_mut().any(|c| c.cells.has_shift()) {
+        if self.memory.has_shift() {
             self.apply_shift().map_err(DecodeError::Compute)?;
         }
         for ub in ubatches {
@@ -491,24 +443,17 @@ impl Context {
     /// The highest position sequence `s` holds in the cache, if any (as
     /// llama.cpp's `llama_memory_seq_pos_max`).
     pub fn seq_pos_max(&self, s: SeqId) -> Option<i32> {
-        self.cache.cells.seq_pos_max(s)
+        self.memory.seq_pos_max(s)
     }
 
     /// Whether a device lost memory of this context or its model
     /// ([`Buffer::lost`](ggraph_core::backend::Buffer::lost): a remote
     /// server that restarted, or whose connection dropped).
     pub fn memory_lost(&self) -> bool {
-        self.cache_lost().is_some()
+        self.memory.lost().is_some()
             || self.model.weights_lost()
             || self.sched.memory_lost()
             || self.side.memory_lost()
-    }
-
-    /// The buffer type of KV cache memory a device lost, if any.
-    fn cache_lost(&self) -> Option<String> {
-        (self.cache.lost())
-            .or_else(|| self.swa_cache.as_ref().and_then(|c| c.lost()))
-            .map(str::to_string)
     }
 
     /// Brings the context back after a device lost its memory (a remote
@@ -521,14 +466,7 @@ impl Context {
     pub fn recover(&mut self) -> Result<Recovery> {
         let weight_bytes = self.model.restore_weights()?;
         let compute_buffers = self.sched.restore_memory()? + self.side.restore_memory()?;
-        let mut cache_cleared = self.cache.restore()?;
-        if let Some(swa) = self.swa_cache.as_mut() {
-            cache_cleared |= swa.restore()?;
-        }
-        // a sequence's past lies in both caches
-        if cache_cleared {
-            self.clear_cache();
-        }
+        let cache_cleared = self.memory.restore()?;
         Ok(Recovery {
             weight_bytes,
             compute_buffers,
@@ -542,26 +480,14 @@ impl Context {
         ub: &[usize],
     ) -> std::result::Result<(), DecodeError> {
         let places: Vec<TokenPlace> = ub.iter().map(|&i| batch.places[i]).collect();
-        let slot = claim(&mut self.cache.cells, &places)?;
-        let swa_slot = match self
-            .swa_cache
-            .as_mut()
-            .map(|s| claim(&mut s.cells, &places))
-        {
-            Some(Err(e)) => {
-                self.cache.cells.rollback(slot);
-                return Err(e);
-            }
-            Some(Ok(s)) => Some(s),
-            None => None,
-        };
-        match self.run_ubatch(batch, ub, &places, &slot, swa_slot.as_ref()) {
+        let placement = self.memory.place(&places).map_err(|e| match e {
+            PlaceError::Full { needed, free } => DecodeError::CacheFull { needed, free },
+            PlaceError::Invalid(e) => DecodeError::InvalidBatch(e),
+        })?;
+        match self.run_ubatch(batch, ub, &places, &placement) {
             Ok(()) => Ok(()),
             Err(e) => {
-                self.cache.cells.rollback(slot);
-                if let (Some(swa), Some(s)) = (self.swa_cache.as_mut(), swa_slot) {
-                    swa.cells.rollback(s);
-                }
+                self.memory.rollback(placement);
                 Err(e)
             }
         }
@@ -572,16 +498,13 @@ impl Context {
         batch: &SaneBatch,
         ub: &[usize],
         places: &[TokenPlace],
-        slot: &Slot,
-        swa_slot: Option<&Slot>,
+        placement: &KvPlacement,
     ) -> std::result::Result<(), DecodeError> {
         let outputs: Vec<usize> = ub.iter().copied().filter(|&i| batch.outputs[i]).collect();
-        let pad = self.params.n_kv_pad;
         let key = GraphKey {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
-            n_kv: self.cache.n_kv(pad).max(ub.len()),
-            n_kv_swa: (self.swa_cache.as_ref()).map_or(0, |s| s.n_kv(pad).max(ub.len())),
+            n_kv: self.memory.n_kv(self.params.n_kv_pad, ub.len()),
             embeddings: self.params.embeddings,
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
@@ -615,8 +538,7 @@ impl Context {
             batch,
             ub,
             places,
-            slot,
-            swa_slot,
+            placement,
             &outputs,
             key,
         )
@@ -668,8 +590,7 @@ impl Context {
         batch: &SaneBatch,
         ub: &[usize],
         places: &[TokenPlace],
-        slot: &Slot,
-        swa_slot: Option<&Slot>,
+        placement: &KvPlacement,
         outputs: &[usize],
         key: GraphKey,
     ) -> Result<()> {
@@ -677,30 +598,14 @@ impl Context {
         g.write_i32(inputs.tokens, &tokens)?;
         let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
         g.write_i32(inputs.positions, &pos)?;
-        if let Some(m) = inputs.kq_mask {
-            g.write_f32(m, &self.cache.mask(places, key.n_kv, 0))?;
-        }
-        if let Some(m) = inputs.kq_mask_swa {
-            let n_swa = self.model.config.n_swa;
-            let mask = match &self.swa_cache {
-                Some(swa) => swa.mask(places, key.n_kv_swa, n_swa),
-                None => self.cache.mask(places, key.n_kv, n_swa),
-            };
-            g.write_f32(m, &mask)?;
-        }
-        if let Some(s) = swa_slot {
-            let cells: Vec<i32> = s.cells.iter().map(|&c| c as i32).collect();
-            for idx in [inputs.k_idx_swa, inputs.v_idx_swa].into_iter().flatten() {
-                g.write_i32(idx, &cells)?;
-            }
-        }
-        let cells: Vec<i32> = slot.cells.iter().map(|&c| c as i32).collect();
-        if let Some(k) = inputs.k_idx {
-            g.write_i32(k, &cells)?;
-        }
-        if let Some(v) = inputs.v_idx {
-            g.write_i32(v, &cells)?;
-        }
+        self.memory.set_inputs(
+            g,
+            inputs,
+            places,
+            placement,
+            key.n_kv,
+            self.model.config.n_swa,
+        )?;
         if let Some(o) = inputs.out_ids {
             let rows: Vec<i32> = if outputs.is_empty() {
                 vec![(ub.len() - 1) as i32]
@@ -717,50 +622,16 @@ impl Context {
 
     /// Rotates K by every cell's pending shift, in every cache.
     fn apply_shift(&mut self) -> Result<()> {
-        let model = self.model.clone();
-        let c = &model.config;
         let n_ctx_seq = self.n_ctx_seq();
-        let side = &mut self.side;
-        for cache in std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut()) {
-            if cache.cells.has_shift() && cache.n_layers_held() > 0 {
-                // the rope of the model's K, frequency factors included
-                let (graph, shifts) =
-                    cache.shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
-                        rope_freq_factors(b, c, n_ctx_seq, &mut &*model)
-                    })?;
-                side.alloc_graph(graph)?;
-                // alloc_graph succeeded: the scheduler holds the graph
-                side.graph()
-                    .expect("allocated")
-                    .write_i32(shifts, &cache.cells.shifts())?;
-                side.compute()?;
-            }
-            cache.cells.clear_shifts();
-        }
-        Ok(())
+        self.memory
+            .apply_shift(&mut self.side, &self.model, n_ctx_seq)
     }
 
     /// Packs the used cells at the front of each cache: runs the moves
     /// on every layer's K and V through a scheduler, then updates the
     /// cells. Returns the number of cells moved.
     pub fn defragment(&mut self) -> Result<usize> {
-        let side = &mut self.side;
-        let mut moved = 0;
-        for cache in std::iter::once(&mut self.cache).chain(self.swa_cache.as_mut()) {
-            let moves = cache.cells.defrag_plan();
-            if moves.is_empty() {
-                continue;
-            }
-            if cache.n_layers_held() > 0 {
-                let (graph, inputs) = cache.defrag_graph(&moves)?;
-                side.alloc_graph(graph)?;
-                // alloc_graph succeeded: the scheduler holds the graph
-                cache.fill_defrag_inputs(side.graph().expect("allocated"), &inputs, &moves)?;
-                side.compute()?;
-            }
-            cache.cells.apply_moves(&moves);
-            moved += moves.len();
-        }
+        let moved = self.memory.defragment(&mut self.side)?;
         if moved > 0 {
             // the next graph sees new cells: shapes may change
             self.built = None;
@@ -771,8 +642,7 @@ impl Context {
     /// Removes sequence `s` (every sequence for `None`) from positions
     /// [p0, p1) of every cache.
     pub fn seq_rm(&mut self, s: Option<SeqId>, p0: Option<i32>, p1: Option<i32>) -> Result<()> {
-        self.caches_mut()
-            .try_for_each(|c| c.cells.seq_rm(s, p0, p1))
+        self.memory.seq_rm(s, p0, p1)
     }
 
     /// Adds sequence `dst` to the cells of `src` in [p0, p1), in every
@@ -784,13 +654,12 @@ impl Context {
         p0: Option<i32>,
         p1: Option<i32>,
     ) -> Result<()> {
-        self.caches_mut()
-            .try_for_each(|c| c.cells.seq_cp(src, dst, p0, p1))
+        self.memory.seq_cp(src, dst, p0, p1)
     }
 
     /// Keeps only sequence `s`, in every cache.
     pub fn seq_keep(&mut self, s: SeqId) -> Result<()> {
-        self.caches_mut().try_for_each(|c| c.cells.seq_keep(s))
+        self.memory.seq_keep(s)
     }
 
     /// Shifts the positions of sequence `s` in [p0, p1) by `delta` in
@@ -802,33 +671,23 @@ impl Context {
         p1: Option<i32>,
         delta: i32,
     ) -> Result<()> {
-        self.caches_mut()
-            .try_for_each(|c| c.cells.seq_add(s, p0, p1, delta))
+        self.memory.seq_add(s, p0, p1, delta)
     }
 
     /// Divides the positions of sequence `s` in [p0, p1) by `d` in every
     /// cache.
     pub fn seq_div(&mut self, s: SeqId, p0: Option<i32>, p1: Option<i32>, d: i32) -> Result<()> {
-        self.caches_mut()
-            .try_for_each(|c| c.cells.seq_div(s, p0, p1, d))
+        self.memory.seq_div(s, p0, p1, d)
     }
 
     /// Empties every cache.
     pub fn clear_cache(&mut self) {
-        self.caches_mut().for_each(|c| c.cells.clear());
+        self.memory.clear();
     }
 
     /// Bytes of KV cache memory per buffer type, every cache together.
     pub fn kv_bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        let caches = std::iter::once(&self.cache).chain(self.swa_cache.as_ref());
-        for (name, bytes) in caches.flat_map(|c| c.bytes_per_buffer_type()) {
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, b)) => *b += bytes,
-                None => out.push((name, bytes)),
-            }
-        }
-        out
+        self.memory.bytes_per_buffer_type()
     }
 
     /// The devices the context runs on, GPU-class first, then the CPU.
@@ -836,50 +695,5 @@ impl Context {
         let mut d = self.model.devices.clone();
         d.push(self.model.cpu.clone());
         d
-    }
-}
-
-/// Finds cells for a ubatch's tokens in `cells` and claims them.
-fn claim(cells: &mut Cells, places: &[TokenPlace]) -> std::result::Result<Slot, DecodeError> {
-    let free = cells.size() - cells.used();
-    let found = cells
-        .find_slot(places.len())
-        .ok_or(DecodeError::CacheFull {
-            needed: places.len(),
-            free,
-        })?;
-    cells
-        .apply(found, places)
-        .map_err(DecodeError::InvalidBatch)
-}
-
-/// Cells of the sliding-window layers' own cache, as llama.cpp sizes it:
-/// the window of every sequence plus a ubatch, rounded up to 256, at most
-/// the context.
-fn swa_cache_size(n_swa: usize, params: &ContextParams) -> usize {
-    let want = n_swa
-        .saturating_mul(params.n_seq_max)
-        .saturating_add(params.n_ubatch);
-    want.div_ceil(256).saturating_mul(256).min(params.n_ctx)
-}
-
-/// The caches a graph reads: each layer's from the cache that holds it.
-struct Caches<'a> {
-    main: &'a mut KvCache,
-    swa: Option<&'a mut KvCache>,
-}
-
-impl CacheSource for Caches<'_> {
-    fn layer_cache(
-        &mut self,
-        b: &mut GraphBuilder,
-        layer: usize,
-        kv: &KvLayout,
-        n_embd_kv: usize,
-    ) -> Result<(TensorId, TensorId)> {
-        match self.swa.as_deref_mut() {
-            Some(swa) if swa.layer(layer).is_some() => swa.layer_cache(b, layer, kv, n_embd_kv),
-            _ => self.main.layer_cache(b, layer, kv, n_embd_kv),
-        }
     }
 }

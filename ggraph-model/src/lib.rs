@@ -72,6 +72,7 @@ pub mod gguf;
 pub mod kv;
 pub mod loaded;
 pub mod make;
+pub mod memory;
 pub mod ollama;
 pub mod placement;
 pub mod sampling;

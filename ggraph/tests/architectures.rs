@@ -252,17 +252,17 @@ fn a_sliding_window_cache_reuses_its_cells_and_matches_the_full_one() {
     };
     let (full_tokens, full_logits, full_kv, full) = run(true);
     let (tokens, logits, kv, ctx) = run(false);
-    assert!(full.swa_cache.is_none());
+    assert!(full.memory().swa().is_none());
     let swa = ctx
-        .swa_cache
-        .as_ref()
+        .memory()
+        .swa()
         .expect("gemma3 has sliding-window layers");
     assert_eq!(swa.layout().kv_size, 256);
-    assert_eq!(ctx.cache.n_layers_held(), 1);
+    assert_eq!(ctx.memory().main().n_layers_held(), 1);
     assert_eq!(swa.n_layers_held(), 5);
     // the prompt and 279 generated tokens (the 280th is not decoded) in
     // 256 cells: out-of-window cells were written over
-    assert_eq!(ctx.cache.cells.used(), 299);
+    assert_eq!(ctx.memory().cells().used(), 299);
     assert_eq!(swa.cells.used(), 256);
     assert_eq!(tokens, full_tokens);
     let d = max_diff(&logits, &full_logits);
@@ -279,7 +279,7 @@ fn sequence_operations_apply_to_the_sliding_window_cache_too() {
     let desc = open("gemma2");
     let run = |swa_full: bool| {
         let mut ctx = long_context(&desc, swa_full, Attention::Standard);
-        assert_eq!(ctx.swa_cache.is_some(), !swa_full);
+        assert_eq!(ctx.memory().swa().is_some(), !swa_full);
         let prompt: Vec<i32> = (0..40).map(|i| 3 + (i * 7) % 280).collect();
         ctx.decode(&Batch::tokens(&prompt)).unwrap();
         ctx.seq_rm(Some(0), Some(0), Some(8)).unwrap();
