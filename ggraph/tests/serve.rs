@@ -240,6 +240,61 @@ fn the_endpoints_answer_as_openai_and_llama_server_shape_them() {
     assert_eq!(c["choices"][0]["text"], " Paris");
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
 
+    // llama-server's own /completion: the same text, its stop fields,
+    // token probabilities; streamed, an event a token and a last summary
+    let (status, n) = post(
+        &s.addr,
+        "/completion",
+        json!({"prompt": "The capital of France is", "temperature": 0, "n_predict": 16,
+               "stop": ["."], "n_probs": 2, "return_tokens": true}),
+    );
+    assert_eq!(status, 200, "{n}");
+    assert_eq!(n["content"], " Paris", "{n}");
+    assert_eq!(
+        (
+            n["stop"].as_bool(),
+            n["stop_type"].as_str(),
+            n["stopping_word"].as_str()
+        ),
+        (Some(true), Some("word"), Some(".")),
+        "{n}"
+    );
+    let predicted = n["tokens_predicted"].as_u64().unwrap() as usize;
+    assert_eq!(n["tokens"].as_array().map(Vec::len), Some(predicted), "{n}");
+    let probs = n["completion_probabilities"].as_array().unwrap();
+    assert_eq!(probs.len(), predicted, "{n}");
+    assert_eq!(probs[0]["top_logprobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(probs[0]["id"], n["tokens"][0], "{n}");
+    let body = json!({"prompt": "Once upon a time", "temperature": 0, "n_predict": 6,
+                      "stream": true, "ignore_eos": true});
+    let (status, text) = http(&s.addr, "POST", "/completion", Some(&body.to_string()));
+    assert_eq!(status, 200);
+    let events: Vec<Value> = sse(&text)
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last["stop"].as_bool(), last["stop_type"].as_str()),
+        (Some(true), Some("limit")),
+        "{text}"
+    );
+    assert_eq!(events.len(), 7, "six tokens and the summary: {text}");
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| e["content"].as_str())
+        .collect();
+    let (_, whole) = post(
+        &s.addr,
+        "/completion",
+        json!({"prompt": "Once upon a time", "temperature": 0, "n_predict": 6, "ignore_eos": true}),
+    );
+    assert_eq!(
+        whole["content"].as_str(),
+        Some(streamed.as_str()),
+        "{whole}"
+    );
+
     // JSON mode: the answer is a JSON object
     let (status, j) = post(
         &s.addr,

@@ -50,21 +50,34 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
 }
 
-/// Why a generation ended, in OpenAI's words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a generation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finish {
-    /// An end-of-generation token or a stop string.
-    Stop,
-    /// The token budget or the slot's context.
-    Length,
+    /// An end-of-generation token.
+    Eos,
+    /// A stop string: the one met.
+    Word(String),
+    /// The token budget.
+    Limit,
+    /// The slot's context, or a full cache.
+    Context,
 }
 
 impl Finish {
-    /// `"stop"` or `"length"`.
-    pub fn as_str(self) -> &'static str {
+    /// OpenAI's `finish_reason`: `"stop"` or `"length"`.
+    pub fn as_str(&self) -> &'static str {
         match self {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
+            Finish::Eos | Finish::Word(_) => "stop",
+            Finish::Limit | Finish::Context => "length",
+        }
+    }
+
+    /// llama-server's `stop_type`: `"eos"`, `"word"` or `"limit"`.
+    pub fn stop_type(&self) -> &'static str {
+        match self {
+            Finish::Eos => "eos",
+            Finish::Word(_) => "word",
+            Finish::Limit | Finish::Context => "limit",
         }
     }
 }
@@ -623,7 +636,7 @@ impl Runner {
             };
             let s = generating.remove(i);
             tracing::info!("slot {s}: the cache is full: the request ends here");
-            self.finish(s, Finish::Length);
+            self.finish(s, Finish::Context);
             free = self.make_room(generating.len());
         }
         let mut batch = Batch::default();
@@ -759,7 +772,7 @@ impl Runner {
                 .fetch_add((now - t.started).as_micros() as u64, Ordering::Relaxed);
         }
         if !t.job.ignore_eos && self.tokenizer.is_eog(id) {
-            return Ok(Some(Finish::Stop));
+            return Ok(Some(Finish::Eos));
         }
         t.job.sampler.accept(id, true).map_err(|e| e.to_string())?;
         t.generated += 1;
@@ -776,10 +789,12 @@ impl Runner {
         };
         let _ = t.job.events.send(Event::Token { id, text, p, probs });
         let held = t.job.prompt.len() + t.generated;
-        Ok(if stopped.is_some() {
-            Some(Finish::Stop)
-        } else if t.generated >= t.job.n_predict || held >= self.n_ctx_slot {
-            Some(Finish::Length)
+        Ok(if let Some(word) = stopped {
+            Some(Finish::Word(word))
+        } else if t.generated >= t.job.n_predict {
+            Some(Finish::Limit)
+        } else if held >= self.n_ctx_slot {
+            Some(Finish::Context)
         } else {
             t.next = Some(id);
             None
@@ -818,7 +833,7 @@ impl Runner {
             timings.generated_tokens,
             timings.gen_ms,
             per_s(timings.generated_tokens, timings.gen_ms),
-            finish.as_str()
+            finish.stop_type()
         );
         if let Some(t) = self.end(s, keep) {
             let _ = t.job.events.send(Event::Done {

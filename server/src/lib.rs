@@ -2,7 +2,8 @@
 //! [`Context`](ggraph_model::context::Context), as llama-server serves
 //! one: `POST /v1/chat/completions` (the model's chat template; streamed
 //! with SSE ending in `data: [DONE]`), `POST /v1/completions`,
-//! `GET /v1/models`, `POST /tokenize`, `POST /detokenize`, `GET /health`
+//! `POST /completion` (llama-server's own shape), `GET /v1/models`,
+//! `POST /tokenize`, `POST /detokenize`, `GET /health`
 //! (503 while the model loads), `GET /metrics` (Prometheus), `GET /slots`
 //! and `POST /slots/{id}?action=erase`. Each request is a slot of the
 //! [`engine`]: continuous batching over the context's sequences, each with
@@ -32,8 +33,10 @@
 //! own; [`engine::Engine`] alone runs jobs without HTTP.
 
 pub mod engine;
+mod native;
 pub mod request;
 mod routes;
+mod submit;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

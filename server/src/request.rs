@@ -67,6 +67,9 @@ pub struct GenRequest {
     /// Reuse the slot's cache and keep this request's cells after it
     /// (llama-server's `cache_prompt`, on by default).
     pub cache_prompt: bool,
+    /// llama-server's `/completion`: list the generated ids in the
+    /// answer (`return_tokens`).
+    pub return_tokens: bool,
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -325,6 +328,7 @@ fn common(
         grammar: grammar(o)?,
         ignore_eos: boolean(o, "ignore_eos")?.unwrap_or(false),
         cache_prompt: boolean(o, "cache_prompt")?.unwrap_or(true),
+        return_tokens: boolean(o, "return_tokens")?.unwrap_or(false),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP routes: requests read ([`crate::request`]), jobs handed to
-//! the engine, its events written back as OpenAI's JSON or SSE chunks.
+//! the engine ([`crate::submit`]), its events written back as OpenAI's
+//! JSON or SSE chunks (llama-server's own `/completion`: [`crate::native`]).
 
 use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,19 +9,23 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::{self, Stream};
-use ggraph_model::sampling::{GrammarVocab, TokenSampler};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::{Event, Finish, Job, Refused, Timings};
-use crate::request::{self, ApiError, GenRequest};
-use crate::{Ready, Server};
+use crate::Server;
+use crate::engine::{Event, Finish, Timings};
+use crate::native;
+use crate::request::ApiError;
+use crate::submit::{
+    Kind, Submitted, Wait, error, json_body, json_or_error, loading, next_event, next_id, piece,
+    ready, submit, timed_out,
+};
 
 pub fn router(server: Server) -> Router {
     let limit = server.inner.options.body_limit;
@@ -35,7 +40,8 @@ pub fn router(server: Server) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/completions", post(completions))
-        .route("/completions", post(completions))
+        .route("/completions", post(native::completion))
+        .route("/completion", post(native::completion))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .fallback(not_found)
@@ -100,48 +106,6 @@ async fn method_not_allowed(method: Method, uri: Uri) -> Response {
         status: 405,
         message: format!("{} does not take {method}", uri.path()),
     })
-}
-
-fn error(e: ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = (status, axum::Json(e.body())).into_response();
-    if e.status == 503 {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
-/// A JSON answer, or the error's.
-fn json_or_error(r: Result<Value, ApiError>) -> Response {
-    match r {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(e) => error(e),
-    }
-}
-
-fn loading() -> ApiError {
-    ApiError {
-        status: 503,
-        message: "Loading model".into(),
-    }
-}
-
-fn ready(server: &Server) -> Result<&Ready, ApiError> {
-    server.state().ok_or_else(loading)
-}
-
-/// The body as JSON; a body over the limit is 413.
-fn json_body(bytes: &Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let bytes = bytes.as_ref().map_err(|e| ApiError {
-        status: e.status().as_u16(),
-        message: if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is larger than the server takes".into()
-        } else {
-            e.body_text()
-        },
-    })?;
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))
 }
 
 async fn health(State(server): State<Server>) -> Response {
@@ -390,13 +354,6 @@ async fn detokenize(State(server): State<Server>, body: Result<Bytes, BytesRejec
     json_or_error(run())
 }
 
-/// Which endpoint a generation answers.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Completion,
-}
-
 async fn chat_completions(
     State(server): State<Server>,
     body: Result<Bytes, BytesRejection>,
@@ -411,64 +368,8 @@ async fn completions(
     generate(server, body, Kind::Completion).await
 }
 
-/// The sampler a request asks for: its chain, and its grammar compiled
-/// over the vocabulary (indexed on the first request that needs it).
-fn sampler(r: &Ready, req: &GenRequest) -> Result<TokenSampler, ApiError> {
-    let t = &r.engine.tokenizer;
-    let chain = req
-        .params
-        .chain(t.n_vocab(), Some(t))
-        .map_err(|e| ApiError::bad(request::field_names(&e.to_string())))?;
-    let Some(source) = &req.grammar else {
-        return Ok(TokenSampler::new(chain));
-    };
-    let vocab = r
-        .grammar_vocab
-        .get_or_init(|| GrammarVocab::new(t).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|e| ApiError::bad(e.clone()))?;
-    let g = vocab
-        .compile(source)
-        .map_err(|e| ApiError::bad(e.to_string()))?;
-    Ok(TokenSampler::constrained(chain, Box::new(g)))
-}
-
 async fn generate(server: Server, body: Result<Bytes, BytesRejection>, kind: Kind) -> Response {
-    let prepared = (|| {
-        let r = ready(&server)?;
-        let b = json_body(&body)?;
-        let t = &r.engine.tokenizer;
-        let req = match kind {
-            Kind::Chat => {
-                request::chat(&b, r.template.as_ref(), t, &r.defaults, r.engine.n_ctx_slot)?
-            }
-            Kind::Completion => request::completion(&b, t, &r.defaults, r.engine.n_ctx_slot)?,
-        };
-        let sampler = sampler(r, &req)?;
-        let (tx, rx) = unbounded_channel();
-        let job = Job {
-            prompt: req.prompt.clone(),
-            sampler,
-            n_predict: req.n_predict.unwrap_or(usize::MAX),
-            stop: req.stop.clone(),
-            ignore_eos: req.ignore_eos,
-            n_probs: req.logprobs.unwrap_or(0),
-            cache_prompt: req.cache_prompt,
-            events: tx,
-        };
-        r.engine.submit(job).map_err(|e| match e {
-            Refused::Busy => ApiError {
-                status: 503,
-                message: "every slot is busy and the queue is full: try again".into(),
-            },
-            Refused::Stopped => ApiError {
-                status: 500,
-                message: "the engine has stopped".into(),
-            },
-        })?;
-        Ok::<_, ApiError>((req, rx, r.engine.tokenizer.clone()))
-    })();
-    let (req, rx, tokenizer) = match prepared {
+    let Submitted { req, rx, tokenizer } = match submit(&server, &body, kind) {
         Ok(p) => p,
         Err(e) => return error(e),
     };
@@ -498,12 +399,6 @@ async fn generate(server: Server, body: Result<Bytes, BytesRejection>, kind: Kin
     }
 }
 
-fn next_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static ID: AtomicU64 = AtomicU64::new(1);
-    ID.fetch_add(1, Ordering::Relaxed)
-}
-
 /// What every chunk of an answer repeats.
 struct Answer {
     kind: Kind,
@@ -516,7 +411,7 @@ struct Answer {
 
 impl Answer {
     fn piece(&self, id: i32) -> String {
-        String::from_utf8_lossy(self.tokenizer.piece(id, true).unwrap_or(&[])).into_owned()
+        piece(&self.tokenizer, id)
     }
 
     /// One token's log-probabilities in OpenAI's chat shape.
@@ -552,48 +447,21 @@ impl Answer {
     fn chunk(&self, choice: Value) -> Value {
         let object = match self.kind {
             Kind::Chat => "chat.completion.chunk",
-            Kind::Completion => "text_completion",
+            Kind::Completion | Kind::Native => "text_completion",
         };
         json!({"id": self.id, "object": object, "created": self.created, "model": self.model,
                "choices": [choice]})
     }
 
-    fn text_choice(&self, text: &str, finish: Option<Finish>, logprobs: Option<Value>) -> Value {
+    fn text_choice(&self, text: &str, finish: Option<&Finish>, logprobs: Option<Value>) -> Value {
         let finish = finish.map(Finish::as_str);
         match self.kind {
             Kind::Chat => json!({"index": 0, "delta": {"content": text},
                                  "logprobs": logprobs.map(|l| json!({"content": [l]})),
                                  "finish_reason": finish}),
-            Kind::Completion => json!({"index": 0, "text": text, "logprobs": logprobs,
-                                       "finish_reason": finish}),
+            Kind::Completion | Kind::Native => json!({"index": 0, "text": text,
+                                                     "logprobs": logprobs, "finish_reason": finish}),
         }
-    }
-}
-
-/// What waiting for the engine's next event ends with.
-enum Wait {
-    Event(Event),
-    /// The engine dropped the job.
-    Closed,
-    /// Nothing came within the timeout.
-    TimedOut,
-}
-
-async fn next_event(rx: &mut UnboundedReceiver<Event>, timeout: Duration) -> Wait {
-    match tokio::time::timeout(timeout, rx.recv()).await {
-        Ok(Some(ev)) => Wait::Event(ev),
-        Ok(None) => Wait::Closed,
-        Err(_) => Wait::TimedOut,
-    }
-}
-
-fn timed_out(timeout: Duration) -> ApiError {
-    ApiError {
-        status: 408,
-        message: format!(
-            "no token within the server's timeout ({} s): the request is cancelled",
-            timeout.as_secs_f64()
-        ),
     }
 }
 
@@ -633,12 +501,14 @@ async fn whole_answer(
                     Kind::Chat => json!({"index": 0,
                         "message": {"role": "assistant", "content": text},
                         "logprobs": lp, "finish_reason": finish.as_str()}),
-                    Kind::Completion => json!({"index": 0, "text": text, "logprobs": lp,
-                        "finish_reason": finish.as_str()}),
+                    Kind::Completion | Kind::Native => {
+                        json!({"index": 0, "text": text, "logprobs": lp,
+                        "finish_reason": finish.as_str()})
+                    }
                 };
                 let object = match answer.kind {
                     Kind::Chat => "chat.completion",
-                    Kind::Completion => "text_completion",
+                    Kind::Completion | Kind::Native => "text_completion",
                 };
                 return axum::Json(json!({
                     "id": answer.id, "object": object, "created": answer.created,
@@ -702,7 +572,7 @@ fn stream_answer(
                         tail,
                         timings,
                     }) => {
-                        let mut last = answer.chunk(answer.text_choice(&tail, Some(finish), None));
+                        let mut last = answer.chunk(answer.text_choice(&tail, Some(&finish), None));
                         last["timings"] = Answer::timings(&timings);
                         queued.push(data(last));
                         if include_usage {

@@ -330,7 +330,7 @@ pub enum Op {
     /// A F32 [1, n_head] (Mamba-2: one decay per head) or
     /// [d_state, n_head] (Mamba-1), B and C F32 [d_state, n_group, n_t, n_s]
     /// (`n_head` a multiple of `n_group`; head `h` reads group
-    /// `h / (n_head / n_group)`), ids I32 [n_s]. Per token, with
+    /// `h / (n_head / n_group)`), ids I32 `[n_s]`. Per token, with
     /// `d = softplus(dt)`: `state = state * exp(d * A) + B * x * d` and
     /// `y = sum over d_state of state * C`. The result is F32, one
     /// dimension: y [head_dim, n_head, n_t, n_s] laid out first, then the

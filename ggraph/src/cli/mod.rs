@@ -62,8 +62,10 @@ pub enum ModelCommand {
     /// An OpenAI-compatible HTTP server for a model
     ///
     /// POST /v1/chat/completions (the model's chat template; "stream":
-    /// true for SSE), POST /v1/completions, GET /v1/models, POST
-    /// /tokenize, POST /detokenize, GET /health (503 while loading). Each
+    /// true for SSE), POST /v1/completions, POST /completion
+    /// (llama-server's shape), GET /v1/models, POST /tokenize, POST
+    /// /detokenize, GET /health (503 while loading), GET /metrics, GET
+    /// /slots. Each
     /// request is a slot (-np of them share the context, batched
     /// together), sampled with llama.cpp's samplers; the request's fields
     /// (temperature, top_p, seed, stop, response_format, ...) override the
