@@ -90,6 +90,8 @@ impl ChatMessage {
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    /// The Jinja text it was made from.
+    source: String,
     bos_token: String,
     eos_token: String,
     supports_system_role: bool,
@@ -127,6 +129,7 @@ impl ChatTemplate {
     /// `bos_token` and `eos_token` are the texts of the vocabulary's BOS and
     /// EOS tokens (`""` when it has none), as the template sees them.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
+        let original = source.to_string();
         let source = prepare_source(source);
         let keeps_developer_role = source.contains("<|channel|>");
         // common_chat_try_specialized_template's first two tests, in order
@@ -155,6 +158,7 @@ impl ChatTemplate {
             .map_err(|e| template_error("does not parse", &e))?;
         let mut template = ChatTemplate {
             env,
+            source: original,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             supports_system_role: true,
@@ -167,6 +171,12 @@ impl ChatTemplate {
         };
         template.supports_system_role = template.probe_system_role();
         Ok(template)
+    }
+
+    /// The Jinja text the template was made from (as llama-server's
+    /// `/props` shows it).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// As llama.cpp with a model: when the vocabulary adds BOS to a prompt

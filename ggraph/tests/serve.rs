@@ -178,6 +178,30 @@ fn the_endpoints_answer_as_openai_and_llama_server_shape_them() {
     let models: Value = serde_json::from_str(&models).unwrap();
     assert_eq!(models["data"][0]["id"], "smollm2");
 
+    // llama-server's /props: slots, the model's file and template, the
+    // sampling defaults (llama.cpp's unless the GGUF sets its own)
+    let (status, props) = http(&s.addr, "GET", "/props", None);
+    assert_eq!(status, 200);
+    let props: Value = serde_json::from_str(&props).unwrap();
+    assert_eq!(props["total_slots"], 2, "{props}");
+    assert!(
+        props["model_path"].as_str().unwrap().ends_with("Q8_0.gguf"),
+        "{props}"
+    );
+    assert!(
+        props["chat_template"]
+            .as_str()
+            .unwrap()
+            .contains("im_start"),
+        "{props}"
+    );
+    let params = &props["default_generation_settings"]["params"];
+    assert_eq!(params["top_k"], 40, "{props}");
+    assert_eq!(params["samplers"][0], "penalties", "{props}");
+    // a generative model's server computes no embeddings (501)
+    let (status, e) = post(&s.addr, "/v1/embeddings", json!({"input": "hi"}));
+    assert_eq!(status, 501, "{e}");
+
     let (status, t) = post(&s.addr, "/tokenize", json!({"content": "Hello world"}));
     assert_eq!(status, 200);
     let (status, d) = post(&s.addr, "/detokenize", json!({"tokens": t["tokens"]}));

@@ -3,10 +3,10 @@
 //! one: `POST /v1/chat/completions` (the model's chat template; streamed
 //! with SSE ending in `data: [DONE]`), `POST /v1/completions`,
 //! `POST /completion` (llama-server's own shape), `GET /v1/models`,
-//! `POST /tokenize`, `POST /detokenize`, `GET /health`
-//! (503 while the model loads), `GET /metrics` (Prometheus), `GET /slots`
-//! and `POST /slots/{id}?action=erase`. Each request is a slot of the
-//! [`engine`]: continuous batching over the context's sequences, each with
+//! `POST /tokenize`, `POST /detokenize`, `GET /health` (503 while the
+//! model loads), `GET /metrics` (Prometheus), `GET /slots` and
+//! `POST /slots/{id}?action=erase`, `GET /props`. Each request is a slot
+//! of the [`engine`]: continuous batching over the context's sequences, each with
 //! its own sampler chain, seed and grammar, and each slot keeping its
 //! cells as a prompt cache for the next request that starts the same way.
 //! Errors are OpenAI's shape, `{"error": {"code", "message", "type"}}`.
@@ -85,6 +85,8 @@ pub struct ServerOptions {
     pub timeout: Duration,
     /// Bytes a request body may have (413 above).
     pub body_limit: usize,
+    /// The model's file, as `/props` reports it.
+    pub model_path: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -93,6 +95,7 @@ impl Default for ServerOptions {
             api_key: None,
             timeout: Duration::from_secs(600),
             body_limit: 16 << 20,
+            model_path: None,
         }
     }
 }

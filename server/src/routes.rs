@@ -37,6 +37,10 @@ pub fn router(server: Server) -> Router {
         .route("/metrics", get(metrics))
         .route("/slots", get(slots))
         .route("/slots/{id}", post(slot_action))
+        .route("/props", get(props).post(props_change))
+        .route("/embedding", post(no_embeddings))
+        .route("/embeddings", post(no_embeddings))
+        .route("/v1/embeddings", post(no_embeddings))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/completions", post(completions))
@@ -237,6 +241,63 @@ async fn metrics(State(server): State<Server>) -> Response {
         text,
     )
         .into_response()
+}
+
+/// llama-server's `GET /props`: the slots, the model's file and chat
+/// template, and the sampling defaults requests start from.
+async fn props(State(server): State<Server>) -> Response {
+    let Some(r) = server.state() else {
+        return error(loading());
+    };
+    let d = &r.defaults;
+    let samplers: Vec<&str> = d.samplers.iter().map(|s| s.name()).collect();
+    let params = json!({
+        "n_predict": -1, "seed": d.seed, "temperature": d.temp,
+        "dynatemp_range": d.dynatemp_range, "dynatemp_exponent": d.dynatemp_exponent,
+        "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
+        "xtc_probability": d.xtc_probability, "xtc_threshold": d.xtc_threshold,
+        "typical_p": d.typ_p, "repeat_last_n": d.penalty_last_n,
+        "repeat_penalty": d.penalty_repeat, "presence_penalty": d.penalty_present,
+        "frequency_penalty": d.penalty_freq, "dry_multiplier": d.dry_multiplier,
+        "dry_base": d.dry_base, "dry_allowed_length": d.dry_allowed_length,
+        "dry_penalty_last_n": d.dry_penalty_last_n,
+        "dry_sequence_breakers": d.dry_sequence_breakers, "mirostat": d.mirostat,
+        "mirostat_tau": d.mirostat_tau, "mirostat_eta": d.mirostat_eta,
+        "top_n_sigma": d.top_n_sigma, "stop": [], "max_tokens": -1, "ignore_eos": false,
+        "stream": false, "n_probs": d.n_probs, "min_keep": d.min_keep, "grammar": "",
+        "samplers": samplers,
+    });
+    axum::Json(json!({
+        "default_generation_settings": {
+            "id": 0, "id_task": -1, "n_ctx": r.engine.n_ctx_slot, "speculative": false,
+            "is_processing": false, "params": params, "prompt": "",
+        },
+        "total_slots": r.engine.n_slots,
+        "model_path": server.inner.options.model_path.clone().unwrap_or_default(),
+        "chat_template": r.template.as_ref().map_or("", |t| t.source()),
+        "modalities": {"vision": false, "audio": false},
+        "build_info": format!("ggraph {}", env!("CARGO_PKG_VERSION")),
+        "is_sleeping": false,
+    }))
+    .into_response()
+}
+
+/// `POST /props`: llama-server changes its properties only when started
+/// with `--props`; this server never does.
+async fn props_change() -> Response {
+    error(ApiError {
+        status: 501,
+        message: "this server does not change its properties over HTTP".into(),
+    })
+}
+
+/// The embedding endpoints: a generative model's server answers 501, as
+/// llama-server without `--embeddings` does.
+async fn no_embeddings() -> Response {
+    error(ApiError {
+        status: 501,
+        message: "this server does not compute embeddings".into(),
+    })
 }
 
 /// Each slot: whether it runs a request, and that request's counts.

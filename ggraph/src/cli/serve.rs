@@ -78,6 +78,7 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
     let options = ServerOptions {
         api_key: a.api_key.clone(),
         timeout: std::time::Duration::from_secs(a.timeout as u64),
+        model_path: Some(a.model.clone()),
         ..ServerOptions::default()
     };
     let server = Server::new(name, options);
