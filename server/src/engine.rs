@@ -378,6 +378,8 @@ impl Runner {
                 };
                 if r.is_ok() {
                     self.forget(s);
+                    // counted before the client hears it is done
+                    self.report();
                 }
                 let _ = reply.send(r);
             }
