@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{
-    BinaryOp, Graph, Op, RopeMode, SortOrder, Tensor, TensorId, alibi_slope, row_index,
+    BinaryOp, Graph, Op, RopeMode, SortOrder, Tensor, TensorId, UnaryOp, alibi_slope, row_index,
 };
 use ggraph_core::quant;
 
@@ -491,7 +491,6 @@ impl Evaluation<'_> {
         let [head_dim, n_head, n_t, n_s] = g.tensor(x).ne;
         let per_group = n_head / g.tensor(b).ne[1];
         let mamba2 = g.tensor(a).ne[0] == 1;
-        let softplus = |v: f64| if v > 20.0 { v } else { v.exp().ln_1p() };
         let mut y = vec![0f64; head_dim * n_head * n_t * n_s];
         let mut states = vec![0f64; d_state * head_dim * n_head * n_s];
         for j in 0..n_s {
@@ -508,7 +507,7 @@ impl Evaluation<'_> {
                         *v = self.get(s, [i0, i1, h, id as usize]);
                     }
                     for t in 0..n_t {
-                        let d = softplus(self.get(dt, [h, t, j, 0]));
+                        let d = UnaryOp::Softplus.eval(self.get(dt, [h, t, j, 0]));
                         let x_dt = self.get(x, [i1, h, t, j]) * d;
                         let mut sum = 0.0;
                         for (i0, v) in st.iter_mut().enumerate() {

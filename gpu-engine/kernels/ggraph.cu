@@ -852,6 +852,11 @@ __device__ __forceinline__ float gelu_f(float x) {
 }
 
 // UnaryOp order of ggraph-core: silu, gelu, relu, neg, exp, sigmoid, tanh, sqr, sqrt.
+// ln(1 + e^x), and x itself above 20, as ggml computes it.
+__device__ __forceinline__ float softplus_f(float x) {
+    return x > 20.0f ? x : logf(1.0f + expf(x));
+}
+
 __device__ __forceinline__ float unary_f(int op, float x) {
     switch (op) {
     case 0: return silu_f(x);
@@ -863,7 +868,7 @@ __device__ __forceinline__ float unary_f(int op, float x) {
     case 6: return tanhf(x);
     case 7: return x * x;
     case 8: return sqrtf(x);
-    case 9: return x > 20.0f ? x : logf(1.0f + expf(x));
+    case 9: return softplus_f(x);
     default: return x;
     }
 }
@@ -1109,8 +1114,7 @@ extern "C" __global__ void k_ssm_scan(Tensor dst, Tensor s, Tensor x, Tensor dt,
         float st[SSM_MAX_STATE];
         for (i64 i0 = 0; i0 < d_state; ++i0) st[i0] = load_f(s, i0, i1, h, id);
         for (i64 t = 0; t < n_t; ++t) {
-            float v = load_f(dt, h, t, j, 0);
-            float d = v > 20.0f ? v : logf(1.0f + expf(v));
+            float d = softplus_f(load_f(dt, h, t, j, 0));
             float x_dt = load_f(x, i1, h, t, j) * d;
             float decay = expf(d * load_f(a, 0, h, 0, 0));
             float sum = 0.0f;

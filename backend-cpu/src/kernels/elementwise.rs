@@ -118,6 +118,12 @@ fn silu_in_place(x: &mut [f32], g: Option<&[f32]>) {
     body(x, g)
 }
 
+/// `ln(1 + e^x)`, and `x` itself above 20, as ggml computes it.
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { (1.0 + x.exp()).ln() }
+}
+
 #[inline]
 pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -135,7 +141,7 @@ pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
         UnaryOp::Tanh => f32::tanh,
         UnaryOp::Sqr => |x| x * x,
         UnaryOp::Sqrt => f32::sqrt,
-        UnaryOp::Softplus => |x| if x > 20.0 { x } else { (1.0 + x.exp()).ln() },
+        UnaryOp::Softplus => softplus,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use ggraph_core::Result;
 
+use super::elementwise::softplus;
 use super::indices::check_indices;
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
@@ -48,10 +49,6 @@ pub struct ScanSources {
     pub b: TRef,
     pub c: TRef,
     pub ids: TRef,
-}
-
-fn softplus(v: f32) -> f32 {
-    if v > 20.0 { v } else { (1.0 + v.exp()).ln() }
 }
 
 /// ssm_scan ([`Op::SsmScan`](ggraph_core::ir::Op::SsmScan)): y, then the

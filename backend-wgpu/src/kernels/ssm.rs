@@ -2,10 +2,10 @@
 //! ssm_scan, one thread per state row.
 
 use ggraph_core::Result;
-use ggraph_core::ir::{Graph, TensorId};
+use ggraph_core::ir::{Graph, TensorId, UnaryOp};
 
 use super::args::{Params, WG, bind};
-use super::elementwise::run;
+use super::elementwise::{run, unary_expr};
 use super::pipeline::pipeline;
 use super::recorder::Recorder;
 use super::wgsl::{Access, Shader, entry};
@@ -78,8 +78,8 @@ pub fn ssm_scan(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     var st: array<f32, {MAX_SSM_STATE}>;
     for (var i0 = 0u; i0 < d_state; i0 = i0 + 1u) {{ st[i0] = S_get(i0, i1, h, u32(id)); }}
     for (var t = 0u; t < n_t; t = t + 1u) {{
-        let v = T_get(h, t, j, 0u);
-        let dd = select(log(1.0 + exp(v)), v, v > 20.0);
+        let x = T_get(h, t, j, 0u);
+        let dd = {softplus};
         let x_dt = X_get(i1, h, t, j) * dd;
         var sum = 0.0;
         for (var i0 = 0u; i0 < d_state; i0 = i0 + 1u) {{
@@ -92,7 +92,8 @@ pub fn ssm_scan(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     }}
     let at = head_dim * n_head * n_t * n_s + ((j * n_head + h) * head_dim + i1) * d_state;
     for (var i0 = 0u; i0 < d_state; i0 = i0 + 1u) {{ D_set(at + i0, 0u, 0u, 0u, st[i0]); }}
-"#
+"#,
+            softplus = unary_expr(UnaryOp::Softplus)
         );
         sh.code(&entry(WG, &code)).finish()
     })?;
