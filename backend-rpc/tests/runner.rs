@@ -63,10 +63,10 @@ fn rpc_devices(servers: &[LocalServer]) -> (Vec<Arc<RpcDevice>>, Vec<Arc<dyn Dev
 #[test]
 fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
     let cache = [tempdir("a"), tempdir("b")];
-    let Some(first) = common::server_or_skip("rpc runner", Some(&cache[0])) else {
+    let Some(first) = common::server_or_skip("rpc runner", Some(&*cache[0])) else {
         return;
     };
-    let second = common::server_or_skip("rpc runner", Some(&cache[1])).unwrap();
+    let second = common::server_or_skip("rpc runner", Some(&*cache[1])).unwrap();
     let servers = [first, second];
     let d = desc();
     let (rpc, devices) = rpc_devices(&servers);
@@ -108,7 +108,7 @@ fn layer_and_row_split_over_two_stock_servers_give_the_cpu_tokens() {
 #[test]
 fn weights_uploaded_again_come_from_the_server_cache() {
     let cache = tempdir("cache");
-    let Some(server) = common::server_or_skip("rpc cache", Some(&cache)) else {
+    let Some(server) = common::server_or_skip("rpc cache", Some(&*cache)) else {
         return;
     };
     let d = desc();
@@ -140,7 +140,7 @@ fn weights_uploaded_again_come_from_the_server_cache() {
 #[test]
 fn a_server_restarted_with_its_cache_takes_large_weights_back_by_hash() {
     let cache = tempdir("restart");
-    let Some(mut server) = common::server_or_skip("rpc restart with cache", Some(&cache)) else {
+    let Some(mut server) = common::server_or_skip("rpc restart with cache", Some(&*cache)) else {
         return;
     };
     let d = desc();
@@ -157,7 +157,7 @@ fn a_server_restarted_with_its_cache_takes_large_weights_back_by_hash() {
 
     server.kill();
     assert!(ctx.decode(&Batch::tokens(&[3])).is_err());
-    let _server = LocalServer::start_on(server.port(), 2, Some(&cache)).unwrap();
+    let _server = LocalServer::start_on(server.port(), 2, Some(&*cache)).unwrap();
     let sent = rpc[0].traffic().bytes_sent;
     let recovery = ctx.recover().unwrap();
     let resent = rpc[0].traffic().bytes_sent - sent;
@@ -172,7 +172,24 @@ fn a_server_restarted_with_its_cache_takes_large_weights_back_by_hash() {
     assert_eq!(ctx.logits(), &before[..]);
 }
 
-fn tempdir(tag: &str) -> std::path::PathBuf {
+/// A cache folder for a test's servers, removed when the test ends
+/// (declared before the servers, so they stop first).
+struct TempDir(std::path::PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir(tag: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!(
         "ggraph-rpc-{tag}-{}-{}",
         std::process::id(),
@@ -182,5 +199,5 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
             .unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
