@@ -12,7 +12,7 @@ use crate::arch::{Attention, GraphInputs, ModelGraph, build_graph};
 use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
 use crate::kv::{SeqId, TokenPlace};
 use crate::loaded::{LoadMode, Model};
-use crate::memory::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
+use crate::memory::{KvMemoryParams, Memory, MemoryPlacement, PlaceError};
 use ggraph_core::backend::Device;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
@@ -148,6 +148,8 @@ struct GraphKey {
     /// Cells the graph reads in the main cache and in the
     /// sliding-window cache (0 without one).
     n_kv: (usize, usize),
+    /// Sequences of the ubatch, for the recurrent layers (1 without).
+    n_seqs: usize,
     embeddings: bool,
 }
 
@@ -194,8 +196,8 @@ pub struct Context {
     /// The settings the context was made with; its caches and reserved
     /// compute memory were sized from them.
     pub params: ContextParams,
-    /// The attention layers' caches.
-    memory: KvMemory,
+    /// The attention layers' caches and the recurrent layers' state.
+    memory: Memory,
     sched: Scheduler,
     /// Runs the cache's own graphs (shifts, defragmentation) over the same
     /// devices, so that they do not disturb the decode graph's plan.
@@ -222,7 +224,7 @@ impl Context {
                 "n_ctx, n_batch and n_ubatch must be positive".into(),
             ));
         }
-        let memory = KvMemory::new(
+        let memory = Memory::new(
             c,
             KvMemoryParams {
                 n_ctx: params.n_ctx,
@@ -275,6 +277,7 @@ impl Context {
             n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
             n_kv: ctx.memory.n_kv_max(),
+            n_seqs: 1,
             embeddings: ctx.params.embeddings,
         })?;
         ctx.sched.reserve(worst.graph)?;
@@ -308,8 +311,8 @@ impl Context {
         self.sched.compute_buffer_bytes()
     }
 
-    /// The attention layers' caches.
-    pub fn memory(&self) -> &KvMemory {
+    /// The attention layers' caches and the recurrent layers' state.
+    pub fn memory(&self) -> &Memory {
         &self.memory
     }
 
@@ -341,7 +344,13 @@ impl Context {
     fn build(&mut self, key: GraphKey) -> Result<ModelGraph> {
         let shape = self
             .memory
-            .shape(key.n_tokens, key.n_outputs, key.n_kv, self.params.attention)
+            .shape(
+                key.n_tokens,
+                key.n_outputs,
+                key.n_kv,
+                key.n_seqs,
+                self.params.attention,
+            )
             .with_ctx_per_seq(self.n_ctx_seq());
         let model = self.model.clone();
         let mut source = self.memory.source();
@@ -361,6 +370,7 @@ impl Context {
             n_tokens,
             n_outputs: n_tokens,
             n_kv: self.memory.n_kv_clamped(n_kv, n_tokens),
+            n_seqs: 1,
             embeddings: self.params.embeddings,
         };
         let lg = self.build(key)?;
@@ -426,8 +436,16 @@ impl Context {
         }
         let sane = sanitize(batch, self.memory.cells(), self.model.config.n_vocab)
             .map_err(DecodeError::InvalidBatch)?;
-        let ubatches = split(&sane, self.params.n_ubatch, self.params.ubatch_split)
+        self.memory
+            .check_places(&sane.places)
             .map_err(DecodeError::InvalidBatch)?;
+        // recurrent state is read per sequence: equal runs of one each
+        let how = match self.params.ubatch_split {
+            UbatchSplit::Simple if self.memory.needs_equal_split() => UbatchSplit::Equal,
+            how => how,
+        };
+        let ubatches =
+            split(&sane, self.params.n_ubatch, how).map_err(DecodeError::InvalidBatch)?;
         self.logits.clear();
         self.embeddings.clear();
         self.output_ids.clear();
@@ -437,7 +455,31 @@ impl Context {
         for ub in ubatches {
             self.decode_ubatch(&sane, &ub)?;
         }
+        self.outputs_in_batch_order();
         Ok(())
+    }
+
+    /// Puts the output rows in the order of their tokens in the batch
+    /// (an equal split decodes sequences' tokens out of order), as
+    /// llama.cpp orders its outputs.
+    fn outputs_in_batch_order(&mut self) {
+        if self.output_ids.is_sorted() {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.output_ids.len()).collect();
+        order.sort_by_key(|&r| self.output_ids[r]);
+        let permute = |rows: &[f32], width: usize| -> Vec<f32> {
+            order
+                .iter()
+                .flat_map(|&r| &rows[r * width..(r + 1) * width])
+                .copied()
+                .collect()
+        };
+        self.logits = permute(&self.logits, self.model.config.n_vocab);
+        if !self.embeddings.is_empty() {
+            self.embeddings = permute(&self.embeddings, self.model.config.n_embd);
+        }
+        self.output_ids = order.iter().map(|&r| self.output_ids[r]).collect();
     }
 
     /// The highest position sequence `s` holds in the cache, if any (as
@@ -485,7 +527,10 @@ impl Context {
             PlaceError::Invalid(e) => DecodeError::InvalidBatch(e),
         })?;
         match self.run_ubatch(batch, ub, &places, &placement) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.memory.commit(placement);
+                Ok(())
+            }
             Err(e) => {
                 self.memory.rollback(placement);
                 Err(e)
@@ -498,13 +543,14 @@ impl Context {
         batch: &SaneBatch,
         ub: &[usize],
         places: &[TokenPlace],
-        placement: &KvPlacement,
+        placement: &MemoryPlacement,
     ) -> std::result::Result<(), DecodeError> {
         let outputs: Vec<usize> = ub.iter().copied().filter(|&i| batch.outputs[i]).collect();
         let key = GraphKey {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
             n_kv: self.memory.n_kv(self.params.n_kv_pad, ub.len()),
+            n_seqs: placement.n_seqs(),
             embeddings: self.params.embeddings,
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
@@ -590,14 +636,18 @@ impl Context {
         batch: &SaneBatch,
         ub: &[usize],
         places: &[TokenPlace],
-        placement: &KvPlacement,
+        placement: &MemoryPlacement,
         outputs: &[usize],
         key: GraphKey,
     ) -> Result<()> {
         let tokens: Vec<i32> = ub.iter().map(|&i| batch.tokens[i]).collect();
         g.write_i32(inputs.tokens, &tokens)?;
-        let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
-        g.write_i32(inputs.positions, &pos)?;
+        // a model whose layers all convolve reads no positions: the
+        // input then has no memory
+        if g.get(inputs.positions)?.data.is_some() {
+            let pos: Vec<i32> = places.iter().map(|p| p.pos).collect();
+            g.write_i32(inputs.positions, &pos)?;
+        }
         self.memory.set_inputs(
             g,
             inputs,

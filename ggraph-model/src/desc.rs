@@ -55,7 +55,10 @@ impl TensorSpec {
 
     /// A 2-D matrix a mul_mat reads (rows can be split across devices).
     pub fn is_matrix(&self) -> bool {
-        self.shape.len() == 2 && self.shape[1] > 1 && !self.name.contains("token_embd")
+        self.shape.len() == 2
+            && self.shape[1] > 1
+            && !self.name.contains("token_embd")
+            && !ModelConfig::is_conv_kernel(&self.name)
     }
 }
 
@@ -217,7 +220,7 @@ impl ModelDesc {
             .weight_shapes()
             .into_iter()
             .map(|(name, shape)| {
-                let t = if shape.len() == 1 || name.ends_with("gate_inp.weight") {
+                let t = if shape.len() == 1 || ModelConfig::stays_f32(&name) {
                     DType::F32
                 } else {
                     dtype.for_row_len(shape[0])

@@ -2,6 +2,7 @@
 //! reads, a vocabulary, and the tensors' bytes. Used to make small
 //! random-weight models for tests and benches.
 
+use super::arch::ModelConfig;
 use super::desc::ModelDesc;
 use super::gguf::{ArrayValues, GgmlType, GgufHeader, GgufWriter, Value};
 use ggraph_core::error::{Error, Result};
@@ -132,6 +133,25 @@ pub fn bpe_vocab_header(pre: &str) -> Result<GgufHeader> {
     GgufHeader::new(3, kv, vec![]).map_err(Error::InvalidArgument)
 }
 
+/// `attention.head_count_kv`: one number, or one per layer (0 for a
+/// recurrent layer) when the model has recurrent layers.
+fn head_count_kv(c: &ModelConfig) -> Value {
+    if c.has_recurrent() {
+        let per_layer = (0..c.n_layer)
+            .map(|il| {
+                if c.is_recurrent(il) {
+                    0
+                } else {
+                    c.n_head_kv as u32
+                }
+            })
+            .collect();
+        Value::from(ArrayValues::U32(per_layer))
+    } else {
+        Value::U32(c.n_head_kv as u32)
+    }
+}
+
 /// The GGUF of a model description with its tensors' bytes (generated
 /// or from its file) and the vocabulary `tokens`: the `{arch}.*` keys
 /// llama.cpp reads for its architecture, so that reading it back gives
@@ -158,7 +178,7 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
         .kv(key("embedding_length"), u(c.n_embd))
         .kv(key("feed_forward_length"), u(c.n_ff))
         .kv(key("attention.head_count"), u(c.n_head))
-        .kv(key("attention.head_count_kv"), u(c.n_head_kv))
+        .kv(key("attention.head_count_kv"), head_count_kv(c))
         .kv(key("attention.key_length"), u(c.head_dim))
         .kv(key("attention.value_length"), u(c.head_dim))
         .kv(
@@ -192,6 +212,9 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
                 Value::from(ArrayValues::Bool(c.swa_layers.clone())),
             )
             .kv(key("rope.freq_base_swa"), Value::F32(c.rope_freq_base_swa));
+    }
+    if c.shortconv_l_cache > 0 {
+        w.kv(key("shortconv.l_cache"), u(c.shortconv_l_cache));
     }
     if c.attn_softcap > 0.0 {
         w.kv(key("attn_logit_softcapping"), Value::F32(c.attn_softcap));

@@ -140,14 +140,22 @@ fn head_counts_that_do_not_divide_are_refused() {
     }
 }
 
+/// The last layer's attention output matrix (every fixture's last layer
+/// attends).
+fn last_attn_output(h: &GgufHeader) -> String {
+    let n = read_config(h).unwrap().n_layer;
+    format!("blk.{}.attn_output.weight", n - 1)
+}
+
 #[test]
 fn a_tensor_of_the_wrong_shape_is_named_with_both_shapes() {
     for a in ARCHITECTURES {
+        let name = last_attn_output(&header(a.name));
         let h = rebuilt(
             &header(a.name),
             |_, v| Some(v.clone()),
             |t| {
-                Some(if t.name == "blk.1.attn_output.weight" {
+                Some(if t.name == name {
                     let mut s = t.shape.clone();
                     s[0] -= 1;
                     TensorInfo::new(&t.name, t.ggml_type, s, t.offset).unwrap()
@@ -158,7 +166,7 @@ fn a_tensor_of_the_wrong_shape_is_named_with_both_shapes() {
         );
         let e = refused(&h);
         assert!(
-            e.contains("blk.1.attn_output.weight") && e.contains("shape"),
+            e.contains(&name) && e.contains("shape"),
             "{}: {e}",
             a.name
         );
@@ -184,7 +192,7 @@ fn a_missing_or_foreign_tensor_is_named() {
             &header(a.name),
             |_, v| Some(v.clone()),
             |t| {
-                Some(if t.name == "output_norm.weight" {
+                Some(if t.name == format!("{}.weight", a.output_norm) {
                     TensorInfo::new(
                         "blk.0.mystery.weight",
                         t.ggml_type,
@@ -200,6 +208,91 @@ fn a_missing_or_foreign_tensor_is_named() {
         let e = refused(&h);
         assert!(e.contains("blk.0.mystery.weight"), "{}: {e}", a.name);
     }
+}
+
+/// LFM2: a layer without KV heads convolves; the kinds must match the
+/// tensors, and a convolution's state tensors must be there with their
+/// shapes.
+#[test]
+fn lfm2_layer_kinds_come_from_the_kv_heads_and_must_match_the_tensors() {
+    let c = config("lfm2");
+    assert_eq!(
+        c.recurrent_layers,
+        [true, true, false, true, true, false],
+        "layers 2 and 5 attend"
+    );
+    assert_eq!((c.n_head_kv, c.shortconv_l_cache), (2, 3));
+    assert_eq!(c.n_embd_r(), 2 * 64);
+    assert!(!c.has_swa());
+
+    // layer 0 said to attend: its attention weights are missing
+    let kv_heads = |v: Vec<u32>| {
+        move |k: &str, x: &Value| {
+            Some(if k == "lfm2.attention.head_count_kv" {
+                Value::from(ggraph_model::gguf::ArrayValues::U32(v.clone()))
+            } else {
+                x.clone()
+            })
+        }
+    };
+    let h = rebuilt(
+        &header("lfm2"),
+        kv_heads(vec![2, 0, 2, 0, 0, 2]),
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("blk.0.shortconv"), "{e}");
+    let h = rebuilt(
+        &header("lfm2"),
+        kv_heads(vec![0, 0, 2, 0, 0, 1]),
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("differs between layers"), "{e}");
+
+    // a state tensor missing, or of another kernel width
+    let h = rebuilt(
+        &header("lfm2"),
+        |_, v| Some(v.clone()),
+        |t| (t.name != "blk.3.shortconv.conv.weight").then(|| t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("blk.3.shortconv.conv.weight") && e.contains("missing"), "{e}");
+    let h = rebuilt(
+        &header("lfm2"),
+        |k, v| {
+            Some(if k == "lfm2.shortconv.l_cache" {
+                Value::U32(4)
+            } else {
+                v.clone()
+            })
+        },
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("shortconv.conv.weight") && e.contains("shape"), "{e}");
+    let h = rebuilt(
+        &header("lfm2"),
+        |k, v| (k != "lfm2.shortconv.l_cache").then(|| v.clone()),
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("lfm2.shortconv.l_cache"), "{e}");
+
+    // a layer without KV heads in an architecture that always attends
+    let h = rebuilt(
+        &header("qwen3"),
+        |k, v| {
+            Some(if k == "qwen3.attention.head_count_kv" {
+                Value::from(ggraph_model::gguf::ArrayValues::U32(vec![2, 0, 2, 2]))
+            } else {
+                v.clone()
+            })
+        },
+        |t| Some(t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains("layer 1 no KV heads"), "{e}");
 }
 
 #[test]

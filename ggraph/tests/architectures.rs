@@ -141,6 +141,8 @@ fn check_fixture(name: &str, arch: &str) {
         assert_eq!(got, want_greedy, "{arch} {attention:?}: greedy tokens");
     }
 
+    two_sequences_and_a_fork(&desc, want, bound);
+
     // the same tokens split over the CPU and two simulated GPUs
     let sims = || -> Vec<Arc<dyn Device>> {
         (0..2)
@@ -159,6 +161,64 @@ fn check_fixture(name: &str, arch: &str) {
             "{arch}: split by {split:?} over two simulated GPUs"
         );
     }
+}
+
+/// The second sequence and the fork's tokens of `arch_logits.cpp`.
+const SECOND: [i32; 9] = [1, 200, 150, 100, 50, 20, 10, 30, 40];
+const FORK: [i32; 2] = [5, 9];
+
+/// A batch of (sequence, token) items continuing each sequence, with
+/// the logits of the items flagged.
+fn items(items: &[(u32, i32, bool)]) -> Batch {
+    Batch {
+        tokens: items.iter().map(|i| i.1).collect(),
+        positions: None,
+        seq_ids: Some(items.iter().map(|i| vec![i.0]).collect()),
+        outputs: Some(items.iter().map(|i| i.2).collect()),
+    }
+}
+
+fn argmax(v: &[f32]) -> i32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as i32
+}
+
+/// llama.cpp's sections 3 and 4 (`arch_logits.cpp`), without flash
+/// attention: two sequences in one batch and a step of both, then a
+/// prompt forked by `seq_cp` and one token in each branch.
+fn two_sequences_and_a_fork(desc: &ModelDesc, want: &Value, bound: f32) {
+    let expected: Value = serde_json::from_str(EXPECTED).unwrap();
+    let prompt = ids(&expected["prompt"]);
+    let arch = &desc.config.arch.name;
+    let params = ContextParams {
+        n_ctx: 512,
+        n_seq_max: 2,
+        ..params(Attention::Standard)
+    };
+    let mut ctx = Context::new(Arc::new(on_the_cpu(desc)), params).unwrap();
+    let n_vocab = desc.config.n_vocab;
+    let check = |what: &str, got: &[f32], key: &str| {
+        let d = max_diff(got, &floats(&want["fa_off"][key]));
+        eprintln!("{arch} {what}: max |logit - llama.cpp| {d:.5}");
+        assert!(d <= bound, "{arch} {what}: logits {d} from llama.cpp's");
+    };
+    let mut first: Vec<(u32, i32, bool)> = (0..12).map(|i| (0, prompt[i], i == 11)).collect();
+    first.extend((0..SECOND.len()).map(|i| (1, SECOND[i], i + 1 == SECOND.len())));
+    ctx.decode(&items(&first)).unwrap();
+    let two = ctx.logits().to_vec();
+    check("two sequences in one batch", &two, "two_seqs_logits");
+    let next = [
+        (0, argmax(&two[..n_vocab]), true),
+        (1, argmax(&two[n_vocab..]), true),
+    ];
+    ctx.decode(&items(&next)).unwrap();
+    check("a step of two sequences", ctx.logits(), "two_seqs_next");
+
+    ctx.clear_cache();
+    ctx.decode(&Batch::tokens(&prompt)).unwrap();
+    ctx.seq_cp(0, 1, None, None).unwrap();
+    ctx.decode(&items(&[(0, FORK[0], true), (1, FORK[1], true)]))
+        .unwrap();
+    check("a fork by seq_cp", ctx.logits(), "fork_logits");
 }
 
 #[test]
@@ -220,6 +280,23 @@ fn phi3_matches_llama_cpp() {
 #[test]
 fn phi3_with_longrope_matches_llama_cpp() {
     check_fixture("phi3_longrope", "phi3");
+}
+
+/// LFM2: short-convolution layers (state per sequence) and attention
+/// layers, in F32, F16 and Q8_0.
+#[test]
+fn lfm2_matches_llama_cpp() {
+    check("lfm2");
+}
+
+#[test]
+fn lfm2_in_f16_matches_llama_cpp() {
+    check_fixture("lfm2_f16", "lfm2");
+}
+
+#[test]
+fn lfm2_in_q8_0_matches_llama_cpp() {
+    check_fixture("lfm2_q8_0", "lfm2");
 }
 
 /// A context of 512 cells on the CPU, ubatches of 16: the sliding-window

@@ -20,6 +20,15 @@ pub enum FfnKind {
     Fused(GluOp),
 }
 
+/// The block of an architecture's recurrent layers (the layers a GGUF
+/// gives no KV heads), whose state the context keeps per sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecurrentBlock {
+    /// LFM2's gated short convolution: `shortconv.in_proj` gives B, C and
+    /// x; the last `l_cache - 1` values of B*x per channel are the state.
+    ShortConv,
+}
+
 /// One architecture as data: how its decoder layers differ from llama's,
 /// and the hyperparameters only it reads. The graph builder
 /// (`arch/decoder.rs`) and the weight list ([`ModelConfig::weights`])
@@ -49,6 +58,12 @@ pub struct ArchSpec {
     /// The logits always come from the token embeddings (gemma2); else
     /// from `output.weight`, or the token embeddings when it is absent.
     pub tied_output: bool,
+    /// The block of the layers whose `attention.head_count_kv` entry is
+    /// 0 (None: every layer attends, and a 0 is an error).
+    pub recurrent: Option<RecurrentBlock>,
+    /// The name of the final norm's weight (`output_norm`; LFM2's
+    /// converter writes `token_embd_norm`).
+    pub output_norm: &'static str,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -157,6 +172,12 @@ pub struct ModelConfig {
     /// The magnitude of the rope's cos and sin (`rope.scaling.attn_factor`,
     /// LongRoPE models; 1 for the rest).
     pub rope_attn_factor: f32,
+    /// Per layer: whether it is one of the architecture's recurrent
+    /// layers ([`ArchSpec::recurrent`]) rather than an attention layer.
+    pub recurrent_layers: Vec<bool>,
+    /// The short convolution's width in tokens, its state one less
+    /// (`{arch}.shortconv.l_cache`; 0 without short convolutions).
+    pub shortconv_l_cache: usize,
 }
 
 impl ModelConfig {
@@ -198,6 +219,8 @@ impl ModelConfig {
             attention_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
             n_ctx_orig: 4096,
             rope_attn_factor: 1.0,
+            recurrent_layers: vec![false; n_layer],
+            shortconv_l_cache: 0,
         };
         (arch.defaults)(&mut c);
         c
@@ -273,6 +296,34 @@ impl ModelConfig {
         self.n_swa > 0 && self.swa_layers.get(il).copied().unwrap_or(false)
     }
 
+    /// Whether layer `il` is a recurrent layer (no attention, state per
+    /// sequence).
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        self.recurrent_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Whether any layer keeps recurrent state.
+    pub fn has_recurrent(&self) -> bool {
+        self.recurrent_layers.iter().any(|&r| r)
+    }
+
+    /// Values of a recurrent layer's first state per sequence (the
+    /// convolution's last inputs; llama.cpp's `n_embd_r`).
+    pub fn n_embd_r(&self) -> usize {
+        match self.arch.recurrent {
+            Some(RecurrentBlock::ShortConv) => {
+                self.n_embd * self.shortconv_l_cache.saturating_sub(1)
+            }
+            None => 0,
+        }
+    }
+
+    /// Values of a recurrent layer's second state per sequence (the scan's
+    /// state; llama.cpp's `n_embd_s`; 0 for a short convolution).
+    pub fn n_embd_s(&self) -> usize {
+        0
+    }
+
     /// Whether any layer attends over a sliding window.
     pub fn has_swa(&self) -> bool {
         (0..self.n_layer).any(|il| self.is_swa(il))
@@ -319,6 +370,25 @@ impl ModelConfig {
         }
         if self.is_moe() && self.n_ff_expert == 0 {
             return bad("n_ff_expert must be positive".into());
+        }
+        if self.recurrent_layers.len() != self.n_layer {
+            return bad(format!(
+                "{} recurrent-layer flags for {} layers",
+                self.recurrent_layers.len(),
+                self.n_layer
+            ));
+        }
+        if self.has_recurrent() {
+            match self.arch.recurrent {
+                None => return bad("the architecture has no recurrent layers".into()),
+                Some(RecurrentBlock::ShortConv) if self.shortconv_l_cache < 2 => {
+                    return bad(format!(
+                        "shortconv.l_cache {} must be at least 2",
+                        self.shortconv_l_cache
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         if self.swa_layers.len() != self.n_layer {
             return bad(format!(
@@ -386,7 +456,19 @@ impl ModelConfig {
         for i in 0..self.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
             add(p("attn_norm.weight"), vec![e], Required);
-            if self.fused_qkv {
+            if let (true, Some(block)) = (self.is_recurrent(i), a.recurrent) {
+                match block {
+                    RecurrentBlock::ShortConv => {
+                        add(
+                            p("shortconv.conv.weight"),
+                            vec![self.shortconv_l_cache, e],
+                            Required,
+                        );
+                        add(p("shortconv.in_proj.weight"), vec![e, 3 * e], Required);
+                        add(p("shortconv.out_proj.weight"), vec![e, e], Required);
+                    }
+                }
+            } else if self.fused_qkv {
                 add(p("attn_qkv.weight"), vec![e, q + 2 * kv], Required);
                 add(p("attn_qkv.bias"), vec![q + 2 * kv], bias);
             } else {
@@ -397,12 +479,14 @@ impl ModelConfig {
                 add(p("attn_k.bias"), vec![kv], bias);
                 add(p("attn_v.bias"), vec![kv], bias);
             }
-            if a.qk_norm {
+            if a.qk_norm && !self.is_recurrent(i) {
                 add(p("attn_q_norm.weight"), vec![hd], Required);
                 add(p("attn_k_norm.weight"), vec![hd], Required);
             }
-            add(p("attn_output.weight"), vec![q, e], Required);
-            add(p("attn_output.bias"), vec![e], Optional);
+            if !self.is_recurrent(i) {
+                add(p("attn_output.weight"), vec![q, e], Required);
+                add(p("attn_output.bias"), vec![e], Optional);
+            }
             if a.post_norms {
                 add(p("post_attention_norm.weight"), vec![e], Required);
             }
@@ -428,7 +512,7 @@ impl ModelConfig {
                 add(p("post_ffw_norm.weight"), vec![e], Required);
             }
         }
-        add("output_norm.weight".into(), vec![e], Required);
+        add(format!("{}.weight", a.output_norm), vec![e], Required);
         if !a.tied_output {
             add("output.weight".into(), vec![e, self.n_vocab], Usual);
             add("output.bias".into(), vec![self.n_vocab], Optional);
@@ -444,6 +528,21 @@ impl ModelConfig {
             .filter(|w| w.presence != Presence::Optional)
             .map(|w| (w.name, w.shape))
             .collect()
+    }
+
+    /// Whether weight `name` stays F32 in every file: the MoE router and
+    /// the small convolution kernels, which llama.cpp's converter writes
+    /// and its quantizer leaves in F32 (its `ssm_conv` takes F32 only).
+    pub fn stays_f32(name: &str) -> bool {
+        name.ends_with("ffn_gate_inp.weight") || Self::is_conv_kernel(name)
+    }
+
+    /// Whether weight `name` is a convolution's kernel (`ssm_conv`'s, not
+    /// a matrix a product reads: its rows are never split).
+    pub fn is_conv_kernel(name: &str) -> bool {
+        ["shortconv.conv.weight", "ssm_conv1d.weight"]
+            .iter()
+            .any(|s| name.ends_with(s))
     }
 
     /// The layer a weight belongs to (None for embedding and output).

@@ -9,8 +9,9 @@ use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 
 use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, softcap};
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RecurrentBlock};
 use super::shape::BuildShape;
+use super::shortconv::{RecurrentInputs, short_conv};
 use super::weights::{WeightSource, required, rope_freq_factors};
 use crate::kv::CacheSource;
 
@@ -41,6 +42,9 @@ pub struct GraphInputs {
     pub k_idx_swa: Option<TensorId>,
     /// The same cells, written in V (with a sliding-window cache).
     pub v_idx_swa: Option<TensorId>,
+    /// The state rows the recurrent layers read and write (a model with
+    /// recurrent layers).
+    pub recurrent: Option<RecurrentInputs>,
 }
 
 /// A built graph and where its pieces are.
@@ -110,7 +114,8 @@ pub fn build_graph(
     // only the masks some layer reads: a graph input no node reads gets no
     // memory, and a model whose layers all slide (gemma3's smallest
     // shapes) has no full-attention layer
-    let any_full = (0..c.n_layer).any(|il| !c.is_swa(il));
+    let attends = |il: usize| !c.is_recurrent(il);
+    let any_full = (0..c.n_layer).any(|il| attends(il) && !c.is_swa(il));
     let kq_mask = if any_full {
         Some(b.input("kq_mask", shape.mask_type, &[n_kv, n_tokens])?)
     } else {
@@ -129,7 +134,8 @@ pub fn build_graph(
     };
     // the main cache's cells, where some layer writes there (sliding-window
     // layers write their own cache when they have one)
-    let main_cache_used = (0..c.n_layer).any(|il| !(c.is_swa(il) && shape.swa.is_some()));
+    let main_cache_used =
+        (0..c.n_layer).any(|il| attends(il) && !(c.is_swa(il) && shape.swa.is_some()));
     let (k_idx, v_idx) = match shape.kv {
         Some(_) if main_cache_used => {
             let k = b.input("kv_idx_k", DType::I32, &[n_tokens])?;
@@ -145,6 +151,17 @@ pub fn build_graph(
             (Some(k), Some(v))
         }
         None => (None, None),
+    };
+    let recurrent = match (c.has_recurrent(), shape.recurrent) {
+        (false, _) => None,
+        (true, Some(r)) => Some((r, RecurrentInputs::new(&mut b, r.n_seqs)?)),
+        (true, None) => {
+            return Err(Error::InvalidArgument(format!(
+                "a {} model has recurrent layers: its graph needs the ubatch's sequences and \
+                 the state (BuildShape::with_recurrent)",
+                c.arch.name
+            )));
+        }
     };
     let attn_inputs = AttentionInputs {
         positions,
@@ -169,17 +186,22 @@ pub fn build_graph(
     for il in 0..c.n_layer {
         let cur = layer_norm(&mut b, c, weights, il, "attn_norm", inp)?;
         b.set_name(cur, &format!("attn_norm-{il}"))?;
-        let mut cur = self_attention(
-            &mut b,
-            c,
-            shape,
-            weights,
-            cache,
-            &attn_inputs,
-            il,
-            cur,
-            &mut caches,
-        )?;
+        let mut cur = match (&recurrent, c.arch.recurrent) {
+            (Some((r, inputs)), Some(RecurrentBlock::ShortConv)) if c.is_recurrent(il) => {
+                short_conv(&mut b, c, weights, cache, r, inputs, il, cur)?
+            }
+            _ => self_attention(
+                &mut b,
+                c,
+                shape,
+                weights,
+                cache,
+                &attn_inputs,
+                il,
+                cur,
+                &mut caches,
+            )?,
+        };
         b.set_name(cur, &format!("attn_out-{il}"))?;
         if il == c.n_layer - 1
             && let Some(ids) = out_ids
@@ -208,7 +230,12 @@ pub fn build_graph(
     {
         inp = b.get_rows(inp, ids)?;
     }
-    let out_norm = required(weights, &mut b, "output_norm.weight", &[c.n_embd])?;
+    let out_norm = required(
+        weights,
+        &mut b,
+        &format!("{}.weight", c.arch.output_norm),
+        &[c.n_embd],
+    )?;
     let norm = rms_norm(&mut b, inp, out_norm, c.rms_eps)?;
     b.set_name(norm, "result_norm")?;
     // a model with tied embeddings has its copy of the token embeddings
@@ -235,6 +262,7 @@ pub fn build_graph(
             v_idx,
             k_idx_swa,
             v_idx_swa,
+            recurrent: recurrent.map(|(_, inputs)| inputs),
         },
         logits,
         embeddings: norm,

@@ -23,6 +23,8 @@ pub static GEMMA2: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
     tied_output: true,
+    recurrent: None,
+    output_norm: "output_norm",
     read,
     defaults,
 };

@@ -22,6 +22,8 @@ pub static GEMMA3: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
     tied_output: false,
+    recurrent: None,
+    output_norm: "output_norm",
     read,
     defaults,
 };

@@ -55,8 +55,30 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     let n_embd = h.hparam_u32("embedding_length")? as usize;
     let heads = h.layer_u32s("attention.head_count", n_layer)?;
     let n_head = uniform(&key("attention.head_count"), &heads)?;
-    let n_head_kv = match h.opt_layer_u32s("attention.head_count_kv", n_layer)? {
-        Some(v) => uniform(&key("attention.head_count_kv"), &v)?,
+    // a layer without KV heads is one of the architecture's recurrent
+    // layers (llama.cpp's `is_recr` for LFM2 and the hybrids)
+    let kv_heads = h.opt_layer_u32s("attention.head_count_kv", n_layer)?;
+    let recurrent_layers: Vec<bool> = match &kv_heads {
+        Some(v) => v.iter().map(|&n| n == 0).collect(),
+        None => vec![false; n_layer],
+    };
+    if let Some(il) = recurrent_layers.iter().position(|&r| r)
+        && arch.recurrent.is_none()
+    {
+        return Err(meta_error(format!(
+            "{} gives layer {il} no KV heads; a {name} layer always attends",
+            key("attention.head_count_kv")
+        )));
+    }
+    let n_head_kv = match &kv_heads {
+        Some(v) => {
+            let attending: Vec<u32> = v.iter().copied().filter(|&n| n > 0).collect();
+            if attending.is_empty() {
+                n_head
+            } else {
+                uniform(&key("attention.head_count_kv"), &attending)?
+            }
+        }
         None => n_head,
     };
     let n_ff = match h.opt_layer_u32s("feed_forward_length", n_layer)? {
@@ -114,6 +136,7 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
         None => h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize,
     };
     c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
+    c.recurrent_layers = recurrent_layers;
     (arch.read)(h, &mut c)?;
     c.validate()?;
     Ok(c)

@@ -19,6 +19,8 @@ pub static LLAMA: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
+    recurrent: None,
+    output_norm: "output_norm",
     read: no_keys_of_its_own,
     defaults,
 };

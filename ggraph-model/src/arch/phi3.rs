@@ -23,6 +23,8 @@ pub static PHI3: ArchSpec = ArchSpec {
     ffn: FfnKind::Fused(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
+    recurrent: None,
+    output_norm: "output_norm",
     read,
     defaults,
 };

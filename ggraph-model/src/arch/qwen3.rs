@@ -17,6 +17,8 @@ pub static QWEN3: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
+    recurrent: None,
+    output_norm: "output_norm",
     read: no_keys_of_its_own,
     defaults: qwen2::defaults,
 };

@@ -21,6 +21,8 @@ pub static QWEN3MOE: ArchSpec = ArchSpec {
     ffn: FfnKind::Split(GluOp::Swiglu),
     embed_scale: false,
     tied_output: false,
+    recurrent: None,
+    output_norm: "output_norm",
     read,
     defaults,
 };

@@ -5,6 +5,7 @@
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
+use super::lfm2::LFM2;
 use super::llama::LLAMA;
 use super::phi3::PHI3;
 use super::qwen2::QWEN2;
@@ -12,8 +13,9 @@ use super::qwen3::QWEN3;
 use super::qwen3moe::QWEN3MOE;
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 7] =
-    [&LLAMA, &QWEN2, &QWEN3, &QWEN3MOE, &GEMMA2, &GEMMA3, &PHI3];
+pub static ARCHITECTURES: [&ArchSpec; 8] = [
+    &LLAMA, &QWEN2, &QWEN3, &QWEN3MOE, &GEMMA2, &GEMMA3, &PHI3, &LFM2,
+];
 
 /// The architecture named `name`, if ggraph builds it.
 pub fn arch_by_name(name: &str) -> Option<&'static ArchSpec> {

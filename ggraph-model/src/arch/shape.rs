@@ -36,6 +36,19 @@ pub struct BuildShape {
     /// Type of the attention mask: F16 (exact for 0 and -inf, half the
     /// bytes) or F32 (as ggml builds it for standard attention).
     pub mask_type: DType,
+    /// The recurrent layers' state and the ubatch's sequences, for a
+    /// model with recurrent layers.
+    pub recurrent: Option<RecurrentShape>,
+}
+
+/// How a ubatch meets the recurrent layers' state: its tokens are
+/// `n_seqs` runs of equal length, one sequence each, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecurrentShape {
+    /// Sequences in the ubatch (a divisor of its tokens).
+    pub n_seqs: usize,
+    /// Rows of each layer's state tensors.
+    pub rows: usize,
 }
 
 impl BuildShape {
@@ -51,6 +64,7 @@ impl BuildShape {
             swa: None,
             n_ctx_seq: n_tokens,
             mask_type: DType::F16,
+            recurrent: None,
         }
     }
 
@@ -71,6 +85,7 @@ impl BuildShape {
             swa: None,
             n_ctx_seq: kv.kv_size,
             mask_type: DType::F16,
+            recurrent: None,
         }
     }
 
@@ -84,6 +99,13 @@ impl BuildShape {
     /// their own cache `kv`.
     pub fn with_swa_cache(mut self, n_kv: usize, kv: KvLayout) -> BuildShape {
         self.swa = Some(SwaCache { n_kv, kv });
+        self
+    }
+
+    /// The same, with the ubatch's tokens in `n_seqs` sequences meeting
+    /// the recurrent layers' state tensors of `rows` rows.
+    pub fn with_recurrent(mut self, n_seqs: usize, rows: usize) -> BuildShape {
+        self.recurrent = Some(RecurrentShape { n_seqs, rows });
         self
     }
 }

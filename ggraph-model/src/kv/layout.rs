@@ -30,6 +30,21 @@ pub trait CacheSource {
         kv: &KvLayout,
         n_embd_kv: usize,
     ) -> Result<(TensorId, TensorId)>;
+
+    /// Layer `layer`'s recurrent state as a tensor of the graph `b`
+    /// builds: F32 `[n_embd_state, rows]`, one row per state slot; an
+    /// error when the source keeps no state for that layer.
+    fn layer_state(
+        &mut self,
+        _b: &mut GraphBuilder,
+        layer: usize,
+        _n_embd_state: usize,
+        _rows: usize,
+    ) -> Result<TensorId> {
+        Err(ggraph_core::error::Error::InvalidArgument(format!(
+            "no recurrent state for layer {layer}: the graph needs the context's memory"
+        )))
+    }
 }
 
 /// Unbound cache leafs (for planning and tests).
@@ -54,5 +69,19 @@ impl CacheSource for FreshCache {
             &[n_embd_kv, kv.kv_size],
         )?;
         Ok((k, v))
+    }
+
+    fn layer_state(
+        &mut self,
+        b: &mut GraphBuilder,
+        layer: usize,
+        n_embd_state: usize,
+        rows: usize,
+    ) -> Result<TensorId> {
+        b.tensor_leaf(
+            &format!("cache_r_l{layer}"),
+            DType::F32,
+            &[n_embd_state, rows],
+        )
     }
 }
