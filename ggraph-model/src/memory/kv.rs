@@ -1,5 +1,5 @@
-//! The attention layers' memory: a KV cache over every layer, or over the
-//! full-attention layers with the sliding-window layers in a cache of
+//! The attention layers' memory: a KV cache over every attention layer,
+//! or over the full-attention layers with the sliding-window layers in a cache of
 //! their own (sized to their window). Every sequence operation, slot
 //! search and rollback goes to both caches together.
 
@@ -81,7 +81,7 @@ impl KvMemory {
         let transposed_v = p.attention == Attention::Standard;
         let main = KvCache::new(
             config.n_layer,
-            &|il| !(separate_swa && config.is_swa(il)),
+            &|il| !config.is_recurrent(il) && !(separate_swa && config.is_swa(il)),
             config.n_embd_kv(),
             layout,
             transposed_v,
