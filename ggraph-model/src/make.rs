@@ -216,6 +216,28 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     if c.shortconv_l_cache > 0 {
         w.kv(key("shortconv.l_cache"), u(c.shortconv_l_cache));
     }
+    if c.ssm_d_conv > 0 {
+        w.kv(key("ssm.conv_kernel"), u(c.ssm_d_conv))
+            .kv(key("ssm.inner_size"), u(c.ssm_d_inner))
+            .kv(key("ssm.state_size"), u(c.ssm_d_state))
+            .kv(key("ssm.time_step_rank"), u(c.ssm_n_head))
+            .kv(key("ssm.group_count"), u(c.ssm_n_group));
+    }
+    for (k, x) in [
+        ("embedding_scale", c.embedding_scale),
+        ("residual_scale", c.residual_scale),
+        ("logit_scale", c.logit_scale),
+    ] {
+        if x != 0.0 {
+            w.kv(key(k), Value::F32(x));
+        }
+    }
+    if !c.use_rope {
+        w.kv(key("rope.scaling.finetuned"), Value::Bool(false));
+    }
+    if c.n_ff_shexp > 0 {
+        w.kv(key("expert_shared_feed_forward_length"), u(c.n_ff_shexp));
+    }
     if c.attn_softcap > 0.0 {
         w.kv(key("attn_logit_softcapping"), Value::F32(c.attn_softcap));
     }

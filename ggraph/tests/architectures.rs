@@ -299,6 +299,30 @@ fn lfm2_in_q8_0_matches_llama_cpp() {
     check_fixture("lfm2_q8_0", "lfm2");
 }
 
+/// Granite 4.0-H: Mamba-2 layers (a convolution's and a scan's state per
+/// sequence) and attention layers, with granite's scales; in F32, F16
+/// and Q8_0, and a mixture of experts with a shared expert and no
+/// position embedding.
+#[test]
+fn granitehybrid_matches_llama_cpp() {
+    check("granitehybrid");
+}
+
+#[test]
+fn granitehybrid_in_f16_matches_llama_cpp() {
+    check_fixture("granitehybrid_f16", "granitehybrid");
+}
+
+#[test]
+fn granitehybrid_in_q8_0_matches_llama_cpp() {
+    check_fixture("granitehybrid_q8_0", "granitehybrid");
+}
+
+#[test]
+fn granitehybrid_with_experts_matches_llama_cpp() {
+    check_fixture("granitehybrid_moe", "granitehybrid");
+}
+
 /// A context of 512 cells on the CPU, ubatches of 16: the sliding-window
 /// layers' own cache (unless `swa_full`) is 256 cells, half of it.
 fn long_context(desc: &ModelDesc, swa_full: bool, attention: Attention) -> Context {

@@ -21,15 +21,19 @@ use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 
 const PROMPT: [i32; 12] = [1, 51, 88, 125, 162, 199, 236, 273, 25, 62, 99, 136];
 
-fn lfm2() -> ModelDesc {
+fn fixture(name: &str) -> ModelDesc {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../ggraph-model/tests/fixtures/arch/lfm2.gguf");
+        .join(format!("../ggraph-model/tests/fixtures/arch/{name}.gguf"));
     runner::open_model(path.to_str().unwrap()).unwrap()
 }
 
 fn context(devices: &[Arc<dyn Device>], n_seq_max: usize) -> Context {
+    context_of("lfm2", devices, n_seq_max)
+}
+
+fn context_of(name: &str, devices: &[Arc<dyn Device>], n_seq_max: usize) -> Context {
     let model = Model::load(
-        &lfm2(),
+        &fixture(name),
         devices,
         CpuDevice::new(),
         &PlacementOptions::default(),
@@ -56,7 +60,11 @@ fn sims() -> Vec<Arc<dyn Device>> {
 
 /// The logits after the prompt and then `next`, on a fresh context.
 fn reference(next: i32) -> Vec<f32> {
-    let mut ctx = context(&sims(), 1);
+    reference_of("lfm2", next)
+}
+
+fn reference_of(name: &str, next: i32) -> Vec<f32> {
+    let mut ctx = context_of(name, &sims(), 1);
     ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
     ctx.decode(&Batch::tokens(&[next])).unwrap();
     ctx.logits().to_vec()
@@ -65,26 +73,31 @@ fn reference(next: i32) -> Vec<f32> {
 /// Layers split over two simulated GPUs: a compute aborted before the
 /// second GPU's split has written the first GPU's layers' state; the
 /// ubatch is rolled back, and decoding it again gives the logits of a
-/// context that never failed.
+/// context that never failed (LFM2's convolution state, and Granite's
+/// convolution and scan states).
 #[test]
 fn a_failed_ubatch_leaves_the_recurrent_state_it_read() {
-    let want = reference(77);
-    let mut ctx = context(&sims(), 1);
-    ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
-    let splits = Arc::new(AtomicUsize::new(0));
-    let seen = splits.clone();
-    ctx.scheduler_mut()
-        .set_abort_callback(Some(Box::new(move || seen.fetch_add(1, Ordering::SeqCst) >= 1)));
-    let e = ctx.decode(&Batch::tokens(&[77])).unwrap_err();
-    assert!(matches!(e, DecodeError::Aborted), "{e}");
-    assert!(
-        splits.load(Ordering::SeqCst) >= 2,
-        "the first split ran before the abort"
-    );
-    ctx.scheduler_mut().set_abort_callback(None);
-    assert_eq!(ctx.seq_pos_max(0), Some(PROMPT.len() as i32 - 1));
-    ctx.decode(&Batch::tokens(&[77])).unwrap();
-    assert_eq!(ctx.logits(), &want[..]);
+    for name in ["lfm2", "granitehybrid"] {
+        let want = reference_of(name, 77);
+        let mut ctx = context_of(name, &sims(), 1);
+        ctx.decode(&Batch::tokens(&PROMPT)).unwrap();
+        let splits = Arc::new(AtomicUsize::new(0));
+        let seen = splits.clone();
+        ctx.scheduler_mut()
+            .set_abort_callback(Some(Box::new(move || {
+                seen.fetch_add(1, Ordering::SeqCst) >= 1
+            })));
+        let e = ctx.decode(&Batch::tokens(&[77])).unwrap_err();
+        assert!(matches!(e, DecodeError::Aborted), "{name}: {e}");
+        assert!(
+            splits.load(Ordering::SeqCst) >= 2,
+            "{name}: the first split ran before the abort"
+        );
+        ctx.scheduler_mut().set_abort_callback(None);
+        assert_eq!(ctx.seq_pos_max(0), Some(PROMPT.len() as i32 - 1));
+        ctx.decode(&Batch::tokens(&[77])).unwrap();
+        assert_eq!(ctx.logits(), &want[..], "{name}");
+    }
 }
 
 /// A recurrent state holds no earlier positions: cutting a sequence back
@@ -141,7 +154,11 @@ fn batches_recurrent_state_cannot_take_are_refused() {
 
 /// Logits of contexts of other sizes (attention sums over other cells).
 fn close(a: &[f32], b: &[f32]) {
-    let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    let d = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
     assert!(a.len() == b.len() && d < 1e-4, "logits differ by {d}");
 }
 

@@ -95,9 +95,15 @@ fn qkv(
         q = layer_norm(b, c, weights, il, "attn_q_norm", q)?;
         k = layer_norm(b, c, weights, il, "attn_k_norm", k)?;
     }
-    let rope = c.rope(il);
-    let q = b.rope_ext(q, positions, rope_freqs, rope)?;
-    let k = b.rope_ext(k, positions, rope_freqs, rope)?;
+    let (q, k) = if c.use_rope {
+        let rope = c.rope(il);
+        (
+            b.rope_ext(q, positions, rope_freqs, rope)?,
+            b.rope_ext(k, positions, rope_freqs, rope)?,
+        )
+    } else {
+        (q, k)
+    };
     // llama.cpp's names, so that the two compare tensor by tensor
     b.set_name(q, &format!("Qcur-{il}"))?;
     b.set_name(k, &format!("Kcur-{il}"))?;
@@ -304,11 +310,11 @@ fn moe_ffn(
     let probs = b.soft_max(logits)?;
     let selected = b.top_k(probs, k)?; // [k, n_tokens]
     let probs3 = b.reshape(probs, &[1, x, n_tokens])?;
-    let weights = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
-    let weights2 = b.reshape(weights, &[k, n_tokens])?;
+    let picked = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
+    let weights2 = b.reshape(picked, &[k, n_tokens])?;
     let sum = b.sum_rows(weights2)?; // [1, n_tokens]
     let weights2 = b.div(weights2, sum)?;
-    let weights = b.reshape(weights2, &[1, k, n_tokens])?;
+    let expert_weights = b.reshape(weights2, &[1, k, n_tokens])?;
 
     let cur3 = b.reshape(cur, &[e, 1, n_tokens])?;
     let g = b.mul_mat_id(gate_exps, cur3, selected)?; // [f, k, n_tokens]
@@ -318,7 +324,7 @@ fn moe_ffn(
     };
     let h = b.glu_split(op, g, u)?;
     let experts = b.mul_mat_id(down_exps, h, selected)?; // [e, k, n_tokens]
-    let experts = b.mul(experts, weights)?;
+    let experts = b.mul(experts, expert_weights)?;
     // sum over the k selected experts
     let row = b.tensor(experts)?.nb[1];
     let plane = b.tensor(experts)?.nb[2];
@@ -329,6 +335,18 @@ fn moe_ffn(
     }
     if k == 1 {
         out = b.cont(out)?;
+    }
+    if c.n_ff_shexp > 0 {
+        // the shared expert, which every token goes through
+        let f = c.n_ff_shexp;
+        let gate = required(weights, b, &name("ffn_gate_shexp"), &[e, f])?;
+        let up = required(weights, b, &name("ffn_up_shexp"), &[e, f])?;
+        let down = required(weights, b, &name("ffn_down_shexp"), &[f, e])?;
+        let g = b.mul_mat(gate, cur)?;
+        let u = b.mul_mat(up, cur)?;
+        let h = b.glu_split(op, g, u)?;
+        let shared = b.mul_mat(down, h)?;
+        out = b.add(out, shared)?;
     }
     Ok(out)
 }

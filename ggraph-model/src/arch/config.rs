@@ -27,6 +27,11 @@ pub enum RecurrentBlock {
     /// LFM2's gated short convolution: `shortconv.in_proj` gives B, C and
     /// x; the last `l_cache - 1` values of B*x per channel are the state.
     ShortConv,
+    /// Mamba-2's selective scan: `ssm_in` gives z, x, B, C and dt; x, B
+    /// and C go through a short convolution (its last `d_conv - 1`
+    /// inputs are the first state), then the scan (its state the second),
+    /// gated by z and RMS-normed per group.
+    Mamba2,
 }
 
 /// One architecture as data: how its decoder layers differ from llama's,
@@ -178,6 +183,28 @@ pub struct ModelConfig {
     /// The short convolution's width in tokens, its state one less
     /// (`{arch}.shortconv.l_cache`; 0 without short convolutions).
     pub shortconv_l_cache: usize,
+    /// Mamba-2's convolution width (`{arch}.ssm.conv_kernel`).
+    pub ssm_d_conv: usize,
+    /// Mamba-2's inner width (`{arch}.ssm.inner_size`).
+    pub ssm_d_inner: usize,
+    /// Mamba-2's state size per head dimension (`{arch}.ssm.state_size`).
+    pub ssm_d_state: usize,
+    /// Mamba-2's heads (`{arch}.ssm.time_step_rank`).
+    pub ssm_n_head: usize,
+    /// Mamba-2's groups of heads sharing B and C (`{arch}.ssm.group_count`).
+    pub ssm_n_group: usize,
+    /// The token embeddings' factor (`{arch}.embedding_scale`; 0: none).
+    pub embedding_scale: f32,
+    /// The factor on each block's output before its residual add
+    /// (`{arch}.residual_scale`; 0: none).
+    pub residual_scale: f32,
+    /// The logits are divided by this (`{arch}.logit_scale`; 0: none).
+    pub logit_scale: f32,
+    /// Whether attention rotates Q and K (granite's NoPE models do not).
+    pub use_rope: bool,
+    /// Width of the shared expert's FFN beside the routed ones
+    /// (`{arch}.expert_shared_feed_forward_length`; 0: none).
+    pub n_ff_shexp: usize,
 }
 
 impl ModelConfig {
@@ -221,6 +248,16 @@ impl ModelConfig {
             rope_attn_factor: 1.0,
             recurrent_layers: vec![false; n_layer],
             shortconv_l_cache: 0,
+            ssm_d_conv: 0,
+            ssm_d_inner: 0,
+            ssm_d_state: 0,
+            ssm_n_head: 0,
+            ssm_n_group: 0,
+            embedding_scale: 0.0,
+            residual_scale: 0.0,
+            logit_scale: 0.0,
+            use_rope: true,
+            n_ff_shexp: 0,
         };
         (arch.defaults)(&mut c);
         c
@@ -314,14 +351,25 @@ impl ModelConfig {
             Some(RecurrentBlock::ShortConv) => {
                 self.n_embd * self.shortconv_l_cache.saturating_sub(1)
             }
+            Some(RecurrentBlock::Mamba2) => {
+                self.ssm_d_conv.saturating_sub(1) * self.ssm_conv_channels()
+            }
             None => 0,
         }
+    }
+
+    /// Channels of Mamba-2's convolution: x, then B and C of every group.
+    pub fn ssm_conv_channels(&self) -> usize {
+        self.ssm_d_inner + 2 * self.ssm_n_group * self.ssm_d_state
     }
 
     /// Values of a recurrent layer's second state per sequence (the scan's
     /// state; llama.cpp's `n_embd_s`; 0 for a short convolution).
     pub fn n_embd_s(&self) -> usize {
-        0
+        match self.arch.recurrent {
+            Some(RecurrentBlock::Mamba2) => self.ssm_d_state * self.ssm_d_inner,
+            _ => 0,
+        }
     }
 
     /// Whether any layer attends over a sliding window.
@@ -386,6 +434,25 @@ impl ModelConfig {
                         "shortconv.l_cache {} must be at least 2",
                         self.shortconv_l_cache
                     ));
+                }
+                Some(RecurrentBlock::Mamba2) => {
+                    let (inner, heads, groups) =
+                        (self.ssm_d_inner, self.ssm_n_head, self.ssm_n_group);
+                    if self.ssm_d_conv < 2
+                        || self.ssm_d_state == 0
+                        || heads == 0
+                        || groups == 0
+                        || inner % heads != 0
+                        || inner % groups != 0
+                        || heads % groups != 0
+                    {
+                        return bad(format!(
+                            "ssm: conv_kernel {} (at least 2), state_size {}, inner_size {inner} \
+                             must divide into time_step_rank {heads} heads and group_count \
+                             {groups} groups (dividing the heads), all positive",
+                            self.ssm_d_conv, self.ssm_d_state
+                        ));
+                    }
                 }
                 Some(_) => {}
             }
@@ -467,6 +534,24 @@ impl ModelConfig {
                         add(p("shortconv.in_proj.weight"), vec![e, 3 * e], Required);
                         add(p("shortconv.out_proj.weight"), vec![e, e], Required);
                     }
+                    RecurrentBlock::Mamba2 => {
+                        let (inner, heads, groups) =
+                            (self.ssm_d_inner, self.ssm_n_head, self.ssm_n_group);
+                        let channels = self.ssm_conv_channels();
+                        let d_in_proj = inner + channels + heads;
+                        add(p("ssm_in.weight"), vec![e, d_in_proj], Required);
+                        add(
+                            p("ssm_conv1d.weight"),
+                            vec![self.ssm_d_conv, channels],
+                            Required,
+                        );
+                        add(p("ssm_conv1d.bias"), vec![channels], Usual);
+                        add(p("ssm_dt.bias"), vec![heads], Required);
+                        add(p("ssm_a"), vec![1, heads], Required);
+                        add(p("ssm_d"), vec![1, heads], Required);
+                        add(p("ssm_norm.weight"), vec![inner / groups, groups], Required);
+                        add(p("ssm_out.weight"), vec![inner, e], Required);
+                    }
                 }
             } else if self.fused_qkv {
                 add(p("attn_qkv.weight"), vec![e, q + 2 * kv], Required);
@@ -497,6 +582,12 @@ impl ModelConfig {
                 add(p("ffn_gate_exps.weight"), vec![e, f, x], Required);
                 add(p("ffn_up_exps.weight"), vec![e, f, x], Required);
                 add(p("ffn_down_exps.weight"), vec![f, e, x], Required);
+                if self.n_ff_shexp > 0 {
+                    let f = self.n_ff_shexp;
+                    add(p("ffn_gate_shexp.weight"), vec![e, f], Required);
+                    add(p("ffn_up_shexp.weight"), vec![e, f], Required);
+                    add(p("ffn_down_shexp.weight"), vec![f, e], Required);
+                }
             } else {
                 let f = self.n_ff;
                 match a.ffn {
@@ -534,15 +625,23 @@ impl ModelConfig {
     /// the small convolution kernels, which llama.cpp's converter writes
     /// and its quantizer leaves in F32 (its `ssm_conv` takes F32 only).
     pub fn stays_f32(name: &str) -> bool {
-        name.ends_with("ffn_gate_inp.weight") || Self::is_conv_kernel(name)
+        name.ends_with("ffn_gate_inp.weight") || Self::is_block_parameter(name)
     }
 
-    /// Whether weight `name` is a convolution's kernel (`ssm_conv`'s, not
-    /// a matrix a product reads: its rows are never split).
-    pub fn is_conv_kernel(name: &str) -> bool {
-        ["shortconv.conv.weight", "ssm_conv1d.weight"]
-            .iter()
-            .any(|s| name.ends_with(s))
+    /// Whether weight `name` is a recurrent block's table of per-channel
+    /// or per-head parameters (a convolution's kernel, Mamba's A, D and
+    /// group norm), not a matrix a product reads: its rows are never
+    /// split, and it stays F32 (the ops take F32 only).
+    pub fn is_block_parameter(name: &str) -> bool {
+        [
+            "shortconv.conv.weight",
+            "ssm_conv1d.weight",
+            ".ssm_a",
+            ".ssm_d",
+            "ssm_norm.weight",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
     }
 
     /// The layer a weight belongs to (None for embedding and output).

@@ -10,6 +10,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 
 use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, softcap};
 use super::config::{ModelConfig, RecurrentBlock};
+use super::mamba2::mamba2;
 use super::shape::BuildShape;
 use super::shortconv::{RecurrentInputs, short_conv};
 use super::weights::{WeightSource, required, rope_freq_factors};
@@ -180,6 +181,9 @@ pub fn build_graph(
     if c.arch.embed_scale {
         inp = b.scale(inp, (c.n_embd as f32).sqrt())?;
     }
+    if c.embedding_scale != 0.0 {
+        inp = b.scale(inp, c.embedding_scale)?;
+    }
     let mut caches = Vec::new();
     let mut layer_outputs = Vec::new();
 
@@ -187,9 +191,12 @@ pub fn build_graph(
         let cur = layer_norm(&mut b, c, weights, il, "attn_norm", inp)?;
         b.set_name(cur, &format!("attn_norm-{il}"))?;
         let mut cur = match (&recurrent, c.arch.recurrent) {
-            (Some((r, inputs)), Some(RecurrentBlock::ShortConv)) if c.is_recurrent(il) => {
-                short_conv(&mut b, c, weights, cache, r, inputs, il, cur)?
-            }
+            (Some((r, inputs)), Some(block)) if c.is_recurrent(il) => match block {
+                RecurrentBlock::ShortConv => {
+                    short_conv(&mut b, c, weights, cache, r, inputs, il, cur)?
+                }
+                RecurrentBlock::Mamba2 => mamba2(&mut b, c, weights, cache, r, inputs, il, cur)?,
+            },
             _ => self_attention(
                 &mut b,
                 c,
@@ -212,6 +219,9 @@ pub fn build_graph(
         if c.arch.post_norms {
             cur = layer_norm(&mut b, c, weights, il, "post_attention_norm", cur)?;
         }
+        if c.residual_scale != 0.0 {
+            cur = b.scale(cur, c.residual_scale)?;
+        }
         let ffn_inp = b.add(cur, inp)?;
         b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
         let cur = layer_norm(&mut b, c, weights, il, "ffn_norm", ffn_inp)?;
@@ -220,6 +230,9 @@ pub fn build_graph(
         b.set_name(cur, &format!("ffn_out-{il}"))?;
         if c.arch.post_norms {
             cur = layer_norm(&mut b, c, weights, il, "post_ffw_norm", cur)?;
+        }
+        if c.residual_scale != 0.0 {
+            cur = b.scale(cur, c.residual_scale)?;
         }
         inp = b.add(cur, ffn_inp)?;
         b.set_name(inp, &format!("l_out-{il}"))?;
@@ -244,6 +257,9 @@ pub fn build_graph(
     let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
     if let Some(bias) = weights.weight(&mut b, "output.bias", &[c.n_vocab])? {
         logits = b.add(logits, bias)?;
+    }
+    if c.logit_scale != 0.0 {
+        logits = b.scale(logits, 1.0 / c.logit_scale)?;
     }
     if c.final_softcap > 0.0 {
         logits = softcap(&mut b, logits, c.final_softcap)?;

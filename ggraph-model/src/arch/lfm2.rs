@@ -46,12 +46,13 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// A new model's layers: LFM2-350M's pattern of convolutions with an
-/// attention layer every third layer from the third (layers 2, 5, 8, ...),
-/// and its convolution of 3 tokens.
+/// A new model's layers: convolutions with an attention layer every
+/// third layer from the third (2, 5, 8, ...) and as the last (llama.cpp
+/// wants at least one), and LFM2-350M's convolution of 3 tokens.
 fn defaults(c: &mut ModelConfig) {
     c.rms_eps = 1e-5;
     c.rope_freq_base = 1_000_000.0;
     c.shortconv_l_cache = 3;
-    c.recurrent_layers = (0..c.n_layer).map(|il| il % 3 != 2).collect();
+    let n = c.n_layer;
+    c.recurrent_layers = (0..n).map(|il| il % 3 != 2 && il + 1 != n).collect();
 }

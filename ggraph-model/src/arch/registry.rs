@@ -5,6 +5,7 @@
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
+use super::granitehybrid::GRANITEHYBRID;
 use super::lfm2::LFM2;
 use super::llama::LLAMA;
 use super::phi3::PHI3;
@@ -13,8 +14,16 @@ use super::qwen3::QWEN3;
 use super::qwen3moe::QWEN3MOE;
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 8] = [
-    &LLAMA, &QWEN2, &QWEN3, &QWEN3MOE, &GEMMA2, &GEMMA3, &PHI3, &LFM2,
+pub static ARCHITECTURES: [&ArchSpec; 9] = [
+    &LLAMA,
+    &QWEN2,
+    &QWEN3,
+    &QWEN3MOE,
+    &GEMMA2,
+    &GEMMA3,
+    &PHI3,
+    &LFM2,
+    &GRANITEHYBRID,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

@@ -11,7 +11,7 @@ use ggraph_core::ir::{GraphBuilder, TensorId};
 use super::config::ModelConfig;
 use super::shape::RecurrentShape;
 use super::weights::{WeightSource, required};
-use crate::kv::CacheSource;
+use crate::kv::{CacheSource, StatePart};
 
 /// The graph inputs of the recurrent layers: for each sequence of the
 /// ubatch, in order, the state row it reads and the row it writes.
@@ -73,7 +73,7 @@ pub fn short_conv(
     let bx = b.mul(gate_b, x)?;
     let bx = b.transpose(bx)?;
 
-    let rows = state.layer_state(b, il, c.n_embd_r(), shape.rows)?;
+    let rows = state.layer_state(b, il, StatePart::Conv, c.n_embd_r(), shape.rows)?;
     let carried = b.get_rows(rows, inputs.read)?;
     let carried = b.reshape(carried, &[d_conv, e, n_seqs])?;
     // per channel: the carried inputs, then the ubatch's

@@ -18,6 +18,25 @@ pub struct KvLayout {
     pub v_type: DType,
 }
 
+/// Which of a recurrent layer's two states (llama.cpp's `r` and `s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatePart {
+    /// The convolution's last inputs (`r`, `n_embd_r` values).
+    Conv,
+    /// The scan's state (`s`, `n_embd_s` values).
+    Scan,
+}
+
+impl StatePart {
+    /// The tensor's name in a graph, for layer `il`.
+    pub fn name(self, il: usize) -> String {
+        match self {
+            StatePart::Conv => format!("cache_r_l{il}"),
+            StatePart::Scan => format!("cache_s_l{il}"),
+        }
+    }
+}
+
 /// Provides each layer's cache tensors (`[n_embd_kv, kv_size]` each).
 pub trait CacheSource {
     /// Layer `layer`'s K and V cache as tensors of the graph `b` builds,
@@ -31,13 +50,14 @@ pub trait CacheSource {
         n_embd_kv: usize,
     ) -> Result<(TensorId, TensorId)>;
 
-    /// Layer `layer`'s recurrent state as a tensor of the graph `b`
-    /// builds: F32 `[n_embd_state, rows]`, one row per state slot; an
-    /// error when the source keeps no state for that layer.
+    /// Layer `layer`'s recurrent state `part` as a tensor of the graph
+    /// `b` builds: F32 `[n_embd_state, rows]`, one row per state slot; an
+    /// error when the source keeps no such state for that layer.
     fn layer_state(
         &mut self,
         _b: &mut GraphBuilder,
         layer: usize,
+        _part: StatePart,
         _n_embd_state: usize,
         _rows: usize,
     ) -> Result<TensorId> {
@@ -75,13 +95,10 @@ impl CacheSource for FreshCache {
         &mut self,
         b: &mut GraphBuilder,
         layer: usize,
+        part: StatePart,
         n_embd_state: usize,
         rows: usize,
     ) -> Result<TensorId> {
-        b.tensor_leaf(
-            &format!("cache_r_l{layer}"),
-            DType::F32,
-            &[n_embd_state, rows],
-        )
+        b.tensor_leaf(&part.name(layer), DType::F32, &[n_embd_state, rows])
     }
 }

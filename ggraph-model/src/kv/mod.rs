@@ -8,7 +8,7 @@ mod layout;
 use std::sync::Arc;
 
 pub use cells::{Cell, CellMove, Cells, MAX_SEQS, SeqId, Slot, TokenPlace};
-pub use layout::{CacheSource, FreshCache, KvLayout};
+pub use layout::{CacheSource, FreshCache, KvLayout, StatePart};
 
 use ggraph_core::alloc::pack_weights;
 use ggraph_core::backend::{Buffer, BufferType};

@@ -15,7 +15,7 @@ use ggraph_core::sched::Scheduler;
 use super::kv::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
 use super::recurrent::{RecurrentMemory, RecurrentPlacement};
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig};
-use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, TokenPlace};
+use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, StatePart, TokenPlace};
 use crate::loaded::Model;
 
 /// Where a ubatch went in each part of the memory.
@@ -387,11 +387,12 @@ impl<K: CacheSource> CacheSource for Sources<'_, K> {
         &mut self,
         b: &mut GraphBuilder,
         layer: usize,
+        part: StatePart,
         n_embd_state: usize,
         rows: usize,
     ) -> Result<TensorId> {
         match self.recurrent {
-            Some(r) => r.leaf(b, layer, n_embd_state, rows),
+            Some(r) => r.leaf(b, layer, part, n_embd_state, rows),
             None => Err(Error::InvalidArgument(format!(
                 "layer {layer} keeps no recurrent state: the model has no recurrent layers"
             ))),

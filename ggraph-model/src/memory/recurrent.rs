@@ -20,7 +20,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorData, TensorId};
 
 use super::PlaceError;
 use crate::arch::{ModelConfig, RecurrentInputs};
-use crate::kv::{SeqId, TokenPlace};
+use crate::kv::{SeqId, StatePart, TokenPlace};
 
 /// One sequence's state: the position it has read up to (None: no
 /// past), and which of its two rows is current.
@@ -44,13 +44,28 @@ impl RecurrentPlacement {
     }
 }
 
+/// A recurrent layer's state tensors, `[n_embd, 2 * n_seq_max]` F32
+/// each: the convolution's, and the scan's where the block has one.
+#[derive(Clone, Debug)]
+struct LayerState {
+    conv: TensorData,
+    scan: Option<TensorData>,
+}
+
+impl LayerState {
+    fn parts(&self) -> impl Iterator<Item = (StatePart, &TensorData)> {
+        std::iter::once((StatePart::Conv, &self.conv))
+            .chain(self.scan.as_ref().map(|s| (StatePart::Scan, s)))
+    }
+}
+
 /// The recurrent layers' memory (see the module's documentation).
 pub struct RecurrentMemory {
     n_embd_r: usize,
+    n_embd_s: usize,
     n_seq_max: usize,
-    /// Per model layer: its state tensor `[n_embd_r, 2 * n_seq_max]` F32,
-    /// for the recurrent layers.
-    layers: Vec<Option<TensorData>>,
+    /// Per model layer: its state, for the recurrent layers.
+    layers: Vec<Option<LayerState>>,
     buffers: Vec<Arc<dyn Buffer>>,
     seqs: Vec<SeqState>,
     /// The buffer type that lost memory, while a restore has not finished.
@@ -66,14 +81,14 @@ impl RecurrentMemory {
         buffer_type: &dyn Fn(usize) -> Arc<dyn BufferType>,
     ) -> Result<RecurrentMemory> {
         let n_seq_max = n_seq_max.max(1);
-        let n_embd_r = config.n_embd_r();
+        let (n_embd_r, n_embd_s) = (config.n_embd_r(), config.n_embd_s());
         if n_embd_r == 0 {
             return Err(Error::InvalidArgument(format!(
                 "a {} model's recurrent layers keep no state",
                 config.arch.name
             )));
         }
-        let bytes = (n_embd_r * std::mem::size_of::<f32>() * 2 * n_seq_max) as u64;
+        let bytes = |n: usize| (n * std::mem::size_of::<f32>() * 2 * n_seq_max) as u64;
         let mut groups: Vec<(Arc<dyn BufferType>, Vec<usize>)> = Vec::new();
         for il in (0..config.n_layer).filter(|&il| config.is_recurrent(il)) {
             let bt = buffer_type(il);
@@ -82,24 +97,33 @@ impl RecurrentMemory {
                 None => groups.push((bt, vec![il])),
             }
         }
+        let per_layer = if n_embd_s > 0 { 2 } else { 1 };
         let mut layers = vec![None; config.n_layer];
         let mut buffers = Vec::new();
         for (bt, ils) in groups {
-            let sizes: Vec<(String, u64)> = ils
-                .iter()
-                .map(|il| (format!("cache_r_l{il}"), bytes))
-                .collect();
+            let mut sizes: Vec<(String, u64)> = Vec::new();
+            for &il in &ils {
+                sizes.push((StatePart::Conv.name(il), bytes(n_embd_r)));
+                if n_embd_s > 0 {
+                    sizes.push((StatePart::Scan.name(il), bytes(n_embd_s)));
+                }
+            }
             let packed = pack_weights(&bt, &sizes)?;
             for b in &packed.buffers {
                 b.fill(0, b.size(), 0)?;
             }
             for (j, &il) in ils.iter().enumerate() {
-                layers[il] = Some(packed.placements[j].clone());
+                let at = |k: usize| packed.placements[per_layer * j + k].clone();
+                layers[il] = Some(LayerState {
+                    conv: at(0),
+                    scan: (n_embd_s > 0).then(|| at(1)),
+                });
             }
             buffers.extend(packed.buffers);
         }
         Ok(RecurrentMemory {
             n_embd_r,
+            n_embd_s,
             n_seq_max,
             layers,
             buffers,
@@ -133,8 +157,12 @@ impl RecurrentMemory {
         s as usize + if second { self.n_seq_max } else { 0 }
     }
 
-    fn row_bytes(&self) -> u64 {
-        (self.n_embd_r * std::mem::size_of::<f32>()) as u64
+    fn row_bytes(&self, part: StatePart) -> u64 {
+        let n = match part {
+            StatePart::Conv => self.n_embd_r,
+            StatePart::Scan => self.n_embd_s,
+        };
+        (n * std::mem::size_of::<f32>()) as u64
     }
 
     /// Checks that a ubatch's tokens are runs of equal length, one
@@ -213,8 +241,9 @@ impl RecurrentMemory {
 
     /// Zeroes the row of sequence `s` in every layer.
     fn zero(&self, s: SeqId, second: bool) -> Result<()> {
-        let (row, n) = (self.row(s, second) as u64, self.row_bytes());
-        for t in self.layers.iter().flatten() {
+        let row = self.row(s, second) as u64;
+        for (part, t) in self.layers.iter().flatten().flat_map(LayerState::parts) {
+            let n = self.row_bytes(part);
             t.buffer.fill(t.offset + row * n, n, 0)?;
         }
         Ok(())
@@ -254,29 +283,26 @@ impl RecurrentMemory {
         &self,
         b: &mut GraphBuilder,
         il: usize,
+        part: StatePart,
         n_embd: usize,
         rows: usize,
     ) -> Result<TensorId> {
-        let data = self
-            .layers
-            .get(il)
-            .and_then(Option::as_ref)
+        let state = self.layers.get(il).and_then(Option::as_ref);
+        let data = state
+            .and_then(|l| l.parts().find(|(p, _)| *p == part))
             .ok_or_else(|| {
-                Error::InvalidArgument(format!("layer {il} keeps no recurrent state"))
-            })?;
-        if n_embd != self.n_embd_r || rows != self.rows() {
+                Error::InvalidArgument(format!("layer {il} keeps no recurrent state {part:?}"))
+            })?
+            .1;
+        let held = self.row_bytes(part) as usize / std::mem::size_of::<f32>();
+        if n_embd != held || rows != self.rows() {
             return Err(Error::InvalidArgument(format!(
-                "the graph wants a state of {n_embd} x {rows} for layer {il}; it is {} x {}",
-                self.n_embd_r,
+                "the graph wants a {part:?} state of {n_embd} x {rows} for layer {il}; it is \
+                 {held} x {}",
                 self.rows()
             )));
         }
-        b.bound_leaf(
-            &format!("cache_r_l{il}"),
-            DType::F32,
-            &[n_embd, rows],
-            data.clone(),
-        )
+        b.bound_leaf(&part.name(il), DType::F32, &[n_embd, rows], data.clone())
     }
 
     /// Checks that removing positions [p0, p1) of sequence `s` (every
@@ -345,9 +371,9 @@ impl RecurrentMemory {
                 self.row(src, from.second_row) as u64,
                 self.row(dst, to_second) as u64,
             );
-            let n = self.row_bytes();
-            let mut bytes = vec![0u8; n as usize];
-            for t in self.layers.iter().flatten() {
+            for (part, t) in self.layers.iter().flatten().flat_map(LayerState::parts) {
+                let n = self.row_bytes(part);
+                let mut bytes = vec![0u8; n as usize];
                 t.buffer.read(t.offset + from_row * n, &mut bytes)?;
                 t.buffer.write(t.offset + to_row * n, &bytes)?;
             }

@@ -1,0 +1,152 @@
+//! Mamba-2's block, a recurrent layer's: the input projected to z, x, B,
+//! C and dt; x, B and C convolved per channel over the last `d_conv`
+//! tokens (the state carries the `d_conv - 1` before the ubatch), through
+//! SiLU; the selective scan of x over the heads with B, C, dt, A (its
+//! state the second one kept), plus D times x; gated by SiLU(z),
+//! RMS-normed per group of heads, projected out. As llama.cpp's
+//! `build_mamba2_layer`, whose tensor names it reads.
+
+use ggraph_core::dtype::DType;
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GluOp, GraphBuilder, TensorId};
+
+use super::config::ModelConfig;
+use super::shape::RecurrentShape;
+use super::shortconv::RecurrentInputs;
+use super::weights::{WeightSource, required};
+use crate::kv::{CacheSource, StatePart};
+
+/// Layer `il`'s Mamba-2 block on `cur` `[n_embd, n_tokens]`, the tokens
+/// being `shape.n_seqs` equal runs of one sequence each.
+pub fn mamba2(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut dyn WeightSource,
+    state: &mut dyn CacheSource,
+    shape: &RecurrentShape,
+    inputs: &RecurrentInputs,
+    il: usize,
+    cur: TensorId,
+) -> Result<TensorId> {
+    let (e, n_tokens) = (c.n_embd, b.tensor(cur)?.ne[1]);
+    let n_seqs = shape.n_seqs;
+    if n_seqs == 0 || n_tokens % n_seqs != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{n_tokens} tokens are not {n_seqs} equal sequences"
+        )));
+    }
+    let nst = n_tokens / n_seqs;
+    let (inner, heads, groups, d_state) =
+        (c.ssm_d_inner, c.ssm_n_head, c.ssm_n_group, c.ssm_d_state);
+    let head_dim = inner / heads;
+    let channels = c.ssm_conv_channels();
+    let d_conv = c.ssm_d_conv;
+    let d_in_proj = inner + channels + heads;
+    let f = std::mem::size_of::<f32>();
+    let name = |s: &str| format!("blk.{il}.{s}");
+    let ssm_in = required(weights, b, &name("ssm_in.weight"), &[e, d_in_proj])?;
+    let kernel = required(weights, b, &name("ssm_conv1d.weight"), &[d_conv, channels])?;
+    let conv_bias = weights.weight(b, &name("ssm_conv1d.bias"), &[channels])?;
+    let dt_bias = required(weights, b, &name("ssm_dt.bias"), &[heads])?;
+    let a = required(weights, b, &name("ssm_a"), &[1, heads])?;
+    let d = required(weights, b, &name("ssm_d"), &[1, heads])?;
+    let norm = required(
+        weights,
+        b,
+        &name("ssm_norm.weight"),
+        &[inner / groups, groups],
+    )?;
+    let ssm_out = required(weights, b, &name("ssm_out.weight"), &[inner, e])?;
+
+    let zx = b.mul_mat(ssm_in, cur)?;
+    let zx = b.reshape(zx, &[d_in_proj, nst, n_seqs])?;
+    let (nb1, nb2) = {
+        let t = b.tensor(zx)?;
+        (t.nb[1], t.nb[2])
+    };
+    let z = b.view_4d(
+        zx,
+        [head_dim, heads, nst, n_seqs],
+        [head_dim * f, nb1, nb2],
+        0,
+    )?;
+    let xbc = b.view_3d(zx, [channels, nst, n_seqs], nb1, nb2, inner * f)?;
+    let dt = b.view_3d(zx, [heads, nst, n_seqs], nb1, nb2, (inner + channels) * f)?;
+
+    // the convolution over the carried inputs and the ubatch's
+    let conv_rows = state.layer_state(b, il, StatePart::Conv, c.n_embd_r(), shape.rows)?;
+    let carried = b.get_rows(conv_rows, inputs.read)?;
+    let carried = b.reshape(carried, &[d_conv - 1, channels, n_seqs])?;
+    let xbc_t = b.transpose(xbc)?;
+    let conv_x = b.concat(carried, xbc_t, 0)?;
+    let (cx_nb1, cx_nb2) = {
+        let t = b.tensor(conv_x)?;
+        (t.nb[1], t.nb[2])
+    };
+    let last = b.view_3d(
+        conv_x,
+        [d_conv - 1, channels, n_seqs],
+        cx_nb1,
+        cx_nb2,
+        nst * f,
+    )?;
+    let last = b.cont(last)?;
+    let last = b.reshape(last, &[c.n_embd_r(), n_seqs])?;
+    let written = b.set_rows(conv_rows, last, inputs.write)?;
+    b.expand(written)?;
+    let mut xbc = b.ssm_conv(conv_x, kernel)?;
+    if let Some(bias) = conv_bias {
+        xbc = b.add(xbc, bias)?;
+    }
+    let xbc = b.silu(xbc)?;
+    b.set_name(xbc, &format!("ssm_conv-{il}"))?;
+
+    // the scan
+    let (xb1, xb2) = {
+        let t = b.tensor(xbc)?;
+        (t.nb[1], t.nb[2])
+    };
+    let x = b.view_4d(
+        xbc,
+        [head_dim, heads, nst, n_seqs],
+        [head_dim * f, xb1, xb2],
+        0,
+    )?;
+    let bc = |b: &mut GraphBuilder, at: usize| {
+        b.view_4d(
+            xbc,
+            [d_state, groups, nst, n_seqs],
+            [d_state * f, xb1, xb2],
+            at * f,
+        )
+    };
+    let (gate_b, gate_c) = (bc(b, inner)?, bc(b, inner + groups * d_state)?);
+    let dt = b.cont(dt)?;
+    let dt = b.add(dt, dt_bias)?;
+    let scan_rows = state.layer_state(b, il, StatePart::Scan, c.n_embd_s(), shape.rows)?;
+    let scan4 = b.reshape(scan_rows, &[d_state, head_dim, heads, shape.rows])?;
+    let scanned = b.ssm_scan(scan4, x, dt, a, gate_b, gate_c, inputs.read)?;
+    let n_y = head_dim * heads * nst * n_seqs;
+    let final_states = b.view_2d(scanned, c.n_embd_s(), n_seqs, c.n_embd_s() * f, n_y * f)?;
+    let written = b.set_rows(scan_rows, final_states, inputs.write)?;
+    b.expand(written)?;
+    let row = head_dim * f;
+    let y = b.view_4d(
+        scanned,
+        [head_dim, heads, nst, n_seqs],
+        [row, heads * row, nst * heads * row],
+        0,
+    )?;
+    let skip = b.mul(x, d)?;
+    let y = b.add(y, skip)?;
+    let z = b.cont(z)?;
+    let y = b.glu_split(GluOp::Swiglu, z, y)?;
+
+    // RMS norm per group of heads
+    let y = b.reshape(y, &[inner / groups, groups, nst, n_seqs])?;
+    let y = b.rms_norm(y, c.rms_eps)?;
+    let y = b.mul(y, norm)?;
+    let y = b.reshape(y, &[inner, n_tokens])?;
+    debug_assert_eq!(b.tensor(y)?.dtype, DType::F32);
+    b.mul_mat(ssm_out, y)
+}
