@@ -85,16 +85,8 @@ impl WeightData {
             WeightData::Random { seed } => {
                 let mut rng = Rng::new(name_seed(*seed, t.stored_as()));
                 let n: usize = t.shape.iter().product();
-                let values: Vec<f32> = if t.shape.len() == 1 {
-                    rng.vec(n, 0.8, 1.2)
-                } else {
-                    let a = if t.stored_as().starts_with("token_embd") {
-                        1.0
-                    } else {
-                        1.5 / (t.shape[0] as f32).sqrt()
-                    };
-                    rng.vec(n, -a, a)
-                };
+                let (lo, hi) = ModelConfig::random_range(t.stored_as(), &t.shape);
+                let values = rng.vec(n, lo, hi);
                 quant::quantize(t.dtype, &values).map(Cow::Owned)
             }
             WeightData::None => Err(Error::InvalidArgument(format!(

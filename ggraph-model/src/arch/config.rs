@@ -628,6 +628,24 @@ impl ModelConfig {
         name.ends_with("ffn_gate_inp.weight") || Self::is_block_parameter(name)
     }
 
+    /// The range a random model draws weight `name` of `shape` from:
+    /// vectors (norms, biases) and norm tables near 1, matrices within
+    /// 1.5 / sqrt(rows' length), token embeddings within 1, and Mamba's A
+    /// negative (it is -exp(A_log): a positive one makes the scan grow
+    /// without bound).
+    pub fn random_range(name: &str, shape: &[usize]) -> (f32, f32) {
+        if name.ends_with(".ssm_a") {
+            (-1.5, -0.5)
+        } else if shape.len() == 1 || name.ends_with("ssm_norm.weight") {
+            (0.8, 1.2)
+        } else if name.starts_with("token_embd") {
+            (-1.0, 1.0)
+        } else {
+            let a = 1.5 / (shape[0].max(1) as f32).sqrt();
+            (-a, a)
+        }
+    }
+
     /// Whether weight `name` is a recurrent block's table of per-channel
     /// or per-head parameters (a convolution's kernel, Mamba's A, D and
     /// group norm), not a matrix a product reads: its rows are never
