@@ -10,7 +10,7 @@ use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
 
 use super::config::{FfnKind, ModelConfig};
 use super::shape::{Attention, BuildShape};
-use super::weights::{WeightSource, required};
+use super::weights::Tensors;
 use crate::kv::CacheSource;
 
 /// `x` RMS-normalised along its rows, times `weight`.
@@ -23,27 +23,25 @@ pub fn rms_norm(b: &mut GraphBuilder, x: TensorId, weight: TensorId, eps: f32) -
 pub fn layer_norm(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     il: usize,
     name: &str,
     x: TensorId,
 ) -> Result<TensorId> {
-    let shape = b.tensor(x)?.ne[0];
-    let w = required(weights, b, &format!("blk.{il}.{name}.weight"), &[shape])?;
+    let w = weights.req(b, &format!("blk.{il}.{name}.weight"))?;
     rms_norm(b, x, w, c.rms_eps)
 }
 
 /// `w · x`, plus the bias `bias_name` when the model has it.
 fn linear(
     b: &mut GraphBuilder,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     w: TensorId,
     x: TensorId,
     bias_name: &str,
 ) -> Result<TensorId> {
     let y = b.mul_mat(w, x)?;
-    let rows = b.tensor(y)?.ne[0];
-    match weights.weight(b, bias_name, &[rows])? {
+    match weights.opt(b, bias_name)? {
         Some(bias) => b.add(y, bias),
         None => Ok(y),
     }
@@ -61,17 +59,17 @@ pub fn softcap(b: &mut GraphBuilder, x: TensorId, cap: f32) -> Result<TensorId> 
 fn qkv(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     il: usize,
     cur: TensorId,
     positions: TensorId,
     rope_freqs: Option<TensorId>,
 ) -> Result<(TensorId, TensorId, TensorId)> {
-    let (e, hd, n_tokens) = (c.n_embd, c.head_dim, b.tensor(cur)?.ne[1]);
+    let (hd, n_tokens) = (c.head_dim, b.tensor(cur)?.ne[1]);
     let (nq, nkv) = (c.n_head * hd, c.n_embd_kv());
     let name = |s: &str| format!("blk.{il}.{s}");
     let (q, k, v) = if c.fused_qkv {
-        let w = required(weights, b, &name("attn_qkv.weight"), &[e, nq + 2 * nkv])?;
+        let w = weights.req(b, &name("attn_qkv.weight"))?;
         let qkv = linear(b, weights, w, cur, &name("attn_qkv.bias"))?;
         let row = b.tensor(qkv)?.nb[1];
         let part = |b: &mut GraphBuilder, width: usize, offset: usize| -> Result<TensorId> {
@@ -80,9 +78,9 @@ fn qkv(
         };
         (part(b, nq, 0)?, part(b, nkv, nq)?, part(b, nkv, nq + nkv)?)
     } else {
-        let wq = required(weights, b, &name("attn_q.weight"), &[e, nq])?;
-        let wk = required(weights, b, &name("attn_k.weight"), &[e, nkv])?;
-        let wv = required(weights, b, &name("attn_v.weight"), &[e, nkv])?;
+        let wq = weights.req(b, &name("attn_q.weight"))?;
+        let wk = weights.req(b, &name("attn_k.weight"))?;
+        let wv = weights.req(b, &name("attn_v.weight"))?;
         (
             linear(b, weights, wq, cur, &name("attn_q.bias"))?,
             linear(b, weights, wk, cur, &name("attn_k.bias"))?,
@@ -134,7 +132,7 @@ pub fn self_attention(
     b: &mut GraphBuilder,
     c: &ModelConfig,
     shape: &BuildShape,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     cache: &mut dyn CacheSource,
     inputs: &AttentionInputs,
     il: usize,
@@ -251,7 +249,7 @@ pub fn self_attention(
     };
     b.set_name(attn, &format!("kqv_out-{il}"))?;
     let wo_name = format!("blk.{il}.attn_output.weight");
-    let wo = required(weights, b, &wo_name, &[n_head * hd, c.n_embd])?;
+    let wo = weights.req(b, &wo_name)?;
     linear(b, weights, wo, attn, &format!("blk.{il}.attn_output.bias"))
 }
 
@@ -259,7 +257,7 @@ pub fn self_attention(
 pub fn ffn(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     il: usize,
     cur: TensorId,
 ) -> Result<TensorId> {
@@ -267,11 +265,10 @@ pub fn ffn(
         return moe_ffn(b, c, weights, il, cur);
     }
     let name = |s: &str| format!("blk.{il}.{s}.weight");
-    let (e, f) = (c.n_embd, c.n_ff);
     let h = match c.arch.ffn {
         FfnKind::Split(op) => {
-            let gate = required(weights, b, &name("ffn_gate"), &[e, f])?;
-            let up = required(weights, b, &name("ffn_up"), &[e, f])?;
+            let gate = weights.req(b, &name("ffn_gate"))?;
+            let up = weights.req(b, &name("ffn_up"))?;
             let g = b.mul_mat(gate, cur)?;
             b.set_name(g, &format!("ffn_gate-{il}"))?;
             let u = b.mul_mat(up, cur)?;
@@ -279,12 +276,12 @@ pub fn ffn(
             b.glu_split(op, g, u)?
         }
         FfnKind::Fused(op) => {
-            let up = required(weights, b, &name("ffn_up"), &[e, 2 * f])?;
+            let up = weights.req(b, &name("ffn_up"))?;
             let gu = b.mul_mat(up, cur)?;
             b.glu(op, gu, false)?
         }
     };
-    let down = required(weights, b, &name("ffn_down"), &[f, e])?;
+    let down = weights.req(b, &name("ffn_down"))?;
     b.mul_mat(down, h)
 }
 
@@ -294,17 +291,17 @@ pub fn ffn(
 fn moe_ffn(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     il: usize,
     cur: TensorId,
 ) -> Result<TensorId> {
     let name = |s: &str| format!("blk.{il}.{s}.weight");
-    let (e, f, x, k) = (c.n_embd, c.n_ff_expert, c.n_expert, c.n_expert_used);
+    let (e, x, k) = (c.n_embd, c.n_expert, c.n_expert_used);
     let n_tokens = b.tensor(cur)?.ne[1];
-    let gate_inp = required(weights, b, &name("ffn_gate_inp"), &[e, x])?;
-    let gate_exps = required(weights, b, &name("ffn_gate_exps"), &[e, f, x])?;
-    let up_exps = required(weights, b, &name("ffn_up_exps"), &[e, f, x])?;
-    let down_exps = required(weights, b, &name("ffn_down_exps"), &[f, e, x])?;
+    let gate_inp = weights.req(b, &name("ffn_gate_inp"))?;
+    let gate_exps = weights.req(b, &name("ffn_gate_exps"))?;
+    let up_exps = weights.req(b, &name("ffn_up_exps"))?;
+    let down_exps = weights.req(b, &name("ffn_down_exps"))?;
 
     let logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
     let probs = b.soft_max(logits)?;
@@ -338,10 +335,9 @@ fn moe_ffn(
     }
     if c.n_ff_shexp > 0 {
         // the shared expert, which every token goes through
-        let f = c.n_ff_shexp;
-        let gate = required(weights, b, &name("ffn_gate_shexp"), &[e, f])?;
-        let up = required(weights, b, &name("ffn_up_shexp"), &[e, f])?;
-        let down = required(weights, b, &name("ffn_down_shexp"), &[f, e])?;
+        let gate = weights.req(b, &name("ffn_gate_shexp"))?;
+        let up = weights.req(b, &name("ffn_up_shexp"))?;
+        let down = weights.req(b, &name("ffn_down_shexp"))?;
         let g = b.mul_mat(gate, cur)?;
         let u = b.mul_mat(up, cur)?;
         let h = b.glu_split(op, g, u)?;

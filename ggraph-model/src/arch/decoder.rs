@@ -13,7 +13,7 @@ use super::config::{ModelConfig, RecurrentBlock};
 use super::mamba2::mamba2;
 use super::shape::BuildShape;
 use super::shortconv::{RecurrentInputs, short_conv};
-use super::weights::{WeightSource, required, rope_freq_factors};
+use super::weights::{Tensors, WeightSource, rope_freq_factors};
 use crate::kv::CacheSource;
 
 /// Input leafs of a model's graph.
@@ -109,6 +109,8 @@ pub fn build_graph(
     let (n_tokens, n_kv) = (shape.n_tokens, shape.n_kv);
     let mut b = GraphBuilder::new();
     let rope_freqs = rope_freq_factors(&mut b, c, shape.n_ctx_seq, weights)?;
+    // from here on by name, with the shapes of the model's table
+    let weights = &mut Tensors::new(c, weights);
 
     let tokens = b.input("inp_tokens", DType::I32, &[n_tokens])?;
     let positions = b.input("inp_pos", DType::I32, &[n_tokens])?;
@@ -175,7 +177,7 @@ pub fn build_graph(
         rope_freqs,
     };
 
-    let tok_embd = required(weights, &mut b, "token_embd.weight", &[c.n_embd, c.n_vocab])?;
+    let tok_embd = weights.req(&mut b, "token_embd.weight")?;
     let mut inp = b.get_rows(tok_embd, tokens)?;
     b.set_name(inp, "inp_embd")?;
     if c.arch.embed_scale {
@@ -243,19 +245,14 @@ pub fn build_graph(
     {
         inp = b.get_rows(inp, ids)?;
     }
-    let out_norm = required(
-        weights,
-        &mut b,
-        &format!("{}.weight", c.arch.output_norm),
-        &[c.n_embd],
-    )?;
+    let out_norm = weights.req(&mut b, &format!("{}.weight", c.arch.output_norm))?;
     let norm = rms_norm(&mut b, inp, out_norm, c.rms_eps)?;
     b.set_name(norm, "result_norm")?;
     // a model with tied embeddings has its copy of the token embeddings
     // as `output.weight` (`ModelDesc`), on the output layer's device
-    let output = weights.weight(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?;
+    let output = weights.model_tensor(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?;
     let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
-    if let Some(bias) = weights.weight(&mut b, "output.bias", &[c.n_vocab])? {
+    if let Some(bias) = weights.opt(&mut b, "output.bias")? {
         logits = b.add(logits, bias)?;
     }
     if c.logit_scale != 0.0 {

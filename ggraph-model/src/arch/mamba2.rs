@@ -13,7 +13,7 @@ use ggraph_core::ir::{GluOp, GraphBuilder, TensorId};
 use super::config::ModelConfig;
 use super::shape::RecurrentShape;
 use super::shortconv::RecurrentInputs;
-use super::weights::{WeightSource, required};
+use super::weights::Tensors;
 use crate::kv::{CacheSource, StatePart};
 
 /// Layer `il`'s Mamba-2 block on `cur` `[n_embd, n_tokens]`, the tokens
@@ -21,14 +21,14 @@ use crate::kv::{CacheSource, StatePart};
 pub fn mamba2(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     state: &mut dyn CacheSource,
     shape: &RecurrentShape,
     inputs: &RecurrentInputs,
     il: usize,
     cur: TensorId,
 ) -> Result<TensorId> {
-    let (e, n_tokens) = (c.n_embd, b.tensor(cur)?.ne[1]);
+    let n_tokens = b.tensor(cur)?.ne[1];
     let n_seqs = shape.n_seqs;
     if n_seqs == 0 || n_tokens % n_seqs != 0 {
         return Err(Error::InvalidArgument(format!(
@@ -44,19 +44,14 @@ pub fn mamba2(
     let d_in_proj = inner + channels + heads;
     let f = std::mem::size_of::<f32>();
     let name = |s: &str| format!("blk.{il}.{s}");
-    let ssm_in = required(weights, b, &name("ssm_in.weight"), &[e, d_in_proj])?;
-    let kernel = required(weights, b, &name("ssm_conv1d.weight"), &[d_conv, channels])?;
-    let conv_bias = weights.weight(b, &name("ssm_conv1d.bias"), &[channels])?;
-    let dt_bias = required(weights, b, &name("ssm_dt.bias"), &[heads])?;
-    let a = required(weights, b, &name("ssm_a"), &[1, heads])?;
-    let d = required(weights, b, &name("ssm_d"), &[1, heads])?;
-    let norm = required(
-        weights,
-        b,
-        &name("ssm_norm.weight"),
-        &[inner / groups, groups],
-    )?;
-    let ssm_out = required(weights, b, &name("ssm_out.weight"), &[inner, e])?;
+    let ssm_in = weights.req(b, &name("ssm_in.weight"))?;
+    let kernel = weights.req(b, &name("ssm_conv1d.weight"))?;
+    let conv_bias = weights.opt(b, &name("ssm_conv1d.bias"))?;
+    let dt_bias = weights.req(b, &name("ssm_dt.bias"))?;
+    let a = weights.req(b, &name("ssm_a"))?;
+    let d = weights.req(b, &name("ssm_d"))?;
+    let norm = weights.req(b, &name("ssm_norm.weight"))?;
+    let ssm_out = weights.req(b, &name("ssm_out.weight"))?;
 
     let zx = b.mul_mat(ssm_in, cur)?;
     let zx = b.reshape(zx, &[d_in_proj, nst, n_seqs])?;

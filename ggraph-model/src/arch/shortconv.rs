@@ -10,7 +10,7 @@ use ggraph_core::ir::{GraphBuilder, TensorId};
 
 use super::config::ModelConfig;
 use super::shape::RecurrentShape;
-use super::weights::{WeightSource, required};
+use super::weights::Tensors;
 use crate::kv::{CacheSource, StatePart};
 
 /// The graph inputs of the recurrent layers: for each sequence of the
@@ -38,7 +38,7 @@ impl RecurrentInputs {
 pub fn short_conv(
     b: &mut GraphBuilder,
     c: &ModelConfig,
-    weights: &mut dyn WeightSource,
+    weights: &mut Tensors<'_>,
     state: &mut dyn CacheSource,
     shape: &RecurrentShape,
     inputs: &RecurrentInputs,
@@ -55,9 +55,9 @@ pub fn short_conv(
     let n_seq_tokens = n_tokens / n_seqs;
     let d_conv = c.shortconv_l_cache - 1;
     let name = |s: &str| format!("blk.{il}.shortconv.{s}.weight");
-    let in_proj = required(weights, b, &name("in_proj"), &[e, 3 * e])?;
-    let kernel = required(weights, b, &name("conv"), &[c.shortconv_l_cache, e])?;
-    let out_proj = required(weights, b, &name("out_proj"), &[e, e])?;
+    let in_proj = weights.req(b, &name("in_proj"))?;
+    let kernel = weights.req(b, &name("conv"))?;
+    let out_proj = weights.req(b, &name("out_proj"))?;
 
     let bcx = b.mul_mat(in_proj, cur)?;
     let bcx = b.reshape(bcx, &[3 * e, n_seq_tokens, n_seqs])?;

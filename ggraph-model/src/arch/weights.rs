@@ -5,7 +5,9 @@ use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GraphBuilder, TensorId};
 
-use super::config::ModelConfig;
+use std::collections::HashMap;
+
+use super::config::{ModelConfig, Presence};
 
 /// Provides the model's weights to the graph.
 pub trait WeightSource {
@@ -38,26 +40,73 @@ impl WeightSource for FreshWeights {
         if name.starts_with("rope_f") || name.ends_with(".bias") {
             return Ok(None);
         }
-        let dtype =
-            if shape.len() == 1 || name.contains("norm") || name.ends_with("gate_inp.weight") {
-                DType::F32
-            } else {
-                self.dtype
-            };
+        let dtype = if shape.len() == 1 || name.contains("norm") || ModelConfig::stays_f32(name) {
+            DType::F32
+        } else {
+            self.dtype
+        };
         b.weight(name, dtype, shape).map(Some)
     }
 }
 
-/// Fetches a required weight: an error names it when the source has none.
-pub(super) fn required(
-    weights: &mut dyn WeightSource,
-    b: &mut GraphBuilder,
-    name: &str,
-    shape: &[usize],
-) -> Result<TensorId> {
-    weights
-        .weight(b, name, shape)?
-        .ok_or_else(|| Error::InvalidArgument(format!("model has no tensor '{name}'")))
+/// The weights of one graph build as the blocks read them: by name, each
+/// with the shape the model's table ([`ModelConfig::weights`]) gives it,
+/// the same table the loader checks files against, so a tensor's shape is
+/// written once.
+pub(super) struct Tensors<'a> {
+    source: &'a mut dyn WeightSource,
+    table: HashMap<String, (Vec<usize>, Presence)>,
+    arch: &'static str,
+}
+
+impl<'a> Tensors<'a> {
+    /// The weights of `config`'s table, from `source`.
+    pub(super) fn new(config: &ModelConfig, source: &'a mut dyn WeightSource) -> Tensors<'a> {
+        let table = (config.weights().into_iter())
+            .map(|d| (d.name, (d.shape, d.presence)))
+            .collect();
+        Tensors {
+            source,
+            table,
+            arch: config.arch.name,
+        }
+    }
+
+    /// Weight `name`, which the table must declare and the model have.
+    pub(super) fn req(&mut self, b: &mut GraphBuilder, name: &str) -> Result<TensorId> {
+        let Some((shape, _)) = self.table.get(name) else {
+            return Err(Error::InvalidArgument(format!(
+                "the {} graph reads '{name}', which its weight table does not declare",
+                self.arch
+            )));
+        };
+        let shape = shape.clone();
+        self.source
+            .weight(b, name, &shape)?
+            .ok_or_else(|| Error::InvalidArgument(format!("model has no tensor '{name}'")))
+    }
+
+    /// Weight `name` if the table declares it and the model has it.
+    pub(super) fn opt(&mut self, b: &mut GraphBuilder, name: &str) -> Result<Option<TensorId>> {
+        match self.table.get(name) {
+            Some((shape, _)) => {
+                let shape = shape.clone();
+                self.source.weight(b, name, &shape)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A tensor the model has beside its architecture's table (the copy
+    /// of tied token embeddings the output layer reads, `ModelDesc`).
+    pub(super) fn model_tensor(
+        &mut self,
+        b: &mut GraphBuilder,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Option<TensorId>> {
+        self.source.weight(b, name, shape)
+    }
 }
 
 /// The model's rope frequency factors, n_rot / 2 values that divide each

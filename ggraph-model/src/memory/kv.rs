@@ -81,7 +81,7 @@ impl KvMemory {
         let transposed_v = p.attention == Attention::Standard;
         let main = KvCache::new(
             config.n_layer,
-            &|il| !config.is_recurrent(il) && !(separate_swa && config.is_swa(il)),
+            &|il| !(config.is_recurrent(il) || separate_swa && config.is_swa(il)),
             config.n_embd_kv(),
             layout,
             transposed_v,
