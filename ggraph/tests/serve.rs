@@ -949,3 +949,62 @@ fn a_lost_device_fails_its_requests_and_is_recovered() {
     let after = answer.expect("the device recovered within 10 s");
     assert_eq!(after["choices"][0]["text"], before["choices"][0]["text"]);
 }
+
+/// A hybrid model (Granite 4.0-H's Mamba-2 layers keep recurrent state per
+/// slot; the architecture fixture, no real model needed): concurrent
+/// requests get the tokens they get alone; a slot's state cannot be cut
+/// back, so a prompt that shares only part of a slot's cache is read
+/// afresh, while one that continues the whole cache reuses it and gives
+/// the tokens of reading it all.
+#[test]
+fn a_hybrid_model_serves_concurrent_slots_and_reuses_whole_caches_only() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ggraph-model/tests/fixtures/arch/granitehybrid.gguf");
+    let s = serve(&model, &["-np", "3", "-c", "128"]);
+    let prompts: [Vec<i32>; 3] = [
+        vec![1, 51, 88, 125, 162, 199, 236, 273, 25, 62],
+        vec![1, 200, 150, 100, 50, 20, 10, 30, 40],
+        vec![1, 7, 14, 21, 28, 35, 42],
+    ];
+    let ask = |addr: &str, prompt: &[i32], n: usize| -> (Vec<i64>, i64) {
+        let (status, v) = post(
+            addr,
+            "/completion",
+            json!({"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": true,
+                   "ignore_eos": true}),
+        );
+        assert_eq!(status, 200, "{v}");
+        let ids = v["tokens"].as_array().unwrap();
+        let ids = ids.iter().map(|t| t.as_i64().unwrap()).collect();
+        (ids, v["tokens_cached"].as_i64().unwrap())
+    };
+    let alone: Vec<_> = prompts.iter().map(|p| ask(&s.addr, p, 8).0).collect();
+    let together: Vec<_> = std::thread::scope(|sc| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .map(|p| {
+                let addr = s.addr.clone();
+                sc.spawn(move || ask(&addr, p, 8).0)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(alone, together);
+    assert!(alone.iter().all(|a| a.len() == 8));
+
+    // the same prompt again: its slot holds it and 7 of the 8 tokens
+    // generated, one more than the new prompt shares, and cannot cut
+    // its state back: read afresh, the same tokens
+    let (again, cached) = ask(&s.addr, &prompts[0], 8);
+    assert_eq!((again.clone(), cached), (alone[0].clone(), 0));
+    // the prompt and all 8 tokens: a continuation of the whole cache
+    // (the prompt and the 7 tokens decoded), which is kept
+    let mut longer = prompts[0].clone();
+    longer.extend(alone[0].iter().map(|&t| t as i32));
+    let (cont, cached) = ask(&s.addr, &longer, 4);
+    assert_eq!(cached, longer.len() as i64 - 1, "the whole cache kept");
+    // asked again it shares all but its last token with the slot's
+    // cache: read afresh, with the tokens the kept state gave
+    let (read, cached) = ask(&s.addr, &longer, 4);
+    assert_eq!((read, cached), (cont, 0));
+}
