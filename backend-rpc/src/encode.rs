@@ -129,6 +129,11 @@ pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Enc
             params[0] = 1;
             (GgmlOp::SsmScan, src)
         }
+        // one state snapshot (ggml's K)
+        Op::GatedDeltaNet => {
+            params[0] = 1;
+            (GgmlOp::GatedDeltaNet, src)
+        }
         Op::FlashAttnExt {
             scale,
             max_bias,

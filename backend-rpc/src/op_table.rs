@@ -41,6 +41,7 @@ pub(crate) enum GgmlOp {
     Glu,
     SsmConv,
     SsmScan,
+    GatedDeltaNet,
 }
 
 /// One protocol version's op, unary-op and GLU numbers.
@@ -104,6 +105,7 @@ static V7_0_0: OpTable = OpTable {
         (GgmlOp::FlashAttnExt, 74),
         (GgmlOp::SsmConv, 76),
         (GgmlOp::SsmScan, 77),
+        (GgmlOp::GatedDeltaNet, 86),
         (GgmlOp::Unary, 91),
         (GgmlOp::Glu, 100),
     ],

@@ -109,6 +109,13 @@ pub(crate) fn supports(table: &OpTable, graph: &Graph, node: TensorId) -> bool {
             (0..6).all(|i| dtype(i) == Some(DType::F32) && contiguous(i))
                 && dtype(6) == Some(DType::I32)
         }
+        // ggml's gated_delta_net asserts F32 sources, q/k/v with packed
+        // rows, the gate, beta and the state contiguous
+        Op::GatedDeltaNet => {
+            (0..6).all(|i| dtype(i) == Some(DType::F32))
+                && (0..3).all(packed_rows)
+                && (3..6).all(contiguous)
+        }
         // ggml's CPU ssm_conv reads packed F32 rows
         Op::SsmConv => {
             dtype(0) == Some(DType::F32)

@@ -762,6 +762,33 @@ fn misc_cases(c: &mut Cases) {
             },
         );
     }
+    // Gated DeltaNet: one token and a prompt, a gate per head and per
+    // channel (KDA), q/k heads shared by several v heads, two sequences
+    // reading one q/k sequence
+    for (s, h_k, h, n_t, n_s, n_s_k, per_channel) in [
+        (16usize, 2usize, 2usize, 1usize, 1usize, 1usize, false),
+        (32, 2, 4, 5, 2, 2, false),
+        (16, 1, 3, 4, 2, 1, true),
+    ] {
+        c.add(
+            OpKind::GatedDeltaNet,
+            format!(
+                "gated_delta_net[S={s},H_k={h_k},H={h},n_t={n_t},n_s={n_s},n_s_k={n_s_k},{}]",
+                if per_channel { "kda" } else { "scalar_gate" }
+            ),
+            1e-4,
+            move |cb| {
+                let q = cb.filled(DType::F32, &[s, h_k, n_t, n_s_k], Fill::Uniform(-0.3, 0.3))?;
+                let k = cb.filled(DType::F32, &[s, h_k, n_t, n_s_k], Fill::Uniform(-0.3, 0.3))?;
+                let v = cb.input(DType::F32, &[s, h, n_t, n_s])?;
+                let g_rows = if per_channel { s } else { 1 };
+                let g = cb.filled(DType::F32, &[g_rows, h, n_t, n_s], Fill::Uniform(-1.0, 0.0))?;
+                let beta = cb.filled(DType::F32, &[1, h, n_t, n_s], Fill::Uniform(0.0, 1.0))?;
+                let st = cb.filled(DType::F32, &[s, s, h, n_s], Fill::Uniform(-0.5, 0.5))?;
+                cb.b.gated_delta_net(q, k, v, g, beta, st)
+            },
+        );
+    }
     for t in DType::FLOATS {
         c.add(
             OpKind::SumRows,

@@ -387,6 +387,9 @@ impl Evaluation<'_> {
             Op::SsmScan => {
                 self.ssm_scan([src(0), src(1), src(2), src(3), src(4), src(5), src(6)])?
             }
+            Op::GatedDeltaNet => {
+                self.gated_delta_net([src(0), src(1), src(2), src(3), src(4), src(5)])
+            }
             Op::SumRows => {
                 let a = src(0);
                 let n0 = g.tensor(a).ne[0];
@@ -482,6 +485,58 @@ impl Evaluation<'_> {
             }
         }
         Ok(())
+    }
+
+    /// gated_delta_net's outputs, then its final states
+    /// ([`Op::GatedDeltaNet`]), with `m[i][j]` the state's element
+    /// `[i, j]`.
+    fn gated_delta_net(&self, [q, k, v, g, beta, state]: [TensorId; 6]) -> Vec<f64> {
+        let gr = self.graph;
+        let [s, h, n_t, n_s] = gr.tensor(v).ne;
+        let (h_k, s_k) = (gr.tensor(q).ne[1], gr.tensor(q).ne[3]);
+        let per_channel = gr.tensor(g).ne[0] == s;
+        let scale = 1.0 / (s as f64).sqrt();
+        let mut out = vec![0f64; s * h * n_t * n_s];
+        let mut states = vec![0f64; s * s * h * n_s];
+        for seq in 0..n_s {
+            let seq_k = seq / (n_s / s_k);
+            for head in 0..h {
+                let head_k = head % h_k;
+                let mut m: Vec<Vec<f64>> = (0..s)
+                    .map(|i| (0..s).map(|j| self.get(state, [i, j, head, seq])).collect())
+                    .collect();
+                for t in 0..n_t {
+                    for (i, row) in m.iter_mut().enumerate() {
+                        let gate = self.get(g, [if per_channel { i } else { 0 }, head, t, seq]);
+                        row.iter_mut().for_each(|x| *x *= gate.exp());
+                    }
+                    let kv: Vec<f64> = (0..s).map(|i| self.get(k, [i, head_k, t, seq_k])).collect();
+                    let b = self.get(beta, [0, head, t, seq]);
+                    let delta: Vec<f64> = (0..s)
+                        .map(|j| {
+                            let mk: f64 = (0..s).map(|i| m[i][j] * kv[i]).sum();
+                            (self.get(v, [j, head, t, seq]) - mk) * b
+                        })
+                        .collect();
+                    for (i, row) in m.iter_mut().enumerate() {
+                        for (x, d) in row.iter_mut().zip(&delta) {
+                            *x += kv[i] * d;
+                        }
+                    }
+                    for j in 0..s {
+                        let mq: f64 = (0..s).map(|i| m[i][j] * self.get(q, [i, head_k, t, seq_k])).sum();
+                        out[((seq * n_t + t) * h + head) * s + j] = mq * scale;
+                    }
+                }
+                for (i, row) in m.iter().enumerate() {
+                    for (j, x) in row.iter().enumerate() {
+                        states[((seq * h + head) * s + j) * s + i] = *x;
+                    }
+                }
+            }
+        }
+        out.extend(states);
+        out
     }
 
     /// ssm_scan's y, then its final states ([`Op::SsmScan`]).

@@ -224,6 +224,10 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
             args.push(Arg::P(err));
             s.launch("k_ssm_scan", elementwise_grid(threads), block, 0, &args)
         }
+        Op::GatedDeltaNet => Err(Error::Unsupported {
+            device: "gpu".into(),
+            what: "gated_delta_net has no kernel yet".into(),
+        }),
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = kt(s, src(0))?;
             let kernel = if matches!(t.op, Op::RmsNorm { .. }) {

@@ -79,6 +79,8 @@ pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
         Op::SsmConv => true,
         // a thread keeps its state row in local memory (ggraph.cu)
         Op::SsmScan => src(0).ne[0] <= MAX_SSM_STATE,
+        // no kernel yet: the scheduler runs it on the CPU
+        Op::GatedDeltaNet => false,
         Op::FlashAttnExt { .. } => {
             src(0).ne[0] <= MAX_FA_HEAD
                 && src(2).ne[0] <= MAX_FA_HEAD

@@ -12,6 +12,7 @@ pub(crate) mod amx;
 mod attention;
 mod convert;
 mod copy;
+mod delta_net;
 mod elementwise;
 mod indices;
 pub(crate) mod interleave;
@@ -104,6 +105,20 @@ pub(crate) fn run_node(
         }
         Op::SsmConv => {
             ssm::ssm_conv(dst, src[0], src[1]);
+            Ok(())
+        }
+        Op::GatedDeltaNet => {
+            delta_net::gated_delta_net(
+                dst,
+                &delta_net::DeltaNetSources {
+                    q: src[0],
+                    k: src[1],
+                    v: src[2],
+                    g: src[3],
+                    beta: src[4],
+                    state: src[5],
+                },
+            );
             Ok(())
         }
         Op::SsmScan => ssm::ssm_scan(

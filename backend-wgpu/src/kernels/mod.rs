@@ -61,6 +61,10 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
         } => attention::flash_attn_ext(rec, graph, node, *scale, *max_bias, *softcap),
         Op::SsmConv => ssm::ssm_conv(rec, graph, node),
         Op::SsmScan => ssm::ssm_scan(rec, graph, node),
+        Op::GatedDeltaNet => Err(ggraph_core::Error::Unsupported {
+            device: "wgpu".into(),
+            what: "gated_delta_net has no shader yet".into(),
+        }),
     }
 }
 

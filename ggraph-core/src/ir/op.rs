@@ -336,6 +336,18 @@ pub enum Op {
     /// dimension: y [head_dim, n_head, n_t, n_s] laid out first, then the
     /// final states [d_state, head_dim, n_head, n_s].
     SsmScan,
+    /// `gated_delta_net(q, k, v, g, beta, state)`, the recurrence of Gated
+    /// DeltaNet layers (ggml's, with one state snapshot): q, k F32
+    /// [S, H_k, n_t, n_s_k], v F32 [S, H, n_t, n_s] (`H` a multiple of
+    /// `H_k`, head `h` reading q/k head `h % H_k`; `n_s` a multiple of
+    /// `n_s_k`), g F32 [1, H, n_t, n_s] (a gate per head) or [S, H, n_t,
+    /// n_s] (per channel, KDA), beta F32 [1, H, n_t, n_s], state F32
+    /// [S, S, H, n_s] (each head's matrix stored transposed: element
+    /// `[j, i]` is `M[i][j]`). Per token: `M *= exp(g)` (row i by
+    /// `exp(g[i])` for KDA), `d = (v - Mᵀk) * beta`, `M += k dᵀ`,
+    /// `out = Mᵀq / sqrt(S)`. The result is F32, one dimension: the
+    /// outputs [S, H, n_t, n_s], then the final states [S, S, H, n_s].
+    GatedDeltaNet,
     /// A copy of `src[0]` (same layout) in another device's memory, inserted
     /// by the scheduler where a split reads a tensor from another backend.
     /// Backends never compute it: the scheduler moves the bytes through
@@ -404,6 +416,8 @@ pub enum OpKind {
     SsmConv,
     /// [`Op::SsmScan`].
     SsmScan,
+    /// [`Op::GatedDeltaNet`].
+    GatedDeltaNet,
     /// [`Op::Transfer`].
     Transfer,
 }
@@ -441,6 +455,7 @@ impl OpKind {
             OpKind::FlashAttnExt => "FLASH_ATTN_EXT",
             OpKind::SsmConv => "SSM_CONV",
             OpKind::SsmScan => "SSM_SCAN",
+            OpKind::GatedDeltaNet => "GATED_DELTA_NET",
             OpKind::Transfer => "TRANSFER",
         }
     }
@@ -486,6 +501,7 @@ impl Op {
             Op::FlashAttnExt { .. } => OpKind::FlashAttnExt,
             Op::SsmConv => OpKind::SsmConv,
             Op::SsmScan => OpKind::SsmScan,
+            Op::GatedDeltaNet => OpKind::GatedDeltaNet,
             Op::Transfer => OpKind::Transfer,
         }
     }

@@ -623,6 +623,98 @@ impl GraphBuilder {
         )
     }
 
+    /// ggml's `gated_delta_net(q, k, v, g, beta, state)` with one state
+    /// snapshot: Gated DeltaNet's recurrence (see [`Op::GatedDeltaNet`]
+    /// for the shapes). The result is F32 of one dimension: the outputs
+    /// [S, H, n_t, n_s], then the final states [S, S, H, n_s].
+    pub fn gated_delta_net(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        g: TensorId,
+        beta: TensorId,
+        state: TensorId,
+    ) -> Result<TensorId> {
+        const OP: &str = "gated_delta_net";
+        let named = [
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("g", g),
+            ("beta", beta),
+            ("state", state),
+        ];
+        for (name, id) in named {
+            let t = self.graph.get(id)?;
+            if t.dtype != DType::F32 {
+                return Err(Error::dtype(OP, name, t.dtype, "F32"));
+            }
+            let packed = match name {
+                "q" | "k" | "v" => t.has_contiguous_rows(),
+                _ => t.is_contiguous(),
+            };
+            if !packed {
+                return Err(Error::shape(
+                    OP,
+                    format!("{name} {} must have packed rows", t.shape_str()),
+                ));
+            }
+        }
+        let (tq, tk, tv) = (self.graph.get(q)?, self.graph.get(k)?, self.graph.get(v)?);
+        let (tg, tb, ts) = (
+            self.graph.get(g)?,
+            self.graph.get(beta)?,
+            self.graph.get(state)?,
+        );
+        let [s_v, h, n_t, n_s] = tv.ne;
+        let shape = |what: String| Err(Error::shape(OP, what));
+        if tq.ne != tk.ne
+            || tq.ne[0] != s_v
+            || tq.ne[2] != n_t
+            || tq.ne[1] == 0
+            || h % tq.ne[1] != 0
+            || tq.ne[3] == 0
+            || n_s % tq.ne[3] != 0
+        {
+            return shape(format!(
+                "q {} and k {} must both be [S, H_k, n_t, n_s_k] for v {} (H a multiple of H_k, \
+                 n_s of n_s_k)",
+                tq.shape_str(),
+                tk.shape_str(),
+                tv.shape_str()
+            ));
+        }
+        if !(tg.ne[0] == 1 || tg.ne[0] == s_v) || tg.ne[1..] != tv.ne[1..] {
+            return shape(format!(
+                "g {} must be [1, H, n_t, n_s] or [S, H, n_t, n_s] for v {}",
+                tg.shape_str(),
+                tv.shape_str()
+            ));
+        }
+        if tb.ne != [1, h, n_t, n_s] {
+            return shape(format!(
+                "beta {} must be [1, H, n_t, n_s] for v {}",
+                tb.shape_str(),
+                tv.shape_str()
+            ));
+        }
+        if ts.ne != [s_v, s_v, h, n_s] {
+            return shape(format!(
+                "state {} must be [S, S, H, n_s] for v {}",
+                ts.shape_str(),
+                tv.shape_str()
+            ));
+        }
+        let n = s_v * h * n_t * n_s + s_v * s_v * h * n_s;
+        self.node(
+            Op::GatedDeltaNet,
+            DType::F32,
+            [n, 1, 1, 1],
+            &[q, k, v, g, beta, state],
+        )
+    }
+
     /// Sum of each row: [n, a, b, c] → [1, a, b, c].
     pub fn sum_rows(&mut self, a: TensorId) -> Result<TensorId> {
         let t = self.float("sum_rows", "a", a)?;
