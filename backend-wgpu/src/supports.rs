@@ -99,7 +99,6 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
         Op::FlashAttnExt { .. } => src(2).ne[0] <= attention_max_dv(),
         Op::SsmConv => true,
         Op::SsmScan => src(0).ne[0] <= crate::kernels::MAX_SSM_STATE,
-        // no shader yet: the scheduler runs it on the CPU
-        Op::GatedDeltaNet => false,
+        Op::GatedDeltaNet => src(2).ne[0] <= crate::kernels::MAX_DELTA_STATE,
     }
 }

@@ -524,7 +524,9 @@ impl Evaluation<'_> {
                         }
                     }
                     for j in 0..s {
-                        let mq: f64 = (0..s).map(|i| m[i][j] * self.get(q, [i, head_k, t, seq_k])).sum();
+                        let mq: f64 = (0..s)
+                            .map(|i| m[i][j] * self.get(q, [i, head_k, t, seq_k]))
+                            .sum();
                         out[((seq * n_t + t) * h + head) * s + j] = mq * scale;
                     }
                 }

@@ -53,6 +53,7 @@ typedef long long i64;
 #define ERR_MUL_MAT_ID 4
 #define ERR_SSM_SCAN 8
 #define SSM_MAX_STATE 256
+#define DELTA_MAX_STATE 256
 
 #define WARP 32
 
@@ -1128,6 +1129,44 @@ extern "C" __global__ void k_ssm_scan(Tensor dst, Tensor s, Tensor x, Tensor dt,
         }
         i64 at = states_at + ((j * n_head + h) * head_dim + i1) * d_state;
         for (i64 i0 = 0; i0 < d_state; ++i0) out[at + i0] = st[i0];
+    }
+}
+
+// gated_delta_net: one thread per column j of a (head, sequence)'s state
+// matrix, the column in local memory (S <= DELTA_MAX_STATE): the delta rule
+// updates each column on its own. The outputs first in dst, then the final
+// states; the state element [i, j] is M[i][j].
+extern "C" __global__ void k_gated_delta_net(Tensor dst, Tensor q, Tensor k, Tensor v, Tensor g,
+                                             Tensor beta, Tensor state) {
+    i64 s = v.ne[0], n_head = v.ne[1], n_t = v.ne[2], n_s = v.ne[3];
+    i64 n = s * n_head * n_s;
+    bool per_channel = g.ne[0] == s;
+    float scale = 1.0f / sqrtf((float)s);
+    float *out = (float *)elem_ptr(dst, 0, 0, 0, 0);
+    for (i64 idx = global_id(); idx < n; idx += global_stride()) {
+        i64 j = idx % s, h = (idx / s) % n_head, seq = idx / (s * n_head);
+        i64 hk = h % q.ne[1], sk = seq / (n_s / q.ne[3]);
+        float m[DELTA_MAX_STATE];
+        for (i64 i = 0; i < s; ++i) m[i] = load_f(state, i, j, h, seq);
+        for (i64 t = 0; t < n_t; ++t) {
+            float e = expf(load_f(g, 0, h, t, seq));
+            float mk = 0.0f;
+            for (i64 i = 0; i < s; ++i) {
+                float w = m[i] * (per_channel ? expf(load_f(g, i, h, t, seq)) : e);
+                m[i] = w;
+                mk += w * load_f(k, i, hk, t, sk);
+            }
+            float delta = (load_f(v, j, h, t, seq) - mk) * load_f(beta, 0, h, t, seq);
+            float mq = 0.0f;
+            for (i64 i = 0; i < s; ++i) {
+                float w = m[i] + load_f(k, i, hk, t, sk) * delta;
+                m[i] = w;
+                mq += w * load_f(q, i, hk, t, sk);
+            }
+            out[((seq * n_t + t) * n_head + h) * s + j] = mq * scale;
+        }
+        i64 at = s * n_head * n_t * n_s + ((seq * n_head + h) * s + j) * s;
+        for (i64 i = 0; i < s; ++i) out[at + i] = m[i];
     }
 }
 

@@ -224,10 +224,21 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
             args.push(Arg::P(err));
             s.launch("k_ssm_scan", elementwise_grid(threads), block, 0, &args)
         }
-        Op::GatedDeltaNet => Err(Error::Unsupported {
-            device: "gpu".into(),
-            what: "gated_delta_net has no kernel yet".into(),
-        }),
+        Op::GatedDeltaNet => {
+            let srcs = (0..6).map(|i| kt(s, src(i))).collect::<Result<Vec<_>>>()?;
+            // a thread per state column: S x n_head x n_s
+            let v = graph.tensor(src(2));
+            let threads = (v.ne[0] * v.ne[1] * v.ne[3]) as u64;
+            let mut args = vec![Arg::T(dst)];
+            args.extend(srcs.into_iter().map(Arg::T));
+            s.launch(
+                "k_gated_delta_net",
+                elementwise_grid(threads),
+                block,
+                0,
+                &args,
+            )
+        }
         Op::RmsNorm { eps } | Op::Norm { eps } => {
             let a = kt(s, src(0))?;
             let kernel = if matches!(t.op, Op::RmsNorm { .. }) {

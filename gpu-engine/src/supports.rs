@@ -40,6 +40,10 @@ fn weight(d: DType) -> bool {
 /// Largest d_state ssm_scan takes (`SSM_MAX_STATE` in ggraph.cu).
 pub const MAX_SSM_STATE: usize = 256;
 
+/// Largest state size (S) gated_delta_net takes (`DELTA_MAX_STATE` in
+/// ggraph.cu).
+pub const MAX_DELTA_STATE: usize = 256;
+
 /// Whether the shared kernels compute `node` of `graph`: the
 /// `supports_op` of every device of the engine. Refused: types a kernel
 /// does not read or write, sort rows longer than [`MAX_SORT_ROW`],
@@ -79,8 +83,8 @@ pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
         Op::SsmConv => true,
         // a thread keeps its state row in local memory (ggraph.cu)
         Op::SsmScan => src(0).ne[0] <= MAX_SSM_STATE,
-        // no kernel yet: the scheduler runs it on the CPU
-        Op::GatedDeltaNet => false,
+        // a thread keeps a state column in local memory (ggraph.cu)
+        Op::GatedDeltaNet => src(2).ne[0] <= MAX_DELTA_STATE,
         Op::FlashAttnExt { .. } => {
             src(0).ne[0] <= MAX_FA_HEAD
                 && src(2).ne[0] <= MAX_FA_HEAD

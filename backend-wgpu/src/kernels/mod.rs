@@ -15,6 +15,7 @@
 mod args;
 mod attention;
 mod copy;
+mod delta_net;
 mod elementwise;
 mod matmul;
 mod norm;
@@ -24,6 +25,7 @@ mod recorder;
 mod rope;
 mod sort;
 mod ssm;
+pub(crate) use delta_net::MAX_DELTA_STATE;
 pub(crate) use ssm::MAX_SSM_STATE;
 pub(crate) mod wgsl;
 
@@ -61,10 +63,7 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
         } => attention::flash_attn_ext(rec, graph, node, *scale, *max_bias, *softcap),
         Op::SsmConv => ssm::ssm_conv(rec, graph, node),
         Op::SsmScan => ssm::ssm_scan(rec, graph, node),
-        Op::GatedDeltaNet => Err(ggraph_core::Error::Unsupported {
-            device: "wgpu".into(),
-            what: "gated_delta_net has no shader yet".into(),
-        }),
+        Op::GatedDeltaNet => delta_net::gated_delta_net(rec, graph, node),
     }
 }
 
