@@ -299,6 +299,13 @@ fn lfm2_in_q8_0_matches_llama_cpp() {
     check_fixture("lfm2_q8_0", "lfm2");
 }
 
+/// LFM2 whose attention layers slide (a window of 6 under a 20-token
+/// prompt): hybrid memory with a sliding-window cache.
+#[test]
+fn lfm2_with_sliding_attention_matches_llama_cpp() {
+    check_fixture("lfm2_swa", "lfm2");
+}
+
 /// Granite 4.0-H: Mamba-2 layers (a convolution's and a scan's state per
 /// sequence) and attention layers, with granite's scales; in F32, F16
 /// and Q8_0, and a mixture of experts with a shared expert and no

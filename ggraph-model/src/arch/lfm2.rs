@@ -42,6 +42,10 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     {
         c.n_swa = n_swa as usize;
         c.swa_layers = c.recurrent_layers.iter().map(|&r| !r).collect();
+        // the sliding layers rope as the others (llama.cpp's lfm2 graph
+        // uses the model's one base)
+        c.rope_freq_base_swa = c.rope_freq_base;
+        c.rope_freq_scale_swa = c.rope_freq_scale;
     }
     Ok(())
 }
