@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::arch::{ModelConfig, WeightSource};
 use super::desc::{ModelDesc, TensorSpec, WeightData};
+use super::kv::bytes_per_buffer_type;
 use super::placement::{Home, PlacementOptions, PlacementPlan, ROW_ALIGN, plan_placement_named};
 use ggraph_core::alloc::{RowSplitBuffer, RowSplitBufferType, VirtualBufferType, pack_weights};
 use ggraph_core::backend::{Buffer, BufferType, Device};
@@ -365,14 +366,7 @@ impl Model {
 
     /// Weight bytes allocated per buffer type.
     pub fn weight_bytes(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for b in &self.buffers {
-            match out.iter_mut().find(|(n, _)| n == b.buffer_type_name()) {
-                Some((_, s)) => *s += b.size(),
-                None => out.push((b.buffer_type_name().to_string(), b.size())),
-            }
-        }
-        out
+        bytes_per_buffer_type(&self.buffers)
     }
 
     /// Device allocations the weights took.

@@ -2,16 +2,18 @@
 //! that say what each row holds, and the graphs that maintain it (position
 //! shifts applied to K, defragmentation moves).
 
+mod buffers;
 mod cells;
 mod layout;
 
 use std::sync::Arc;
 
+pub use buffers::{OwnedBuffers, bytes_per_buffer_type, sum_by_name};
 pub use cells::{Cell, CellMove, Cells, MAX_SEQS, SeqId, Slot, TokenPlace};
 pub use layout::{CacheSource, FreshCache, KvLayout, StatePart};
 
 use ggraph_core::alloc::pack_weights;
-use ggraph_core::backend::{Buffer, BufferType};
+use ggraph_core::backend::BufferType;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{Graph, GraphBuilder, RopeParams, TensorData, TensorId};
@@ -41,10 +43,7 @@ pub struct KvCache {
     n_embd_kv: usize,
     /// Per model layer: its K and V, for the layers this cache holds.
     layers: Vec<Option<LayerKv>>,
-    buffers: Vec<Arc<dyn Buffer>>,
-    /// The buffer type that lost memory, while a restore has not finished
-    /// (the memory is not all back and zeroed yet).
-    stale: Option<String>,
+    buffers: OwnedBuffers,
 }
 
 impl KvCache {
@@ -106,7 +105,7 @@ impl KvCache {
             }
         }
         let mut layers: Vec<Option<LayerKv>> = vec![None; n_layer];
-        let mut buffers = Vec::new();
+        let mut buffers = OwnedBuffers::default();
         for (bt, ils) in groups {
             let sizes: Vec<(String, u64)> = ils
                 .iter()
@@ -118,9 +117,6 @@ impl KvCache {
                 })
                 .collect();
             let packed = pack_weights(&bt, &sizes)?;
-            for b in &packed.buffers {
-                b.fill(0, b.size(), 0)?;
-            }
             for (j, &il) in ils.iter().enumerate() {
                 layers[il] = Some(LayerKv {
                     k: packed.placements[2 * j].clone(),
@@ -128,7 +124,7 @@ impl KvCache {
                     buffer_type: bt.name().to_string(),
                 });
             }
-            buffers.extend(packed.buffers);
+            buffers.push_zeroed(packed.buffers)?;
         }
         Ok(KvCache {
             cells: Cells::new(layout.kv_size, n_seq_max)?.with_window(n_swa),
@@ -137,7 +133,6 @@ impl KvCache {
             n_embd_kv,
             layers,
             buffers,
-            stale: None,
         })
     }
 
@@ -175,24 +170,13 @@ impl KvCache {
 
     /// Bytes of cache memory per buffer type.
     pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for b in &self.buffers {
-            match out.iter_mut().find(|(n, _)| n == b.buffer_type_name()) {
-                Some((_, s)) => *s += b.size(),
-                None => out.push((b.buffer_type_name().to_string(), b.size())),
-            }
-        }
-        out
+        self.buffers.bytes_per_buffer_type()
     }
 
     /// The buffer type of memory of this cache that a device lost
-    /// ([`Buffer::lost`]: a remote server that restarted), if any.
+    /// ([`Buffer::lost`](ggraph_core::backend::Buffer::lost): a remote server that restarted), if any.
     pub fn lost(&self) -> Option<&str> {
-        self.stale.as_deref().or_else(|| {
-            (self.buffers.iter())
-                .find(|b| b.lost())
-                .map(|b| b.buffer_type_name())
-        })
+        self.buffers.lost()
     }
 
     /// Allocates lost memory again and empties the cache: every sequence
@@ -200,19 +184,8 @@ impl KvCache {
     /// whether anything was lost. Errors while a device cannot be
     /// reached, leaving the cache empty and marked for the next call.
     pub fn restore(&mut self) -> Result<bool> {
-        let Some(lost) = self.lost() else {
-            return Ok(false);
-        };
-        self.stale = Some(lost.to_string());
-        self.cells.clear();
-        for b in &self.buffers {
-            b.restore()?;
-        }
-        for b in &self.buffers {
-            b.fill(0, b.size(), 0)?;
-        }
-        self.stale = None;
-        Ok(true)
+        let cells = &mut self.cells;
+        self.buffers.restore(|| cells.clear())
     }
 
     /// Cells the attention of the next ubatch looks at: one past the

@@ -15,7 +15,7 @@ use ggraph_core::sched::Scheduler;
 use super::kv::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
 use super::recurrent::{RecurrentMemory, RecurrentPlacement};
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig};
-use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, StatePart, TokenPlace};
+use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, StatePart, TokenPlace, sum_by_name};
 use crate::loaded::Model;
 
 /// Where a ubatch went in each part of the memory.
@@ -350,18 +350,11 @@ impl Memory {
 
     /// Bytes of memory per buffer type, every part together.
     pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
-        let mut out = self.kv.bytes_per_buffer_type();
         let state = self
             .recurrent
             .iter()
             .flat_map(|r| r.bytes_per_buffer_type());
-        for (name, bytes) in state {
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, b)) => *b += bytes,
-                None => out.push((name, bytes)),
-            }
-        }
-        out
+        sum_by_name(self.kv.bytes_per_buffer_type().into_iter().chain(state))
     }
 }
 

@@ -12,7 +12,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 use ggraph_core::sched::Scheduler;
 
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig, rope_freq_factors};
-use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, Slot, TokenPlace};
+use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, Slot, TokenPlace, sum_by_name};
 use crate::loaded::Model;
 
 /// What sizes the attention memory.
@@ -390,14 +390,7 @@ impl KvMemory {
 
     /// Bytes of cache memory per buffer type, both caches together.
     pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for (name, bytes) in self.caches().flat_map(|c| c.bytes_per_buffer_type()) {
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, b)) => *b += bytes,
-                None => out.push((name, bytes)),
-            }
-        }
-        out
+        sum_by_name(self.caches().flat_map(|c| c.bytes_per_buffer_type()))
     }
 }
 

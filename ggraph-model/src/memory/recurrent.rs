@@ -13,14 +13,14 @@
 use std::sync::Arc;
 
 use ggraph_core::alloc::pack_weights;
-use ggraph_core::backend::{Buffer, BufferType};
+use ggraph_core::backend::BufferType;
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{Graph, GraphBuilder, TensorData, TensorId};
 
 use super::PlaceError;
 use crate::arch::{ModelConfig, RecurrentInputs};
-use crate::kv::{SeqId, StatePart, TokenPlace};
+use crate::kv::{OwnedBuffers, SeqId, StatePart, TokenPlace};
 
 /// One sequence's state: the position it has read up to (None: no
 /// past), and which of its two rows is current.
@@ -66,10 +66,8 @@ pub struct RecurrentMemory {
     n_seq_max: usize,
     /// Per model layer: its state, for the recurrent layers.
     layers: Vec<Option<LayerState>>,
-    buffers: Vec<Arc<dyn Buffer>>,
+    buffers: OwnedBuffers,
     seqs: Vec<SeqState>,
-    /// The buffer type that lost memory, while a restore has not finished.
-    stale: Option<String>,
 }
 
 impl RecurrentMemory {
@@ -99,7 +97,7 @@ impl RecurrentMemory {
         }
         let per_layer = if n_embd_s > 0 { 2 } else { 1 };
         let mut layers = vec![None; config.n_layer];
-        let mut buffers = Vec::new();
+        let mut buffers = OwnedBuffers::default();
         for (bt, ils) in groups {
             let mut sizes: Vec<(String, u64)> = Vec::new();
             for &il in &ils {
@@ -109,9 +107,6 @@ impl RecurrentMemory {
                 }
             }
             let packed = pack_weights(&bt, &sizes)?;
-            for b in &packed.buffers {
-                b.fill(0, b.size(), 0)?;
-            }
             for (j, &il) in ils.iter().enumerate() {
                 let at = |k: usize| packed.placements[per_layer * j + k].clone();
                 layers[il] = Some(LayerState {
@@ -119,7 +114,7 @@ impl RecurrentMemory {
                     scan: (n_embd_s > 0).then(|| at(1)),
                 });
             }
-            buffers.extend(packed.buffers);
+            buffers.push_zeroed(packed.buffers)?;
         }
         Ok(RecurrentMemory {
             n_embd_r,
@@ -128,7 +123,6 @@ impl RecurrentMemory {
             layers,
             buffers,
             seqs: vec![SeqState::default(); n_seq_max],
-            stale: None,
         })
     }
 
@@ -431,40 +425,19 @@ impl RecurrentMemory {
 
     /// The buffer type of state memory a device lost, if any.
     pub fn lost(&self) -> Option<&str> {
-        self.stale.as_deref().or_else(|| {
-            (self.buffers.iter())
-                .find(|b| b.lost())
-                .map(|b| b.buffer_type_name())
-        })
+        self.buffers.lost()
     }
 
     /// Allocates lost memory again, zeroed, and forgets every state;
     /// whether anything was lost.
     pub fn restore(&mut self) -> Result<bool> {
-        let Some(lost) = self.lost() else {
-            return Ok(false);
-        };
-        self.stale = Some(lost.to_string());
-        self.clear();
-        for b in &self.buffers {
-            b.restore()?;
-        }
-        for b in &self.buffers {
-            b.fill(0, b.size(), 0)?;
-        }
-        self.stale = None;
-        Ok(true)
+        let seqs = &mut self.seqs;
+        self.buffers
+            .restore(|| seqs.iter_mut().for_each(|s| s.pos = None))
     }
 
     /// Bytes of state memory per buffer type.
     pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for b in &self.buffers {
-            match out.iter_mut().find(|(n, _)| n == b.buffer_type_name()) {
-                Some((_, s)) => *s += b.size(),
-                None => out.push((b.buffer_type_name().to_string(), b.size())),
-            }
-        }
-        out
+        self.buffers.bytes_per_buffer_type()
     }
 }
