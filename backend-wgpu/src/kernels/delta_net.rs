@@ -6,10 +6,8 @@
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, TensorId};
 
-use super::args::{Params, WG, bind};
-use super::pipeline::pipeline;
+use super::elementwise::run_threads;
 use super::recorder::Recorder;
-use super::wgsl::{Access, Shader, entry};
 
 /// Largest state size (S) gated_delta_net takes: a thread keeps a column
 /// of S values in a private array of this size.
@@ -17,31 +15,11 @@ pub(crate) const MAX_DELTA_STATE: usize = 256;
 
 /// gated_delta_net: one thread per (column j, head, sequence).
 pub fn gated_delta_net(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> {
-    let gpu = rec.gpu;
-    let t = graph.tensor(node);
-    let d = bind(gpu, graph, node)?;
-    let srcs: Vec<_> = t
-        .src
-        .iter()
-        .map(|&s| bind(gpu, graph, s))
-        .collect::<Result<_>>()?;
-    let v = graph.tensor(t.src[2]);
+    let v = graph.tensor(graph.tensor(node).src[2]);
     let n = (v.ne[0] * v.ne[1] * v.ne[3]) as u64;
-    if n == 0 {
-        return Ok(());
-    }
     const NAMES: [&str; 6] = ["Q", "K", "V", "G", "E", "M"];
-    let mut key = "gated_delta_net".to_string();
-    for s in &srcs {
-        key += &format!(",{}", s.dtype);
-    }
-    let p = pipeline(gpu, &key, 7, || {
-        let mut sh = Shader::new().tensor("D", 0, d.dtype, Access::Write);
-        for (i, s) in srcs.iter().enumerate() {
-            sh = sh.tensor(NAMES[i], i + 1, s.dtype, Access::Read);
-        }
-        let code = format!(
-            r#"    if (idx >= op_u(31u)) {{ return; }}
+    let code = format!(
+        r#"    if (idx >= op_u(31u)) {{ return; }}
     let s = V_ne(0u);
     let n_head = V_ne(1u);
     let n_t = V_ne(2u);
@@ -76,12 +54,6 @@ pub fn gated_delta_net(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Res
     let at = s * n_head * n_t * n_s + ((seq * n_head + head) * s + j) * s;
     for (var i = 0u; i < s; i = i + 1u) {{ D_set(at + i, 0u, 0u, 0u, m[i]); }}
 "#
-        );
-        sh.code(&entry(WG, &code)).finish()
-    })?;
-    let mut params = Params::new();
-    params.set(31, n as u32);
-    let mut tensors = vec![&d];
-    tensors.extend(srcs.iter());
-    rec.dispatch(p, &tensors, params, n.div_ceil(WG as u64))
+    );
+    run_threads(rec, graph, node, "gated_delta_net", &NAMES, n, &code)
 }

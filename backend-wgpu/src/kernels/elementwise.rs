@@ -52,6 +52,44 @@ pub(crate) fn run(
     rec.dispatch(p, &tensors, params, n.div_ceil(WG as u64))
 }
 
+/// Runs `code` on `n` threads, the thread's index in `idx` (the code
+/// returns for `idx >= op_u(31u)`); every source of the node is bound in
+/// slots 1.. under `names`, the result in slot 0 as `D`.
+pub(crate) fn run_threads(
+    rec: &mut Recorder,
+    graph: &Graph,
+    node: TensorId,
+    key: &str,
+    names: &[&str],
+    n: u64,
+    code: &str,
+) -> Result<()> {
+    let gpu = rec.gpu;
+    let d = bind(gpu, graph, node)?;
+    let srcs: Vec<_> = (graph.tensor(node).src.iter())
+        .map(|&s| bind(gpu, graph, s))
+        .collect::<Result<_>>()?;
+    if n == 0 {
+        return Ok(());
+    }
+    let mut full_key = key.to_string();
+    for s in &srcs {
+        full_key += &format!(",{}", s.dtype);
+    }
+    let p = pipeline(gpu, &full_key, 1 + srcs.len(), || {
+        let mut sh = Shader::new().tensor("D", 0, d.dtype, Access::Write);
+        for (i, s) in srcs.iter().enumerate() {
+            sh = sh.tensor(names[i], i + 1, s.dtype, Access::Read);
+        }
+        sh.code(&entry(WG, code)).finish()
+    })?;
+    let mut params = Params::new();
+    params.set(31, n as u32);
+    let mut tensors = vec![&d];
+    tensors.extend(srcs.iter());
+    rec.dispatch(p, &tensors, params, n.div_ceil(WG as u64))
+}
+
 /// Names of the source tensors in slots 1, 2, ...
 pub(crate) const NAMES: [&str; 4] = ["A", "B", "C", "E"];
 

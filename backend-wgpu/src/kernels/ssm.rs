@@ -4,11 +4,9 @@
 use ggraph_core::Result;
 use ggraph_core::ir::{Graph, TensorId, UnaryOp};
 
-use super::args::{Params, WG, bind};
-use super::elementwise::{run, unary_expr};
-use super::pipeline::pipeline;
+use super::args::Params;
+use super::elementwise::{run, run_threads, unary_expr};
 use super::recorder::Recorder;
-use super::wgsl::{Access, Shader, entry};
 
 /// `dst[i, t, s] = sum over k < d_conv of sx[t + k, i, s] * c[k, i]`, in
 /// `k` order.
@@ -39,31 +37,11 @@ pub(crate) const MAX_SSM_STATE: usize = 256;
 /// y first in the result, then the final states. A sequence id outside
 /// the states leaves its rows unwritten (the CPU and CUDA paths say so).
 pub fn ssm_scan(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> {
-    let gpu = rec.gpu;
-    let t = graph.tensor(node);
-    let d = bind(gpu, graph, node)?;
-    let srcs: Vec<_> = t
-        .src
-        .iter()
-        .map(|&s| bind(gpu, graph, s))
-        .collect::<Result<_>>()?;
-    let x = graph.tensor(t.src[1]);
+    let x = graph.tensor(graph.tensor(node).src[1]);
     let n = (x.ne[0] * x.ne[1] * x.ne[3]) as u64;
-    if n == 0 {
-        return Ok(());
-    }
     const NAMES: [&str; 7] = ["S", "X", "T", "A", "B", "C", "I"];
-    let mut key = "ssm_scan".to_string();
-    for s in &srcs {
-        key += &format!(",{}", s.dtype);
-    }
-    let p = pipeline(gpu, &key, 8, || {
-        let mut sh = Shader::new().tensor("D", 0, d.dtype, Access::Write);
-        for (i, s) in srcs.iter().enumerate() {
-            sh = sh.tensor(NAMES[i], i + 1, s.dtype, Access::Read);
-        }
-        let code = format!(
-            r#"    if (idx >= op_u(31u)) {{ return; }}
+    let code = format!(
+        r#"    if (idx >= op_u(31u)) {{ return; }}
     let d_state = S_ne(0u);
     let head_dim = X_ne(0u);
     let n_head = X_ne(1u);
@@ -93,13 +71,7 @@ pub fn ssm_scan(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()>
     let at = head_dim * n_head * n_t * n_s + ((j * n_head + h) * head_dim + i1) * d_state;
     for (var i0 = 0u; i0 < d_state; i0 = i0 + 1u) {{ D_set(at + i0, 0u, 0u, 0u, st[i0]); }}
 "#,
-            softplus = unary_expr(UnaryOp::Softplus)
-        );
-        sh.code(&entry(WG, &code)).finish()
-    })?;
-    let mut params = Params::new();
-    params.set(31, n as u32);
-    let mut tensors = vec![&d];
-    tensors.extend(srcs.iter());
-    rec.dispatch(p, &tensors, params, n.div_ceil(WG as u64))
+        softplus = unary_expr(UnaryOp::Softplus)
+    );
+    run_threads(rec, graph, node, "ssm_scan", &NAMES, n, &code)
 }
