@@ -134,9 +134,9 @@ pub fn bpe_vocab_header(pre: &str) -> Result<GgufHeader> {
 }
 
 /// `attention.head_count_kv`: one number, or one per layer (0 for a
-/// recurrent layer) when the model has recurrent layers.
+/// recurrent layer) when the model has recurrent layers its files mark so.
 fn head_count_kv(c: &ModelConfig) -> Value {
-    if c.has_recurrent() {
+    if c.has_recurrent() && c.arch.recurrent.is_some_and(|r| r.marked_by_kv_heads()) {
         let per_layer = (0..c.n_layer)
             .map(|il| {
                 if c.is_recurrent(il) {
@@ -212,6 +212,21 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
                 Value::from(ArrayValues::Bool(c.swa_layers.clone())),
             )
             .kv(key("rope.freq_base_swa"), Value::F32(c.rope_freq_base_swa));
+    }
+    if c.rope_sections != [0; 4] {
+        let s = c.rope_sections.iter().map(|&x| x as i32).collect();
+        w.kv(
+            key("rope.dimension_sections"),
+            Value::from(ArrayValues::I32(s)),
+        );
+    }
+    if c.has_recurrent() {
+        // the layer kinds, for the architectures that read them so
+        // (qwen35) rather than from the KV head counts
+        w.kv(
+            key("attention.recurrent_layers"),
+            Value::from(ArrayValues::Bool(c.recurrent_layers.clone())),
+        );
     }
     if c.shortconv_l_cache > 0 {
         w.kv(key("shortconv.l_cache"), u(c.shortconv_l_cache));

@@ -175,14 +175,15 @@ fn a_tensor_of_the_wrong_shape_is_named_with_both_shapes() {
 #[test]
 fn a_missing_or_foreign_tensor_is_named() {
     for a in ARCHITECTURES {
+        let norm = format!("blk.1.{}.weight", a.ffn_norm);
         let h = rebuilt(
             &header(a.name),
             |_, v| Some(v.clone()),
-            |t| (t.name != "blk.1.ffn_norm.weight").then(|| t.clone()),
+            |t| (t.name != norm).then(|| t.clone()),
         );
         let e = refused(&h);
         assert!(
-            e.contains("blk.1.ffn_norm.weight") && e.contains("missing"),
+            e.contains(&norm) && e.contains("missing"),
             "{}: {e}",
             a.name
         );
@@ -294,6 +295,47 @@ fn lfm2_layer_kinds_come_from_the_kv_heads_and_must_match_the_tensors() {
     );
     let e = refused(&h);
     assert!(e.contains("layer 1 no KV heads"), "{e}");
+}
+
+/// Qwen3.5: the layer kinds from `full_attention_interval`; the
+/// multi-section rope required, and refused where it would rotate a pair
+/// by the image position; multi-token prediction layers refused by name.
+#[test]
+fn qwen35_layer_kinds_and_rope_sections_are_read_as_llama_cpp_reads_them() {
+    let c = config("qwen35");
+    assert_eq!(c.recurrent_layers, [true, true, true, false, true]);
+    assert_eq!((c.n_rot, c.rope_sections), (8, [2, 1, 1, 0]));
+    assert_eq!((c.ssm_n_head, c.ssm_n_group, c.ssm_d_state), (4, 2, 16));
+    assert!(!c.fused_qkv, "the linear layers' attn_qkv is theirs");
+    let with = |key: &'static str, value: Option<Value>| {
+        rebuilt(
+            &header("qwen35"),
+            move |k, v| {
+                if k == key {
+                    value.clone()
+                } else {
+                    Some(v.clone())
+                }
+            },
+            |t| Some(t.clone()),
+        )
+    };
+    let e = refused(&with("qwen35.rope.dimension_sections", None));
+    assert!(
+        e.contains("rope.dimension_sections") && e.contains("missing"),
+        "{e}"
+    );
+    let sections = ggraph_model::gguf::ArrayValues::I32(vec![1, 1, 1, 1]);
+    let e = refused(&with(
+        "qwen35.rope.dimension_sections",
+        Some(Value::from(sections)),
+    ));
+    assert!(e.contains("fourth"), "{e}");
+    let h = header("qwen35");
+    let mut kv = h.kv().to_vec();
+    kv.push(("qwen35.nextn_predict_layers".into(), Value::U32(1)));
+    let e = refused(&GgufHeader::new(h.version(), kv, h.tensors().to_vec()).unwrap());
+    assert!(e.contains("nextn_predict_layers"), "{e}");
 }
 
 #[test]

@@ -73,11 +73,12 @@ fn reference_of(name: &str, next: i32) -> Vec<f32> {
 /// Layers split over two simulated GPUs: a compute aborted before the
 /// second GPU's split has written the first GPU's layers' state; the
 /// ubatch is rolled back, and decoding it again gives the logits of a
-/// context that never failed (LFM2's convolution state, and Granite's
-/// convolution and scan states).
+/// context that never failed (LFM2's convolution state, Granite's
+/// convolution and scan states, Qwen3.5's convolution state and state
+/// matrices).
 #[test]
 fn a_failed_ubatch_leaves_the_recurrent_state_it_read() {
-    for name in ["lfm2", "granitehybrid"] {
+    for name in ["lfm2", "granitehybrid", "qwen35"] {
         let want = reference_of(name, 77);
         let mut ctx = context_of(name, &sims(), 1);
         ctx.decode(&Batch::tokens(&PROMPT)).unwrap();

@@ -55,7 +55,8 @@ pub fn softcap(b: &mut GraphBuilder, x: TensorId, cap: f32) -> Result<TensorId> 
 }
 
 /// Q [hd, n_head, T] and K [hd, n_head_kv, T] (roped, normalised per head
-/// where the architecture does) and V [n_embd_kv, T] of layer `il`.
+/// where the architecture does) and V [n_embd_kv, T] of layer `il`, and
+/// with gated attention the gate [hd * n_head, T].
 fn qkv(
     b: &mut GraphBuilder,
     c: &ModelConfig,
@@ -64,7 +65,7 @@ fn qkv(
     cur: TensorId,
     positions: TensorId,
     rope_freqs: Option<TensorId>,
-) -> Result<(TensorId, TensorId, TensorId)> {
+) -> Result<(TensorId, TensorId, TensorId, Option<TensorId>)> {
     let (hd, n_tokens) = (c.head_dim, b.tensor(cur)?.ne[1]);
     let (nq, nkv) = (c.n_head * hd, c.n_embd_kv());
     let name = |s: &str| format!("blk.{il}.{s}");
@@ -87,7 +88,16 @@ fn qkv(
             linear(b, weights, wv, cur, &name("attn_v.bias"))?,
         )
     };
-    let mut q = b.reshape(q, &[hd, c.n_head, n_tokens])?;
+    // gated attention: each head's query, then its gate
+    let (mut q, gate) = if c.arch.gated_attention {
+        let (row, f) = (b.tensor(q)?.nb[1], std::mem::size_of::<f32>());
+        let query = b.view_3d(q, [hd, c.n_head, n_tokens], 2 * hd * f, row, 0)?;
+        let gate = b.view_3d(q, [hd, c.n_head, n_tokens], 2 * hd * f, row, hd * f)?;
+        let gate = b.cont(gate)?;
+        (query, Some(b.reshape(gate, &[nq, n_tokens])?))
+    } else {
+        (b.reshape(q, &[hd, c.n_head, n_tokens])?, None)
+    };
     let mut k = b.reshape(k, &[hd, c.n_head_kv, n_tokens])?;
     if c.arch.qk_norm {
         q = layer_norm(b, c, weights, il, "attn_q_norm", q)?;
@@ -106,7 +116,7 @@ fn qkv(
     b.set_name(q, &format!("Qcur-{il}"))?;
     b.set_name(k, &format!("Kcur-{il}"))?;
     b.set_name(v, &format!("Vcur-{il}"))?;
-    Ok((q, k, v))
+    Ok((q, k, v, gate))
 }
 
 /// The graph inputs attention reads besides Q, K and V.
@@ -142,7 +152,7 @@ pub fn self_attention(
     let (hd, n_head, n_head_kv) = (c.head_dim, c.n_head, c.n_head_kv);
     let (n_tokens, n_embd_kv) = (shape.n_tokens, c.n_embd_kv());
     let transposed_v = shape.attention == Attention::Standard;
-    let (q, k, v) = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
+    let (q, k, v, gate) = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
 
     // a sliding-window layer with a cache of its own reads that one
     let (n_kv, kv, k_idx, v_idx) = match shape.swa {
@@ -248,6 +258,13 @@ pub fn self_attention(
         }
     };
     b.set_name(attn, &format!("kqv_out-{il}"))?;
+    let attn = match gate {
+        Some(g) => {
+            let g = b.unary(UnaryOp::Sigmoid, g)?;
+            b.mul(attn, g)?
+        }
+        None => attn,
+    };
     let wo_name = format!("blk.{il}.attn_output.weight");
     let wo = weights.req(b, &wo_name)?;
     linear(b, weights, wo, attn, &format!("blk.{il}.attn_output.bias"))

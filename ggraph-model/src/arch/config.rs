@@ -32,6 +32,21 @@ pub enum RecurrentBlock {
     /// inputs are the first state), then the scan (its state the second),
     /// gated by z and RMS-normed per group.
     Mamba2,
+    /// Gated DeltaNet (Qwen3.5's linear attention): `attn_qkv` gives q, k
+    /// and v through a short convolution (its last `d_conv - 1` inputs the
+    /// first state), q and k L2-normed, the delta rule's recurrence (its
+    /// state matrix per head the second), gated RMS norm by `attn_gate`.
+    GatedDeltaNet,
+}
+
+impl RecurrentBlock {
+    /// Whether a file marks this block's layers by giving them no KV
+    /// heads (LFM2, Granite); Qwen3.5's files list them instead
+    /// (`full_attention_interval`, `attention.recurrent_layers`) and give
+    /// every layer the same KV heads.
+    pub fn marked_by_kv_heads(self) -> bool {
+        !matches!(self, RecurrentBlock::GatedDeltaNet)
+    }
 }
 
 /// One architecture as data: how its decoder layers differ from llama's,
@@ -69,6 +84,13 @@ pub struct ArchSpec {
     /// The name of the final norm's weight (`output_norm`; LFM2's
     /// converter writes `token_embd_norm`).
     pub output_norm: &'static str,
+    /// Attention's output gated: Q's projection is twice as wide, each
+    /// head's gate after its query, and sigmoid(gate) multiplies the
+    /// attention before `attn_output` (Qwen3.5).
+    pub gated_attention: bool,
+    /// The name of the norm before the FFN (`ffn_norm`; Qwen3.5's is
+    /// `post_attention_norm`).
+    pub ffn_norm: &'static str,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -202,6 +224,9 @@ pub struct ModelConfig {
     pub logit_scale: f32,
     /// Whether attention rotates Q and K (granite's NoPE models do not).
     pub use_rope: bool,
+    /// The multi-section rope's sections, in rotated pairs
+    /// (`{arch}.rope.dimension_sections`; all 0: none).
+    pub rope_sections: [u32; 4],
     /// Width of the shared expert's FFN beside the routed ones
     /// (`{arch}.expert_shared_feed_forward_length`; 0: none).
     pub n_ff_shexp: usize,
@@ -257,6 +282,7 @@ impl ModelConfig {
             residual_scale: 0.0,
             logit_scale: 0.0,
             use_rope: true,
+            rope_sections: [0; 4],
             n_ff_shexp: 0,
         };
         (arch.defaults)(&mut c);
@@ -351,7 +377,7 @@ impl ModelConfig {
             Some(RecurrentBlock::ShortConv) => {
                 self.n_embd * self.shortconv_l_cache.saturating_sub(1)
             }
-            Some(RecurrentBlock::Mamba2) => {
+            Some(RecurrentBlock::Mamba2 | RecurrentBlock::GatedDeltaNet) => {
                 self.ssm_d_conv.saturating_sub(1) * self.ssm_conv_channels()
             }
             None => 0,
@@ -368,6 +394,9 @@ impl ModelConfig {
     pub fn n_embd_s(&self) -> usize {
         match self.arch.recurrent {
             Some(RecurrentBlock::Mamba2) => self.ssm_d_state * self.ssm_d_inner,
+            // a head's state is (d_inner / heads)^2, and the head size is
+            // the state size
+            Some(RecurrentBlock::GatedDeltaNet) => self.ssm_d_state * self.ssm_d_inner,
             _ => 0,
         }
     }
@@ -434,6 +463,28 @@ impl ModelConfig {
                         "shortconv.l_cache {} must be at least 2",
                         self.shortconv_l_cache
                     ));
+                }
+                Some(RecurrentBlock::GatedDeltaNet) => {
+                    let (inner, heads, groups, s) = (
+                        self.ssm_d_inner,
+                        self.ssm_n_head,
+                        self.ssm_n_group,
+                        self.ssm_d_state,
+                    );
+                    if self.ssm_d_conv < 2
+                        || s == 0
+                        || heads == 0
+                        || groups == 0
+                        || heads % groups != 0
+                        || inner != heads * s
+                    {
+                        return bad(format!(
+                            "ssm: conv_kernel {} (at least 2), time_step_rank {heads} value heads \
+                             of state_size {s} (inner_size {inner} = heads x state), group_count \
+                             {groups} key heads dividing them",
+                            self.ssm_d_conv
+                        ));
+                    }
                 }
                 Some(RecurrentBlock::Mamba2) => {
                     let (inner, heads, groups) =
@@ -534,6 +585,23 @@ impl ModelConfig {
                         add(p("shortconv.in_proj.weight"), vec![e, 3 * e], Required);
                         add(p("shortconv.out_proj.weight"), vec![e, e], Required);
                     }
+                    RecurrentBlock::GatedDeltaNet => {
+                        let (inner, heads) = (self.ssm_d_inner, self.ssm_n_head);
+                        let channels = self.ssm_conv_channels();
+                        add(p("attn_qkv.weight"), vec![e, channels], Required);
+                        add(p("attn_gate.weight"), vec![e, inner], Required);
+                        add(
+                            p("ssm_conv1d.weight"),
+                            vec![self.ssm_d_conv, channels],
+                            Required,
+                        );
+                        add(p("ssm_dt.bias"), vec![heads], Required);
+                        add(p("ssm_a"), vec![heads], Required);
+                        add(p("ssm_beta.weight"), vec![e, heads], Required);
+                        add(p("ssm_alpha.weight"), vec![e, heads], Required);
+                        add(p("ssm_norm.weight"), vec![self.ssm_d_state], Required);
+                        add(p("ssm_out.weight"), vec![inner, e], Required);
+                    }
                     RecurrentBlock::Mamba2 => {
                         let (inner, heads, groups) =
                             (self.ssm_d_inner, self.ssm_n_head, self.ssm_n_group);
@@ -557,7 +625,8 @@ impl ModelConfig {
                 add(p("attn_qkv.weight"), vec![e, q + 2 * kv], Required);
                 add(p("attn_qkv.bias"), vec![q + 2 * kv], bias);
             } else {
-                add(p("attn_q.weight"), vec![e, q], Required);
+                let q_rows = if a.gated_attention { 2 * q } else { q };
+                add(p("attn_q.weight"), vec![e, q_rows], Required);
                 add(p("attn_k.weight"), vec![e, kv], Required);
                 add(p("attn_v.weight"), vec![e, kv], Required);
                 add(p("attn_q.bias"), vec![q], bias);
@@ -575,7 +644,7 @@ impl ModelConfig {
             if a.post_norms {
                 add(p("post_attention_norm.weight"), vec![e], Required);
             }
-            add(p("ffn_norm.weight"), vec![e], Required);
+            add(p(&format!("{}.weight", a.ffn_norm)), vec![e], Required);
             if self.is_moe() {
                 let (f, x) = (self.n_ff_expert, self.n_expert);
                 add(p("ffn_gate_inp.weight"), vec![e, x], Required);

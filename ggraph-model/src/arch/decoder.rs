@@ -10,6 +10,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 
 use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, softcap};
 use super::config::{ModelConfig, RecurrentBlock};
+use super::delta_net::gated_delta_net;
 use super::mamba2::mamba2;
 use super::shape::BuildShape;
 use super::shortconv::{RecurrentInputs, short_conv};
@@ -198,6 +199,9 @@ pub fn build_graph(
                     short_conv(&mut b, c, weights, cache, r, inputs, il, cur)?
                 }
                 RecurrentBlock::Mamba2 => mamba2(&mut b, c, weights, cache, r, inputs, il, cur)?,
+                RecurrentBlock::GatedDeltaNet => {
+                    gated_delta_net(&mut b, c, weights, cache, r, inputs, il, cur)?
+                }
             },
             _ => self_attention(
                 &mut b,
@@ -226,7 +230,7 @@ pub fn build_graph(
         }
         let ffn_inp = b.add(cur, inp)?;
         b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
-        let cur = layer_norm(&mut b, c, weights, il, "ffn_norm", ffn_inp)?;
+        let cur = layer_norm(&mut b, c, weights, il, c.arch.ffn_norm, ffn_inp)?;
         b.set_name(cur, &format!("ffn_norm-{il}"))?;
         let mut cur = ffn(&mut b, c, weights, il, cur)?;
         b.set_name(cur, &format!("ffn_out-{il}"))?;

@@ -25,6 +25,8 @@ pub static GEMMA2: ArchSpec = ArchSpec {
     tied_output: true,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

@@ -24,6 +24,8 @@ pub static GEMMA3: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

@@ -25,6 +25,8 @@ pub static GRANITEHYBRID: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: Some(RecurrentBlock::Mamba2),
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

@@ -130,7 +130,6 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
         Some(n) => n as usize,
         None => n_ff,
     };
-    c.fused_qkv = h.tensor("blk.0.attn_qkv.weight").is_some();
     c.n_ctx_orig = match h.opt_hparam_u32("rope.scaling.original_context_length")? {
         Some(n) => n as usize,
         None => h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize,
@@ -138,6 +137,11 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     c.recurrent_layers = recurrent_layers;
     (arch.read)(h, &mut c)?;
+    // Q, K and V in one matrix where the file's first attention layer has
+    // it (a recurrent layer's `attn_qkv` is its own)
+    if let Some(il) = (0..n_layer).find(|&il| !c.is_recurrent(il)) {
+        c.fused_qkv = h.tensor(&format!("blk.{il}.attn_qkv.weight")).is_some();
+    }
     c.validate()?;
     Ok(c)
 }

@@ -24,6 +24,8 @@ pub static LFM2: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: Some(RecurrentBlock::ShortConv),
     output_norm: "token_embd_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

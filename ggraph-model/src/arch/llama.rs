@@ -21,6 +21,8 @@ pub static LLAMA: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read: no_keys_of_its_own,
     defaults,
 };

@@ -25,6 +25,8 @@ pub static PHI3: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

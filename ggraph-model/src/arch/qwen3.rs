@@ -19,6 +19,8 @@ pub static QWEN3: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read: no_keys_of_its_own,
     defaults: qwen2::defaults,
 };

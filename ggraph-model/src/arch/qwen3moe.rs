@@ -23,6 +23,8 @@ pub static QWEN3MOE: ArchSpec = ArchSpec {
     tied_output: false,
     recurrent: None,
     output_norm: "output_norm",
+    gated_attention: false,
+    ffn_norm: "ffn_norm",
     read,
     defaults,
 };

@@ -12,9 +12,10 @@ use super::phi3::PHI3;
 use super::qwen2::QWEN2;
 use super::qwen3::QWEN3;
 use super::qwen3moe::QWEN3MOE;
+use super::qwen35::QWEN35;
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 9] = [
+pub static ARCHITECTURES: [&ArchSpec; 10] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -24,6 +25,7 @@ pub static ARCHITECTURES: [&ArchSpec; 9] = [
     &PHI3,
     &LFM2,
     &GRANITEHYBRID,
+    &QWEN35,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

@@ -47,8 +47,8 @@ pub enum ModelCommand {
     /// Write a random-weight GGUF of any architecture ggraph builds
     ///
     /// Writes a GGUF of any architecture ggraph builds (--arch: llama,
-    /// qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, lfm2, granitehybrid)
-    /// and any shape, with
+    /// qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, lfm2, granitehybrid,
+    /// qwen35) and any shape, with
     /// random weights and a vocabulary the runner's tokenizer round-trips,
     /// for tests, benches and splitting experiments.
     MakeModel(make::MakeArgs),

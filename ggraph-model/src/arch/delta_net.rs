@@ -1,0 +1,142 @@
+//! Gated DeltaNet's block, Qwen3.5's linear attention (a recurrent
+//! layer's): `attn_qkv` gives q, k and v, convolved per channel over the
+//! last `d_conv` tokens (the state carries the `d_conv - 1` before the
+//! ubatch) through SiLU; q and k L2-normed; beta = sigmoid(`ssm_beta` x),
+//! the gate softplus(`ssm_alpha` x + dt bias) times A; the delta rule's
+//! recurrence (`gated_delta_net`, its state matrix per head the second
+//! state kept); RMS-normed per head and gated by SiLU(`attn_gate` x);
+//! projected out. As llama.cpp's qwen35 `build_layer_attn_linear`.
+
+use ggraph_core::error::{Error, Result};
+use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
+
+use super::config::ModelConfig;
+use super::shape::RecurrentShape;
+use super::shortconv::RecurrentInputs;
+use super::weights::Tensors;
+use crate::kv::{CacheSource, StatePart};
+
+/// `x` L2-normalised along its rows as llama.cpp's `build_gdn_l2_norm`
+/// computes it: an RMS norm with `eps / n`, scaled by `1 / sqrt(n)`.
+fn l2_norm(b: &mut GraphBuilder, x: TensorId, eps: f32) -> Result<TensorId> {
+    let n = b.tensor(x)?.ne[0] as f32;
+    let r = b.rms_norm(x, eps / n)?;
+    b.scale(r, 1.0 / n.sqrt())
+}
+
+/// Layer `il`'s Gated DeltaNet block on `cur` `[n_embd, n_tokens]`, the
+/// tokens being `shape.n_seqs` equal runs of one sequence each.
+pub fn gated_delta_net(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    state: &mut dyn CacheSource,
+    shape: &RecurrentShape,
+    inputs: &RecurrentInputs,
+    il: usize,
+    cur: TensorId,
+) -> Result<TensorId> {
+    let n_tokens = b.tensor(cur)?.ne[1];
+    let n_seqs = shape.n_seqs;
+    if n_seqs == 0 || n_tokens % n_seqs != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{n_tokens} tokens are not {n_seqs} equal sequences"
+        )));
+    }
+    let nst = n_tokens / n_seqs;
+    // key heads (groups) and value heads, each of the state size
+    let (s, n_k, n_v) = (c.ssm_d_state, c.ssm_n_group, c.ssm_n_head);
+    let channels = c.ssm_conv_channels();
+    let d_conv = c.ssm_d_conv;
+    let f = std::mem::size_of::<f32>();
+    let name = |x: &str| format!("blk.{il}.{x}");
+    let w_qkv = weights.req(b, &name("attn_qkv.weight"))?;
+    let w_gate = weights.req(b, &name("attn_gate.weight"))?;
+    let kernel = weights.req(b, &name("ssm_conv1d.weight"))?;
+    let dt_bias = weights.req(b, &name("ssm_dt.bias"))?;
+    let a = weights.req(b, &name("ssm_a"))?;
+    let w_beta = weights.req(b, &name("ssm_beta.weight"))?;
+    let w_alpha = weights.req(b, &name("ssm_alpha.weight"))?;
+    let norm = weights.req(b, &name("ssm_norm.weight"))?;
+    let w_out = weights.req(b, &name("ssm_out.weight"))?;
+
+    let qkv = b.mul_mat(w_qkv, cur)?;
+    let qkv = b.reshape(qkv, &[channels, nst, n_seqs])?;
+    let z = b.mul_mat(w_gate, cur)?;
+    let beta = b.mul_mat(w_beta, cur)?;
+    let beta = b.unary(UnaryOp::Sigmoid, beta)?;
+    let beta = b.reshape(beta, &[1, n_v, nst, n_seqs])?;
+    let alpha = b.mul_mat(w_alpha, cur)?;
+    let alpha = b.add(alpha, dt_bias)?;
+    let alpha = b.unary(UnaryOp::Softplus, alpha)?;
+    let gate = b.mul(alpha, a)?;
+    let gate = b.reshape(gate, &[1, n_v, nst, n_seqs])?;
+
+    // the convolution over the carried inputs and the ubatch's
+    let conv_rows = state.layer_state(b, il, StatePart::Conv, c.n_embd_r(), shape.rows)?;
+    let carried = b.get_rows(conv_rows, inputs.read)?;
+    let carried = b.reshape(carried, &[d_conv - 1, channels, n_seqs])?;
+    let qkv_t = b.transpose(qkv)?;
+    let conv_x = b.concat(carried, qkv_t, 0)?;
+    let (cx_nb1, cx_nb2) = {
+        let t = b.tensor(conv_x)?;
+        (t.nb[1], t.nb[2])
+    };
+    let last = b.view_3d(
+        conv_x,
+        [d_conv - 1, channels, n_seqs],
+        cx_nb1,
+        cx_nb2,
+        nst * f,
+    )?;
+    let last = b.cont(last)?;
+    let last = b.reshape(last, &[c.n_embd_r(), n_seqs])?;
+    let written = b.set_rows(conv_rows, last, inputs.write)?;
+    b.expand(written)?;
+    let conv = b.ssm_conv(conv_x, kernel)?;
+    let conv = b.silu(conv)?;
+    b.set_name(conv, &format!("conv_output_silu-{il}"))?;
+
+    // q, k and v out of the convolved channels
+    let (row, plane) = (channels * f, channels * nst * f);
+    let q = b.view_4d(conv, [s, n_k, nst, n_seqs], [s * f, row, plane], 0)?;
+    let k = b.view_4d(
+        conv,
+        [s, n_k, nst, n_seqs],
+        [s * f, row, plane],
+        s * n_k * f,
+    )?;
+    let v = b.view_4d(
+        conv,
+        [s, n_v, nst, n_seqs],
+        [s * f, row, plane],
+        2 * s * n_k * f,
+    )?;
+    let q = l2_norm(b, q, c.rms_eps)?;
+    let k = l2_norm(b, k, c.rms_eps)?;
+
+    // the recurrence from each sequence's state
+    let scan_rows = state.layer_state(b, il, StatePart::Scan, c.n_embd_s(), shape.rows)?;
+    let s0 = b.get_rows(scan_rows, inputs.read)?;
+    let s0 = b.reshape(s0, &[s, s, n_v, n_seqs])?;
+    let out = b.gated_delta_net(q, k, v, gate, beta, s0)?;
+    let n_out = s * n_v * nst * n_seqs;
+    let final_states = b.view_2d(out, c.n_embd_s(), n_seqs, c.n_embd_s() * f, n_out * f)?;
+    let written = b.set_rows(scan_rows, final_states, inputs.write)?;
+    b.expand(written)?;
+    let o = b.view_4d(
+        out,
+        [s, n_v, nst, n_seqs],
+        [s * f, s * n_v * f, s * n_v * nst * f],
+        0,
+    )?;
+
+    // RMS norm per head, gated by SiLU(z)
+    let o = b.rms_norm(o, c.rms_eps)?;
+    let o = b.mul(o, norm)?;
+    let z = b.reshape(z, &[s, n_v, nst, n_seqs])?;
+    let z = b.silu(z)?;
+    let o = b.mul(o, z)?;
+    let o = b.reshape(o, &[s * n_v, n_tokens])?;
+    b.mul_mat(w_out, o)
+}
