@@ -155,10 +155,19 @@ fn check_fixture(name: &str, arch: &str) {
             .map(|i| SimDevice::new(i, SimConfig::gpu(64 << 20)) as Arc<dyn Device>)
             .collect()
     };
-    for split in [SplitMode::Layer, SplitMode::Row] {
+    // and for a mixture of experts, the experts kept on the host
+    // (llama.cpp's --cpu-moe)
+    let mut placements = vec![
+        (SplitMode::Layer, PlacementOptions::default()),
+        (SplitMode::Row, PlacementOptions::default()),
+    ];
+    if desc.config.is_moe() {
+        placements.push((SplitMode::Layer, PlacementOptions::default().cpu_moe()));
+    }
+    for (split, opts) in placements {
         let opts = PlacementOptions {
             split_mode: split,
-            ..PlacementOptions::default()
+            ..opts
         };
         let mut ctx = context(&desc, &sims(), &opts, Attention::Standard);
         let got = greedy(&mut ctx, &prompt, want_greedy.len());
@@ -342,6 +351,23 @@ fn granitehybrid_with_experts_matches_llama_cpp() {
 #[test]
 fn qwen35_matches_llama_cpp() {
     check("qwen35");
+}
+
+/// Qwen3.5's MoE form: routed experts and a shared expert gated per
+/// token.
+#[test]
+fn qwen35moe_matches_llama_cpp() {
+    check("qwen35moe");
+}
+
+#[test]
+fn qwen35moe_in_f16_matches_llama_cpp() {
+    check_fixture("qwen35moe_f16", "qwen35moe");
+}
+
+#[test]
+fn qwen35moe_in_q8_0_matches_llama_cpp() {
+    check_fixture("qwen35moe_q8_0", "qwen35moe");
 }
 
 #[test]

@@ -198,3 +198,38 @@ fn forks_keep_their_state_apart_and_the_state_is_counted() {
     assert_eq!(ctx.seq_pos_max(0), None);
     assert_eq!(ctx.memory().recurrent().unwrap().seqs_used(), 1);
 }
+
+/// A prompt of 100 tokens read in ubatches of 16 (the state carried
+/// from each to the next) gives the logits of reading it in one, for
+/// every hybrid architecture.
+#[test]
+fn state_carried_across_ubatches_gives_the_logits_of_one_ubatch() {
+    let prompt: Vec<i32> = (0..100).map(|i| 3 + (i * 37 + 11) % 285).collect();
+    for name in ["lfm2", "lfm2_swa", "granitehybrid", "qwen35", "qwen35moe"] {
+        let run = |n_ubatch: usize| {
+            let model = Model::load(
+                &fixture(name),
+                &[],
+                CpuDevice::new(),
+                &PlacementOptions::default(),
+                LoadMode::Real,
+                None,
+            )
+            .unwrap();
+            let params = ContextParams {
+                n_ctx: 256,
+                n_batch: 128,
+                n_ubatch,
+                attention: Attention::Standard,
+                ..ContextParams::default()
+            };
+            let mut ctx = Context::new(Arc::new(model), params).unwrap();
+            ctx.decode(&Batch::tokens(&prompt)).unwrap();
+            (ctx.logits().to_vec(), ctx.stats().ubatches)
+        };
+        let (one, n_one) = run(128);
+        let (many, n_many) = run(16);
+        assert_eq!((n_one, n_many), (1, 7), "{name}");
+        close(&many, &one);
+    }
+}

@@ -358,7 +358,13 @@ fn moe_ffn(
         let g = b.mul_mat(gate, cur)?;
         let u = b.mul_mat(up, cur)?;
         let h = b.glu_split(op, g, u)?;
-        let shared = b.mul_mat(down, h)?;
+        let mut shared = b.mul_mat(down, h)?;
+        if let Some(w) = weights.opt(b, &name("ffn_gate_inp_shexp"))? {
+            // one gate per token
+            let gate = b.mul_mat(w, cur)?;
+            let gate = b.unary(UnaryOp::Sigmoid, gate)?;
+            shared = b.mul(shared, gate)?;
+        }
         out = b.add(out, shared)?;
     }
     Ok(out)

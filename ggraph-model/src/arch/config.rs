@@ -227,6 +227,9 @@ pub struct ModelConfig {
     /// The multi-section rope's sections, in rotated pairs
     /// (`{arch}.rope.dimension_sections`; all 0: none).
     pub rope_sections: [u32; 4],
+    /// The shared expert's output scaled by sigmoid(`ffn_gate_inp_shexp`
+    /// · x), a gate per token (Qwen3.5's MoE).
+    pub shexp_gate: bool,
     /// Width of the shared expert's FFN beside the routed ones
     /// (`{arch}.expert_shared_feed_forward_length`; 0: none).
     pub n_ff_shexp: usize,
@@ -283,6 +286,7 @@ impl ModelConfig {
             logit_scale: 0.0,
             use_rope: true,
             rope_sections: [0; 4],
+            shexp_gate: false,
             n_ff_shexp: 0,
         };
         (arch.defaults)(&mut c);
@@ -656,6 +660,9 @@ impl ModelConfig {
                     add(p("ffn_gate_shexp.weight"), vec![e, f], Required);
                     add(p("ffn_up_shexp.weight"), vec![e, f], Required);
                     add(p("ffn_down_shexp.weight"), vec![f, e], Required);
+                    if self.shexp_gate {
+                        add(p("ffn_gate_inp_shexp.weight"), vec![e], Required);
+                    }
                 }
             } else {
                 let f = self.n_ff;

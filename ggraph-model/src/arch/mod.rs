@@ -43,7 +43,7 @@ pub use phi3::PHI3;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3moe::QWEN3MOE;
-pub use qwen35::QWEN35;
+pub use qwen35::{QWEN35, QWEN35MOE};
 pub use registry::{ARCHITECTURES, arch_by_name, arch_names};
 pub use shape::{Attention, BuildShape, RecurrentShape, SwaCache};
 pub use shortconv::RecurrentInputs;

@@ -31,6 +31,44 @@ pub static QWEN35: ArchSpec = ArchSpec {
     defaults,
 };
 
+/// qwen35moe (Qwen3.5/3.6 MoE, the 35B-A3B and larger): qwen35's layers
+/// with a mixture of experts and a gated shared expert in every FFN.
+pub static QWEN35MOE: ArchSpec = ArchSpec {
+    name: "qwen35moe",
+    read: read_moe,
+    defaults: defaults_moe,
+    ..QWEN35
+};
+
+fn read_moe(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
+    read(h, c)?;
+    if !c.is_moe() {
+        return Err(meta_error(format!(
+            "{} is missing or 0: a qwen35moe model routes to experts",
+            h.arch_key("expert_count")?
+        )));
+    }
+    // the experts' width, else llama.cpp's n_ff / n_expert_used; the
+    // shared expert's, else n_ff
+    if h.opt_hparam_u32("expert_feed_forward_length")?.is_none() {
+        c.n_ff_expert = c.n_ff / c.n_expert_used.max(1);
+    }
+    c.n_ff_shexp = h
+        .opt_hparam_u32("expert_shared_feed_forward_length")?
+        .map_or(c.n_ff, |n| n as usize);
+    c.shexp_gate = true;
+    Ok(())
+}
+
+fn defaults_moe(c: &mut ModelConfig) {
+    defaults(c);
+    c.n_expert = 8;
+    c.n_expert_used = 2;
+    c.n_ff_expert = (c.n_ff / 4).max(1);
+    c.n_ff_shexp = c.n_ff / 2;
+    c.shexp_gate = true;
+}
+
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     let u = |k: &str| -> Result<usize> { Ok(h.hparam_u32(k)? as usize) };
     c.ssm_d_conv = u("ssm.conv_kernel")?;

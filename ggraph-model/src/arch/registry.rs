@@ -12,10 +12,10 @@ use super::phi3::PHI3;
 use super::qwen2::QWEN2;
 use super::qwen3::QWEN3;
 use super::qwen3moe::QWEN3MOE;
-use super::qwen35::QWEN35;
+use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 10] = [
+pub static ARCHITECTURES: [&ArchSpec; 11] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -26,6 +26,7 @@ pub static ARCHITECTURES: [&ArchSpec; 10] = [
     &LFM2,
     &GRANITEHYBRID,
     &QWEN35,
+    &QWEN35MOE,
 ];
 
 /// The architecture named `name`, if ggraph builds it.
