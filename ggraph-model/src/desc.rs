@@ -161,7 +161,12 @@ impl ModelDesc {
     pub fn from_header(h: &GgufHeader, file: Option<Arc<ModelFile>>) -> Result<ModelDesc> {
         let config = read_config(h)?;
         let mut tensors = Vec::with_capacity(h.tensors().len());
-        for t in h.tensors() {
+        // a prediction head's layers are not the model's: not loaded
+        for t in h
+            .tensors()
+            .iter()
+            .filter(|t| !config.is_extra_layer_tensor(&t.name))
+        {
             let dtype = t.ggml_type.dtype().ok_or_else(|| Error::Unsupported {
                 device: "ggraph".into(),
                 what: format!("tensor '{}' of type {}", t.name, t.ggml_type),

@@ -299,7 +299,7 @@ fn lfm2_layer_kinds_come_from_the_kv_heads_and_must_match_the_tensors() {
 
 /// Qwen3.5: the layer kinds from `full_attention_interval`; the
 /// multi-section rope required, and refused where it would rotate a pair
-/// by the image position; multi-token prediction layers refused by name.
+/// by the image position; as many prediction layers as layers refused.
 #[test]
 fn qwen35_layer_kinds_and_rope_sections_are_read_as_llama_cpp_reads_them() {
     let c = config("qwen35");
@@ -333,7 +333,7 @@ fn qwen35_layer_kinds_and_rope_sections_are_read_as_llama_cpp_reads_them() {
     assert!(e.contains("fourth"), "{e}");
     let h = header("qwen35");
     let mut kv = h.kv().to_vec();
-    kv.push(("qwen35.nextn_predict_layers".into(), Value::U32(1)));
+    kv.push(("qwen35.nextn_predict_layers".into(), Value::U32(5)));
     let e = refused(&GgufHeader::new(h.version(), kv, h.tensors().to_vec()).unwrap());
     assert!(e.contains("nextn_predict_layers"), "{e}");
 }

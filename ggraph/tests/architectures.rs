@@ -370,6 +370,18 @@ fn qwen35moe_in_q8_0_matches_llama_cpp() {
     check_fixture("qwen35moe_q8_0", "qwen35moe");
 }
 
+/// A Qwen3.5 file with a multi-token prediction layer (the sixth block),
+/// which the main pass never runs: read as the five-layer model, the
+/// prediction layer's tensors not loaded; llama.cpp's logits equal the
+/// file without it.
+#[test]
+fn qwen35_with_a_prediction_layer_runs_the_main_model() {
+    let desc = open("qwen35_mtp");
+    assert_eq!((desc.config.n_layer, desc.config.n_layer_extra), (5, 1));
+    assert!(desc.tensors.iter().all(|t| !t.name.starts_with("blk.5.")));
+    check_fixture("qwen35_mtp", "qwen35");
+}
+
 #[test]
 fn qwen35_in_f16_matches_llama_cpp() {
     check_fixture("qwen35_f16", "qwen35");

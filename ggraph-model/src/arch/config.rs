@@ -227,6 +227,10 @@ pub struct ModelConfig {
     /// The multi-section rope's sections, in rotated pairs
     /// (`{arch}.rope.dimension_sections`; all 0: none).
     pub rope_sections: [u32; 4],
+    /// Layers the file holds past the model's (`blk.{n_layer}` on): a
+    /// multi-token prediction head (`nextn_predict_layers`), which the
+    /// main pass never runs. Their tensors are accepted and not loaded.
+    pub n_layer_extra: usize,
     /// The shared expert's output scaled by sigmoid(`ffn_gate_inp_shexp`
     /// · x), a gate per token (Qwen3.5's MoE).
     pub shexp_gate: bool,
@@ -286,6 +290,7 @@ impl ModelConfig {
             logit_scale: 0.0,
             use_rope: true,
             rope_sections: [0; 4],
+            n_layer_extra: 0,
             shexp_gate: false,
             n_ff_shexp: 0,
         };
@@ -736,6 +741,13 @@ impl ModelConfig {
         ]
         .iter()
         .any(|s| name.ends_with(s))
+    }
+
+    /// Whether tensor `name` belongs to a layer past the model's
+    /// ([`ModelConfig::n_layer_extra`]), which nothing reads.
+    pub fn is_extra_layer_tensor(&self, name: &str) -> bool {
+        Self::layer_of(name)
+            .is_some_and(|il| il >= self.n_layer && il < self.n_layer + self.n_layer_extra)
     }
 
     /// The layer a weight belongs to (None for embedding and output).

@@ -169,6 +169,9 @@ pub fn check_tensors<'a>(
     };
     let arch = c.arch.name;
     for (name, shape) in tensors {
+        if c.is_extra_layer_tensor(name) {
+            continue;
+        }
         let Some((i, seen)) = by_name.get_mut(name) else {
             return Err(meta_error(format!(
                 "tensor '{name}' is not one the {arch} architecture reads"

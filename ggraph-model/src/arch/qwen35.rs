@@ -76,13 +76,23 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     c.ssm_d_state = u("ssm.state_size")?;
     c.ssm_n_head = u("ssm.time_step_rank")?;
     c.ssm_n_group = u("ssm.group_count")?;
+    // the multi-token prediction layers come last; the main pass does not
+    // run them (llama.cpp loads them only for speculative decoding)
     if let Some(n) = h.opt_hparam_u32("nextn_predict_layers")?
         && n > 0
     {
-        return Err(meta_error(format!(
-            "{} is {n}: ggraph does not build the multi-token prediction layers yet",
-            h.arch_key("nextn_predict_layers")?
-        )));
+        let n = n as usize;
+        if n >= c.n_layer {
+            return Err(meta_error(format!(
+                "{} is {n}, not fewer than the {} layers",
+                h.arch_key("nextn_predict_layers")?,
+                c.n_layer
+            )));
+        }
+        c.n_layer -= n;
+        c.n_layer_extra = n;
+        c.swa_layers.truncate(c.n_layer);
+        c.recurrent_layers.truncate(c.n_layer);
     }
     let key = h.arch_key("attention.recurrent_layers")?;
     c.recurrent_layers = match h.opt_array(&key)?.and_then(|a| a.values()) {
@@ -99,6 +109,11 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
             (0..c.n_layer).map(|il| (il + 1) % every != 0).collect()
         }
     };
+    // a list may name the prediction layers too (as attention layers)
+    let listed = c.n_layer + c.n_layer_extra;
+    if c.recurrent_layers.len() == listed {
+        c.recurrent_layers.truncate(c.n_layer);
+    }
     if c.recurrent_layers.len() != c.n_layer {
         return Err(meta_error(format!(
             "'{key}' has {} flags for {} layers",
