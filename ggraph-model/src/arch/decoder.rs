@@ -12,8 +12,9 @@ use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, 
 use super::config::{ModelConfig, RecurrentBlock};
 use super::delta_net::gated_delta_net;
 use super::mamba2::mamba2;
+use super::recurrent::{RecurrentBuild, RecurrentInputs};
 use super::shape::BuildShape;
-use super::shortconv::{RecurrentInputs, short_conv};
+use super::shortconv::short_conv;
 use super::weights::{Tensors, WeightSource, rope_freq_factors};
 use crate::kv::CacheSource;
 
@@ -194,15 +195,20 @@ pub fn build_graph(
         let cur = layer_norm(&mut b, c, weights, il, "attn_norm", inp)?;
         b.set_name(cur, &format!("attn_norm-{il}"))?;
         let mut cur = match (&recurrent, c.arch.recurrent) {
-            (Some((r, inputs)), Some(block)) if c.is_recurrent(il) => match block {
-                RecurrentBlock::ShortConv => {
-                    short_conv(&mut b, c, weights, cache, r, inputs, il, cur)?
+            (Some((r, inputs)), Some(block)) if c.is_recurrent(il) => {
+                let st = &mut RecurrentBuild {
+                    state: cache,
+                    shape: r,
+                    inputs,
+                };
+                match block {
+                    RecurrentBlock::ShortConv => short_conv(&mut b, c, weights, st, il, cur)?,
+                    RecurrentBlock::Mamba2 => mamba2(&mut b, c, weights, st, il, cur)?,
+                    RecurrentBlock::GatedDeltaNet => {
+                        gated_delta_net(&mut b, c, weights, st, il, cur)?
+                    }
                 }
-                RecurrentBlock::Mamba2 => mamba2(&mut b, c, weights, cache, r, inputs, il, cur)?,
-                RecurrentBlock::GatedDeltaNet => {
-                    gated_delta_net(&mut b, c, weights, cache, r, inputs, il, cur)?
-                }
-            },
+            }
             _ => self_attention(
                 &mut b,
                 c,

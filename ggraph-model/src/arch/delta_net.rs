@@ -7,14 +7,12 @@
 //! state kept); RMS-normed per head and gated by SiLU(`attn_gate` x);
 //! projected out. As llama.cpp's qwen35 `build_layer_attn_linear`.
 
-use ggraph_core::error::{Error, Result};
+use ggraph_core::error::Result;
 use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
 
 use super::config::ModelConfig;
-use super::shape::RecurrentShape;
-use super::shortconv::RecurrentInputs;
+use super::recurrent::RecurrentBuild;
 use super::weights::Tensors;
-use crate::kv::{CacheSource, StatePart};
 
 /// `x` L2-normalised along its rows as llama.cpp's `build_gdn_l2_norm`
 /// computes it: an RMS norm with `eps / n`, scaled by `1 / sqrt(n)`.
@@ -30,20 +28,13 @@ pub fn gated_delta_net(
     b: &mut GraphBuilder,
     c: &ModelConfig,
     weights: &mut Tensors<'_>,
-    state: &mut dyn CacheSource,
-    shape: &RecurrentShape,
-    inputs: &RecurrentInputs,
+    st: &mut RecurrentBuild<'_>,
     il: usize,
     cur: TensorId,
 ) -> Result<TensorId> {
     let n_tokens = b.tensor(cur)?.ne[1];
-    let n_seqs = shape.n_seqs;
-    if n_seqs == 0 || n_tokens % n_seqs != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{n_tokens} tokens are not {n_seqs} equal sequences"
-        )));
-    }
-    let nst = n_tokens / n_seqs;
+    let nst = st.seq_tokens(n_tokens)?;
+    let n_seqs = st.shape.n_seqs;
     // key heads (groups) and value heads, each of the state size
     let (s, n_k, n_v) = (c.ssm_d_state, c.ssm_n_group, c.ssm_n_head);
     let channels = c.ssm_conv_channels();
@@ -73,26 +64,8 @@ pub fn gated_delta_net(
     let gate = b.reshape(gate, &[1, n_v, nst, n_seqs])?;
 
     // the convolution over the carried inputs and the ubatch's
-    let conv_rows = state.layer_state(b, il, StatePart::Conv, c.n_embd_r(), shape.rows)?;
-    let carried = b.get_rows(conv_rows, inputs.read)?;
-    let carried = b.reshape(carried, &[d_conv - 1, channels, n_seqs])?;
     let qkv_t = b.transpose(qkv)?;
-    let conv_x = b.concat(carried, qkv_t, 0)?;
-    let (cx_nb1, cx_nb2) = {
-        let t = b.tensor(conv_x)?;
-        (t.nb[1], t.nb[2])
-    };
-    let last = b.view_3d(
-        conv_x,
-        [d_conv - 1, channels, n_seqs],
-        cx_nb1,
-        cx_nb2,
-        nst * f,
-    )?;
-    let last = b.cont(last)?;
-    let last = b.reshape(last, &[c.n_embd_r(), n_seqs])?;
-    let written = b.set_rows(conv_rows, last, inputs.write)?;
-    b.expand(written)?;
+    let conv_x = st.conv_input(b, c, il, qkv_t, d_conv - 1)?;
     let conv = b.ssm_conv(conv_x, kernel)?;
     let conv = b.silu(conv)?;
     b.set_name(conv, &format!("conv_output_silu-{il}"))?;
@@ -116,14 +89,12 @@ pub fn gated_delta_net(
     let k = l2_norm(b, k, c.rms_eps)?;
 
     // the recurrence from each sequence's state
-    let scan_rows = state.layer_state(b, il, StatePart::Scan, c.n_embd_s(), shape.rows)?;
-    let s0 = b.get_rows(scan_rows, inputs.read)?;
+    let scan_rows = st.scan_rows(b, c, il)?;
+    let s0 = b.get_rows(scan_rows, st.inputs.read)?;
     let s0 = b.reshape(s0, &[s, s, n_v, n_seqs])?;
     let out = b.gated_delta_net(q, k, v, gate, beta, s0)?;
     let n_out = s * n_v * nst * n_seqs;
-    let final_states = b.view_2d(out, c.n_embd_s(), n_seqs, c.n_embd_s() * f, n_out * f)?;
-    let written = b.set_rows(scan_rows, final_states, inputs.write)?;
-    b.expand(written)?;
+    st.write_scan_state(b, c, scan_rows, out, n_out)?;
     let o = b.view_4d(
         out,
         [s, n_v, nst, n_seqs],

@@ -7,14 +7,12 @@
 //! `build_mamba2_layer`, whose tensor names it reads.
 
 use ggraph_core::dtype::DType;
-use ggraph_core::error::{Error, Result};
+use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, GraphBuilder, TensorId};
 
 use super::config::ModelConfig;
-use super::shape::RecurrentShape;
-use super::shortconv::RecurrentInputs;
+use super::recurrent::RecurrentBuild;
 use super::weights::Tensors;
-use crate::kv::{CacheSource, StatePart};
 
 /// Layer `il`'s Mamba-2 block on `cur` `[n_embd, n_tokens]`, the tokens
 /// being `shape.n_seqs` equal runs of one sequence each.
@@ -22,20 +20,13 @@ pub fn mamba2(
     b: &mut GraphBuilder,
     c: &ModelConfig,
     weights: &mut Tensors<'_>,
-    state: &mut dyn CacheSource,
-    shape: &RecurrentShape,
-    inputs: &RecurrentInputs,
+    st: &mut RecurrentBuild<'_>,
     il: usize,
     cur: TensorId,
 ) -> Result<TensorId> {
     let n_tokens = b.tensor(cur)?.ne[1];
-    let n_seqs = shape.n_seqs;
-    if n_seqs == 0 || n_tokens % n_seqs != 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{n_tokens} tokens are not {n_seqs} equal sequences"
-        )));
-    }
-    let nst = n_tokens / n_seqs;
+    let nst = st.seq_tokens(n_tokens)?;
+    let n_seqs = st.shape.n_seqs;
     let (inner, heads, groups, d_state) =
         (c.ssm_d_inner, c.ssm_n_head, c.ssm_n_group, c.ssm_d_state);
     let head_dim = inner / heads;
@@ -69,26 +60,8 @@ pub fn mamba2(
     let dt = b.view_3d(zx, [heads, nst, n_seqs], nb1, nb2, (inner + channels) * f)?;
 
     // the convolution over the carried inputs and the ubatch's
-    let conv_rows = state.layer_state(b, il, StatePart::Conv, c.n_embd_r(), shape.rows)?;
-    let carried = b.get_rows(conv_rows, inputs.read)?;
-    let carried = b.reshape(carried, &[d_conv - 1, channels, n_seqs])?;
     let xbc_t = b.transpose(xbc)?;
-    let conv_x = b.concat(carried, xbc_t, 0)?;
-    let (cx_nb1, cx_nb2) = {
-        let t = b.tensor(conv_x)?;
-        (t.nb[1], t.nb[2])
-    };
-    let last = b.view_3d(
-        conv_x,
-        [d_conv - 1, channels, n_seqs],
-        cx_nb1,
-        cx_nb2,
-        nst * f,
-    )?;
-    let last = b.cont(last)?;
-    let last = b.reshape(last, &[c.n_embd_r(), n_seqs])?;
-    let written = b.set_rows(conv_rows, last, inputs.write)?;
-    b.expand(written)?;
+    let conv_x = st.conv_input(b, c, il, xbc_t, d_conv - 1)?;
     let mut xbc = b.ssm_conv(conv_x, kernel)?;
     if let Some(bias) = conv_bias {
         xbc = b.add(xbc, bias)?;
@@ -118,13 +91,11 @@ pub fn mamba2(
     let (gate_b, gate_c) = (bc(b, inner)?, bc(b, inner + groups * d_state)?);
     let dt = b.cont(dt)?;
     let dt = b.add(dt, dt_bias)?;
-    let scan_rows = state.layer_state(b, il, StatePart::Scan, c.n_embd_s(), shape.rows)?;
-    let scan4 = b.reshape(scan_rows, &[d_state, head_dim, heads, shape.rows])?;
-    let scanned = b.ssm_scan(scan4, x, dt, a, gate_b, gate_c, inputs.read)?;
+    let scan_rows = st.scan_rows(b, c, il)?;
+    let scan4 = b.reshape(scan_rows, &[d_state, head_dim, heads, st.shape.rows])?;
+    let scanned = b.ssm_scan(scan4, x, dt, a, gate_b, gate_c, st.inputs.read)?;
     let n_y = head_dim * heads * nst * n_seqs;
-    let final_states = b.view_2d(scanned, c.n_embd_s(), n_seqs, c.n_embd_s() * f, n_y * f)?;
-    let written = b.set_rows(scan_rows, final_states, inputs.write)?;
-    b.expand(written)?;
+    st.write_scan_state(b, c, scan_rows, scanned, n_y)?;
     let row = head_dim * f;
     let y = b.view_4d(
         scanned,
