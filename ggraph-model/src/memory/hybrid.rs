@@ -13,7 +13,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 use ggraph_core::sched::Scheduler;
 
 use super::kv::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
-use super::recurrent::{RecurrentMemory, RecurrentPlacement};
+use super::recurrent::{RecurrentMemory, RecurrentPlacement, pos_range};
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig};
 use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, StatePart, TokenPlace, sum_by_name};
 use crate::loaded::Model;
@@ -289,10 +289,7 @@ impl Memory {
         if let Some(r) = &self.recurrent
             && let Some(last) = r.seq_pos_max(src)
         {
-            let (lo, hi) = (
-                p0.unwrap_or(0).max(0),
-                p1.filter(|&p| p >= 0).unwrap_or(i32::MAX),
-            );
+            let (lo, hi) = pos_range(p0, p1);
             if lo > 0 || hi <= last {
                 return Err(Error::InvalidArgument(format!(
                     "seq_cp {src} -> {dst} of positions {lo}..{hi}: sequence {src}'s recurrent \

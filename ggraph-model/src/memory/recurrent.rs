@@ -303,8 +303,7 @@ impl RecurrentMemory {
     /// sequence for `None`) is possible: a state can lose all its past or
     /// none of it.
     pub fn check_rm(&self, s: Option<SeqId>, p0: Option<i32>, p1: Option<i32>) -> Result<()> {
-        let (p0, p1) = (p0.unwrap_or(0).max(0), p1.unwrap_or(i32::MAX));
-        let p1 = if p1 < 0 { i32::MAX } else { p1 };
+        let (p0, p1) = pos_range(p0, p1);
         let partial = |pos: Option<i32>| pos.is_some_and(|q| 0 < p0 && p0 <= q && q < p1);
         let refused = match s {
             Some(s) => {
@@ -333,10 +332,7 @@ impl RecurrentMemory {
     /// partial removal is refused and changes nothing.
     pub fn seq_rm(&mut self, s: Option<SeqId>, p0: Option<i32>, p1: Option<i32>) -> Result<()> {
         self.check_rm(s, p0, p1)?;
-        let (lo, hi) = (
-            p0.unwrap_or(0).max(0),
-            p1.filter(|&p| p >= 0).unwrap_or(i32::MAX),
-        );
+        let (lo, hi) = pos_range(p0, p1);
         for (i, state) in self.seqs.iter_mut().enumerate() {
             if s.is_none_or(|s| s as usize == i) && state.pos.is_some_and(|q| lo <= q && q < hi) {
                 state.pos = None;
@@ -405,10 +401,7 @@ impl RecurrentMemory {
         p1: Option<i32>,
         f: impl Fn(i32) -> Option<i32>,
     ) {
-        let (lo, hi) = (
-            p0.unwrap_or(0).max(0),
-            p1.filter(|&p| p >= 0).unwrap_or(i32::MAX),
-        );
+        let (lo, hi) = pos_range(p0, p1);
         if let Some(state) = self.seqs.get_mut(s as usize)
             && let Some(q) = state.pos
             && lo <= q
@@ -440,4 +433,13 @@ impl RecurrentMemory {
     pub fn bytes_per_buffer_type(&self) -> Vec<(String, u64)> {
         self.buffers.bytes_per_buffer_type()
     }
+}
+
+/// Positions [p0, p1) as the sequence operations take them: no start (or a
+/// negative one) is 0, no end (or a negative one) is the last position.
+pub(super) fn pos_range(p0: Option<i32>, p1: Option<i32>) -> (i32, i32) {
+    (
+        p0.unwrap_or(0).max(0),
+        p1.filter(|&p| p >= 0).unwrap_or(i32::MAX),
+    )
 }
