@@ -77,22 +77,17 @@ pub fn scale(dst: TRef, a: TRef, s: f32, bias: f32) {
     map_rows(dst, a, |x| x.iter_mut().for_each(|v| *v = *v * s + bias));
 }
 
-#[inline]
-pub fn silu(x: f32) -> f32 {
-    math::silu(x)
-}
-
-/// `x[i] = silu(x[i]) * g[i]` (or `silu(x[i])` without `g`), in place,
-/// vectorised for the instruction set at hand.
+/// `x[i] = silu(x[i]) * g[i]` (or `silu(x[i])` without `g`), in place, a
+/// row at a time and bit for bit as ggml computes it, vectorised for the
+/// instruction set at hand.
 fn silu_in_place(x: &mut [f32], g: Option<&[f32]>) {
+    // as ggml's row loops: the vector form on whole groups of eight, the
+    // scalar (libm) form on the rest
     #[inline(always)]
     fn body(x: &mut [f32], g: Option<&[f32]>) {
-        match g {
-            Some(g) => x
-                .iter_mut()
-                .zip(g)
-                .for_each(|(v, gv)| *v = math::silu(*v) * gv),
-            None => x.iter_mut().for_each(|v| *v = math::silu(*v)),
+        math::ggml_rows_of_eight(x, math::ggml_silu, math::libm_silu);
+        if let Some(g) = g {
+            x.iter_mut().zip(g).for_each(|(v, gv)| *v *= gv);
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -132,7 +127,7 @@ pub fn gelu(x: f32) -> f32 {
 
 pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
     match u {
-        UnaryOp::Silu => silu,
+        UnaryOp::Silu => math::ggml_silu,
         UnaryOp::Gelu => gelu,
         UnaryOp::Relu => |x| x.max(0.0),
         UnaryOp::Neg => |x| -x,
@@ -155,7 +150,7 @@ pub fn unary(dst: TRef, a: TRef, u: UnaryOp) {
 
 pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
     let act = match op {
-        GluOp::Swiglu => silu,
+        GluOp::Swiglu => math::ggml_silu,
         GluOp::Geglu => gelu,
     };
     let n0 = dst.ne[0];

@@ -32,17 +32,65 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     if keep { p * scale } else { 0.0 }
 }
 
-/// x * sigmoid(x), through e^-|x| so that the exponential never
-/// overflows.
+/// e^x exactly as ggml's vectorised exponential (`ggml_v_expf`, the form
+/// its AVX2 and SSE builds run on every lane): a Cody-Waite reduction by
+/// ln 2, a degree-5 polynomial, and its own paths for |n| above 126 and
+/// 192. ggml's softmax and SiLU take their exponentials from it, so the
+/// kernels that must agree with llama.cpp bit for bit use this one.
 #[inline(always)]
-pub(crate) fn silu(x: f32) -> f32 {
-    let e = exp_nonpositive(-x.abs());
-    let sigmoid = if x >= 0.0 {
-        1.0 / (1.0 + e)
+pub(crate) fn ggml_exp(x: f32) -> f32 {
+    let c = |bits: u32| f32::from_bits(bits);
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa
+    let r = c(0x4b40_0000);
+    let z = x.mul_add(c(0x3fb8_aa3b), r);
+    let n = z - r;
+    let b = (-n).mul_add(c(0x35bf_be8e), (-n).mul_add(c(0x3f31_7200), x));
+    let e = z.to_bits() << 23;
+    let k = c(e.wrapping_add(1f32.to_bits()));
+    let u = b * b;
+    let j = c(0x3c07_2010)
+        .mul_add(b, c(0x3d2b_9f17))
+        .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
+        .mul_add(u, c(0x3f7f_fff6) * b);
+    if n.abs() <= 126.0 || n.is_nan() {
+        return j.mul_add(k, k);
+    }
+    let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
+    let s1 = c(g.wrapping_add(0x7f00_0000));
+    let s2 = c(e.wrapping_sub(g));
+    if n.abs() > 192.0 {
+        s1 * s1
     } else {
-        e / (1.0 + e)
-    };
-    x * sigmoid
+        s2.mul_add(j, s2) * s1
+    }
+}
+
+/// `f` over `x` as ggml's row loops apply their vector function: the
+/// lanes of whole groups of eight with `lanes`, the last `x.len() % 8`
+/// values with `tail` (ggml's scalar form, which calls libm).
+#[inline(always)]
+pub(crate) fn ggml_rows_of_eight(
+    x: &mut [f32],
+    lanes: impl Fn(f32) -> f32,
+    tail: impl Fn(f32) -> f32,
+) {
+    let whole = x.len() - x.len() % 8;
+    let (body, rest) = x.split_at_mut(whole);
+    body.iter_mut().for_each(|v| *v = lanes(*v));
+    rest.iter_mut().for_each(|v| *v = tail(*v));
+}
+
+/// SiLU as ggml's vector form computes it: `x / (1 + e^-x)` with
+/// [`ggml_exp`].
+#[inline(always)]
+pub(crate) fn ggml_silu(x: f32) -> f32 {
+    x / (1.0 + ggml_exp(0.0 - x))
+}
+
+/// SiLU as ggml's scalar form computes it, with libm's `expf`.
+#[inline(always)]
+pub(crate) fn libm_silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
 }
 
 /// The sum of the eight lanes of `v`.
@@ -77,7 +125,7 @@ pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::exp_nonpositive as exp;
-    use super::silu;
+    use super::{ggml_exp, ggml_silu};
 
     #[test]
     fn exp_matches_the_standard_library_on_non_positive_inputs() {
@@ -99,16 +147,31 @@ mod tests {
     }
 
     #[test]
-    fn silu_matches_its_definition() {
-        let mut worst = 0f32;
+    fn ggml_exp_is_close_to_libm_everywhere_and_exact_at_the_edges() {
+        let mut worst = 0f64;
+        for i in -200_000..=200_000 {
+            let x = i as f32 * 0.00044;
+            let (got, want) = (ggml_exp(x) as f64, (x as f64).exp());
+            if want > 1e-37 && want < 1e38 {
+                worst = worst.max(((got - want) / want).abs());
+            }
+        }
+        assert!(worst < 4e-7, "worst relative error {worst}");
+        assert_eq!(ggml_exp(0.0), 1.0);
+        assert_eq!(ggml_exp(f32::NEG_INFINITY), 0.0);
+        assert_eq!(ggml_exp(-200.0), 0.0);
+        assert_eq!(ggml_exp(200.0), f32::INFINITY);
+        assert!(ggml_exp(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn ggml_silu_matches_its_definition() {
         for i in -40_000..=40_000 {
             let x = i as f32 * 0.001;
-            let want = x / (1.0 + (-x).exp());
-            let got = silu(x);
-            worst = worst.max((got - want).abs() / want.abs().max(1e-6));
+            let want = x as f64 / (1.0 + (-(x as f64)).exp());
+            let got = ggml_silu(x) as f64;
+            assert!((got - want).abs() <= 1e-6 * want.abs().max(1e-3), "{x}");
         }
-        assert!(worst < 2e-6, "worst relative error {worst}");
-        assert_eq!(silu(f32::INFINITY), f32::INFINITY);
-        assert!(silu(f32::NAN).is_nan());
+        assert!(ggml_silu(f32::NAN).is_nan());
     }
 }

@@ -1,6 +1,7 @@
 //! Row reductions: rms_norm, norm, soft_max.
 
 use super::alibi::alibi_slope;
+use super::math;
 use super::parallel::par_ranges;
 use super::scratch::with_rows;
 use crate::kernels::tensor_ref::TRef;
@@ -65,15 +66,39 @@ pub fn norm(dst: TRef, a: TRef, eps: f32) {
     });
 }
 
-/// In-place softmax of a row; a row with no finite value becomes zeros.
+/// In-place softmax of a row, bit for bit as ggml computes it: the
+/// exponentials of whole groups of eight from its vector form, each
+/// group's sum (its lanes paired as ggml's horizontal add pairs them)
+/// added in f64, the rest from libm one by one, and every value times the
+/// f32 of the f64 reciprocal. A row with no finite value becomes zeros.
 pub fn softmax_row(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::isa::active() >= super::isa::Isa::Avx2 {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn fma(x: &mut [f32]) {
+            softmax_row_body(x)
+        }
+        // SAFETY: the AVX2 level includes FMA (checked by `active`).
+        return unsafe { fma(x) };
+    }
+    softmax_row_body(x)
+}
+
+#[inline(always)]
+fn softmax_row_body(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
         return;
     }
+    let whole = x.len() - x.len() % 8;
+    let (groups, rest) = x.split_at_mut(whole);
     let mut sum = 0f64;
-    for v in x.iter_mut() {
+    for g in groups.chunks_exact_mut(8) {
+        g.iter_mut().for_each(|v| *v = math::ggml_exp(*v - max));
+        sum += (((g[0] + g[4]) + (g[2] + g[6])) + ((g[1] + g[5]) + (g[3] + g[7]))) as f64;
+    }
+    for v in rest {
         *v = (*v - max).exp();
         sum += *v as f64;
     }
@@ -92,7 +117,7 @@ pub fn soft_max(dst: TRef, a: TRef, mask: Option<TRef>, scale: f32, max_bias: f3
             // SAFETY: mask row in bounds (checked by the builder).
             unsafe { m.load_row(i1, i2 % m.ne[2], i3 % m.ne[3], &mut mrow) };
             for (v, mv) in x.iter_mut().zip(&mrow) {
-                *v += slope * mv;
+                *v = slope.mul_add(*mv, *v);
             }
         }
         softmax_row(x);

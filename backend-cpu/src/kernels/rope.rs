@@ -145,11 +145,10 @@ fn rotate_body(x: &mut [f32], cs: &[(f32, f32)], mode: RopeMode) {
             RopeMode::Neox => (i, i + half),
         };
         let (x0, x1) = (x[j0], x[j1]);
+        // the products fused as GCC fuses ggml's `x0*cos - x1*sin` and
+        // `x0*sin + x1*cos`
         x[j0] = x0.mul_add(c, -(x1 * s));
-        x[j1] = match mode {
-            RopeMode::Normal => x1.mul_add(c, x0 * s),
-            RopeMode::Neox => x0.mul_add(s, x1 * c),
-        };
+        x[j1] = x0.mul_add(s, x1 * c);
     }
 }
 
