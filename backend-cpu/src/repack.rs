@@ -1,5 +1,5 @@
 //! The CPU's layout buffer type, `CPU_REPACK` as in ggml: host memory in
-//! which Q4_0, Q8_0, Q4_K and IQ4_NL weight matrices are kept in the
+//! which Q4_0, Q4_K and IQ4_NL weight matrices are kept in the
 //! interleaved layout of `kernels::interleave`. Writes convert from ggml's layout and reads
 //! convert back, so a loader writes GGUF's bytes and any device can copy
 //! the weight out. The memory is not plain host memory (`is_host` is
@@ -29,7 +29,7 @@ pub(crate) fn offered() -> bool {
     isa::active() >= Isa::Avx2 && std::env::var("GGRAPH_CPU_REPACK").as_deref() != Ok("0")
 }
 
-/// Host memory with Q4_0, Q8_0, Q4_K and IQ4_NL matrices of whole groups
+/// Host memory with Q4_0, Q4_K and IQ4_NL matrices of whole groups
 /// of eight rows interleaved; other weights are kept as they are.
 #[derive(Debug, Default)]
 pub struct RepackBufferType {
@@ -380,19 +380,20 @@ mod tests {
         let buf = RepackBufferType::default()
             .alloc(4096, BufferUsage::Weights)
             .unwrap();
-        // F32 and a Q4_0 matrix of 12 rows are not laid out
+        // F32, a Q4_0 matrix of 12 rows and Q8_0 are not laid out
         buf.init_tensor(0, DType::F32, [16, 4, 1, 1]).unwrap();
         buf.init_tensor(256, DType::Q4_0, [64, 12, 1, 1]).unwrap();
         let rb = buf.as_any().downcast_ref::<RepackBuffer>().unwrap();
+        buf.init_tensor(2048, DType::Q8_0, [32, 8, 1, 1]).unwrap();
         assert_eq!(rb.laid_over(0, 4096), None);
-        buf.init_tensor(1024, DType::Q8_0, [32, 8, 1, 1]).unwrap();
+        buf.init_tensor(1024, DType::Q4_0, [32, 8, 1, 1]).unwrap();
         let laid = rb.laid_over(0, 4096).unwrap();
-        assert_eq!((laid.offset, laid.len), (1024, 8 * 34));
+        assert_eq!((laid.offset, laid.len), (1024, 8 * 18));
         let err = buf
-            .init_tensor(1040, DType::Q4_0, [32, 8, 1, 1])
+            .init_tensor(1030, DType::Q4_0, [32, 8, 1, 1])
             .unwrap_err();
         assert!(err.to_string().contains("overlaps"), "{err}");
-        assert!(buf.init_tensor(4000, DType::Q8_0, [32, 8, 1, 1]).is_err());
+        assert!(buf.init_tensor(4000, DType::Q4_0, [32, 8, 1, 1]).is_err());
         assert!(buf.write(4090, &[0u8; 10]).is_err());
     }
 }

@@ -35,7 +35,7 @@ fn cpu_with_three_threads_passes_the_conformance_suite() {
     report.check().unwrap();
 }
 
-/// Every case with a Q4_0, Q8_0, Q4_K or IQ4_NL matrix of whole groups of
+/// Every case with a Q4_0, Q4_K or IQ4_NL matrix of whole groups of
 /// rows, with those matrices interleaved in `CPU_REPACK`: products of 1 to
 /// 33 columns, batches, stacks of matrices and experts, row lookups, and a
 /// view and a conversion (which read ggml's bytes back). Three threads, so
@@ -48,7 +48,7 @@ fn cpu_repacked_weights_pass_the_conformance_suite() {
     let report = &reports[0];
     println!("{}", report.summary());
     assert_eq!(report.device, "CPU (CPU_REPACK)");
-    assert!(report.passed() >= 48, "{}", report.summary());
+    assert!(report.passed() >= 40, "{}", report.summary());
     assert_eq!(report.unsupported(), 0);
     report.check().unwrap();
     let plain: Arc<dyn Device> = CpuDevice::with_repack(1, false).unwrap();

@@ -14,7 +14,6 @@
 //!
 //! - Q4_0 and IQ4_NL: bytes `4j..4j + 4` of the nibbles: low nibbles are
 //!   codes `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`.
-//! - Q8_0: codes `4j..4j + 4`.
 //! - Q4_K: chunks 0..3 are the packed scales and mins, chunk `3 + c` the
 //!   nibble bytes `4c..4c + 4`: low nibbles are codes `64 (c / 8) + 4 (c %
 //!   8)..+4` (sub-block `2 (c / 8)`), high nibbles the same step of
@@ -34,8 +33,6 @@ pub(crate) const GROUP_ROWS: usize = 8;
 pub(crate) enum Interleaved {
     /// Q4_0 blocks (18 bytes: an f16 scale, 16 bytes of nibbles).
     Q4_0,
-    /// Q8_0 blocks (34 bytes: an f16 scale, 32 signed codes).
-    Q8_0,
     /// Q4_K super-blocks (144 bytes: f16 `d` and `dmin`, 12 bytes of
     /// 6-bit scales and mins, 128 bytes of nibbles).
     Q4_K,
@@ -47,13 +44,12 @@ pub(crate) enum Interleaved {
 impl Interleaved {
     /// The layout for a weight of `dtype` and `shape`, if it has one: a
     /// matrix or a stack of them (experts: no fourth dimension above 1) of
-    /// Q4_0, Q8_0, Q4_K or IQ4_NL with whole groups of rows. A stack is
+    /// Q4_0, Q4_K or IQ4_NL with whole groups of rows. A stack is
     /// laid out as one matrix of all its rows: its matrices start on group
     /// bounds.
     pub(crate) fn of(dtype: DType, shape: &[usize]) -> Option<Interleaved> {
         let layout = match dtype {
             DType::Q4_0 => Interleaved::Q4_0,
-            DType::Q8_0 => Interleaved::Q8_0,
             DType::Q4_K => Interleaved::Q4_K,
             DType::IQ4_NL => Interleaved::IQ4_NL,
             _ => return None,
@@ -69,7 +65,6 @@ impl Interleaved {
     pub(crate) fn dtype(self) -> DType {
         match self {
             Interleaved::Q4_0 => DType::Q4_0,
-            Interleaved::Q8_0 => DType::Q8_0,
             Interleaved::Q4_K => DType::Q4_K,
             Interleaved::IQ4_NL => DType::IQ4_NL,
         }
@@ -88,7 +83,7 @@ impl Interleaved {
     /// The 2-byte units at the start of a block.
     fn head_units(self) -> usize {
         match self {
-            Interleaved::Q4_0 | Interleaved::Q8_0 | Interleaved::IQ4_NL => 1,
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => 1,
             Interleaved::Q4_K => 2,
         }
     }
@@ -108,7 +103,6 @@ impl Interleaved {
     pub(crate) fn pack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
         match self {
             Interleaved::Q4_0 | Interleaved::IQ4_NL => pack_as::<18, 1>(src, dst, row_bytes),
-            Interleaved::Q8_0 => pack_as::<34, 1>(src, dst, row_bytes),
             Interleaved::Q4_K => pack_as::<144, 2>(src, dst, row_bytes),
         }
     }
@@ -118,7 +112,6 @@ impl Interleaved {
     pub(crate) fn unpack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
         match self {
             Interleaved::Q4_0 | Interleaved::IQ4_NL => unpack_as::<18, 1>(src, dst, row_bytes),
-            Interleaved::Q8_0 => unpack_as::<34, 1>(src, dst, row_bytes),
             Interleaved::Q4_K => unpack_as::<144, 2>(src, dst, row_bytes),
         }
     }
@@ -277,12 +270,7 @@ mod tests {
     /// the kernels read them.
     #[test]
     fn packing_round_trips_and_puts_scales_and_codes_in_place() {
-        for layout in [
-            Interleaved::Q4_0,
-            Interleaved::Q8_0,
-            Interleaved::Q4_K,
-            Interleaved::IQ4_NL,
-        ] {
+        for layout in [Interleaved::Q4_0, Interleaved::Q4_K, Interleaved::IQ4_NL] {
             let (bb, nblk) = (layout.block_bytes(), 3);
             let row_bytes = bb * nblk;
             let plain: Vec<u8> = (0..2 * GROUP_ROWS * row_bytes)
@@ -318,15 +306,13 @@ mod tests {
     }
 
     #[test]
-    fn only_matrices_of_whole_groups_of_q4_0_q8_0_q4_k_and_iq4_nl_rows_are_laid_out() {
+    fn only_matrices_of_whole_groups_of_q4_0_q4_k_and_iq4_nl_rows_are_laid_out() {
         assert_eq!(
             Interleaved::of(DType::Q4_0, &[64, 16]),
             Some(Interleaved::Q4_0)
         );
-        assert_eq!(
-            Interleaved::of(DType::Q8_0, &[32, 8, 1]),
-            Some(Interleaved::Q8_0)
-        );
+        // Q8_0 rows stay ggml's: their kernels sum in ggml's lanes
+        assert_eq!(Interleaved::of(DType::Q8_0, &[32, 8, 1]), None);
         assert_eq!(Interleaved::of(DType::Q4_0, &[64, 12]), None);
         assert_eq!(
             Interleaved::of(DType::Q4_0, &[64, 16, 2]),

@@ -222,7 +222,22 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                         };
                         for p in 0..panels {
                             let r0 = p * R;
+                            let live = R.min(rows - r0);
+                            // SAFETY: output column j0 + c holds m values;
+                            // rows i0 + r0 .. + live of the group's columns
+                            // belong to this task alone.
+                            let dst = |c: usize| unsafe {
+                                std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0 + r0), live)
+                            };
+                            // each chunk goes on from the sums of the
+                            // chunks before it: every block adds in order,
+                            // as ggml adds them
                             let mut sums = [[0f32; R]; C];
+                            if v0 > 0 {
+                                for (c, s) in sums.iter_mut().enumerate().take(nc) {
+                                    s[..live].copy_from_slice(dst(c));
+                                }
+                            }
                             // SAFETY: panel p holds nb blocks of R rows, the
                             // activation tile nb blocks of C columns.
                             unsafe {
@@ -236,21 +251,8 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                                     &mut sums,
                                 )
                             };
-                            let live = R.min(rows - r0);
                             for (c, col) in sums.iter().enumerate().take(nc) {
-                                // SAFETY: output column j0 + c holds m values;
-                                // rows i0 + r0 .. + live of the group's columns
-                                // belong to this task alone.
-                                let dst = unsafe {
-                                    std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0 + r0), live)
-                                };
-                                if v0 == 0 {
-                                    dst.copy_from_slice(&col[..live]);
-                                } else {
-                                    for (d, s) in dst.iter_mut().zip(col) {
-                                        *d += s;
-                                    }
-                                }
+                                dst(c).copy_from_slice(&col[..live]);
                             }
                         }
                     }
@@ -342,7 +344,7 @@ struct Acts {
     sx: *const f32,
 }
 
-/// `sums[c][r] = dot(panel row r, column c)` over `nb` blocks, each of
+/// `sums[c][r] += dot(panel row r, column c)` over `nb` blocks in turn, each of
 /// the given number of groups of steps.
 ///
 /// # Safety
@@ -407,7 +409,7 @@ mod x86 {
         // SAFETY: caller's contract.
         unsafe {
             let ones = _mm256_set1_epi16(1);
-            let mut acc = [_mm256_setzero_ps(); C];
+            let mut acc = sums.map(|s| _mm256_loadu_ps(s.as_ptr()));
             let mut wp = codes;
             let mut xp = x.codes as *const i32;
             for blk in 0..nb {
@@ -442,7 +444,7 @@ mod x86 {
                 let d = _mm256_loadu_ps(dw.add(blk * R));
                 for (c, (a, b)) in acc.iter_mut().zip(block).enumerate() {
                     let dx = _mm256_set1_ps(*x.d.add(blk * C + c));
-                    *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(b), d), dx, *a);
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(b), _mm256_mul_ps(d, dx), *a);
                 }
                 if MIN {
                     let mins = _mm256_loadu_ps(mw.add(blk * R));
@@ -496,13 +498,9 @@ mod x86 {
                 let src = w.add(b * block);
                 let dst = out.add(b * values * R);
                 match layout {
-                    Interleaved::Q4_0 | Interleaved::Q8_0 | Interleaved::IQ4_NL => {
+                    Interleaved::Q4_0 | Interleaved::IQ4_NL => {
                         let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
                         _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
-                        if layout == Interleaved::Q8_0 {
-                            std::ptr::copy_nonoverlapping(src.add(at), dst, R * 32);
-                            continue;
-                        }
                         for j in 0..4 {
                             let v = _mm256_loadu_si256(src.add(at + 32 * j) as *const __m256i);
                             split(v, dst.add(32 * j), dst.add(32 * (j + 4)));

@@ -10,9 +10,9 @@ use ggraph_core::DType;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::{Partner, format};
 use super::row_streaming::SHORT_ROW_BYTES;
-use super::{activation_quant, dequantized, float, quant_dot};
+use super::{activation_quant, blocks_in_ggml_order, dequantized, float, quant_dot};
 #[cfg(target_arch = "x86_64")]
-use super::{block_dot_avx2, block_gemm_avx2, block_matvec, kquant_dot, transposed_matvec};
+use super::{block_dot_avx2, block_gemm_avx2, kquant_dot};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
@@ -26,6 +26,12 @@ use Weights::{Float, Only, Quantized, RoundedExactly};
 pub(super) enum Path {
     /// Rows of no values: every output is zero.
     Zeros,
+    /// Q8_0 and Q4_0 rows, each dot summed in ggml's order
+    /// (`blocks_in_ggml_order`).
+    BlocksInGgmlOrder,
+    /// F16 rows, each dot summed in ggml's order
+    /// (`float::half_in_ggml_order`).
+    HalfInGgmlOrder,
     /// Float rows times one column, each task's rows streamed one after
     /// another (`float::row_stream`).
     FloatRowStream,
@@ -43,11 +49,6 @@ pub(super) enum Path {
     /// K-quant (and IQ4_XS) super-blocks read in place, activations in
     /// ggml's Q8_K form (`kquant_dot`, `kquant_dot_more`).
     KQuantDot,
-    /// Q4_0 times one column, eight short rows transposed in registers
-    /// (`transposed_matvec`).
-    TransposedMatvec,
-    /// Q4_0 times one column, long rows streamed (`block_matvec`).
-    BlockMatvec,
     /// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) read in place
     /// on AVX2 (`block_dot_avx2`).
     BlockDotAvx2,
@@ -57,9 +58,6 @@ pub(super) enum Path {
     /// An integer GEMM over interleaved panels of 32 rows with VNNI
     /// (`quant_dot::panel`).
     QuantPanel,
-    /// Q8_0/Q4_0 codes and scales read straight from the blocks with VNNI
-    /// (`quant_dot::fused`).
-    QuantFused,
     /// Rows decoded a chunk at a time into codes, then dotted
     /// (`quant_dot::direct`).
     QuantDirect,
@@ -128,9 +126,6 @@ const BLOCK_DOT_MAX_N: usize = 8;
 /// Most columns of the VNNI paths for few columns: more go to the panel
 /// path.
 const DIRECT_MAX_N: usize = 4;
-/// Longest Q4_0 rows (bytes) of the transposed mat-vec: longer ones
-/// stream through the block mat-vec, which is faster on them.
-const TRANSPOSED_MAX_ROW_BYTES: usize = 576;
 
 const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
 const PORTABLE: RangeInclusive<Isa> = Isa::Portable..=Isa::Portable;
@@ -142,6 +137,7 @@ const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
 const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+const F16: &[DType] = &[DType::F16];
 const Q8_Q4: &[DType] = &[DType::Q8_0, DType::Q4_0];
 /// The 32-value block formats (the AVX2 block dot reads them in place).
 const BLOCKS_32: &[DType] = &[
@@ -157,7 +153,6 @@ const BLOCKS_32: &[DType] = &[
 /// machines too the block dot (there with `vpdpbusd`) reads them faster
 /// than the direct path decodes them (docs/performance.md).
 const BLOCKS_32_NO_FUSED: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
-const Q4_0: &[DType] = &[DType::Q4_0];
 const K_QUANTS: &[DType] = &[
     DType::Q2_K,
     DType::Q3_K,
@@ -179,7 +174,6 @@ const ANY_BYTES: RangeInclusive<usize> = 0..=usize::MAX;
 /// Rows of no values.
 const EMPTY: RangeInclusive<usize> = 0..=0;
 const SHORT: RangeInclusive<usize> = 0..=SHORT_ROW_BYTES;
-const TRANSPOSED_SHORT: RangeInclusive<usize> = 0..=TRANSPOSED_MAX_ROW_BYTES;
 
 /// The paths, first fit first.
 #[rustfmt::skip]
@@ -187,6 +181,7 @@ const RULES: &[Rule] = &[
     //   ISAs          weights         rows    columns               row bytes         path
     // float weights
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
+    rule(ANY_ISA,      Only(F16),      Packed, ANY_COLS,             ANY_BYTES,        HalfInGgmlOrder),
     rule(AVX512_UP,    Only(FLOATS),   Packed, ONE,                  ANY_BYTES,        FloatRowStream),
     // AVX2 streams short rows; long ones go four side by side with
     // prefetch (the dot tiles), which measured faster than streamed
@@ -195,9 +190,8 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights; rows not packed fall through to the last rule
+    rule(ANY_ISA,      Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
-    rule(VNNI,         Only(Q4_0),     Packed, ONE,                  TRANSPOSED_SHORT, TransposedMatvec),
-    rule(VNNI,         Only(Q4_0),     Packed, ONE,                  ANY_BYTES,        BlockMatvec),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
     rule(VNNI,         Only(BLOCKS_32_NO_FUSED), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
@@ -207,7 +201,6 @@ const RULES: &[Rule] = &[
     // weights, rows of no values give zeros)
     rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        EMPTY,            Zeros),
     rule(PORTABLE,     RoundedExactly, Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
-    rule(VNNI,         Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        QuantFused),
     rule(ANY_ISA,      Only(INTEGER),  Packed, ANY_COLS,             ANY_BYTES,        QuantDirect),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
 ];
@@ -286,6 +279,9 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
             }
         }
+        HalfInGgmlOrder => {
+            with_rounded_columns(a, b, |b| float::half_in_ggml_order::gemm(isa, a, m, b, out))
+        }
         FloatRowStream => {
             with_rounded_columns(a, b, |b| float::row_stream::matvec(isa, a, m, b, out))
         }
@@ -306,12 +302,11 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         Dequantized => with_rounded_columns(a, b, |b| {
             dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out))
         }),
+        BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         KQuantDot => kquant_dot::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
-        TransposedMatvec => transposed_matvec::matvec(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
-        BlockMatvec => block_matvec::matvec(a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         BlockDotAvx2 => block_dot_avx2::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
@@ -319,7 +314,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         #[cfg(target_arch = "x86_64")]
         QuantPanel => quant_dot::panel::gemm(format(), a, m, b, out),
         #[cfg(target_arch = "x86_64")]
-        QuantFused => quant_dot::fused::gemm(format(), a, m, b, out),
         QuantDirect => quant_dot::direct::gemm(isa, format(), a, m, b, out),
         // elsewhere the instruction set is always `Portable`, which the
         // rules of the x86-64 paths never take

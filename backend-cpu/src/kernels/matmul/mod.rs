@@ -5,28 +5,31 @@
 //! - this module: the ops, their batches and experts;
 //! - `dispatch`: the path of each product, from the instruction set, the
 //!   weight type, the column count and the bytes of a weight row;
-//! - the paths, each a driver and its kernels per instruction set: float
-//!   weights (`float`), quantised weights (`quant_dot`, `kquant_dot`,
-//!   `block_dot_avx2`, `block_gemm_avx2`, `block_matvec`,
-//!   `transposed_matvec`) and `dequantized`; weights in the CPU's
-//!   interleaved layout (`CPU_REPACK`) bypass `dispatch` and go to
-//!   `interleaved_gemm`;
+//! - the paths, each a driver and its kernels per instruction set: the
+//!   types whose sums ggml adds in one fixed order follow it, so that
+//!   their products equal llama.cpp's bit for bit (F16 weights:
+//!   `float::half_in_ggml_order`; Q8_0 and Q4_0: `blocks_in_ggml_order`;
+//!   Q4_0 and IQ4_NL in the CPU's interleaved layout, which bypasses
+//!   `dispatch`: `interleaved_gemm`); the others take the float paths
+//!   (`float`), the integer ones (`quant_dot`, `kquant_dot`,
+//!   `block_dot_avx2`, `block_gemm_avx2`) or `dequantized`;
 //! - what they share: the operands, the row-streaming policy, the row
-//!   loops (`one_column`, `few_columns`), the quantised formats and their
-//!   decoder, activation quantisation and register transposes.
+//!   loops (`few_columns`), the quantised formats and their decoder,
+//!   activation quantisation and register transposes.
 
 mod activation_quant;
 #[cfg(target_arch = "x86_64")]
 mod block_dot_avx2;
 #[cfg(target_arch = "x86_64")]
 mod block_gemm_avx2;
-#[cfg(target_arch = "x86_64")]
-mod block_matvec;
+mod blocks_in_ggml_order;
 mod dequantized;
 mod dispatch;
 #[cfg(target_arch = "x86_64")]
 mod few_columns;
 mod float;
+#[cfg(test)]
+mod ggml_order_tests;
 #[cfg(target_arch = "x86_64")]
 mod interleaved_gemm;
 #[cfg(target_arch = "x86_64")]
@@ -35,8 +38,6 @@ mod kquant_dot;
 mod kquant_dot_more;
 #[cfg(target_arch = "x86_64")]
 mod kquant_operands;
-#[cfg(target_arch = "x86_64")]
-mod one_column;
 mod operands;
 mod quant_dot;
 mod quant_format;
@@ -45,8 +46,6 @@ mod register_transpose;
 mod row_streaming;
 #[cfg(test)]
 mod tests;
-#[cfg(target_arch = "x86_64")]
-mod transposed_matvec;
 
 use ggraph_core::{DType, Result};
 

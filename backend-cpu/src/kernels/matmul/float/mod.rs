@@ -21,6 +21,7 @@ pub(super) mod dot;
 #[cfg(target_arch = "x86_64")]
 mod dot_asm_avx2;
 mod dot_portable;
+pub(super) mod half_in_ggml_order;
 pub(super) mod packed;
 pub(super) mod row_stream;
 mod weight_values;

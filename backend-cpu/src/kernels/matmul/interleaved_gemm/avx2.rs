@@ -8,7 +8,7 @@ use ggraph_core::quant::IQ4_VALUES;
 use super::{Acts, lane_bytes, prefetch_ahead, q4_k_add_super_block};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 
-/// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
+/// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
 /// of an interleaved group from `w`, `T` columns of activations.
 ///
 /// # Safety
@@ -22,13 +22,14 @@ pub(super) unsafe fn tile<const T: usize>(
     x: &Acts,
     sums: &mut [[f32; GROUP_ROWS]; T],
 ) {
+    // SAFETY: s holds eight floats.
+    let init = sums.map(|s| unsafe { _mm256_loadu_ps(s.as_ptr()) });
     // SAFETY: caller's contract.
     let acc = unsafe {
         match layout {
-            Interleaved::Q4_0 => q4_0::<T>(nb, w, x),
-            Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
-            Interleaved::Q4_K => q4_k::<T>(nb, w, x),
-            Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x),
+            Interleaved::Q4_0 => q4_0::<T>(nb, w, x, init),
+            Interleaved::Q4_K => q4_k::<T>(nb, w, x, init),
+            Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x, init),
         }
     };
     for (s, a) in sums.iter_mut().zip(acc) {
@@ -44,12 +45,12 @@ pub(super) unsafe fn tile<const T: usize>(
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; T]) -> [__m256; T] {
     // SAFETY: caller's contract.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0f);
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = acc;
         let mut wp = w;
         let mut xp = x.codes as *const i32;
         for blk in 0..nb {
@@ -73,7 +74,7 @@ unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
                 let bias = _mm256_set1_epi32(*x.bias.add(blk * T + c));
                 let s = _mm256_add_epi32(_mm256_madd_epi16(p, ones), bias);
                 let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
             }
             wp = wp.add(Interleaved::Q4_0.group_block_bytes());
             xp = xp.add(8 * T);
@@ -95,7 +96,7 @@ unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; T]) -> [__m256; T] {
     const SUB: usize = 8;
     let chunks = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract.
@@ -104,7 +105,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
         // byte j of each lane, as a 16-bit value in both halves
         let spread = |j: i8| lane_bytes(j, j);
         let spreads = [spread(0), spread(1), spread(2), spread(3)];
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = acc;
         let mut wp = w;
         for sb in 0..nb {
             if T == 1 {
@@ -154,14 +155,19 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+unsafe fn iq4_nl<const T: usize>(
+    nb: usize,
+    w: *const u8,
+    x: &Acts,
+    acc: [__m256; T],
+) -> [__m256; T] {
     // SAFETY: caller's contract.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0f);
         let table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = acc;
         let mut wp = w;
         let mut xp = x.codes as *const i32;
         for blk in 0..nb {
@@ -186,48 +192,9 @@ unsafe fn iq4_nl<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; 
             }
             for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
                 let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
             }
             wp = wp.add(Interleaved::IQ4_NL.group_block_bytes());
-            xp = xp.add(8 * T);
-        }
-        acc
-    }
-}
-
-/// Q8_0: signed codes, each step `|w|` against the activations with
-/// `w`'s sign, widened every step (a pair reaches 2 * 128 * 127).
-///
-/// # Safety
-/// As for [`tile`].
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
-    // SAFETY: caller's contract.
-    unsafe {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); T];
-        let mut wp = w;
-        let mut xp = x.codes as *const i32;
-        for blk in 0..nb {
-            if T == 1 {
-                prefetch_ahead(wp, Interleaved::Q8_0.group_block_bytes());
-            }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
-            let mut block = [_mm256_setzero_si256(); T];
-            for j in 0..8 {
-                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
-                let vu = _mm256_sign_epi8(v, v);
-                for (c, s) in block.iter_mut().enumerate() {
-                    let q = _mm256_sign_epi8(_mm256_set1_epi32(*xp.add(j * T + c)), v);
-                    let pair = _mm256_maddubs_epi16(vu, q);
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pair, ones));
-                }
-            }
-            for (c, (a, s)) in acc.iter_mut().zip(block).enumerate() {
-                let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
-                *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
-            }
-            wp = wp.add(Interleaved::Q8_0.group_block_bytes());
             xp = xp.add(8 * T);
         }
         acc

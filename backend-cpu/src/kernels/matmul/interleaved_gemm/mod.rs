@@ -231,8 +231,9 @@ impl Kernels {
         }
     }
 
-    /// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks
-    /// of an interleaved group from `w`, `T` columns of activations.
+    /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
+    /// of an interleaved group from `w`, `T` columns of activations, each
+    /// block added to the sums in turn.
     ///
     /// # Safety
     /// The processor has the kernels' instruction set; `w` holds `nb`
@@ -306,28 +307,30 @@ fn columns<const T: usize>(
                     sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
                 };
                 for g in g0..g_end {
+                    // SAFETY: output column j0 + c holds m values; this
+                    // task alone writes rows of group g in the columns of
+                    // its column group.
+                    let dst = |c: usize| unsafe {
+                        std::slice::from_raw_parts_mut(
+                            out.0[j0 + c].add(g * GROUP_ROWS),
+                            GROUP_ROWS,
+                        )
+                    };
+                    // each chunk goes on from the sums of the chunks
+                    // before it, so that every block adds in order, as
+                    // ggml adds them
                     let mut sums = [[0f32; GROUP_ROWS]; T];
+                    if v0 > 0 {
+                        for (c, s) in sums.iter_mut().enumerate().take(nc) {
+                            s.copy_from_slice(dst(c));
+                        }
+                    }
                     let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
                     // SAFETY: blocks blk0..blk0 + nb of group g exist;
                     // the tile holds as many blocks of T columns.
                     unsafe { kernels.tile::<T>(layout, nb, w, &x, &mut sums) };
                     for (c, col) in sums.iter().enumerate().take(nc) {
-                        // SAFETY: output column j0 + c holds m values;
-                        // this task alone writes rows of group g in the
-                        // columns of its column group.
-                        let dst = unsafe {
-                            std::slice::from_raw_parts_mut(
-                                out.0[j0 + c].add(g * GROUP_ROWS),
-                                GROUP_ROWS,
-                            )
-                        };
-                        if v0 == 0 {
-                            dst.copy_from_slice(col);
-                        } else {
-                            for (d, s) in dst.iter_mut().zip(col) {
-                                *d += s;
-                            }
-                        }
+                        dst(c).copy_from_slice(col);
                     }
                 }
             }

@@ -1,7 +1,7 @@
 //! The interleaved kernels with AVX-512 VNNI: each step one 256-bit
 //! `vpdpbusd` a column, unsigned weight codes against signed activation
-//! codes, summed straight into 32 bits. Signed weights (Q8_0, IQ4_NL) are
-//! made unsigned by adding 128 (a bit flip, or a shifted table), which
+//! codes, summed straight into 32 bits. Signed weights (IQ4_NL) are
+//! made unsigned by adding 128 (a shifted table), which
 //! the activations' `-128 * sum(q)` bias takes back off, as for Q4_0's 8.
 //!
 //! 256-bit rather than 512-bit: a chunk load holds one step of the group's
@@ -15,10 +15,10 @@ use super::{Acts, prefetch_ahead, q4_k_add_super_block};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 use crate::kernels::matmul::quant_format::IQ4_CODES;
 
-/// `sums[c][r] = dot(row r of the group, column c)` over `nb` blocks of
+/// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks of
 /// an interleaved group from `w`, `T` columns of activations quantised
 /// with the weights' offset (`quant_format::format`: 8 for Q4_0, 128 for
-/// Q8_0 and IQ4_NL) in their biases.
+/// IQ4_NL) in their biases.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL and VNNI, AVX2, FMA and F16C; `w` holds `nb` blocks of
@@ -31,13 +31,14 @@ pub(super) unsafe fn tile<const T: usize>(
     x: &Acts,
     sums: &mut [[f32; GROUP_ROWS]; T],
 ) {
+    // SAFETY: s holds eight floats.
+    let init = sums.map(|s| unsafe { _mm256_loadu_ps(s.as_ptr()) });
     // SAFETY: caller's contract.
     let acc = unsafe {
         match layout {
-            Interleaved::Q4_0 => nibbles::<T, false>(nb, w, x),
-            Interleaved::IQ4_NL => nibbles::<T, true>(nb, w, x),
-            Interleaved::Q8_0 => q8_0::<T>(nb, w, x),
-            Interleaved::Q4_K => q4_k::<T>(nb, w, x),
+            Interleaved::Q4_0 => nibbles::<T, false>(nb, w, x, init),
+            Interleaved::IQ4_NL => nibbles::<T, true>(nb, w, x, init),
+            Interleaved::Q4_K => q4_k::<T>(nb, w, x, init),
         }
     };
     for (s, a) in sums.iter_mut().zip(acc) {
@@ -65,7 +66,7 @@ unsafe fn add_block<const T: usize>(
         let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
         for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
             let dx = _mm256_set1_ps(*x.d.add(block * T + c));
-            *a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d), dx, *a);
+            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
         }
     }
 }
@@ -81,6 +82,7 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
     nb: usize,
     w: *const u8,
     x: &Acts,
+    acc: [__m256; T],
 ) -> [__m256; T] {
     let layout = if IQ4 {
         Interleaved::IQ4_NL
@@ -92,7 +94,7 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
         let low = _mm256_set1_epi8(0x0f);
         let table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = acc;
         let mut wp = w;
         let mut xp = x.codes as *const i32;
         for blk in 0..nb {
@@ -123,40 +125,6 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
     }
 }
 
-/// Q8_0: the signed codes with their top bit flipped are the codes plus
-/// 128.
-///
-/// # Safety
-/// As for [`tile`].
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
-    // SAFETY: caller's contract.
-    unsafe {
-        let top = _mm256_set1_epi8(-128);
-        let mut acc = [_mm256_setzero_ps(); T];
-        let mut wp = w;
-        let mut xp = x.codes as *const i32;
-        for blk in 0..nb {
-            if T == 1 {
-                prefetch_ahead(wp, Interleaved::Q8_0.group_block_bytes());
-            }
-            let mut sums: [__m256i; T] =
-                std::array::from_fn(|c| _mm256_set1_epi32(*x.bias.add(blk * T + c)));
-            for j in 0..8 {
-                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
-                let u = _mm256_xor_si256(v, top);
-                for (c, s) in sums.iter_mut().enumerate() {
-                    *s = _mm256_dpbusd_epi32(*s, u, _mm256_set1_epi32(*xp.add(j * T + c)));
-                }
-            }
-            add_block(&mut acc, sums, wp, x, blk);
-            wp = wp.add(Interleaved::Q8_0.group_block_bytes());
-            xp = xp.add(8 * T);
-        }
-        acc
-    }
-}
-
 /// Q4_K: per pair of sub-blocks, eight chunk loads whose low nibbles are
 /// the first sub-block's steps and high nibbles the second's, each
 /// sub-block summed in 32 bits and multiplied by its rows' 6-bit scales;
@@ -165,14 +133,14 @@ unsafe fn q8_0<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T]
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts) -> [__m256; T] {
+unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; T]) -> [__m256; T] {
     const SUB: usize = 8;
     let chunks = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
         let byte = _mm256_set1_epi32(0xff);
-        let mut acc = [_mm256_setzero_ps(); T];
+        let mut acc = acc;
         let mut wp = w;
         for sb in 0..nb {
             if T == 1 {

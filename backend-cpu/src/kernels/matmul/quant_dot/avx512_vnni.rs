@@ -1,14 +1,13 @@
-//! The kernels of the direct, fused and panel paths for AVX-512 VNNI
+//! The kernels of the direct and panel paths for AVX-512 VNNI
 //! (`vpdpbusd`), and the packing of the panel path.
 
 use std::arch::x86_64::*;
 
-use super::operands::{ColsQ, DIRECT_R, Decoded, FusedRows, PANEL_C, PANEL_R};
+use super::operands::{ColsQ, Decoded, PANEL_C, PANEL_R};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
-use crate::kernels::math::{f16_at, hsum256};
+use crate::kernels::math::hsum256;
 use crate::kernels::matmul::quant_format::{Format, IQ4_CODES};
 use crate::kernels::matmul::register_transpose::transpose16;
-use crate::kernels::matmul::row_streaming::matvec_one_row;
 
 /// Direct kernel for 32-value blocks: one 256-bit `vpdpbusd` per
 /// block, row and column.
@@ -211,69 +210,6 @@ pub(super) unsafe fn block_scales(row: *const u8, ts: usize, nb: usize, out: &mu
     }
 }
 
-/// `count` rows of Q8_0/Q4_0 blocks (`nb` each, `stride` bytes apart
-/// from `first`) times one quantised column, into `out[0..count]`.
-///
-/// # Safety
-/// The rows and the column hold `nb` blocks; `out` holds `count`
-/// values.
-pub(super) unsafe fn fused_matvec(
-    dtype: ggraph_core::DType,
-    first: *const u8,
-    stride: usize,
-    count: usize,
-    nb: usize,
-    x: &ColsQ,
-    ahead: usize,
-    out: *mut f32,
-) {
-    // SAFETY: caller's contract.
-    unsafe {
-        if dtype == ggraph_core::DType::Q4_0 {
-            fused_matvec_rows::<true>(first, stride, count, nb, x, ahead, out)
-        } else {
-            fused_matvec_rows::<false>(first, stride, count, nb, x, ahead, out)
-        }
-    }
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-unsafe fn fused_matvec_rows<const Q4: bool>(
-    first: *const u8,
-    stride: usize,
-    count: usize,
-    nb: usize,
-    x: &ColsQ,
-    ahead: usize,
-    out: *mut f32,
-) {
-    const R: usize = DIRECT_R;
-    let ts = if Q4 { 18 } else { 34 };
-    let grouped = !matvec_one_row(nb * ts);
-    // SAFETY: caller's contract: every row i < count exists.
-    unsafe {
-        let mut i = 0;
-        while grouped && i + R <= count {
-            let mut rows = [std::ptr::null::<u8>(); R];
-            for (q, row) in rows.iter_mut().enumerate() {
-                *row = first.add((i + q) * stride);
-            }
-            let mut res = [0f32; R];
-            fused_vnni::<R, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
-            std::ptr::copy_nonoverlapping(res.as_ptr(), out.add(i), R);
-            i += R;
-        }
-        while i < count {
-            let mut rows = [std::ptr::null::<u8>(); R];
-            rows[0] = first.add(i * stride);
-            let mut res = [0f32; R];
-            fused_vnni::<1, 1, Q4>(nb, &FusedRows { rows, ahead }, x, res.as_mut_ptr());
-            *out.add(i) = res[0];
-            i += 1;
-        }
-    }
-}
-
 /// Codes of blocks `blk` and `blk + 1` of a Q8_0 (`Q4 = false`) or Q4_0
 /// row as one zmm of unsigned bytes, block `blk` in the low half.
 #[inline]
@@ -313,101 +249,6 @@ unsafe fn one_codes<const Q4: bool>(row: *const u8, blk: usize) -> __m256i {
         } else {
             let z = _mm256_loadu_si256(row.add(blk * 34 + 2) as *const __m256i);
             _mm256_xor_si256(z, _mm256_set1_epi8(-128))
-        }
-    }
-}
-
-/// The f16 scales of blocks `blk` and `blk + 1`, widened and spread
-/// over the halves of a zmm.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
-unsafe fn pair_scales<const Q4: bool>(row: *const u8, blk: usize) -> __m512 {
-    let ts = if Q4 { 18 } else { 34 };
-    // SAFETY: caller's contract (both blocks exist).
-    unsafe {
-        let p = row.add(blk * ts);
-        let d0 = (p as *const u16).read_unaligned() as i32;
-        let d1 = (p.add(ts) as *const u16).read_unaligned() as i32;
-        let two = _mm_cvtph_ps(_mm_cvtsi32_si128(d0 | (d1 << 16)));
-        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
-    }
-}
-
-/// Two consecutive f32 (or i32) values spread over the halves of a zmm.
-#[inline]
-#[target_feature(enable = "avx512f")]
-unsafe fn pair_ps(p: *const f32) -> __m512 {
-    // SAFETY: caller's contract (two values at p).
-    unsafe {
-        let two = _mm512_castpd_ps(_mm512_set1_pd((p as *const f64).read_unaligned()));
-        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-        _mm512_permutexvar_ps(idx, two)
-    }
-}
-
-/// The fused direct kernel: R rows of Q8_0/Q4_0 blocks times C
-/// quantised columns over `nb` blocks, two blocks per `vpdpbusd`.
-///
-/// # Safety
-/// The rows hold `nb` blocks, the columns `nb` blocks of codes and
-/// scales; out holds R * C values.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-pub(super) unsafe fn fused_vnni<const R: usize, const C: usize, const Q4: bool>(
-    nb: usize,
-    w: &FusedRows,
-    x: &ColsQ,
-    out: *mut f32,
-) {
-    // SAFETY: caller's contract.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
-        let mut blk = 0;
-        while blk + 2 <= nb {
-            let mut xs = [_mm512_setzero_si512(); C];
-            let mut init = [_mm512_setzero_si512(); C];
-            let mut dx = [_mm512_setzero_ps(); C];
-            for c in 0..C {
-                xs[c] = _mm512_loadu_si512(x.codes[c].add(blk * 32) as *const __m512i);
-                init[c] = _mm512_castps_si512(pair_ps(x.bias[c].add(blk) as *const f32));
-                dx[c] = pair_ps(x.d[c].add(blk));
-            }
-            for r in 0..R {
-                // the weights are read once, a chunk of nb blocks at a time:
-                // fetch the next chunk of the row while this one is computed
-                let ts = if Q4 { 18 } else { 34 };
-                // both ends of the pair: a 68-byte step alone would skip
-                // a cache line now and then
-                let ahead = w.rows[r].wrapping_add(blk * ts + w.ahead);
-                _mm_prefetch::<_MM_HINT_T1>(ahead as *const i8);
-                _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(2 * ts - 1) as *const i8);
-                let u = pair_codes::<Q4>(w.rows[r], blk);
-                let dw = pair_scales::<Q4>(w.rows[r], blk);
-                for c in 0..C {
-                    let p = _mm512_dpbusd_epi32(init[c], u, xs[c]);
-                    let s = _mm512_mul_ps(dw, dx[c]);
-                    acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[r][c]);
-                }
-            }
-            blk += 2;
-        }
-        let mut tail = [[0f32; C]; R];
-        if blk < nb {
-            for r in 0..R {
-                let u = one_codes::<Q4>(w.rows[r], blk);
-                let dw = f16_at(w.rows[r].add(blk * if Q4 { 18 } else { 34 }));
-                for c in 0..C {
-                    let xs = _mm256_loadu_si256(x.codes[c].add(blk * 32) as *const __m256i);
-                    let init = _mm256_set1_epi32(*x.bias[c].add(blk));
-                    let p = _mm256_dpbusd_epi32(init, u, xs);
-                    tail[r][c] = hsum256(_mm256_cvtepi32_ps(p)) * dw * *x.d[c].add(blk);
-                }
-            }
-        }
-        for r in 0..R {
-            for c in 0..C {
-                *out.add(r * C + c) += _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
-            }
         }
     }
 }
@@ -507,7 +348,6 @@ pub(super) unsafe fn interleaved_panel(
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
-        let top = _mm256_set1_epi8(-128);
         let table =
             _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
         let step = |b: usize, j: usize, g: usize| {
@@ -561,12 +401,6 @@ pub(super) unsafe fn interleaved_panel(
                     _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i)),
                 );
                 let chunk = |j: usize| _mm256_loadu_si256(block.add(16 + 32 * j) as *const __m256i);
-                if layout == Interleaved::Q8_0 {
-                    for j in 0..8 {
-                        _mm256_storeu_si256(step(b, j, g), _mm256_xor_si256(chunk(j), top));
-                    }
-                    continue;
-                }
                 for j in 0..4 {
                     let v = chunk(j);
                     let mut lo = _mm256_and_si256(v, low);

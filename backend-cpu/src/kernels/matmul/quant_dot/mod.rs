@@ -28,7 +28,6 @@ mod avx2;
 mod avx512_vnni;
 pub(super) mod direct;
 #[cfg(target_arch = "x86_64")]
-pub(super) mod fused;
 mod operands;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod panel;

@@ -37,11 +37,3 @@ pub(super) struct ColsQ {
     pub(super) bias: [*const i32; DIRECT_C],
     pub(super) sx: [*const f32; DIRECT_C],
 }
-
-/// Rows of a fused kernel: pointers to their first block.
-pub(super) struct FusedRows {
-    pub(super) rows: [*const u8; DIRECT_R],
-    /// How far past the current block of each row to prefetch, in
-    /// bytes.
-    pub(super) ahead: usize,
-}

@@ -1,0 +1,423 @@
+//! Q8_0 and Q4_0 rows in GGUF's layout times activations quantised to
+//! Q8_0, each dot summed as ggml's x86 kernels sum it, so that every
+//! output equals llama.cpp's bit for bit. The integer sums are exact
+//! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
+//! `vpdpbusd` with VNNI); ggml fixes the float steps, in one of two
+//! orders:
+//!
+//! - **eight lanes** (`ggml_vec_dot_q8_0_q8_0` and its Q4_0 twin for one
+//!   column, tinyBLAS for more: the same order): in each block the 32 code
+//!   products go to eight integer lanes, lane `t` holding values `4t..4t +
+//!   4`; each lane is a float accumulator, `acc = fma(dw * dx, lane, acc)`
+//!   from the first block on (`dw * dx`, a product of two f16 values, is
+//!   exact in f32); the lanes are then summed as `((l0 + l4) + (l2 + l6))
+//!   + ((l1 + l5) + (l3 + l7))`;
+//! - **whole blocks** (ggml's repacked Q4_0 kernels, which it runs for
+//!   every Q4_0 matrix of whole groups of eight rows): each block's whole
+//!   integer sum, `acc = fma(sum, dw * dx, acc)` from the first block on.
+//!
+//! Q4_0's codes are its nibbles less 8, signed as Q8_0's.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+use ggraph_core::quant::f16_to_f32;
+
+use super::activation_quant::quantize_column;
+use super::operands::{Cols, WeightRows};
+use super::quant_format::Partner;
+use crate::kernels::isa::Isa;
+use crate::kernels::parallel::par_ranges;
+use crate::kernels::scratch::with_scratch;
+
+/// How ggml adds up the blocks' sums (see the module's text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    EightLanes,
+    WholeBlocks,
+}
+
+/// The order ggml sums a product of `m` rows of `dtype` in, where it is
+/// one of these (Q8_0 and Q4_0).
+pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
+    match dtype {
+        DType::Q8_0 => Some(Order::EightLanes),
+        // ggml repacks a Q4_0 matrix of whole groups of eight rows
+        DType::Q4_0 if m % 8 == 0 => Some(Order::WholeBlocks),
+        DType::Q4_0 => Some(Order::EightLanes),
+        _ => None,
+    }
+}
+
+/// Rows per tile.
+const TILE_ROWS: usize = 4;
+/// Columns per tile.
+const TILE_COLS: usize = 3;
+
+/// One column's activations: `k` codes and a scale per block.
+#[derive(Clone, Copy)]
+struct Acts {
+    codes: *const i8,
+    scales: *const f32,
+}
+
+// SAFETY: the pointers address the call's scratch, alive and unchanged
+// while the tasks read it.
+unsafe impl Send for Acts {}
+unsafe impl Sync for Acts {}
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m`, rows of Q8_0 or Q4_0
+/// blocks side by side.
+pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let (k, n) = (a.k, b.0.len());
+    let nb = k / 32;
+    let Some(order) = order(a.dtype, m) else {
+        unreachable!("dispatch sends only Q8_0 and Q4_0 rows here");
+    };
+    let tile = tile_kernel(isa, a.dtype, order);
+    with_scratch(&CODES, n * k, |codes| {
+        with_scratch(&SCALES, n * nb, |scales| {
+            quantize(b, k, codes, scales);
+            let acts: Vec<Acts> = (0..n)
+                .map(|j| Acts {
+                    codes: codes[j * k..].as_ptr(),
+                    scales: scales[j * nb..].as_ptr(),
+                })
+                .collect();
+            par_ranges(m.div_ceil(TILE_ROWS), 4, |tiles| {
+                for t in tiles {
+                    let i0 = t * TILE_ROWS;
+                    let nr = TILE_ROWS.min(m - i0);
+                    let rows: [*const u8; TILE_ROWS] =
+                        std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
+                    for j0 in (0..n).step_by(TILE_COLS) {
+                        let nc = TILE_COLS.min(n - j0);
+                        let cols: [Acts; TILE_COLS] =
+                            std::array::from_fn(|c| acts[j0 + c.min(nc - 1)]);
+                        // SAFETY: every row holds nb blocks, every column
+                        // k codes and nb scales.
+                        let dots = unsafe { tile(rows, cols, nb) };
+                        for (c, col) in dots.iter().take(nc).enumerate() {
+                            for (r, &v) in col.iter().take(nr).enumerate() {
+                                // SAFETY: output column j0 + c holds m
+                                // values; this task owns rows i0..i0 + nr.
+                                unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                            }
+                        }
+                    }
+                }
+            });
+        })
+    })
+}
+
+thread_local! {
+    static CODES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The columns as ggml's Q8_0 quantiser writes them, codes and scales.
+fn quantize(b: &Cols<f32>, k: usize, codes: &mut [i8], scales: &mut [f32]) {
+    let nb = k / 32;
+    for (j, &col) in b.0.iter().enumerate() {
+        // SAFETY: column j holds k values.
+        let x = unsafe { std::slice::from_raw_parts(col, k) };
+        let s = &mut scales[j * nb..(j + 1) * nb];
+        quantize_column(
+            Partner::Q8_0,
+            x,
+            32,
+            &mut codes[j * k..(j + 1) * k],
+            |blk, scale, _| s[blk] = scale.d,
+        );
+    }
+}
+
+type Tile =
+    unsafe fn([*const u8; TILE_ROWS], [Acts; TILE_COLS], usize) -> [[f32; TILE_ROWS]; TILE_COLS];
+
+/// The weight formats the kernels read.
+mod format {
+    pub(super) const Q8_0: u8 = 0;
+    pub(super) const Q4_0: u8 = 1;
+}
+
+/// Bytes of a block of format `F`.
+const fn block_bytes(f: u8) -> usize {
+    if f == format::Q8_0 { 34 } else { 18 }
+}
+
+fn tile_kernel(isa: Isa, dtype: DType, order: Order) -> Tile {
+    macro_rules! pick {
+        ($kernel:ident) => {
+            match (dtype, order) {
+                (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false>,
+                (_, Order::EightLanes) => $kernel::<{ format::Q4_0 }, false>,
+                (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, true>,
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use x86::{tile_avx2, tile_vnni};
+        if isa >= Isa::Avx512Vnni {
+            return pick!(tile_vnni);
+        }
+        if isa >= Isa::Avx2 {
+            return pick!(tile_avx2);
+        }
+    }
+    let _ = isa;
+    pick!(tile_portable)
+}
+
+/// The scale of block `blk` of `row`.
+///
+/// # Safety
+/// The row holds block `blk` of format `F`.
+#[inline(always)]
+unsafe fn weight_scale<const F: u8>(row: *const u8, blk: usize) -> f32 {
+    // SAFETY: caller's contract.
+    f16_to_f32(unsafe { (row.add(blk * block_bytes(F)) as *const u16).read_unaligned() })
+}
+
+/// Code `v` of block `blk` of `row`, signed.
+///
+/// # Safety
+/// The row holds block `blk` of format `F`; `v < 32`.
+#[inline(always)]
+unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 {
+    // SAFETY: caller's contract.
+    unsafe {
+        let q = row.add(blk * block_bytes(F) + 2);
+        if F == format::Q8_0 {
+            *(q.add(v) as *const i8) as i32
+        } else {
+            let byte = *q.add(v % 16);
+            (if v < 16 { byte & 15 } else { byte >> 4 }) as i32 - 8
+        }
+    }
+}
+
+/// # Safety
+/// Rows hold `nb` blocks of format `F`, columns `32 * nb` codes and `nb`
+/// scales.
+unsafe fn tile_portable<const F: u8, const WHOLE: bool>(
+    rows: [*const u8; TILE_ROWS],
+    cols: [Acts; TILE_COLS],
+    nb: usize,
+) -> [[f32; TILE_ROWS]; TILE_COLS] {
+    std::array::from_fn(|c| {
+        std::array::from_fn(|r| {
+            let mut lanes = [0f32; 8];
+            let mut acc = 0f32;
+            for blk in 0..nb {
+                // SAFETY: block blk of the row and of the column exist.
+                unsafe {
+                    let d = weight_scale::<F>(rows[r], blk) * *cols[c].scales.add(blk);
+                    let x = cols[c].codes.add(blk * 32);
+                    let lane = |t: usize| -> i32 {
+                        (4 * t..4 * t + 4)
+                            .map(|v| weight_code::<F>(rows[r], blk, v) * *x.add(v) as i32)
+                            .sum()
+                    };
+                    if WHOLE {
+                        let sum: i32 = (0..8).map(lane).sum();
+                        acc = (sum as f32).mul_add(d, acc);
+                    } else {
+                        for (t, l) in lanes.iter_mut().enumerate() {
+                            *l = d.mul_add(lane(t) as f32, *l);
+                        }
+                    }
+                }
+            }
+            if WHOLE {
+                acc
+            } else {
+                ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+                    + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
+            }
+        })
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Acts, TILE_COLS, TILE_ROWS, block_bytes, format, weight_scale};
+    use crate::kernels::math::hsum256;
+
+    /// The 32 signed codes of block `blk` of `row`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn codes<const F: u8>(row: *const u8, blk: usize) -> __m256i {
+        // SAFETY: caller's contract: the row holds the block.
+        unsafe {
+            let q = row.add(blk * block_bytes(F) + 2);
+            if F == format::Q8_0 {
+                return _mm256_loadu_si256(q as *const __m256i);
+            }
+            let v = _mm_loadu_si128(q as *const __m128i);
+            let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
+            let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+            _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8))
+        }
+    }
+
+    /// The eight lanes of 32 code products: `|w| * (x with w's sign)`, four
+    /// pairs a lane, as `vpmaddubsw` and `vpmaddwd` form them.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes_avx2(aw: __m256i, sx: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1))
+    }
+
+    /// The same lanes in one `vpdpbusd`.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+    fn lanes_vnni(aw: __m256i, sx: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx)
+    }
+
+    /// The whole sums of four blocks' lanes, in the four lanes of one
+    /// register (integer sums: exact in any order).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_sums(p: [__m256i; TILE_ROWS]) -> __m128i {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+    }
+
+    macro_rules! tile {
+        ($name:ident, $features:literal, $lanes:ident) => {
+            /// # Safety
+            /// The instruction set of the name; as `tile_portable`.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name<const F: u8, const WHOLE: bool>(
+                rows: [*const u8; TILE_ROWS],
+                cols: [Acts; TILE_COLS],
+                nb: usize,
+            ) -> [[f32; TILE_ROWS]; TILE_COLS] {
+                let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; TILE_COLS];
+                let mut whole = [_mm_setzero_ps(); TILE_COLS];
+                for blk in 0..nb {
+                    // SAFETY: block blk of every row and column exists.
+                    unsafe {
+                        let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F>(row, blk));
+                        let aw = w.map(|w| _mm256_sign_epi8(w, w));
+                        let dw = rows.map(|row| weight_scale::<F>(row, blk));
+                        for c in 0..TILE_COLS {
+                            let x =
+                                _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i);
+                            let dx = *cols[c].scales.add(blk);
+                            let p: [__m256i; TILE_ROWS] =
+                                std::array::from_fn(|r| $lanes(aw[r], _mm256_sign_epi8(x, w[r])));
+                            if WHOLE {
+                                let d = _mm_mul_ps(
+                                    _mm_setr_ps(dw[0], dw[1], dw[2], dw[3]),
+                                    _mm_set1_ps(dx),
+                                );
+                                let s = _mm_cvtepi32_ps(block_sums(p));
+                                whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                            } else {
+                                for r in 0..TILE_ROWS {
+                                    let d = _mm256_set1_ps(dw[r] * dx);
+                                    lanes[c][r] =
+                                        _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
+                                }
+                            }
+                        }
+                    }
+                }
+                if WHOLE {
+                    let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+                    for (o, w) in out.iter_mut().zip(whole) {
+                        // SAFETY: four floats into four.
+                        unsafe { _mm_storeu_ps(o.as_mut_ptr(), w) };
+                    }
+                    out
+                } else {
+                    // SAFETY: AVX2 is enabled here.
+                    lanes.map(|col| col.map(|v| unsafe { hsum256(v) }))
+                }
+            }
+        };
+    }
+
+    tile!(tile_avx2, "avx2,fma,f16c", lanes_avx2);
+    tile!(
+        tile_vnni,
+        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+        lanes_vnni
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::isa;
+
+    fn lcg(s: &mut u32) -> u32 {
+        *s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        *s >> 8
+    }
+
+    #[test]
+    fn every_instruction_set_sums_as_the_portable_kernel() {
+        let nb = 9;
+        let mut s = 7u32;
+        for (dtype, bb) in [(DType::Q8_0, 34), (DType::Q4_0, 18)] {
+            let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
+                .map(|_| {
+                    let mut row = vec![0u8; nb * bb];
+                    for blk in row.chunks_exact_mut(bb) {
+                        let d = ggraph_core::quant::f32_to_f16((lcg(&mut s) % 1000) as f32 * 1e-5);
+                        blk[..2].copy_from_slice(&d.to_le_bytes());
+                        for v in &mut blk[2..] {
+                            // Q8_0 codes in ggml's range, -127..=127
+                            *v = ((lcg(&mut s) % 255) as i32 - 127) as u8;
+                        }
+                    }
+                    row
+                })
+                .collect();
+            let codes: Vec<Vec<i8>> = (0..TILE_COLS)
+                .map(|_| {
+                    (0..nb * 32)
+                        .map(|_| ((lcg(&mut s) % 255) as i32 - 127) as i8)
+                        .collect()
+                })
+                .collect();
+            let scales: Vec<Vec<f32>> = (0..TILE_COLS)
+                .map(|_| {
+                    (0..nb)
+                        .map(|_| (lcg(&mut s) % 1000) as f32 * 3e-4)
+                        .collect()
+                })
+                .collect();
+            let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
+            let cp: [Acts; TILE_COLS] = std::array::from_fn(|c| Acts {
+                codes: codes[c].as_ptr(),
+                scales: scales[c].as_ptr(),
+            });
+            for order in [Order::EightLanes, Order::WholeBlocks] {
+                if dtype == DType::Q8_0 && order == Order::WholeBlocks {
+                    continue;
+                }
+                // SAFETY: nb blocks, codes and scales each.
+                let want = unsafe { tile_kernel(Isa::Portable, dtype, order)(rp, cp, nb) };
+                for level in isa::all_supported() {
+                    // SAFETY: as above; the level is supported here.
+                    let got = unsafe { tile_kernel(level, dtype, order)(rp, cp, nb) };
+                    assert_eq!(
+                        got.map(|c| c.map(f32::to_bits)),
+                        want.map(|c| c.map(f32::to_bits)),
+                        "{dtype} {order:?} {}",
+                        level.name()
+                    );
+                }
+            }
+        }
+    }
+}
