@@ -431,6 +431,93 @@ fn every_recorded_type_is_checked() {
     }
 }
 
+/// How far a logit of a file whose every tensor ggraph computes as
+/// llama.cpp does may be from llama.cpp's: the fixtures print six
+/// significant digits, and a logit reaches 20.
+const EXACT_LOGIT_BOUND: f32 = 2e-4;
+
+/// The files whose every product ggraph sums in ggml's order, with the
+/// attention settings whose kernels it follows too.
+const EXACT: [(&str, Attention); 6] = [
+    ("F16", Attention::Standard),
+    ("F16", Attention::Flash),
+    ("Q8_0", Attention::Standard),
+    ("Q8_0", Attention::Flash),
+    ("Q4_0", Attention::Standard),
+    ("Q4_0", Attention::Flash),
+];
+
+/// As llama.cpp made the fixtures: each prompt in one decode, then one
+/// token a decode (llama.cpp's greedy token), in a context of 512 cells.
+/// Where ggraph computes every tensor as llama.cpp does, every step's
+/// greedy token is llama.cpp's and its top logits equal llama.cpp's to the
+/// digits the fixtures keep, in GGUF's layout and in the repacked rows.
+#[test]
+fn exact_files_give_llama_cpp_s_logits_step_by_step() {
+    let Some(dir) = model_dir() else { return };
+    let fixtures: Value = serde_json::from_str(FIXTURES).unwrap();
+    let prompts = fixtures["prompts"].as_array().unwrap();
+    let mut failures = Vec::new();
+    for (kind, attention) in EXACT {
+        let entry = fixture(&fixtures, kind);
+        let (runs, _) = runs_and_spread(entry);
+        let path = dir.join(entry["file"].as_str().unwrap());
+        let desc = runner::open_model(path.to_str().unwrap()).unwrap();
+        for repack in [false, true] {
+            let cpu = CpuDevice::with_repack(2, repack).unwrap();
+            let model = Arc::new(
+                Model::load(
+                    &desc,
+                    &[],
+                    cpu,
+                    &PlacementOptions::default(),
+                    LoadMode::Real,
+                    None,
+                )
+                .unwrap(),
+            );
+            let mut worst = 0f32;
+            for (p, (prompt, run)) in prompts.iter().zip(&runs).enumerate() {
+                let params = ContextParams {
+                    n_ctx: 512,
+                    n_batch: 512,
+                    n_ubatch: 512,
+                    ..params(attention)
+                };
+                let mut ctx = Context::new(model.clone(), params).unwrap();
+                ctx.decode(&Batch::tokens(&ids(&prompt["ids"]))).unwrap();
+                for (s, step) in run.iter().enumerate() {
+                    let logits = ctx.logits();
+                    let (token, top, _) = step.with(attention);
+                    let here = format!("{kind} repack {repack} {attention:?} prompt {p} step {s}");
+                    if runner::argmax(logits) != token {
+                        failures.push(format!(
+                            "{here}: token {}, llama.cpp {token}",
+                            runner::argmax(logits)
+                        ));
+                    }
+                    for &(t, l) in top {
+                        let d = (logits[t as usize] - l).abs();
+                        worst = worst.max(d);
+                        if d > EXACT_LOGIT_BOUND {
+                            failures.push(format!(
+                                "{here}: logit of {t} {} against llama.cpp's {l}",
+                                logits[t as usize]
+                            ));
+                        }
+                    }
+                    ctx.decode(&Batch::tokens(&[step.token])).unwrap();
+                }
+            }
+            eprintln!(
+                "real_gguf {kind} step by step, repack {repack}, {attention:?}: \
+                 largest logit difference {worst:.2e}"
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Each prompt followed by llama.cpp's tokens, decoded alone and as one
 /// of three sequences in one batch (where other kernel paths run: more
 /// columns a product): at every step where llama.cpp's top-2 gap is above

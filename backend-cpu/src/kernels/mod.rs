@@ -14,6 +14,7 @@ mod convert;
 mod copy;
 mod delta_net;
 mod elementwise;
+mod half_dot;
 mod indices;
 pub(crate) mod interleave;
 pub(crate) mod isa;

@@ -1,6 +1,10 @@
 //! Fused attention (flash_attn_ext) with an online softmax, so the score
 //! matrix never exists in memory.
 //!
+//! F16 keys and values (llama.cpp's default cache) take ggml's own
+//! algorithms, so that the result is llama.cpp's bit for bit
+//! (`in_ggml_order`); the kernels below take the other cache types.
+//!
 //! Work is cut into tiles of up to [`TILE_Q`] query rows of one head. A
 //! tile walks the keys in blocks of [`BLOCK_K`]: the block's keys and values
 //! are converted to f32 once for all the tile's queries, and a block the
@@ -24,6 +28,7 @@
 //! which the compiler otherwise keeps on the stack.
 
 mod decode;
+mod in_ggml_order;
 mod primitives;
 
 use super::alibi::alibi_slope;
@@ -61,6 +66,9 @@ pub fn flash_attn_ext(
         max_bias,
         softcap,
     };
+    if in_ggml_order::takes(q, k, v) {
+        return in_ggml_order::flash_attn_ext(dst, q, k, v, mask, params);
+    }
     if n_q < WIDE_MIN {
         return decode::decode(dst, q, k, v, mask, params);
     }

@@ -9,14 +9,9 @@
 //!   and the lanes are then summed as `((l0 + l4) + (l2 + l6)) + ((l1 +
 //!   l5) + (l3 + l7))`;
 //! - **the vector dot** (`ggml_vec_dot_f16`, for one column and whatever
-//!   tinyBLAS declines): the first `k - k % 32` values in four
-//!   accumulators of eight lanes (value `t` in accumulator `t % 32 / 8`,
-//!   lane `t % 8`), the accumulators folded as `(a0 + a2) + (a1 + a3)`,
-//!   its lanes summed as `((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 +
-//!   s7))`, and the remaining products added one by one in f64.
+//!   tinyBLAS declines): `kernels::half_dot`.
 
-use ggraph_core::quant::f16_to_f32;
-
+use crate::kernels::half_dot::{HalfDot, half_at, half_dot};
 use crate::kernels::isa::Isa;
 use crate::kernels::matmul::operands::{Cols, WeightRows};
 use crate::kernels::parallel::par_ranges;
@@ -88,34 +83,24 @@ type EightLanes = unsafe fn(
     [*const f32; TILE_COLS],
     usize,
 ) -> [[f32; TILE_ROWS]; TILE_COLS];
-type VectorDot = unsafe fn(*const u8, *const f32, usize) -> f32;
 
 struct Kernels {
     eight_lanes: EightLanes,
-    vector_dot: VectorDot,
+    vector_dot: HalfDot,
 }
 
 impl Kernels {
     fn for_isa(isa: Isa) -> Kernels {
-        #[cfg(target_arch = "x86_64")]
-        if isa >= Isa::Avx2 {
-            return Kernels {
-                eight_lanes: x86::eight_lanes,
-                vector_dot: x86::vector_dot,
-            };
-        }
-        let _ = isa;
+        let eight_lanes: EightLanes = match isa {
+            #[cfg(target_arch = "x86_64")]
+            isa if isa >= Isa::Avx2 => x86::eight_lanes,
+            _ => eight_lanes_portable,
+        };
         Kernels {
-            eight_lanes: eight_lanes_portable,
-            vector_dot: vector_dot_portable,
+            eight_lanes,
+            vector_dot: half_dot(isa),
         }
     }
-}
-
-/// The f16 at `p` (two readable bytes) as f32.
-unsafe fn half(p: *const u8, i: usize) -> f32 {
-    // SAFETY: caller's contract.
-    f16_to_f32(unsafe { (p as *const u16).add(i).read_unaligned() })
 }
 
 fn hsum8(l: [f32; 8]) -> f32 {
@@ -135,7 +120,7 @@ unsafe fn eight_lanes_portable(
             for l in (0..k).step_by(8) {
                 for (t, lane) in lanes.iter_mut().enumerate() {
                     // SAFETY: l + t < k.
-                    *lane += unsafe { half(rows[r], l + t) * *cols[c].add(l + t) };
+                    *lane += unsafe { half_at(rows[r], l + t) * *cols[c].add(l + t) };
                 }
             }
             hsum8(lanes)
@@ -143,35 +128,11 @@ unsafe fn eight_lanes_portable(
     })
 }
 
-/// # Safety
-/// The row holds `k` F16 values, the column `k` f32.
-unsafe fn vector_dot_portable(row: *const u8, col: *const f32, k: usize) -> f32 {
-    let np = k & !31;
-    let mut acc = [[0f32; 8]; 4];
-    for i in (0..np).step_by(32) {
-        for (q, a) in acc.iter_mut().enumerate() {
-            for (t, lane) in a.iter_mut().enumerate() {
-                let v = i + 8 * q + t;
-                // SAFETY: v < np <= k.
-                *lane += unsafe { half(row, v) * *col.add(v) };
-            }
-        }
-    }
-    let s: [f32; 8] = std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
-    let h: [f32; 4] = std::array::from_fn(|t| s[t] + s[t + 4]);
-    let mut sum = ((h[0] + h[1]) + (h[2] + h[3])) as f64;
-    for v in np..k {
-        // SAFETY: v < k.
-        sum += unsafe { half(row, v) * *col.add(v) } as f64;
-    }
-    sum as f32
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{TILE_COLS, TILE_ROWS, half};
+    use super::{TILE_COLS, TILE_ROWS};
     use crate::kernels::math::hsum256;
 
     /// # Safety
@@ -200,39 +161,12 @@ mod x86 {
         // SAFETY: AVX2 is enabled here.
         acc.map(|col| col.map(|v| unsafe { hsum256(v) }))
     }
-
-    /// # Safety
-    /// AVX2, FMA and F16C; as `vector_dot_portable`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn vector_dot(row: *const u8, col: *const f32, k: usize) -> f32 {
-        let np = k & !31;
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for i in (0..np).step_by(32) {
-            for (q, acc) in acc.iter_mut().enumerate() {
-                let v = i + 8 * q;
-                // SAFETY: values v..v + 8 exist.
-                unsafe {
-                    let x = _mm256_cvtph_ps(_mm_loadu_si128(row.add(2 * v) as *const __m128i));
-                    *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(col.add(v)), *acc);
-                }
-            }
-        }
-        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-        let h = _mm_hadd_ps(h, h);
-        let mut sum = _mm_cvtss_f32(_mm_hadd_ps(h, h)) as f64;
-        for v in np..k {
-            // SAFETY: v < k.
-            sum += unsafe { half(row, v) * *col.add(v) } as f64;
-        }
-        sum as f32
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ggraph_core::quant::f32_to_f16;
+    use ggraph_core::quant::{f16_to_f32, f32_to_f16};
 
     #[test]
     fn ggml_picks_eight_lanes_only_for_tinyblas_shapes() {
@@ -256,11 +190,8 @@ mod tests {
     }
 
     #[test]
-    fn the_vector_kernels_sum_as_the_portable_ones() {
-        let Kernels {
-            eight_lanes,
-            vector_dot,
-        } = Kernels::for_isa(crate::kernels::isa::active());
+    fn the_eight_lane_kernel_sums_as_the_portable_one() {
+        let eight_lanes = Kernels::for_isa(crate::kernels::isa::active()).eight_lanes;
         for k in [8, 24, 32, 64, 72, 200, 256] {
             let rows: Vec<Vec<u16>> = (0..TILE_ROWS)
                 .map(|r| values(k, r as u32).iter().map(|&v| f32_to_f16(v)).collect())
@@ -277,16 +208,6 @@ mod tests {
                     want.map(|c| c.map(f32::to_bits)),
                     "k {k}"
                 );
-            }
-            for r in 0..TILE_ROWS {
-                // SAFETY: k values each.
-                let (got, want) = unsafe {
-                    (
-                        vector_dot(rp[r], cp[0], k),
-                        vector_dot_portable(rp[r], cp[0], k),
-                    )
-                };
-                assert_eq!(got.to_bits(), want.to_bits(), "k {k} row {r}");
             }
         }
     }

@@ -1,0 +1,428 @@
+//! flash_attn_ext as ggml's CPU computes it, bit for bit, for F32 queries
+//! and F16 keys and values (llama.cpp's default cache). ggml picks one of
+//! three algorithms, and so does this module:
+//!
+//! - **one query at a time** (fewer than [`TILE_Q`] queries): the query
+//!   rounded to F16; per key, its score by `ggml_vec_dot_f16`
+//!   (`kernels::half_dot`), scaled, capped, masked; an online softmax with
+//!   libm's `expf`, whose weighted sum of values is kept in F16 (each
+//!   update `f16(fma(v, w, acc))`, each rescale `f16(acc * m)`) and the
+//!   running sum as `fma(sum, m, w)`;
+//! - **tiles** ([`TILE_Q`] queries or more): the query in F32; keys in
+//!   tiles of [`TILE_KV`], each score summed over the dimensions in order
+//!   (`fma(k, q, acc)`), scaled, capped and masked; per tile, the new
+//!   maximum rescales the F32 sum of values, the tile's exponentials come
+//!   from ggml's vectorised `expf` (softmax's `ggml_exp`) and their sum,
+//!   in f64, is added to the running one; the values are added key by key
+//!   in order;
+//! - **keys split over the threads** (one query, [`SPLIT_KV_MIN`] keys or
+//!   more): each thread's share of the keys as the first algorithm, and
+//!   the shares merged in order, `acc * e^(m - m') + share * e^(m_s - m')`.
+//!
+//! Which threads ggml splits the keys over changes the result, so the last
+//! takes as many shares as the team has threads: with llama.cpp's thread
+//! count, its result.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+use ggraph_core::quant::{f16_to_f32, f32_to_f16};
+
+use super::primitives::Params;
+use crate::kernels::alibi::alibi_slope;
+use crate::kernels::half_dot::{HalfDot, half_dot};
+use crate::kernels::isa::{Isa, active};
+use crate::kernels::math::ggml_exp;
+use crate::kernels::parallel::par_ranges;
+use crate::kernels::tensor_ref::TRef;
+use crate::team;
+
+/// Queries from which ggml takes the tiles (`GGML_FA_TILE_Q`).
+const TILE_Q: usize = 64;
+/// Keys per tile (`GGML_FA_TILE_KV`).
+const TILE_KV: usize = 64;
+/// Keys from which one query's attention splits over the threads.
+const SPLIT_KV_MIN: usize = 512;
+
+/// Whether ggml's algorithms take these operands: F32 queries, F16 keys
+/// and values, each row's values side by side.
+pub(super) fn takes(q: TRef, k: TRef, v: TRef) -> bool {
+    q.dtype == DType::F32
+        && k.dtype == DType::F16
+        && v.dtype == DType::F16
+        && q.rows_packed()
+        && k.rows_packed()
+        && v.rows_packed()
+}
+
+/// What every query of a call shares.
+#[derive(Clone, Copy)]
+struct Call {
+    q: TRef,
+    k: TRef,
+    v: TRef,
+    mask: Option<TRef>,
+    /// The scores' scale (divided by the cap where there is one, as ggml
+    /// divides it).
+    scale: f32,
+    softcap: f32,
+    max_bias: f32,
+    dot: HalfDot,
+    isa: Isa,
+}
+
+/// One query's attention over some keys, not yet divided by its sum: the
+/// maximum score, the sum of exponentials and the weighted sum of values.
+struct Partial {
+    max: f32,
+    sum: f32,
+    values: Vec<f32>,
+}
+
+pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p: Params) {
+    let (n_q, n_head, n_seq, n_kv) = (q.ne[1], q.ne[2], q.ne[3], k.ne[1]);
+    let isa = active();
+    let call = Call {
+        q,
+        k,
+        v,
+        mask,
+        scale: if p.softcap != 0.0 {
+            p.scale / p.softcap
+        } else {
+            p.scale
+        },
+        softcap: p.softcap,
+        max_bias: p.max_bias,
+        dot: half_dot(isa),
+        isa,
+    };
+    if n_q == 1 && n_seq == 1 && n_kv >= SPLIT_KV_MIN {
+        return keys_split(dst, &call);
+    }
+    if n_q >= TILE_Q {
+        let tiles = n_q.div_ceil(TILE_Q);
+        return par_ranges(tiles * n_head * n_seq, 1, |range| {
+            for t in range {
+                let (tile, h, is) = (t % tiles, t / tiles % n_head, t / (tiles * n_head));
+                let rows = tile * TILE_Q..((tile + 1) * TILE_Q).min(n_q);
+                for (iq, part) in rows.clone().zip(tiled(&call, rows, h, is)) {
+                    finish(dst, part, h, iq, is);
+                }
+            }
+        });
+    }
+    par_ranges(n_q * n_head * n_seq, 1, |range| {
+        for r in range {
+            let (iq, h, is) = (r % n_q, r / n_q % n_head, r / (n_q * n_head));
+            let part = one_query(&call, iq, h, is, 0..n_kv);
+            finish(dst, part, h, iq, is);
+        }
+    });
+}
+
+/// Divides a query's values by its sum and stores them: dst row (h, iq,
+/// is), written by this task only.
+fn finish(dst: TRef, mut part: Partial, h: usize, iq: usize, is: usize) {
+    let inv = if part.sum == 0.0 { 0.0 } else { 1.0 / part.sum };
+    part.values.iter_mut().for_each(|x| *x *= inv);
+    // SAFETY: row (h, iq, is) of dst, this task's alone.
+    unsafe { dst.store_row(h, iq, is, &part.values) };
+}
+
+/// The key and value head a query head reads.
+fn kv_heads(c: &Call, h: usize) -> (usize, usize) {
+    let n_head = c.q.ne[2];
+    (
+        h / (n_head / c.k.ne[2]).max(1),
+        h / (n_head / c.v.ne[2]).max(1),
+    )
+}
+
+/// Row `iq` of the mask for head `h` of sequence `is`, times the head's
+/// ALiBi slope, into `out` (none without a mask).
+fn mask_row(c: &Call, iq: usize, h: usize, is: usize, out: &mut Vec<f32>) -> bool {
+    let Some(m) = c.mask else { return false };
+    out.resize(m.ne[0], 0.0);
+    // SAFETY: mask rows in bounds (checked by the builder).
+    unsafe { m.load_row(iq, h % m.ne[2], is % m.ne[3], out) };
+    let slope = alibi_slope(c.max_bias, c.q.ne[2], h);
+    if slope != 1.0 {
+        out.iter_mut().for_each(|x| *x *= slope);
+    }
+    true
+}
+
+thread_local! {
+    static ROWS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The first algorithm: query `iq` of head `h` and sequence `is` over
+/// `keys`.
+fn one_query(c: &Call, iq: usize, h: usize, is: usize, keys: std::ops::Range<usize>) -> Partial {
+    let (dk, dv) = (c.q.ne[0], c.v.ne[0]);
+    let (hk, hv) = kv_heads(c, h);
+    ROWS.with_borrow_mut(|(query, mask)| {
+        query.resize(dk, 0.0);
+        // SAFETY: query rows in bounds (checked by the builder).
+        unsafe { c.q.load_row(iq, h, is, query) };
+        // the keys' dot takes the query in F16
+        query
+            .iter_mut()
+            .for_each(|x| *x = f16_to_f32(f32_to_f16(*x)));
+        let masked = mask_row(c, iq, h, is, mask);
+        let mut acc = vec![0f32; dv];
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for ic in keys {
+            let mv = if masked { mask[ic] } else { 0.0 };
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            // SAFETY: key row ic holds dk F16 values, the query dk.
+            let mut s = unsafe { (c.dot)(c.k.row_ptr(ic, hk, is), query.as_ptr(), dk) };
+            s *= c.scale;
+            if c.softcap != 0.0 {
+                s = c.softcap * s.tanh();
+            }
+            s += mv;
+            let (mut ms, mut vs) = (1f32, 1f32);
+            if s > max {
+                ms = (max - s).exp();
+                max = s;
+                scale_half(c.isa, &mut acc, ms);
+            } else {
+                vs = (s - max).exp();
+            }
+            // SAFETY: value row ic holds dv F16 values.
+            unsafe { add_half(c.isa, &mut acc, c.v.row_ptr(ic, hv, is), vs) };
+            sum = sum.mul_add(ms, vs);
+        }
+        Partial {
+            max,
+            sum,
+            values: acc,
+        }
+    })
+}
+
+/// `acc = f16(acc * m)`, each value kept in F16 as ggml keeps it.
+fn scale_half(isa: Isa, acc: &mut [f32], m: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: AVX2 and F16C are available at this level.
+        return unsafe { x86::scale_half(acc, m) };
+    }
+    let _ = isa;
+    acc.iter_mut()
+        .for_each(|a| *a = f16_to_f32(f32_to_f16(*a * m)));
+}
+
+/// `acc = f16(fma(v, w, acc))` over a row of F16 values `v`.
+///
+/// # Safety
+/// `v` holds `acc.len()` F16 values.
+unsafe fn add_half(isa: Isa, acc: &mut [f32], v: *const u8, w: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: AVX2, FMA and F16C at this level; the caller's row.
+        return unsafe { x86::add_half(acc, v, w) };
+    }
+    let _ = isa;
+    for (i, a) in acc.iter_mut().enumerate() {
+        // SAFETY: value i of the row exists.
+        let x = f16_to_f32(unsafe { (v as *const u16).add(i).read_unaligned() });
+        *a = f16_to_f32(f32_to_f16(x.mul_add(w, *a)));
+    }
+}
+
+/// The second algorithm: queries `rows` of head `h` and sequence `is`.
+fn tiled(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Vec<Partial> {
+    let (dk, dv, n_kv) = (c.q.ne[0], c.v.ne[0], c.k.ne[1]);
+    let (hk, hv) = kv_heads(c, h);
+    let n = rows.len();
+    let mut queries = vec![0f32; n * dk];
+    let mut masks = Vec::new();
+    let mut masked = false;
+    for (i, iq) in rows.clone().enumerate() {
+        // SAFETY: query rows in bounds (checked by the builder).
+        unsafe { c.q.load_row(iq, h, is, &mut queries[i * dk..(i + 1) * dk]) };
+        let mut row = Vec::new();
+        masked = mask_row(c, iq, h, is, &mut row);
+        masks.push(row);
+    }
+    let mut parts: Vec<Partial> = (0..n)
+        .map(|_| Partial {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            values: vec![0f32; dv],
+        })
+        .collect();
+    let mut keys = vec![0f32; TILE_KV * dk];
+    let mut values = vec![0f32; TILE_KV * dv];
+    let mut scores = [0f32; TILE_KV];
+    for ic in (0..n_kv).step_by(TILE_KV) {
+        let nk = TILE_KV.min(n_kv - ic);
+        // a tile no query sees is skipped
+        if masked
+            && masks
+                .iter()
+                .all(|m| m[ic..ic + nk].iter().all(|&x| x == f32::NEG_INFINITY))
+        {
+            continue;
+        }
+        for t in 0..nk {
+            // SAFETY: key and value rows in bounds (checked by the builder).
+            unsafe {
+                c.k.load_row(ic + t, hk, is, &mut keys[t * dk..(t + 1) * dk]);
+                c.v.load_row(ic + t, hv, is, &mut values[t * dv..(t + 1) * dv]);
+            }
+        }
+        for (i, part) in parts.iter_mut().enumerate() {
+            let query = &queries[i * dk..(i + 1) * dk];
+            for (t, s) in scores.iter_mut().enumerate() {
+                if t >= nk {
+                    *s = f32::NEG_INFINITY;
+                    continue;
+                }
+                let key = &keys[t * dk..(t + 1) * dk];
+                let mut acc = 0f32;
+                for (kv, qv) in key.iter().zip(query) {
+                    acc = kv.mul_add(*qv, acc);
+                }
+                let mut x = acc * c.scale;
+                if c.softcap != 0.0 {
+                    x = x.tanh() * c.softcap;
+                }
+                if masked {
+                    x += masks[i][ic + t];
+                }
+                *s = x;
+            }
+            let tile_max = scores.iter().copied().fold(f32::NEG_INFINITY, max_as_ggml);
+            if tile_max == f32::NEG_INFINITY {
+                continue;
+            }
+            let new_max = part.max.max(tile_max);
+            if new_max > part.max {
+                let ms = (part.max - new_max).exp();
+                part.values.iter_mut().for_each(|x| *x *= ms);
+                part.sum *= ms;
+            }
+            part.max = new_max;
+            let mut sum = 0f64;
+            for g in scores.chunks_exact_mut(8) {
+                g.iter_mut().for_each(|x| *x = ggml_exp(*x - new_max));
+                sum += (((g[0] + g[4]) + (g[2] + g[6])) + ((g[1] + g[5]) + (g[3] + g[7]))) as f64;
+            }
+            part.sum = (part.sum as f64 + sum) as f32;
+            for (t, &w) in scores.iter().enumerate().take(nk) {
+                let value = &values[t * dv..(t + 1) * dv];
+                for (a, x) in part.values.iter_mut().zip(value) {
+                    *a = x.mul_add(w, *a);
+                }
+            }
+        }
+    }
+    parts
+}
+
+/// ggml's `MAX(a, b)`: `a > b ? a : b`.
+fn max_as_ggml(a: f32, b: f32) -> f32 {
+    if a > b { a } else { b }
+}
+
+/// The third algorithm: one query of every head, the keys split into as
+/// many shares as the team has threads.
+fn keys_split(dst: TRef, c: &Call) {
+    let (n_head, n_kv, dv) = (c.q.ne[2], c.k.ne[1], c.v.ne[0]);
+    let shares = team::current_threads().max(1);
+    let share = n_kv.div_ceil(shares);
+    let mut partials: Vec<Option<Partial>> = (0..shares * n_head).map(|_| None).collect();
+    team::for_each_chunk_mut(&mut partials, n_head, |s, out| {
+        let keys = (s * share).min(n_kv)..((s + 1) * share).min(n_kv);
+        if keys.is_empty() {
+            return;
+        }
+        for (h, o) in out.iter_mut().enumerate() {
+            *o = Some(one_query(c, 0, h, 0, keys.clone()));
+        }
+    });
+    for h in 0..n_head {
+        let mut merged = Partial {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            values: vec![0f32; dv],
+        };
+        for s in 0..shares {
+            let Some(p) = &partials[s * n_head + h] else {
+                continue;
+            };
+            if p.sum == 0.0 {
+                continue;
+            }
+            let new_max = merged.max.max(p.max);
+            let (old_w, new_w) = ((merged.max - new_max).exp(), (p.max - new_max).exp());
+            for (a, x) in merged.values.iter_mut().zip(&p.values) {
+                *a = a.mul_add(old_w, x * new_w);
+            }
+            merged.sum = merged.sum.mul_add(old_w, p.sum * new_w);
+            merged.max = new_max;
+        }
+        finish(dst, merged, h, 0, 0);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use crate::kernels::half_dot::half_at;
+
+    /// # Safety
+    /// AVX2 and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scale_half(acc: &mut [f32], m: f32) {
+        let whole = acc.len() - acc.len() % 8;
+        let mv = _mm256_set1_ps(m);
+        for chunk in acc[..whole].chunks_exact_mut(8) {
+            // SAFETY: eight floats.
+            unsafe {
+                let x = _mm256_mul_ps(_mm256_loadu_ps(chunk.as_ptr()), mv);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+        }
+        for a in &mut acc[whole..] {
+            *a = round_half(*a * m);
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C; `v` holds `acc.len()` F16 values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn add_half(acc: &mut [f32], v: *const u8, w: f32) {
+        let whole = acc.len() - acc.len() % 8;
+        let wv = _mm256_set1_ps(w);
+        for (i, chunk) in acc[..whole].chunks_exact_mut(8).enumerate() {
+            // SAFETY: eight floats and eight halves.
+            unsafe {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(v.add(16 * i) as *const __m128i));
+                let y = _mm256_fmadd_ps(x, wv, _mm256_loadu_ps(chunk.as_ptr()));
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(y);
+                _mm256_storeu_ps(chunk.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+        }
+        for (i, a) in acc.iter_mut().enumerate().skip(whole) {
+            // SAFETY: value i exists.
+            *a = round_half(unsafe { half_at(v, i) }.mul_add(w, *a));
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "f16c")]
+    fn round_half(x: f32) -> f32 {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+            _mm_set_ss(x),
+        )))
+    }
+}

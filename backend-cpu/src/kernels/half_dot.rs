@@ -1,0 +1,122 @@
+//! The dot product of a row of F16 values and a row of f32 values already
+//! rounded to F16, summed as `ggml_vec_dot_f16` sums it on x86 (the order
+//! llama.cpp's matrix-vector products and flash attention's scores take):
+//! the first `k - k % 32` products in four accumulators of eight lanes
+//! (value `t` in accumulator `t % 32 / 8`, lane `t % 8`), the accumulators
+//! folded as `(a0 + a2) + (a1 + a3)`, its lanes summed as `((s0 + s4) +
+//! (s1 + s5)) + ((s2 + s6) + (s3 + s7))`, and the remaining products added
+//! one by one in f64. A product of two F16 values is exact in f32, so the
+//! order alone fixes the result.
+
+use ggraph_core::quant::f16_to_f32;
+
+use super::isa::Isa;
+
+/// `dot(row, col)` over `k` values: the row `k` F16 values, the column
+/// `k` f32.
+pub(crate) type HalfDot = unsafe fn(row: *const u8, col: *const f32, k: usize) -> f32;
+
+/// The kernel of this instruction set.
+pub(crate) fn half_dot(isa: Isa) -> HalfDot {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return x86::dot;
+    }
+    let _ = isa;
+    dot_portable
+}
+
+/// The f16 at `p` (two readable bytes) as f32.
+///
+/// # Safety
+/// Value `i` of `p` exists.
+pub(crate) unsafe fn half_at(p: *const u8, i: usize) -> f32 {
+    // SAFETY: caller's contract.
+    f16_to_f32(unsafe { (p as *const u16).add(i).read_unaligned() })
+}
+
+/// # Safety
+/// The row holds `k` F16 values, the column `k` f32.
+unsafe fn dot_portable(row: *const u8, col: *const f32, k: usize) -> f32 {
+    let np = k & !31;
+    let mut acc = [[0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (q, a) in acc.iter_mut().enumerate() {
+            for (t, lane) in a.iter_mut().enumerate() {
+                let v = i + 8 * q + t;
+                // SAFETY: v < np <= k.
+                *lane += unsafe { half_at(row, v) * *col.add(v) };
+            }
+        }
+    }
+    let s: [f32; 8] = std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+    let h: [f32; 4] = std::array::from_fn(|t| s[t] + s[t + 4]);
+    let mut sum = ((h[0] + h[1]) + (h[2] + h[3])) as f64;
+    for v in np..k {
+        // SAFETY: v < k.
+        sum += unsafe { half_at(row, v) * *col.add(v) } as f64;
+    }
+    sum as f32
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::half_at;
+
+    /// # Safety
+    /// AVX2, FMA and F16C; as `dot_portable`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot(row: *const u8, col: *const f32, k: usize) -> f32 {
+        let np = k & !31;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for i in (0..np).step_by(32) {
+            for (q, acc) in acc.iter_mut().enumerate() {
+                let v = i + 8 * q;
+                // SAFETY: values v..v + 8 exist.
+                unsafe {
+                    let x = _mm256_cvtph_ps(_mm_loadu_si128(row.add(2 * v) as *const __m128i));
+                    *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(col.add(v)), *acc);
+                }
+            }
+        }
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let h = _mm_hadd_ps(h, h);
+        let mut sum = _mm_cvtss_f32(_mm_hadd_ps(h, h)) as f64;
+        for v in np..k {
+            // SAFETY: v < k.
+            sum += unsafe { half_at(row, v) * *col.add(v) } as f64;
+        }
+        sum as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::isa;
+    use ggraph_core::quant::f32_to_f16;
+
+    #[test]
+    fn every_instruction_set_sums_as_the_portable_kernel() {
+        let mut s = 1u32;
+        let mut next = || {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((s >> 8) as f32 / (1 << 24) as f32 - 0.5) * 2f32.powi((s % 13) as i32)
+        };
+        for k in [8, 31, 32, 64, 100, 256] {
+            let row: Vec<u16> = (0..k).map(|_| f32_to_f16(next())).collect();
+            let col: Vec<f32> = (0..k).map(|_| f16_to_f32(f32_to_f16(next()))).collect();
+            let (r, c) = (row.as_ptr() as *const u8, col.as_ptr());
+            // SAFETY: k values each.
+            let want = unsafe { dot_portable(r, c, k) };
+            for level in isa::all_supported() {
+                // SAFETY: as above; the level is supported here.
+                let got = unsafe { half_dot(level)(r, c, k) };
+                assert_eq!(got.to_bits(), want.to_bits(), "k {k} {}", level.name());
+            }
+        }
+    }
+}
