@@ -59,6 +59,10 @@ unsafe fn dot_portable(row: *const u8, col: *const f32, k: usize) -> f32 {
     sum as f32
 }
 
+/// The AVX2 kernel itself, for callers compiled for AVX2 that inline it.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::dot as half_dot_avx2;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -67,8 +71,9 @@ mod x86 {
 
     /// # Safety
     /// AVX2, FMA and F16C; as `dot_portable`.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot(row: *const u8, col: *const f32, k: usize) -> f32 {
+    pub(crate) unsafe fn dot(row: *const u8, col: *const f32, k: usize) -> f32 {
         let np = k & !31;
         let mut acc = [_mm256_setzero_ps(); 4];
         for i in (0..np).step_by(32) {

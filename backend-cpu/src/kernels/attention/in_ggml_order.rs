@@ -160,6 +160,34 @@ thread_local! {
 /// The first algorithm: query `iq` of head `h` and sequence `is` over
 /// `keys`.
 fn one_query(c: &Call, iq: usize, h: usize, is: usize, keys: std::ops::Range<usize>) -> Partial {
+    #[cfg(target_arch = "x86_64")]
+    if c.isa >= Isa::Avx2 {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2(
+            c: &Call,
+            iq: usize,
+            h: usize,
+            is: usize,
+            keys: std::ops::Range<usize>,
+        ) -> Partial {
+            one_query_body::<true>(c, iq, h, is, keys)
+        }
+        // SAFETY: the AVX2 level includes FMA and F16C.
+        return unsafe { avx2(c, iq, h, is, keys) };
+    }
+    one_query_body::<false>(c, iq, h, is, keys)
+}
+
+/// [`one_query`] with the AVX2 kernels inlined (`AVX2`: the caller is
+/// compiled for AVX2, FMA and F16C) or the portable ones.
+#[inline(always)]
+fn one_query_body<const AVX2: bool>(
+    c: &Call,
+    iq: usize,
+    h: usize,
+    is: usize,
+    keys: std::ops::Range<usize>,
+) -> Partial {
     let (dk, dv) = (c.q.ne[0], c.v.ne[0]);
     let (hk, hv) = kv_heads(c, h);
     ROWS.with_borrow_mut(|(query, mask)| {
@@ -179,7 +207,7 @@ fn one_query(c: &Call, iq: usize, h: usize, is: usize, keys: std::ops::Range<usi
                 continue;
             }
             // SAFETY: key row ic holds dk F16 values, the query dk.
-            let mut s = unsafe { (c.dot)(c.k.row_ptr(ic, hk, is), query.as_ptr(), dk) };
+            let mut s = unsafe { dot::<AVX2>(c, c.k.row_ptr(ic, hk, is), query.as_ptr(), dk) };
             s *= c.scale;
             if c.softcap != 0.0 {
                 s = c.softcap * s.tanh();
@@ -189,12 +217,12 @@ fn one_query(c: &Call, iq: usize, h: usize, is: usize, keys: std::ops::Range<usi
             if s > max {
                 ms = (max - s).exp();
                 max = s;
-                scale_half(c.isa, &mut acc, ms);
+                scale_half::<AVX2>(&mut acc, ms);
             } else {
                 vs = (s - max).exp();
             }
             // SAFETY: value row ic holds dv F16 values.
-            unsafe { add_half(c.isa, &mut acc, c.v.row_ptr(ic, hv, is), vs) };
+            unsafe { add_half::<AVX2>(&mut acc, c.v.row_ptr(ic, hv, is), vs) };
             sum = sum.mul_add(ms, vs);
         }
         Partial {
@@ -205,14 +233,30 @@ fn one_query(c: &Call, iq: usize, h: usize, is: usize, keys: std::ops::Range<usi
     })
 }
 
-/// `acc = f16(acc * m)`, each value kept in F16 as ggml keeps it.
-fn scale_half(isa: Isa, acc: &mut [f32], m: f32) {
+/// A key's score: the AVX2 kernel inlined, or the call's kernel.
+///
+/// # Safety
+/// The key row holds `dk` F16 values, the query `dk`; with `AVX2`, the
+/// caller is compiled for AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn dot<const AVX2: bool>(c: &Call, key: *const u8, query: *const f32, dk: usize) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
-        // SAFETY: AVX2 and F16C are available at this level.
+    if AVX2 {
+        // SAFETY: caller's contract.
+        return unsafe { crate::kernels::half_dot::half_dot_avx2(key, query, dk) };
+    }
+    // SAFETY: caller's contract.
+    unsafe { (c.dot)(key, query, dk) }
+}
+
+/// `acc = f16(acc * m)`, each value kept in F16 as ggml keeps it.
+#[inline(always)]
+fn scale_half<const AVX2: bool>(acc: &mut [f32], m: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: the caller is compiled for AVX2 and F16C.
         return unsafe { x86::scale_half(acc, m) };
     }
-    let _ = isa;
     acc.iter_mut()
         .for_each(|a| *a = f16_to_f32(f32_to_f16(*a * m)));
 }
@@ -220,14 +264,15 @@ fn scale_half(isa: Isa, acc: &mut [f32], m: f32) {
 /// `acc = f16(fma(v, w, acc))` over a row of F16 values `v`.
 ///
 /// # Safety
-/// `v` holds `acc.len()` F16 values.
-unsafe fn add_half(isa: Isa, acc: &mut [f32], v: *const u8, w: f32) {
+/// `v` holds `acc.len()` F16 values; with `AVX2`, the caller is compiled
+/// for AVX2, FMA and F16C.
+#[inline(always)]
+unsafe fn add_half<const AVX2: bool>(acc: &mut [f32], v: *const u8, w: f32) {
     #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
-        // SAFETY: AVX2, FMA and F16C at this level; the caller's row.
+    if AVX2 {
+        // SAFETY: caller's contract.
         return unsafe { x86::add_half(acc, v, w) };
     }
-    let _ = isa;
     for (i, a) in acc.iter_mut().enumerate() {
         // SAFETY: value i of the row exists.
         let x = f16_to_f32(unsafe { (v as *const u16).add(i).read_unaligned() });
@@ -237,6 +282,44 @@ unsafe fn add_half(isa: Isa, acc: &mut [f32], v: *const u8, w: f32) {
 
 /// The second algorithm: queries `rows` of head `h` and sequence `is`.
 fn tiled(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Vec<Partial> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        unsafe fn avx512(
+            c: &Call,
+            rows: std::ops::Range<usize>,
+            h: usize,
+            is: usize,
+        ) -> Vec<Partial> {
+            tiled_body(c, rows, h, is)
+        }
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2(
+            c: &Call,
+            rows: std::ops::Range<usize>,
+            h: usize,
+            is: usize,
+        ) -> Vec<Partial> {
+            tiled_body(c, rows, h, is)
+        }
+        if c.isa >= Isa::Avx512 {
+            // SAFETY: the AVX-512 level includes AVX2, FMA and F16C.
+            return unsafe { avx512(c, rows, h, is) };
+        }
+        if c.isa >= Isa::Avx2 {
+            // SAFETY: the AVX2 level includes FMA and F16C.
+            return unsafe { avx2(c, rows, h, is) };
+        }
+    }
+    tiled_body(c, rows, h, is)
+}
+
+/// [`tiled`]'s loops, written lane by lane so that each instruction set's
+/// wrapper vectorises them: the scores across a tile's keys (the keys
+/// transposed, `[dimension][key]`, as ggml lays them out), the values
+/// across their dimensions.
+#[inline(always)]
+fn tiled_body(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Vec<Partial> {
     let (dk, dv, n_kv) = (c.q.ne[0], c.v.ne[0], c.k.ne[1]);
     let (hk, hv) = kv_heads(c, h);
     let n = rows.len();
@@ -257,9 +340,9 @@ fn tiled(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Vec<Par
             values: vec![0f32; dv],
         })
         .collect();
-    let mut keys = vec![0f32; TILE_KV * dk];
+    let mut key_row = vec![0f32; dk];
+    let mut keys_t = vec![0f32; dk * TILE_KV];
     let mut values = vec![0f32; TILE_KV * dv];
-    let mut scores = [0f32; TILE_KV];
     for ic in (0..n_kv).step_by(TILE_KV) {
         let nk = TILE_KV.min(n_kv - ic);
         // a tile no query sees is skipped
@@ -270,33 +353,35 @@ fn tiled(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Vec<Par
         {
             continue;
         }
+        keys_t.fill(0.0);
         for t in 0..nk {
             // SAFETY: key and value rows in bounds (checked by the builder).
             unsafe {
-                c.k.load_row(ic + t, hk, is, &mut keys[t * dk..(t + 1) * dk]);
+                c.k.load_row(ic + t, hk, is, &mut key_row);
                 c.v.load_row(ic + t, hv, is, &mut values[t * dv..(t + 1) * dv]);
+            }
+            for (d, &x) in key_row.iter().enumerate() {
+                keys_t[d * TILE_KV + t] = x;
             }
         }
         for (i, part) in parts.iter_mut().enumerate() {
             let query = &queries[i * dk..(i + 1) * dk];
-            for (t, s) in scores.iter_mut().enumerate() {
-                if t >= nk {
-                    *s = f32::NEG_INFINITY;
-                    continue;
+            let mut scores = [0f32; TILE_KV];
+            for (d, &qv) in query.iter().enumerate() {
+                let keys = &keys_t[d * TILE_KV..(d + 1) * TILE_KV];
+                for (s, &kv) in scores.iter_mut().zip(keys) {
+                    *s = kv.mul_add(qv, *s);
                 }
-                let key = &keys[t * dk..(t + 1) * dk];
-                let mut acc = 0f32;
-                for (kv, qv) in key.iter().zip(query) {
-                    acc = kv.mul_add(*qv, acc);
+            }
+            scores.iter_mut().for_each(|s| *s *= c.scale);
+            if c.softcap != 0.0 {
+                scores.iter_mut().for_each(|s| *s = s.tanh() * c.softcap);
+            }
+            scores[nk..].fill(f32::NEG_INFINITY);
+            if masked {
+                for (s, &m) in scores.iter_mut().zip(&masks[i][ic..ic + nk]) {
+                    *s += m;
                 }
-                let mut x = acc * c.scale;
-                if c.softcap != 0.0 {
-                    x = x.tanh() * c.softcap;
-                }
-                if masked {
-                    x += masks[i][ic + t];
-                }
-                *s = x;
             }
             let tile_max = scores.iter().copied().fold(f32::NEG_INFINITY, max_as_ggml);
             if tile_max == f32::NEG_INFINITY {
@@ -380,6 +465,7 @@ mod x86 {
 
     /// # Safety
     /// AVX2 and F16C.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn scale_half(acc: &mut [f32], m: f32) {
         let whole = acc.len() - acc.len() % 8;
@@ -399,6 +485,7 @@ mod x86 {
 
     /// # Safety
     /// AVX2, FMA and F16C; `v` holds `acc.len()` F16 values.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn add_half(acc: &mut [f32], v: *const u8, w: f32) {
         let whole = acc.len() - acc.len() % 8;

@@ -51,14 +51,22 @@ pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
 
 /// Rows per tile.
 const TILE_ROWS: usize = 4;
-/// Columns per tile.
+/// Most columns per tile of the 256-bit kernels (the 512-bit one takes
+/// four).
 const TILE_COLS: usize = 3;
+/// Row tiles a task takes before the columns move on: 32 rows, whose
+/// blocks stay in L2 while every column passes over them.
+const CHUNK_TILES: usize = 8;
 
-/// One column's activations: `k` codes and a scale per block.
+/// One column's activations: `k` codes, a scale per block, and per block
+/// the sums of each four codes times minus the weights' offset (the
+/// integer start of each lane for the VNNI kernels, whose weights are
+/// unsigned: Q8_0's codes plus 128, Q4_0's nibbles).
 #[derive(Clone, Copy)]
 struct Acts {
     codes: *const i8,
     scales: *const f32,
+    bias: *const i32,
 }
 
 // SAFETY: the pointers address the call's scratch, alive and unchanged
@@ -74,39 +82,53 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let Some(order) = order(a.dtype, m) else {
         unreachable!("dispatch sends only Q8_0 and Q4_0 rows here");
     };
-    let tile = tile_kernel(isa, a.dtype, order);
+    let tiles = Tiles::new(isa, a.dtype, order);
+    let offset = if a.dtype == DType::Q8_0 { 128 } else { 8 };
     with_scratch(&CODES, n * k, |codes| {
         with_scratch(&SCALES, n * nb, |scales| {
-            quantize(b, k, codes, scales);
-            let acts: Vec<Acts> = (0..n)
-                .map(|j| Acts {
-                    codes: codes[j * k..].as_ptr(),
-                    scales: scales[j * nb..].as_ptr(),
-                })
-                .collect();
-            par_ranges(m.div_ceil(TILE_ROWS), 4, |tiles| {
-                for t in tiles {
-                    let i0 = t * TILE_ROWS;
-                    let nr = TILE_ROWS.min(m - i0);
-                    let rows: [*const u8; TILE_ROWS] =
-                        std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
-                    for j0 in (0..n).step_by(TILE_COLS) {
-                        let nc = TILE_COLS.min(n - j0);
-                        let cols: [Acts; TILE_COLS] =
-                            std::array::from_fn(|c| acts[j0 + c.min(nc - 1)]);
-                        // SAFETY: every row holds nb blocks, every column
-                        // k codes and nb scales.
-                        let dots = unsafe { tile(rows, cols, nb) };
-                        for (c, col) in dots.iter().take(nc).enumerate() {
-                            for (r, &v) in col.iter().take(nr).enumerate() {
-                                // SAFETY: output column j0 + c holds m
-                                // values; this task owns rows i0..i0 + nr.
-                                unsafe { *out.0[j0 + c].add(i0 + r) = v };
+            with_scratch(&BIAS, n * k / 4, |bias| {
+                quantize(b, k, codes, scales);
+                for (g, q) in bias.iter_mut().zip(codes.chunks_exact(4)) {
+                    *g = -offset * q.iter().map(|&c| c as i32).sum::<i32>();
+                }
+                let acts: Vec<Acts> = (0..n)
+                    .map(|j| Acts {
+                        codes: codes[j * k..].as_ptr(),
+                        scales: scales[j * nb..].as_ptr(),
+                        bias: bias[j * k / 4..].as_ptr(),
+                    })
+                    .collect();
+                // a task's rows in chunks that stay in L2 while every
+                // column passes over them
+                par_ranges(m.div_ceil(TILE_ROWS), 4, |range| {
+                    for chunk in range.clone().step_by(CHUNK_TILES) {
+                        let chunk = chunk..(chunk + CHUNK_TILES).min(range.end);
+                        let mut j0 = 0;
+                        while j0 < n {
+                            let nc = tiles.columns(n - j0);
+                            let cols = &acts[j0..j0 + nc];
+                            for t in chunk.clone() {
+                                let i0 = t * TILE_ROWS;
+                                let nr = TILE_ROWS.min(m - i0);
+                                let rows: [*const u8; TILE_ROWS] =
+                                    std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
+                                // SAFETY: every row holds nb blocks, every
+                                // column k codes, nb scales and k / 4 sums.
+                                let dots = unsafe { tiles.run(rows, cols, nb) };
+                                for (c, col) in dots.iter().take(nc).enumerate() {
+                                    for (r, &v) in col.iter().take(nr).enumerate() {
+                                        // SAFETY: output column j0 + c holds
+                                        // m values; this task owns rows i0..
+                                        // i0 + nr.
+                                        unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                                    }
+                                }
                             }
+                            j0 += nc;
                         }
                     }
-                }
-            });
+                });
+            })
         })
     })
 }
@@ -114,6 +136,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
 thread_local! {
     static CODES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static BIAS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The columns as ggml's Q8_0 quantiser writes them, codes and scales.
@@ -133,8 +156,118 @@ fn quantize(b: &Cols<f32>, k: usize, codes: &mut [i8], scales: &mut [f32]) {
     }
 }
 
-type Tile =
-    unsafe fn([*const u8; TILE_ROWS], [Acts; TILE_COLS], usize) -> [[f32; TILE_ROWS]; TILE_COLS];
+/// A tile kernel: four rows times `C` columns over `nb` blocks.
+type Tile<const C: usize> =
+    unsafe fn([*const u8; TILE_ROWS], [Acts; C], usize) -> [[f32; TILE_ROWS]; C];
+
+/// The tile kernels of one instruction set, weight format and order, for
+/// one, two and three columns.
+struct Tiles {
+    one: Tile<1>,
+    two: Tile<2>,
+    three: Tile<3>,
+    /// With AVX-512 VNNI, in eight lanes: two rows a register.
+    four: Option<Tile<4>>,
+    eight: Option<Tile<8>>,
+}
+
+impl Tiles {
+    fn new(isa: Isa, dtype: DType, order: Order) -> Tiles {
+        macro_rules! pick {
+            ($kernel:ident) => {{
+                macro_rules! of {
+                    ($c:literal) => {
+                        match (dtype, order) {
+                            (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false, $c>,
+                            (_, Order::EightLanes) => $kernel::<{ format::Q4_0 }, false, $c>,
+                            (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, true, $c>,
+                        }
+                    };
+                }
+                Tiles {
+                    one: of!(1),
+                    two: of!(2),
+                    three: of!(3),
+                    four: None,
+                    eight: None,
+                }
+            }};
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use x86::{tile_avx2, tile_vnni};
+            if isa >= Isa::Avx512Vnni {
+                let (four, eight): (Tile<4>, Tile<8>) = match (dtype, order) {
+                    (DType::Q8_0, _) => (
+                        x86::tile_vnni512::<{ format::Q8_0 }, 4>,
+                        x86::tile_vnni512::<{ format::Q8_0 }, 8>,
+                    ),
+                    (_, Order::EightLanes) => (
+                        x86::tile_vnni512::<{ format::Q4_0 }, 4>,
+                        x86::tile_vnni512::<{ format::Q4_0 }, 8>,
+                    ),
+                    (_, Order::WholeBlocks) => return pick!(tile_vnni),
+                };
+                return Tiles {
+                    four: Some(four),
+                    eight: Some(eight),
+                    ..pick!(tile_vnni)
+                };
+            }
+            if isa >= Isa::Avx2 {
+                return pick!(tile_avx2);
+            }
+        }
+        let _ = isa;
+        pick!(tile_portable)
+    }
+
+    /// Columns the next tile takes of `n` left.
+    fn columns(&self, n: usize) -> usize {
+        match n {
+            8.. if self.eight.is_some() => 8,
+            4.. if self.four.is_some() => 4,
+            _ => TILE_COLS.min(n),
+        }
+    }
+
+    /// The dots of the four rows and `cols` (as many as [`Tiles::columns`]
+    /// gives).
+    ///
+    /// # Safety
+    /// As for [`tile_portable`].
+    unsafe fn run(
+        &self,
+        rows: [*const u8; TILE_ROWS],
+        cols: &[Acts],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; 8] {
+        let mut out = [[0f32; TILE_ROWS]; 8];
+        // SAFETY: caller's contract.
+        unsafe {
+            match (cols.len(), self.four, self.eight) {
+                (8, _, Some(eight)) => out = eight(rows, std::array::from_fn(|c| cols[c]), nb),
+                (4, Some(four), _) => {
+                    out[..4].copy_from_slice(&four(rows, std::array::from_fn(|c| cols[c]), nb))
+                }
+                (1, ..) => out[..1].copy_from_slice(&(self.one)(rows, [cols[0]], nb)),
+                (2, ..) => out[..2].copy_from_slice(&(self.two)(rows, [cols[0], cols[1]], nb)),
+                (n, ..) => {
+                    for j in (0..n).step_by(TILE_COLS) {
+                        let part = (self.three)(
+                            rows,
+                            std::array::from_fn(|c| cols[(j + c).min(n - 1)]),
+                            nb,
+                        );
+                        let take = TILE_COLS.min(n - j);
+                        out[j..j + take].copy_from_slice(&part[..take]);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
 
 /// The weight formats the kernels read.
 mod format {
@@ -145,30 +278,6 @@ mod format {
 /// Bytes of a block of format `F`.
 const fn block_bytes(f: u8) -> usize {
     if f == format::Q8_0 { 34 } else { 18 }
-}
-
-fn tile_kernel(isa: Isa, dtype: DType, order: Order) -> Tile {
-    macro_rules! pick {
-        ($kernel:ident) => {
-            match (dtype, order) {
-                (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false>,
-                (_, Order::EightLanes) => $kernel::<{ format::Q4_0 }, false>,
-                (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, true>,
-            }
-        };
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        use x86::{tile_avx2, tile_vnni};
-        if isa >= Isa::Avx512Vnni {
-            return pick!(tile_vnni);
-        }
-        if isa >= Isa::Avx2 {
-            return pick!(tile_avx2);
-        }
-    }
-    let _ = isa;
-    pick!(tile_portable)
 }
 
 /// The scale of block `blk` of `row`.
@@ -202,11 +311,11 @@ unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 
 /// # Safety
 /// Rows hold `nb` blocks of format `F`, columns `32 * nb` codes and `nb`
 /// scales.
-unsafe fn tile_portable<const F: u8, const WHOLE: bool>(
+unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
     rows: [*const u8; TILE_ROWS],
-    cols: [Acts; TILE_COLS],
+    cols: [Acts; C],
     nb: usize,
-) -> [[f32; TILE_ROWS]; TILE_COLS] {
+) -> [[f32; TILE_ROWS]; C] {
     std::array::from_fn(|c| {
         std::array::from_fn(|r| {
             let mut lanes = [0f32; 8];
@@ -245,39 +354,42 @@ unsafe fn tile_portable<const F: u8, const WHOLE: bool>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, TILE_COLS, TILE_ROWS, block_bytes, format, weight_scale};
-    use crate::kernels::math::hsum256;
+    use super::{Acts, TILE_ROWS, block_bytes, format};
+    use crate::kernels::math::{f16_at, hsum256};
 
-    /// The 32 signed codes of block `blk` of `row`.
+    /// The scale of block `blk` of `row`, with F16C.
+    #[inline(always)]
+    unsafe fn weight_scale<const F: u8>(row: *const u8, blk: usize) -> f32 {
+        // SAFETY: caller's contract: the row holds the block; F16C.
+        unsafe { f16_at(row.add(blk * block_bytes(F))) }
+    }
+
+    /// The 32 codes of block `blk` of `row`: signed (`SIGNED`), or
+    /// unsigned, the codes plus the format's offset (Q8_0's top bit
+    /// flipped, Q4_0's nibbles as they are).
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn codes<const F: u8>(row: *const u8, blk: usize) -> __m256i {
+    unsafe fn codes<const F: u8, const SIGNED: bool>(row: *const u8, blk: usize) -> __m256i {
         // SAFETY: caller's contract: the row holds the block.
         unsafe {
             let q = row.add(blk * block_bytes(F) + 2);
             if F == format::Q8_0 {
-                return _mm256_loadu_si256(q as *const __m256i);
+                let w = _mm256_loadu_si256(q as *const __m256i);
+                return if SIGNED {
+                    w
+                } else {
+                    _mm256_xor_si256(w, _mm256_set1_epi8(-128))
+                };
             }
             let v = _mm_loadu_si128(q as *const __m128i);
             let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
             let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-            _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8))
+            if SIGNED {
+                _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8))
+            } else {
+                nibbles
+            }
         }
-    }
-
-    /// The eight lanes of 32 code products: `|w| * (x with w's sign)`, four
-    /// pairs a lane, as `vpmaddubsw` and `vpmaddwd` form them.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn lanes_avx2(aw: __m256i, sx: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1))
-    }
-
-    /// The same lanes in one `vpdpbusd`.
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-    fn lanes_vnni(aw: __m256i, sx: __m256i) -> __m256i {
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx)
     }
 
     /// The whole sums of four blocks' lanes, in the four lanes of one
@@ -289,68 +401,178 @@ mod x86 {
         _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
     }
 
-    macro_rules! tile {
-        ($name:ident, $features:literal, $lanes:ident) => {
-            /// # Safety
-            /// The instruction set of the name; as `tile_portable`.
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn $name<const F: u8, const WHOLE: bool>(
-                rows: [*const u8; TILE_ROWS],
-                cols: [Acts; TILE_COLS],
-                nb: usize,
-            ) -> [[f32; TILE_ROWS]; TILE_COLS] {
-                let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; TILE_COLS];
-                let mut whole = [_mm_setzero_ps(); TILE_COLS];
-                for blk in 0..nb {
-                    // SAFETY: block blk of every row and column exists.
-                    unsafe {
-                        let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F>(row, blk));
-                        let aw = w.map(|w| _mm256_sign_epi8(w, w));
-                        let dw = rows.map(|row| weight_scale::<F>(row, blk));
-                        for c in 0..TILE_COLS {
-                            let x =
-                                _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i);
-                            let dx = *cols[c].scales.add(blk);
-                            let p: [__m256i; TILE_ROWS] =
-                                std::array::from_fn(|r| $lanes(aw[r], _mm256_sign_epi8(x, w[r])));
-                            if WHOLE {
-                                let d = _mm_mul_ps(
-                                    _mm_setr_ps(dw[0], dw[1], dw[2], dw[3]),
-                                    _mm_set1_ps(dx),
-                                );
-                                let s = _mm_cvtepi32_ps(block_sums(p));
-                                whole[c] = _mm_fmadd_ps(s, d, whole[c]);
-                            } else {
-                                for r in 0..TILE_ROWS {
-                                    let d = _mm256_set1_ps(dw[r] * dx);
-                                    lanes[c][r] =
-                                        _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
-                                }
-                            }
+    /// The tile's results from its accumulators: eight lanes a dot summed
+    /// as ggml sums them, or the whole-block sums as they are.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn results<const WHOLE: bool, const C: usize>(
+        lanes: [[__m256; TILE_ROWS]; C],
+        whole: [__m128; C],
+    ) -> [[f32; TILE_ROWS]; C] {
+        if WHOLE {
+            let mut out = [[0f32; TILE_ROWS]; C];
+            for (o, w) in out.iter_mut().zip(whole) {
+                // SAFETY: four floats into four.
+                unsafe { _mm_storeu_ps(o.as_mut_ptr(), w) };
+            }
+            out
+        } else {
+            // SAFETY: AVX2 is enabled here.
+            lanes.map(|col| col.map(|v| unsafe { hsum256(v) }))
+        }
+    }
+
+    /// AVX2: signed codes, each lane `|w| * (x with w's sign)` as
+    /// `vpmaddubsw` and `vpmaddwd` form it (a pair reaches 2 * 128 * 127).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; as `tile_portable`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile_avx2<const F: u8, const WHOLE: bool, const C: usize>(
+        rows: [*const u8; TILE_ROWS],
+        cols: [Acts; C],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; C] {
+        let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; C];
+        let mut whole = [_mm_setzero_ps(); C];
+        let ones = _mm256_set1_epi16(1);
+        for blk in 0..nb {
+            // SAFETY: block blk of every row and column exists.
+            unsafe {
+                let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F, true>(row, blk));
+                let aw = w.map(|w| _mm256_sign_epi8(w, w));
+                let dw = rows.map(|row| weight_scale::<F>(row, blk));
+                for c in 0..C {
+                    let x = _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i);
+                    let dx = *cols[c].scales.add(blk);
+                    let p: [__m256i; TILE_ROWS] = std::array::from_fn(|r| {
+                        let pairs = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(x, w[r]));
+                        _mm256_madd_epi16(pairs, ones)
+                    });
+                    if WHOLE {
+                        let d =
+                            _mm_mul_ps(_mm_setr_ps(dw[0], dw[1], dw[2], dw[3]), _mm_set1_ps(dx));
+                        let s = _mm_cvtepi32_ps(block_sums(p));
+                        whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                    } else {
+                        for r in 0..TILE_ROWS {
+                            let d = _mm256_set1_ps(dw[r] * dx);
+                            lanes[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
                         }
                     }
                 }
-                if WHOLE {
-                    let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
-                    for (o, w) in out.iter_mut().zip(whole) {
-                        // SAFETY: four floats into four.
-                        unsafe { _mm_storeu_ps(o.as_mut_ptr(), w) };
-                    }
-                    out
-                } else {
-                    // SAFETY: AVX2 is enabled here.
-                    lanes.map(|col| col.map(|v| unsafe { hsum256(v) }))
-                }
             }
-        };
+        }
+        results::<WHOLE, C>(lanes, whole)
     }
 
-    tile!(tile_avx2, "avx2,fma,f16c", lanes_avx2);
-    tile!(
-        tile_vnni,
-        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
-        lanes_vnni
-    );
+    /// AVX-512 VNNI: unsigned codes against signed activations in one
+    /// `vpdpbusd` a lane group, each lane started at the column's `-o *
+    /// sum(x)` so that it holds the signed sum; the scales' product is
+    /// formed in registers.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as `tile_portable`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile_vnni<const F: u8, const WHOLE: bool, const C: usize>(
+        rows: [*const u8; TILE_ROWS],
+        cols: [Acts; C],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; C] {
+        let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; C];
+        let mut whole = [_mm_setzero_ps(); C];
+        for blk in 0..nb {
+            // SAFETY: block blk of every row and column exists.
+            unsafe {
+                let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F, false>(row, blk));
+                let dw = rows.map(|row| _mm256_set1_ps(weight_scale::<F>(row, blk)));
+                for c in 0..C {
+                    let x = _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i);
+                    let bias = _mm256_loadu_si256(cols[c].bias.add(blk * 8) as *const __m256i);
+                    let dx = _mm256_set1_ps(*cols[c].scales.add(blk));
+                    let p: [__m256i; TILE_ROWS] =
+                        std::array::from_fn(|r| _mm256_dpbusd_epi32(bias, w[r], x));
+                    if WHOLE {
+                        let d = _mm_mul_ps(
+                            _mm_setr_ps(
+                                _mm256_cvtss_f32(dw[0]),
+                                _mm256_cvtss_f32(dw[1]),
+                                _mm256_cvtss_f32(dw[2]),
+                                _mm256_cvtss_f32(dw[3]),
+                            ),
+                            _mm256_castps256_ps128(dx),
+                        );
+                        let s = _mm_cvtepi32_ps(block_sums(p));
+                        whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                    } else {
+                        for r in 0..TILE_ROWS {
+                            let d = _mm256_mul_ps(dw[r], dx);
+                            lanes[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
+                        }
+                    }
+                }
+            }
+        }
+        results::<WHOLE, C>(lanes, whole)
+    }
+
+    /// AVX-512 VNNI, eight lanes, `C` columns: two rows to a 512-bit
+    /// register (the low eight lanes one row's, the high eight the
+    /// next's), so that each `vpdpbusd`, conversion, scale product and
+    /// multiply-add serves two dots.
+    ///
+    /// # Safety
+    /// AVX-512 F, VNNI and VL, AVX2, FMA and F16C; as `tile_portable`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tile_vnni512<const F: u8, const C: usize>(
+        rows: [*const u8; TILE_ROWS],
+        cols: [Acts; C],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; C] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; C];
+        let pair_i = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
+        let pair_f = |a: f32, b: f32| {
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a))),
+                _mm256_castps_pd(_mm256_set1_ps(b)),
+            ))
+        };
+        for blk in 0..nb {
+            // SAFETY: block blk of every row and column exists.
+            unsafe {
+                let w = rows.map(|row| codes::<F, false>(row, blk));
+                let dw = rows.map(|row| weight_scale::<F>(row, blk));
+                let wp = [pair_i(w[0], w[1]), pair_i(w[2], w[3])];
+                let dp = [pair_f(dw[0], dw[1]), pair_f(dw[2], dw[3])];
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        cols[c].codes.add(blk * 32) as *const __m256i
+                    ));
+                    let bias = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                        cols[c].bias.add(blk * 8) as *const __m256i,
+                    ));
+                    let dx = _mm512_set1_ps(*cols[c].scales.add(blk));
+                    for (a, (w, d)) in acc.iter_mut().zip(wp.iter().zip(dp)) {
+                        let lanes = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, *w, x));
+                        *a = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), lanes, *a);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; TILE_ROWS]; C];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            for (pair, a) in acc.iter().enumerate() {
+                let lo = _mm512_castps512_ps256(*a);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
+                // SAFETY: AVX2 is enabled here.
+                unsafe {
+                    o[2 * pair] = hsum256(lo);
+                    o[2 * pair + 1] = hsum256(hi);
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -382,14 +604,14 @@ mod tests {
                     row
                 })
                 .collect();
-            let codes: Vec<Vec<i8>> = (0..TILE_COLS)
+            let codes: Vec<Vec<i8>> = (0..8)
                 .map(|_| {
                     (0..nb * 32)
                         .map(|_| ((lcg(&mut s) % 255) as i32 - 127) as i8)
                         .collect()
                 })
                 .collect();
-            let scales: Vec<Vec<f32>> = (0..TILE_COLS)
+            let scales: Vec<Vec<f32>> = (0..8)
                 .map(|_| {
                     (0..nb)
                         .map(|_| (lcg(&mut s) % 1000) as f32 * 3e-4)
@@ -397,25 +619,40 @@ mod tests {
                 })
                 .collect();
             let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
-            let cp: [Acts; TILE_COLS] = std::array::from_fn(|c| Acts {
-                codes: codes[c].as_ptr(),
-                scales: scales[c].as_ptr(),
-            });
+            let offset = if dtype == DType::Q8_0 { 128 } else { 8 };
+            let bias: Vec<Vec<i32>> = codes
+                .iter()
+                .map(|q| {
+                    q.chunks_exact(4)
+                        .map(|g| -offset * g.iter().map(|&c| c as i32).sum::<i32>())
+                        .collect()
+                })
+                .collect();
+            let cp: Vec<Acts> = (0..8)
+                .map(|c| Acts {
+                    codes: codes[c].as_ptr(),
+                    scales: scales[c].as_ptr(),
+                    bias: bias[c].as_ptr(),
+                })
+                .collect();
             for order in [Order::EightLanes, Order::WholeBlocks] {
                 if dtype == DType::Q8_0 && order == Order::WholeBlocks {
                     continue;
                 }
-                // SAFETY: nb blocks, codes and scales each.
-                let want = unsafe { tile_kernel(Isa::Portable, dtype, order)(rp, cp, nb) };
-                for level in isa::all_supported() {
-                    // SAFETY: as above; the level is supported here.
-                    let got = unsafe { tile_kernel(level, dtype, order)(rp, cp, nb) };
-                    assert_eq!(
-                        got.map(|c| c.map(f32::to_bits)),
-                        want.map(|c| c.map(f32::to_bits)),
-                        "{dtype} {order:?} {}",
-                        level.name()
-                    );
+                for n in 1..=8 {
+                    // SAFETY: nb blocks, codes, scales and sums each.
+                    let want =
+                        unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..n], nb) };
+                    for level in isa::all_supported() {
+                        // SAFETY: as above; the level is supported here.
+                        let got = unsafe { Tiles::new(level, dtype, order).run(rp, &cp[..n], nb) };
+                        assert_eq!(
+                            got.map(|c| c.map(f32::to_bits)),
+                            want.map(|c| c.map(f32::to_bits)),
+                            "{dtype} {order:?} {n} columns {}",
+                            level.name()
+                        );
+                    }
                 }
             }
         }

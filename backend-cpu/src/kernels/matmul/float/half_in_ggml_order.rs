@@ -34,9 +34,13 @@ pub(crate) fn order(m: usize, k: usize, n: usize) -> Order {
 
 /// Rows per eight-lane tile (ggml's too: `m` is a multiple of it there).
 const TILE_ROWS: usize = 4;
-/// Columns per eight-lane tile: twelve accumulators fit AVX2's sixteen
-/// registers with the four rows' values.
-const TILE_COLS: usize = 3;
+/// Most columns per eight-lane tile: with AVX-512, two rows to a register
+/// and six columns, twelve accumulators; on AVX2 and below three columns,
+/// twelve accumulators in AVX2's sixteen registers.
+const TILE_COLS: usize = 6;
+/// Row tiles a task takes before the columns move on: 64 rows, which stay
+/// in L2 while every column passes over them.
+const CHUNK_TILES: usize = 16;
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`: F16 rows, columns holding
 /// values already rounded to F16.
@@ -45,22 +49,24 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let k = a.k;
     let kernels = Kernels::for_isa(isa);
     match order(m, k, n) {
-        Order::EightLanes => par_ranges(m / TILE_ROWS, 4, |tiles| {
-            for t in tiles {
-                let i0 = t * TILE_ROWS;
-                let rows: [*const u8; TILE_ROWS] = std::array::from_fn(|r| a.row(i0 + r));
-                for j0 in (0..n).step_by(TILE_COLS) {
-                    let nc = TILE_COLS.min(n - j0);
+        Order::EightLanes => par_ranges(m / TILE_ROWS, 4, |range| {
+            for chunk in range.clone().step_by(CHUNK_TILES) {
+                for j0 in (0..n).step_by(kernels.cols) {
+                    let nc = kernels.cols.min(n - j0);
                     let cols: [*const f32; TILE_COLS] =
                         std::array::from_fn(|c| b.0[j0 + c.min(nc - 1)] as *const f32);
-                    // SAFETY: rows i0.. hold k values each, the columns k
-                    // values; k is a multiple of 8.
-                    let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
-                    for (c, col) in dots.iter().take(nc).enumerate() {
-                        for (r, &v) in col.iter().enumerate() {
-                            // SAFETY: output column j0 + c holds m values;
-                            // this task owns rows i0..i0 + 4.
-                            unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                    for t in chunk..(chunk + CHUNK_TILES).min(range.end) {
+                        let i0 = t * TILE_ROWS;
+                        let rows: [*const u8; TILE_ROWS] = std::array::from_fn(|r| a.row(i0 + r));
+                        // SAFETY: rows i0.. hold k values each, the columns
+                        // k values; k is a multiple of 8.
+                        let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
+                        for (c, col) in dots.iter().take(nc).enumerate() {
+                            for (r, &v) in col.iter().enumerate() {
+                                // SAFETY: output column j0 + c holds m
+                                // values; this task owns rows i0..i0 + 4.
+                                unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                            }
                         }
                     }
                 }
@@ -86,18 +92,23 @@ type EightLanes = unsafe fn(
 
 struct Kernels {
     eight_lanes: EightLanes,
+    /// Columns `eight_lanes` computes (the rest of its array are copies).
+    cols: usize,
     vector_dot: HalfDot,
 }
 
 impl Kernels {
     fn for_isa(isa: Isa) -> Kernels {
-        let eight_lanes: EightLanes = match isa {
+        let (eight_lanes, cols): (EightLanes, usize) = match isa {
             #[cfg(target_arch = "x86_64")]
-            isa if isa >= Isa::Avx2 => x86::eight_lanes,
-            _ => eight_lanes_portable,
+            isa if isa >= Isa::Avx512 => (x86::eight_lanes_avx512, 6),
+            #[cfg(target_arch = "x86_64")]
+            isa if isa >= Isa::Avx2 => (x86::eight_lanes, 3),
+            _ => (eight_lanes_portable, 3),
         };
         Kernels {
             eight_lanes,
+            cols,
             vector_dot: half_dot(isa),
         }
     }
@@ -116,6 +127,9 @@ unsafe fn eight_lanes_portable(
 ) -> [[f32; TILE_ROWS]; TILE_COLS] {
     std::array::from_fn(|c| {
         std::array::from_fn(|r| {
+            if c >= 3 {
+                return 0.0;
+            }
             let mut lanes = [0f32; 8];
             for l in (0..k).step_by(8) {
                 for (t, lane) in lanes.iter_mut().enumerate() {
@@ -143,7 +157,7 @@ mod x86 {
         cols: [*const f32; TILE_COLS],
         k: usize,
     ) -> [[f32; TILE_ROWS]; TILE_COLS] {
-        let mut acc = [[_mm256_setzero_ps(); TILE_ROWS]; TILE_COLS];
+        let mut acc = [[_mm256_setzero_ps(); TILE_ROWS]; 3];
         for l in (0..k).step_by(8) {
             // SAFETY: values l..l + 8 of every row and column exist.
             unsafe {
@@ -158,8 +172,60 @@ mod x86 {
                 }
             }
         }
-        // SAFETY: AVX2 is enabled here.
-        acc.map(|col| col.map(|v| unsafe { hsum256(v) }))
+        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+        for (o, col) in out.iter_mut().zip(acc) {
+            // SAFETY: AVX2 is enabled here.
+            *o = col.map(|v| unsafe { hsum256(v) });
+        }
+        out
+    }
+
+    /// As [`eight_lanes`], six columns, with two rows to a 512-bit register
+    /// (the low eight lanes one row's, the high eight the next's).
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2, FMA and F16C; as `eight_lanes_portable`.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn eight_lanes_avx512(
+        rows: [*const u8; TILE_ROWS],
+        cols: [*const f32; TILE_COLS],
+        k: usize,
+    ) -> [[f32; TILE_ROWS]; TILE_COLS] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; TILE_COLS];
+        for l in (0..k).step_by(8) {
+            // SAFETY: values l..l + 8 of every row and column exist.
+            unsafe {
+                let half = |r: usize| _mm_loadu_si128(rows[r].add(2 * l) as *const __m128i);
+                let pair = |r: usize| {
+                    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
+                        _mm256_castsi128_si256(half(r)),
+                        half(r + 1),
+                    ))
+                };
+                let av = [pair(0), pair(2)];
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let bv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(
+                        cols[c].add(l) as *const f64,
+                    )));
+                    for (a, x) in acc.iter_mut().zip(av) {
+                        *a = _mm512_fmadd_ps(x, bv, *a);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            for (pair, a) in acc.iter().enumerate() {
+                let lo = _mm512_castps512_ps256(*a);
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
+                // SAFETY: AVX2 is enabled here.
+                unsafe {
+                    o[2 * pair] = hsum256(lo);
+                    o[2 * pair + 1] = hsum256(hi);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -190,24 +256,32 @@ mod tests {
     }
 
     #[test]
-    fn the_eight_lane_kernel_sums_as_the_portable_one() {
-        let eight_lanes = Kernels::for_isa(crate::kernels::isa::active()).eight_lanes;
-        for k in [8, 24, 32, 64, 72, 200, 256] {
-            let rows: Vec<Vec<u16>> = (0..TILE_ROWS)
-                .map(|r| values(k, r as u32).iter().map(|&v| f32_to_f16(v)).collect())
-                .collect();
-            let cols: Vec<Vec<f32>> = (0..TILE_COLS).map(|c| values(k, 100 + c as u32)).collect();
-            let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr() as *const u8);
-            let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
-            if k % 8 == 0 {
+    fn the_eight_lane_kernels_sum_as_the_portable_one() {
+        for level in crate::kernels::isa::all_supported() {
+            let kernels = Kernels::for_isa(level);
+            for k in [8, 24, 32, 64, 72, 200, 256] {
+                let rows: Vec<Vec<u16>> = (0..TILE_ROWS)
+                    .map(|r| values(k, r as u32).iter().map(|&v| f32_to_f16(v)).collect())
+                    .collect();
+                let cols: Vec<Vec<f32>> =
+                    (0..TILE_COLS).map(|c| values(k, 100 + c as u32)).collect();
+                let rp: [*const u8; TILE_ROWS] =
+                    std::array::from_fn(|r| rows[r].as_ptr() as *const u8);
+                let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
                 // SAFETY: k values each, k a multiple of 8.
-                let (got, want) =
-                    unsafe { (eight_lanes(rp, cp, k), eight_lanes_portable(rp, cp, k)) };
-                assert_eq!(
-                    got.map(|c| c.map(f32::to_bits)),
-                    want.map(|c| c.map(f32::to_bits)),
-                    "k {k}"
-                );
+                let got = unsafe { (kernels.eight_lanes)(rp, cp, k) };
+                for (c, got) in got.iter().enumerate().take(kernels.cols) {
+                    // the portable kernel's first column, column c
+                    let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
+                    // SAFETY: as above.
+                    let want = unsafe { eight_lanes_portable(rp, one, k) }[0];
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{} k {k} column {c}",
+                        level.name()
+                    );
+                }
             }
         }
     }
