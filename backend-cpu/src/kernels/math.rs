@@ -52,17 +52,18 @@ pub(crate) fn ggml_exp(x: f32) -> f32 {
         .mul_add(b, c(0x3d2b_9f17))
         .mul_add(u, c(0x3e2a_af33).mul_add(b, c(0x3eff_fedb)))
         .mul_add(u, c(0x3f7f_fff6) * b);
-    if n.abs() <= 126.0 || n.is_nan() {
-        return j.mul_add(k, k);
-    }
+    // both paths, then a select per value (no branch, so that loops over
+    // this function vectorise); NaN takes the first, as in ggml
+    let in_range = j.mul_add(k, k);
     let g: u32 = if n <= 0.0 { 0x8200_0000 } else { 0 };
     let s1 = c(g.wrapping_add(0x7f00_0000));
     let s2 = c(e.wrapping_sub(g));
-    if n.abs() > 192.0 {
+    let far = if n.abs() > 192.0 {
         s1 * s1
     } else {
         s2.mul_add(j, s2) * s1
-    }
+    };
+    if n.abs() > 126.0 { far } else { in_range }
 }
 
 /// `f` over `x` as ggml's row loops apply their vector function: the

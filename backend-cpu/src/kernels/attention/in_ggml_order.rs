@@ -41,6 +41,8 @@ use crate::team;
 const TILE_Q: usize = 64;
 /// Keys per tile (`GGML_FA_TILE_KV`).
 const TILE_KV: usize = 64;
+/// Queries of a tile scored side by side.
+const GROUP: usize = 4;
 /// Keys from which one query's attention splits over the threads.
 const SPLIT_KV_MIN: usize = 512;
 
@@ -364,51 +366,100 @@ fn tiled_body(c: &Call, rows: std::ops::Range<usize>, h: usize, is: usize) -> Ve
                 keys_t[d * TILE_KV + t] = x;
             }
         }
-        for (i, part) in parts.iter_mut().enumerate() {
-            let query = &queries[i * dk..(i + 1) * dk];
-            let mut scores = [0f32; TILE_KV];
-            for (d, &qv) in query.iter().enumerate() {
-                let keys = &keys_t[d * TILE_KV..(d + 1) * TILE_KV];
-                for (s, &kv) in scores.iter_mut().zip(keys) {
-                    *s = kv.mul_add(qv, *s);
+        // four queries at a time, so that each key and value loaded serves
+        // four sums and the sums overlap; each query's arithmetic is its own
+        for (g, group) in parts.chunks_mut(GROUP).enumerate() {
+            let i0 = g * GROUP;
+            let mut scores = [[0f32; TILE_KV]; GROUP];
+            let q: [&[f32]; GROUP] = std::array::from_fn(|r| {
+                let i = i0 + r.min(group.len() - 1);
+                &queries[i * dk..(i + 1) * dk]
+            });
+            score_group(c.isa, &keys_t, q, &mut scores);
+            for (r, (part, row)) in group.iter_mut().zip(scores.iter_mut()).enumerate() {
+                row.iter_mut().for_each(|s| *s *= c.scale);
+                if c.softcap != 0.0 {
+                    row.iter_mut().for_each(|s| *s = s.tanh() * c.softcap);
                 }
-            }
-            scores.iter_mut().for_each(|s| *s *= c.scale);
-            if c.softcap != 0.0 {
-                scores.iter_mut().for_each(|s| *s = s.tanh() * c.softcap);
-            }
-            scores[nk..].fill(f32::NEG_INFINITY);
-            if masked {
-                for (s, &m) in scores.iter_mut().zip(&masks[i][ic..ic + nk]) {
-                    *s += m;
+                row[nk..].fill(f32::NEG_INFINITY);
+                if masked {
+                    for (s, &m) in row.iter_mut().zip(&masks[i0 + r][ic..ic + nk]) {
+                        *s += m;
+                    }
                 }
-            }
-            let tile_max = scores.iter().copied().fold(f32::NEG_INFINITY, max_as_ggml);
-            if tile_max == f32::NEG_INFINITY {
-                continue;
-            }
-            let new_max = part.max.max(tile_max);
-            if new_max > part.max {
-                let ms = (part.max - new_max).exp();
-                part.values.iter_mut().for_each(|x| *x *= ms);
-                part.sum *= ms;
-            }
-            part.max = new_max;
-            let mut sum = 0f64;
-            for g in scores.chunks_exact_mut(8) {
-                g.iter_mut().for_each(|x| *x = ggml_exp(*x - new_max));
-                sum += (((g[0] + g[4]) + (g[2] + g[6])) + ((g[1] + g[5]) + (g[3] + g[7]))) as f64;
-            }
-            part.sum = (part.sum as f64 + sum) as f32;
-            for (t, &w) in scores.iter().enumerate().take(nk) {
-                let value = &values[t * dv..(t + 1) * dv];
-                for (a, x) in part.values.iter_mut().zip(value) {
-                    *a = x.mul_add(w, *a);
+                let tile_max = row.iter().copied().fold(f32::NEG_INFINITY, max_as_ggml);
+                if tile_max == f32::NEG_INFINITY {
+                    // as ggml: the query's weights are zero for this tile
+                    row.fill(0.0);
+                    continue;
                 }
+                let new_max = part.max.max(tile_max);
+                if new_max > part.max {
+                    let ms = (part.max - new_max).exp();
+                    part.values.iter_mut().for_each(|x| *x *= ms);
+                    part.sum *= ms;
+                }
+                part.max = new_max;
+                let mut sum = 0f64;
+                for g in row.chunks_exact_mut(8) {
+                    g.iter_mut().for_each(|x| *x = ggml_exp(*x - new_max));
+                    sum +=
+                        (((g[0] + g[4]) + (g[2] + g[6])) + ((g[1] + g[5]) + (g[3] + g[7]))) as f64;
+                }
+                part.sum = (part.sum as f64 + sum) as f32;
             }
+            let mut acc: Vec<&mut [f32]> =
+                group.iter_mut().map(|p| p.values.as_mut_slice()).collect();
+            add_values(c.isa, &values[..nk * dv], dv, &scores, &mut acc);
         }
     }
     parts
+}
+
+/// `scores[r][t] = fma(key t, query r, ...)` over the dimensions in
+/// order, from zero: the keys transposed, `[dimension][key]`.
+#[inline(always)]
+fn score_group(isa: Isa, keys_t: &[f32], q: [&[f32]; GROUP], scores: &mut [[f32; TILE_KV]; GROUP]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        // SAFETY: the AVX-512 level; the keys hold `q[r].len()` rows of
+        // TILE_KV values.
+        return unsafe { x86::score_group(keys_t, q, scores) };
+    }
+    let _ = isa;
+    for d in 0..q[0].len() {
+        let keys = &keys_t[d * TILE_KV..(d + 1) * TILE_KV];
+        for (row, q) in scores.iter_mut().zip(q) {
+            for (s, &kv) in row.iter_mut().zip(keys) {
+                *s = kv.mul_add(q[d], *s);
+            }
+        }
+    }
+}
+
+/// `acc[r][e] = fma(value t [e], weights[r][t], acc[r][e])` for each key
+/// `t` in order: `values` holds the keys' values, `dv` each.
+#[inline(always)]
+fn add_values(
+    isa: Isa,
+    values: &[f32],
+    dv: usize,
+    weights: &[[f32; TILE_KV]; GROUP],
+    acc: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 && dv % 64 == 0 {
+        // SAFETY: the AVX-512 level; whole rows of dv values.
+        return unsafe { x86::add_values(values, dv, weights, acc) };
+    }
+    let _ = isa;
+    for (t, value) in values.chunks_exact(dv).enumerate() {
+        for (a, w) in acc.iter_mut().zip(weights) {
+            for (a, x) in a.iter_mut().zip(value) {
+                *a = x.mul_add(w[t], *a);
+            }
+        }
+    }
 }
 
 /// ggml's `MAX(a, b)`: `a > b ? a : b`.
@@ -511,5 +562,84 @@ mod x86 {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
             _mm_set_ss(x),
         )))
+    }
+
+    /// [`super::score_group`] on AVX-512: four queries' 64 scores in
+    /// sixteen registers.
+    ///
+    /// # Safety
+    /// AVX-512 F; the keys hold `q[r].len()` rows of 64 values.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn score_group(
+        keys_t: &[f32],
+        q: [&[f32]; super::GROUP],
+        scores: &mut [[f32; super::TILE_KV]; super::GROUP],
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 4]; super::GROUP];
+        for d in 0..q[0].len() {
+            // SAFETY: row d of the keys holds 64 values.
+            let k: [__m512; 4] = std::array::from_fn(|j| unsafe {
+                _mm512_loadu_ps(keys_t.as_ptr().add(d * 64 + 16 * j))
+            });
+            for (acc, q) in acc.iter_mut().zip(q) {
+                let qv = _mm512_set1_ps(q[d]);
+                for (a, k) in acc.iter_mut().zip(k) {
+                    *a = _mm512_fmadd_ps(k, qv, *a);
+                }
+            }
+        }
+        for (row, acc) in scores.iter_mut().zip(acc) {
+            for (j, a) in acc.iter().enumerate() {
+                // SAFETY: 16 floats into the row's 64.
+                unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * j), *a) };
+            }
+        }
+    }
+
+    /// [`super::add_values`] on AVX-512, `dv` a multiple of 64: each group
+    /// of 64 output values of the four queries held in sixteen registers
+    /// across the keys.
+    ///
+    /// # Safety
+    /// AVX-512 F; `values` holds whole rows of `dv` values; every `acc`
+    /// row `dv`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn add_values(
+        values: &[f32],
+        dv: usize,
+        weights: &[[f32; super::TILE_KV]; super::GROUP],
+        acc: &mut [&mut [f32]],
+    ) {
+        let n = values.len() / dv;
+        let rows = acc.len();
+        for e0 in (0..dv).step_by(64) {
+            let mut a = [[_mm512_setzero_ps(); 4]; super::GROUP];
+            for (r, a) in a.iter_mut().enumerate().take(rows) {
+                for (j, a) in a.iter_mut().enumerate() {
+                    // SAFETY: 16 of the row's dv values.
+                    *a = unsafe { _mm512_loadu_ps(acc[r].as_ptr().add(e0 + 16 * j)) };
+                }
+            }
+            for t in 0..n {
+                // SAFETY: 16 of value row t's dv values.
+                let v: [__m512; 4] = std::array::from_fn(|j| unsafe {
+                    _mm512_loadu_ps(values.as_ptr().add(t * dv + e0 + 16 * j))
+                });
+                for (a, w) in a.iter_mut().zip(weights) {
+                    let wv = _mm512_set1_ps(w[t]);
+                    for (a, v) in a.iter_mut().zip(v) {
+                        *a = _mm512_fmadd_ps(v, wv, *a);
+                    }
+                }
+            }
+            for (r, a) in a.iter().enumerate().take(rows) {
+                for (j, a) in a.iter().enumerate() {
+                    // SAFETY: 16 of the row's dv values.
+                    unsafe { _mm512_storeu_ps(acc[r].as_mut_ptr().add(e0 + 16 * j), *a) };
+                }
+            }
+        }
     }
 }

@@ -98,6 +98,23 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                         bias: bias[j * k / 4..].as_ptr(),
                     })
                     .collect();
+                if let (1, Some(matvec)) = (n, tiles.matvec) {
+                    return par_ranges(m, 16, |range| {
+                        // SAFETY: the rows of range hold nb blocks, the
+                        // column k codes; the outputs of range are this
+                        // task's.
+                        unsafe {
+                            matvec(
+                                a.row(range.start),
+                                a.stride,
+                                range.len(),
+                                acts[0],
+                                nb,
+                                out.0[0].add(range.start),
+                            )
+                        }
+                    });
+                }
                 // a task's rows in chunks that stay in L2 while every
                 // column passes over them
                 par_ranges(m.div_ceil(TILE_ROWS), 4, |range| {
@@ -166,10 +183,16 @@ struct Tiles {
     one: Tile<1>,
     two: Tile<2>,
     three: Tile<3>,
-    /// With AVX-512 VNNI, in eight lanes: two rows a register.
+    /// With AVX-512 VNNI, in eight lanes (two rows a register), wider
+    /// tiles.
     four: Option<Tile<4>>,
     eight: Option<Tile<8>>,
+    /// One column over many rows, the loop inside the kernel.
+    matvec: Option<Matvec>,
 }
+
+/// `out[i] = dot(row i, col)` for `count` rows `stride` bytes apart.
+type Matvec = unsafe fn(*const u8, usize, usize, Acts, usize, *mut f32);
 
 impl Tiles {
     fn new(isa: Isa, dtype: DType, order: Order) -> Tiles {
@@ -190,6 +213,7 @@ impl Tiles {
                     three: of!(3),
                     four: None,
                     eight: None,
+                    matvec: None,
                 }
             }};
         }
@@ -197,21 +221,23 @@ impl Tiles {
         {
             use x86::{tile_avx2, tile_vnni};
             if isa >= Isa::Avx512Vnni {
-                let (four, eight): (Tile<4>, Tile<8>) = match (dtype, order) {
-                    (DType::Q8_0, _) => (
-                        x86::tile_vnni512::<{ format::Q8_0 }, 4>,
-                        x86::tile_vnni512::<{ format::Q8_0 }, 8>,
-                    ),
-                    (_, Order::EightLanes) => (
-                        x86::tile_vnni512::<{ format::Q4_0 }, 4>,
-                        x86::tile_vnni512::<{ format::Q4_0 }, 8>,
-                    ),
-                    (_, Order::WholeBlocks) => return pick!(tile_vnni),
-                };
-                return Tiles {
-                    four: Some(four),
-                    eight: Some(eight),
-                    ..pick!(tile_vnni)
+                // eight lanes: two rows to a 512-bit register
+                macro_rules! wide {
+                    ($f:expr) => {
+                        Tiles {
+                            one: x86::tile_vnni512::<{ $f }, 1>,
+                            two: x86::tile_vnni512::<{ $f }, 2>,
+                            three: x86::tile_vnni512::<{ $f }, 3>,
+                            four: Some(x86::tile_vnni512::<{ $f }, 4>),
+                            eight: Some(x86::tile_vnni512::<{ $f }, 8>),
+                            matvec: Some(x86::matvec_vnni512::<{ $f }>),
+                        }
+                    };
+                }
+                return match (dtype, order) {
+                    (DType::Q8_0, _) => wide!(format::Q8_0),
+                    (_, Order::EightLanes) => wide!(format::Q4_0),
+                    (_, Order::WholeBlocks) => pick!(tile_vnni),
                 };
             }
             if isa >= Isa::Avx2 {
@@ -516,6 +542,47 @@ mod x86 {
         results::<WHOLE, C>(lanes, whole)
     }
 
+    /// AVX-512 VNNI, eight lanes, one column: `count` rows from `first`
+    /// (`stride` bytes apart) into `out`, four at a time as
+    /// [`tile_vnni512`] takes them, the loop inside the kernel and the
+    /// next rows asked for ahead (token generation's mat-vec, where a
+    /// call per tile cost as much as the tile).
+    ///
+    /// # Safety
+    /// AVX-512 F, VNNI and VL, AVX2, FMA and F16C; the rows hold `nb`
+    /// blocks of format `F`, the column `nb` blocks, `out` `count` values.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn matvec_vnni512<const F: u8>(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: Acts,
+        nb: usize,
+        out: *mut f32,
+    ) {
+        let row_bytes = nb * block_bytes(F);
+        let mut i = 0;
+        while i < count {
+            let live = TILE_ROWS.min(count - i);
+            let rows: [*const u8; TILE_ROWS] =
+                std::array::from_fn(|r| first.wrapping_add((i + r.min(live - 1)) * stride));
+            // the next group of rows, a line at a time
+            for line in (0..row_bytes).step_by(64) {
+                for row in rows {
+                    let next = row.wrapping_add(TILE_ROWS * stride + line);
+                    _mm_prefetch::<_MM_HINT_T0>(next as *const i8);
+                }
+            }
+            // SAFETY: caller's contract.
+            let dots = unsafe { tile_vnni512::<F, 1>(rows, [col], nb) };
+            for (r, &v) in dots[0].iter().take(live).enumerate() {
+                // SAFETY: out holds count values.
+                unsafe { *out.add(i + r) = v };
+            }
+            i += TILE_ROWS;
+        }
+    }
+
     /// AVX-512 VNNI, eight lanes, `C` columns: two rows to a 512-bit
     /// register (the low eight lanes one row's, the high eight the
     /// next's), so that each `vpdpbusd`, conversion, scale product and
@@ -523,6 +590,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX-512 F, VNNI and VL, AVX2, FMA and F16C; as `tile_portable`.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn tile_vnni512<const F: u8, const C: usize>(
         rows: [*const u8; TILE_ROWS],

@@ -11,7 +11,7 @@
 //! - **the vector dot** (`ggml_vec_dot_f16`, for one column and whatever
 //!   tinyBLAS declines): `kernels::half_dot`.
 
-use crate::kernels::half_dot::{HalfDot, half_at, half_dot};
+use crate::kernels::half_dot::{HalfDotRows, half_at, half_dot_rows};
 use crate::kernels::isa::Isa;
 use crate::kernels::matmul::operands::{Cols, WeightRows};
 use crate::kernels::parallel::par_ranges;
@@ -73,12 +73,19 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             }
         }),
         Order::VectorDot => par_ranges(m, 16, |range| {
-            for i in range {
-                for (&col, &o) in b.0.iter().zip(&out.0) {
-                    // SAFETY: row i and the column hold k values; output
-                    // row i is this task's.
-                    unsafe { *o.add(i) = (kernels.vector_dot)(a.row(i), col, k) };
-                }
+            for (&col, &o) in b.0.iter().zip(&out.0) {
+                // SAFETY: the rows of range and the column hold k values;
+                // the outputs of range are this task's.
+                unsafe {
+                    (kernels.vector_dot)(
+                        a.row(range.start),
+                        a.stride,
+                        range.len(),
+                        col,
+                        k,
+                        o.add(range.start),
+                    )
+                };
             }
         }),
     }
@@ -94,7 +101,7 @@ struct Kernels {
     eight_lanes: EightLanes,
     /// Columns `eight_lanes` computes (the rest of its array are copies).
     cols: usize,
-    vector_dot: HalfDot,
+    vector_dot: HalfDotRows,
 }
 
 impl Kernels {
@@ -109,7 +116,7 @@ impl Kernels {
         Kernels {
             eight_lanes,
             cols,
-            vector_dot: half_dot(isa),
+            vector_dot: half_dot_rows(isa),
         }
     }
 }
