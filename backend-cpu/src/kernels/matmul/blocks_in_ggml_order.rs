@@ -599,19 +599,21 @@ mod x86 {
     ) -> [[f32; TILE_ROWS]; C] {
         let mut acc = [[_mm512_setzero_ps(); 2]; C];
         let pair_i = |a: __m256i, b: __m256i| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b);
-        let pair_f = |a: f32, b: f32| {
-            _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-                _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a))),
-                _mm256_castps_pd(_mm256_set1_ps(b)),
-            ))
-        };
+        // the four rows' scales spread over the halves of two registers
+        let spread = [
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+            _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        ];
+        let bb = block_bytes(F);
         for blk in 0..nb {
             // SAFETY: block blk of every row and column exists.
             unsafe {
                 let w = rows.map(|row| codes::<F, false>(row, blk));
-                let dw = rows.map(|row| weight_scale::<F>(row, blk));
+                let half = |r: usize| (rows[r].add(blk * bb) as *const i16).read_unaligned();
+                let dw = _mm_cvtph_ps(_mm_setr_epi16(half(0), half(1), half(2), half(3), 0, 0, 0, 0));
+                let dw = _mm512_castps128_ps512(dw);
                 let wp = [pair_i(w[0], w[1]), pair_i(w[2], w[3])];
-                let dp = [pair_f(dw[0], dw[1]), pair_f(dw[2], dw[3])];
+                let dp = spread.map(|idx| _mm512_permutexvar_ps(idx, dw));
                 for (c, acc) in acc.iter_mut().enumerate() {
                     let x = _mm512_broadcast_i64x4(_mm256_loadu_si256(
                         cols[c].codes.add(blk * 32) as *const __m256i
