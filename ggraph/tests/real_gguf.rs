@@ -524,6 +524,33 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The same, with each lower instruction set's kernels (child processes
+/// of this test binary with `GGRAPH_CPU_ISA`): every path sums as ggml.
+#[test]
+fn exact_files_give_llama_cpp_s_logits_on_every_instruction_set() {
+    if model_dir().is_none() || std::env::var_os("GGRAPH_CPU_ISA").is_some() {
+        return;
+    }
+    for isa in ["avx512", "avx2", "portable"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "exact_files_give_llama_cpp_s_logits_step_by_step",
+                "--nocapture",
+            ])
+            .env("GGRAPH_CPU_ISA", isa)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "GGRAPH_CPU_ISA={isa}:\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        eprint!("{stderr}");
+    }
+}
+
 /// After a prompt of 300 tokens, the steps read 512 cached cells, where
 /// llama.cpp's flash attention splits the keys over its threads (two,
 /// when it recorded `fixtures/real_gguf/long_context.json`, so two here):

@@ -610,7 +610,16 @@ mod x86 {
             unsafe {
                 let w = rows.map(|row| codes::<F, false>(row, blk));
                 let half = |r: usize| (rows[r].add(blk * bb) as *const i16).read_unaligned();
-                let dw = _mm_cvtph_ps(_mm_setr_epi16(half(0), half(1), half(2), half(3), 0, 0, 0, 0));
+                let dw = _mm_cvtph_ps(_mm_setr_epi16(
+                    half(0),
+                    half(1),
+                    half(2),
+                    half(3),
+                    0,
+                    0,
+                    0,
+                    0,
+                ));
                 let dw = _mm512_castps128_ps512(dw);
                 let wp = [pair_i(w[0], w[1]), pair_i(w[2], w[3])];
                 let dp = spread.map(|idx| _mm512_permutexvar_ps(idx, dw));
