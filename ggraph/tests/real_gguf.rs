@@ -483,7 +483,16 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
                 .unwrap(),
             );
             let mut worst = 0f32;
-            for (p, (prompt, run)) in prompts.iter().zip(&runs).enumerate() {
+            // in the children of the test below (each instruction set), the
+            // first prompt's first eight steps: enough to part, at a third
+            // of the time
+            let child = std::env::var_os("GGRAPH_CPU_ISA").is_some();
+            let (n_prompts, n_steps) = if child {
+                (1, 8)
+            } else {
+                (prompts.len(), usize::MAX)
+            };
+            for (p, (prompt, run)) in prompts.iter().zip(&runs).enumerate().take(n_prompts) {
                 let params = ContextParams {
                     n_ctx: 512,
                     n_batch: 512,
@@ -492,7 +501,7 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
                 };
                 let mut ctx = Context::new(model.clone(), params).unwrap();
                 ctx.decode(&Batch::tokens(&ids(&prompt["ids"]))).unwrap();
-                for (s, step) in run.iter().enumerate() {
+                for (s, step) in run.iter().enumerate().take(n_steps) {
                     let logits = ctx.logits();
                     let (token, top, _) = step.with(attention);
                     let here = format!("{kind} repack {repack} {attention:?} prompt {p} step {s}");
@@ -524,8 +533,9 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The same, with each lower instruction set's kernels (child processes
-/// of this test binary with `GGRAPH_CPU_ISA`): every path sums as ggml.
+/// The same (the first prompt's first eight steps), with each lower
+/// instruction set's kernels (child processes of this test binary with
+/// `GGRAPH_CPU_ISA`): every path sums as ggml.
 #[test]
 fn exact_files_give_llama_cpp_s_logits_on_every_instruction_set() {
     if model_dir().is_none() || std::env::var_os("GGRAPH_CPU_ISA").is_some() {
@@ -615,9 +625,13 @@ fn exact_files_give_llama_cpp_s_logits_after_a_long_prompt() {
 
 /// Each prompt followed by llama.cpp's tokens, decoded alone and as one
 /// of three sequences in one batch (where other kernel paths run: more
-/// columns a product): at every step where llama.cpp's top-2 gap is above
+/// columns a product, and flash attention's tiles, which ggml and so
+/// ggraph take from 64 queries on, where alone the prompt takes the
+/// one-query loop): at every step where llama.cpp's top-2 gap is above
 /// the file's spread `tau`, both give llama.cpp's token, and their logits
-/// stay within `tau` of each other.
+/// stay within `LOGIT_BOUND_TAUS * tau` of each other (two of ggml's
+/// attention algorithms apart, as llama.cpp's flash attention on and off
+/// are).
 #[test]
 fn a_prompt_decoded_with_others_gives_its_tokens_alone() {
     let Some(dir) = model_dir() else { return };
@@ -694,8 +708,10 @@ fn a_prompt_decoded_with_others_gives_its_tokens_alone() {
                     .fold(0.0f32, f32::max);
                 let (token, _, gap) = rec.with(Attention::Flash);
                 let here = format!("{kind} prompt {s} step {step}");
-                if worst > tau {
-                    failures.push(format!("{here}: logits {worst:.3} apart > tau {tau:.3}"));
+                if worst > LOGIT_BOUND_TAUS * tau {
+                    failures.push(format!(
+                        "{here}: logits {worst:.3} apart > {LOGIT_BOUND_TAUS} tau {tau:.3}"
+                    ));
                 }
                 if gap > tau && (runner::argmax(a) != token || runner::argmax(j) != token) {
                     failures.push(format!(

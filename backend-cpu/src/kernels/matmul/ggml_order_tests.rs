@@ -135,6 +135,18 @@ fn ggml_dot(dtype: DType, row: &[u8], x: &[f32], m: usize, n: usize) -> f32 {
 fn case(dtype: DType, m: usize, n: usize, k: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let w = values(m * k, (m * 31 + k) as u32);
     let x = values(n * k, (n * 7 + k) as u32);
+    case_of(dtype, m, n, k, w, x)
+}
+
+/// As [`case`] for the weights `w` and the columns `x`.
+fn case_of(
+    dtype: DType,
+    m: usize,
+    n: usize,
+    k: usize,
+    w: Vec<f32>,
+    x: Vec<f32>,
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
     let bytes = quant::quantize(dtype, &w).unwrap();
     let rb = bytes.len() / m;
     let want = (0..n * m)
@@ -232,9 +244,29 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
         .into_iter()
         .filter(|k| k.isa() <= isa::detected())
     {
-        for (m, n, k) in shapes(DType::Q4_0) {
-            let m = m.div_ceil(8) * 8;
-            let (bytes, x, want) = case(DType::Q4_0, m, n, k);
+        // past the VNNI panel's chunk of 4096 values too; and blocks whose
+        // sums are at their largest, where `sum * dw` is not exact in f32
+        let extreme = |m: usize, n: usize, k: usize| {
+            let w = (0..m * k)
+                .map(|i| if i % 32 == 0 { -1.0 } else { 0.9 })
+                .collect();
+            case_of(DType::Q4_0, m, n, k, w, vec![1.0; n * k])
+        };
+        let cases = shapes(DType::Q4_0)
+            .into_iter()
+            .chain([(40, 12, 4608), (16, 3, 4608)])
+            .map(|(m, n, k)| (m.div_ceil(8) * 8, n, k, false))
+            .chain([
+                (40, 1, 2112, true),
+                (40, 5, 2112, true),
+                (40, 12, 4608, true),
+            ]);
+        for (m, n, k, at_most) in cases {
+            let (bytes, x, want) = if at_most {
+                extreme(m, n, k)
+            } else {
+                case(DType::Q4_0, m, n, k)
+            };
             let mut laid = vec![0u8; bytes.len()];
             Interleaved::Q4_0.pack(&bytes, &mut laid, bytes.len() / m);
             let mut got = vec![f32::NAN; n * m];
@@ -246,7 +278,7 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
             failures.extend(differences(
                 &got,
                 &want,
-                format!("{kernels:?} m={m} n={n} k={k}"),
+                format!("{kernels:?} m={m} n={n} k={k} extreme {at_most}"),
             ));
         }
     }

@@ -112,7 +112,7 @@ pub(super) unsafe fn direct_vnni16<const R: usize, const C: usize>(
 }
 
 /// The panel kernel: 32 interleaved rows times PANEL_C columns over
-/// `nb` blocks, into `tile[c][r]`.
+/// `nb` blocks, added block by block to `tile[c][r]`.
 ///
 /// # Safety
 /// The panel holds `nb` blocks of 32 rows; the activation tile `nb`
@@ -134,8 +134,9 @@ pub(super) unsafe fn panel_vnni(
     let steps = f.qb / 4;
     // SAFETY: caller's contract.
     unsafe {
-        let mut fa0 = [_mm512_setzero_ps(); C];
-        let mut fa1 = [_mm512_setzero_ps(); C];
+        let mut fa0: [__m512; C] = std::array::from_fn(|c| _mm512_loadu_ps(tile[c].as_ptr()));
+        let mut fa1: [__m512; C] =
+            std::array::from_fn(|c| _mm512_loadu_ps(tile[c].as_ptr().add(16)));
         let mut wp = codes;
         let mut xp = xcodes as *const i32;
         for blk in 0..nb {
@@ -161,8 +162,8 @@ pub(super) unsafe fn panel_vnni(
             let d1 = _mm512_loadu_ps(dw.add(blk * PANEL_R + 16));
             for c in 0..C {
                 let dx = _mm512_set1_ps(*xd.add(blk * C + c));
-                fa0[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia0[c]), d0), dx, fa0[c]);
-                fa1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(ia1[c]), d1), dx, fa1[c]);
+                fa0[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia0[c]), _mm512_mul_ps(d0, dx), fa0[c]);
+                fa1[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia1[c]), _mm512_mul_ps(d1, dx), fa1[c]);
             }
             if f.has_min {
                 let m0 = _mm512_loadu_ps(mw.add(blk * PANEL_R));

@@ -176,20 +176,22 @@ fn gemm_from(kernel: PanelKernel, f: Format, a: Weights, m: usize, b: &Cols<f32>
                     for t in group.clone() {
                         let j0 = t * product.cols;
                         let nc = product.cols.min(n - j0);
-                        let tile = product.multiply(&f, panel, len / f.qb, acts, t, v0, nc);
-                        for (c, col) in tile.iter().enumerate().take(nc) {
-                            // SAFETY: output column j0 + c holds m values; rows
-                            // i0..i0+rows of the tile's columns are this task's.
-                            let dst = unsafe {
-                                std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0), rows)
-                            };
-                            if v0 == 0 {
-                                dst.copy_from_slice(&col[..rows]);
-                            } else {
-                                for (d, v) in dst.iter_mut().zip(col) {
-                                    *d += v;
-                                }
+                        // SAFETY: output column j0 + c holds m values; rows
+                        // i0..i0+rows of the tile's columns are this task's.
+                        let dst = |c: usize| unsafe {
+                            std::slice::from_raw_parts_mut(out.0[j0 + c].add(i0), rows)
+                        };
+                        // each chunk goes on from the sums of those before
+                        // it, so that the blocks add in order, as ggml's
+                        let mut tile = [[0f32; PANEL_R]; AMX_C];
+                        if v0 > 0 {
+                            for (c, col) in tile.iter_mut().enumerate().take(nc) {
+                                col[..rows].copy_from_slice(dst(c));
                             }
+                        }
+                        product.multiply(&f, panel, len / f.qb, acts, t, v0, nc, &mut tile);
+                        for (c, col) in tile.iter().enumerate().take(nc) {
+                            dst(c).copy_from_slice(&col[..rows]);
                         }
                     }
                 }
@@ -372,8 +374,9 @@ impl Product {
         if self.amx.is_some() { 1 } else { PANEL_C }
     }
 
-    /// The panel's `nb` blocks from value `v0` on times the `nc` columns
-    /// of tile `t`: `[column][row]`.
+    /// Adds the panel's `nb` blocks from value `v0` on times the `nc`
+    /// columns of tile `t` to `sums` (`[column][row]`): on VNNI block by
+    /// block into the sums, with AMX as one product added at the end.
     #[allow(clippy::too_many_arguments)]
     fn multiply(
         &self,
@@ -384,7 +387,8 @@ impl Product {
         t: usize,
         v0: usize,
         nc: usize,
-    ) -> [[f32; PANEL_R]; AMX_C] {
+        sums: &mut [[f32; PANEL_R]; AMX_C],
+    ) {
         let (k, nblk) = (acts.k(), acts.nblk());
         let blk0 = v0 / f.qb;
         let mut tile = [[0f32; PANEL_R]; AMX_C];
@@ -393,6 +397,7 @@ impl Product {
                 let xcodes = acts.codes[(t * k + v0) * PANEL_C..].as_ptr();
                 let xo = (t * nblk + blk0) * PANEL_C;
                 let mut four = [[0f32; PANEL_R]; PANEL_C];
+                four.copy_from_slice(&sums[..PANEL_C]);
                 // SAFETY: the panel and the tile hold nb blocks.
                 unsafe {
                     panel_vnni(
@@ -408,7 +413,7 @@ impl Product {
                         &mut four,
                     )
                 };
-                tile[..PANEL_C].copy_from_slice(&four);
+                sums[..PANEL_C].copy_from_slice(&four);
             }
             Some(amx) => {
                 let j0 = t * AMX_C;
@@ -435,9 +440,13 @@ impl Product {
                 // SAFETY: AMX was chosen for its unit; the configuration is
                 // that of nc columns; the chunk holds nb blocks, the columns
                 // blk0..blk0 + nb.
-                unsafe { on_unit(amx.unit, config, &chunk, &x, blk0, nc, &mut tile) }
+                unsafe { on_unit(amx.unit, config, &chunk, &x, blk0, nc, &mut tile) };
+                for (s, t) in sums.iter_mut().zip(&tile) {
+                    for (s, t) in s.iter_mut().zip(t) {
+                        *s += t;
+                    }
+                }
             }
         }
-        tile
     }
 }
