@@ -541,24 +541,7 @@ fn exact_files_give_llama_cpp_s_logits_on_every_instruction_set() {
     if model_dir().is_none() || std::env::var_os("GGRAPH_CPU_ISA").is_some() {
         return;
     }
-    for isa in ["avx512", "avx2", "portable"] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "exact_files_give_llama_cpp_s_logits_step_by_step",
-                "--nocapture",
-            ])
-            .env("GGRAPH_CPU_ISA", isa)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "GGRAPH_CPU_ISA={isa}:\n{}\n{stderr}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        eprint!("{stderr}");
-    }
+    on_every_lower_instruction_set("exact_files_give_llama_cpp_s_logits_step_by_step");
 }
 
 /// After a prompt of 300 tokens, the steps read 512 cached cells, where
@@ -1013,13 +996,16 @@ fn every_instruction_set_computes_llama_cpp_s_products() {
     {
         return;
     }
+    on_every_lower_instruction_set("products_and_norms_agree_with_llama_cpp_op_by_op");
+}
+
+/// Runs the test `name` of this binary in a child process for each lower
+/// instruction set (`GGRAPH_CPU_ISA`), and fails with its output if one
+/// fails.
+fn on_every_lower_instruction_set(name: &str) {
     for isa in ["avx512", "avx2", "portable"] {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "products_and_norms_agree_with_llama_cpp_op_by_op",
-                "--nocapture",
-            ])
+            .args(["--exact", name, "--nocapture"])
             .env("GGRAPH_CPU_ISA", isa)
             .output()
             .unwrap();

@@ -109,6 +109,22 @@ pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The sums of the eight lanes of each half of `v`, as [`hsum256`] sums
+/// them: two dots kept in one 512-bit register.
+///
+/// # Safety
+/// The processor has AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(crate) unsafe fn hsum256_halves(v: std::arch::x86_64::__m512) -> [f32; 2] {
+    use std::arch::x86_64::*;
+    let lo = _mm512_castps512_ps256(v);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    // SAFETY: AVX2 is enabled here.
+    unsafe { [hsum256(lo), hsum256(hi)] }
+}
+
 /// The f16 at `p` as f32.
 ///
 /// # Safety

@@ -381,7 +381,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Acts, TILE_ROWS, block_bytes, format};
-    use crate::kernels::math::{f16_at, hsum256};
+    use crate::kernels::math::{f16_at, hsum256, hsum256_halves};
 
     /// The scale of block `blk` of `row`, with F16C.
     #[inline(always)]
@@ -641,13 +641,10 @@ mod x86 {
         let mut out = [[0f32; TILE_ROWS]; C];
         for (o, acc) in out.iter_mut().zip(acc) {
             for (pair, a) in acc.iter().enumerate() {
-                let lo = _mm512_castps512_ps256(*a);
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
-                // SAFETY: AVX2 is enabled here.
-                unsafe {
-                    o[2 * pair] = hsum256(lo);
-                    o[2 * pair + 1] = hsum256(hi);
-                }
+                // SAFETY: AVX-512 F is enabled here.
+                let [first, second] = unsafe { hsum256_halves(*a) };
+                o[2 * pair] = first;
+                o[2 * pair + 1] = second;
             }
         }
         out
