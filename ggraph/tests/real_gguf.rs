@@ -10,7 +10,7 @@
 //! # What agreement means here
 //!
 //! Exactly, for the files whose every tensor ggraph computes as ggml's CPU
-//! does (F16, Q8_0 and Q4_0; `EXACT`): their products sum in ggml's order,
+//! does (F16, Q8_0, Q4_0 and IQ4_NL; `EXACT`): their products sum in ggml's order,
 //! rope, softmax, SiLU and flash attention follow ggml's float steps, so
 //! decoded as llama.cpp decoded its fixtures (the prompt, then a token a
 //! decode) every greedy token is llama.cpp's and every logit equals its to
@@ -444,13 +444,15 @@ const EXACT_LOGIT_BOUND: f32 = 2e-4;
 
 /// The files whose every product ggraph sums in ggml's order, with the
 /// attention settings whose kernels it follows too.
-const EXACT: [(&str, Attention); 6] = [
+const EXACT: [(&str, Attention); 8] = [
     ("F16", Attention::Standard),
     ("F16", Attention::Flash),
     ("Q8_0", Attention::Standard),
     ("Q8_0", Attention::Flash),
     ("Q4_0", Attention::Standard),
     ("Q4_0", Attention::Flash),
+    ("IQ4_NL", Attention::Standard),
+    ("IQ4_NL", Attention::Flash),
 ];
 
 /// As llama.cpp made the fixtures: each prompt in one decode, then one

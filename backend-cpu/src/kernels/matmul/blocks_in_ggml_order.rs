@@ -1,4 +1,4 @@
-//! Q8_0 and Q4_0 rows in GGUF's layout times activations quantised to
+//! Q8_0, Q4_0 and IQ4_NL rows in GGUF's layout times activations quantised to
 //! Q8_0, each dot summed as ggml's x86 kernels sum it, so that every
 //! output equals llama.cpp's bit for bit. The integer sums are exact
 //! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
@@ -13,15 +13,16 @@
 //!   exact in f32); the lanes are then summed as `((l0 + l4) + (l2 + l6))
 //!   + ((l1 + l5) + (l3 + l7))`;
 //! - **whole blocks** (ggml's repacked Q4_0 kernels, which it runs for
-//!   every Q4_0 matrix of whole groups of eight rows): each block's whole
+//!   every Q4_0 and IQ4_NL matrix of whole groups of eight rows): each block's whole
 //!   integer sum, `acc = fma(sum, dw * dx, acc)` from the first block on.
 //!
-//! Q4_0's codes are its nibbles less 8, signed as Q8_0's.
+//! Q4_0's codes are its nibbles less 8, IQ4_NL's the IQ4 table's values
+//! at its nibbles, signed as Q8_0's.
 
 use std::cell::RefCell;
 
 use ggraph_core::DType;
-use ggraph_core::quant::f16_to_f32;
+use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
@@ -38,13 +39,14 @@ pub(crate) enum Order {
 }
 
 /// The order ggml sums a product of `m` rows of `dtype` in, where it is
-/// one of these (Q8_0 and Q4_0).
+/// one of these (Q8_0, Q4_0 and IQ4_NL).
 pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
     match dtype {
         DType::Q8_0 => Some(Order::EightLanes),
-        // ggml repacks a Q4_0 matrix of whole groups of eight rows
-        DType::Q4_0 if m % 8 == 0 => Some(Order::WholeBlocks),
-        DType::Q4_0 => Some(Order::EightLanes),
+        // ggml repacks a Q4_0 or IQ4_NL matrix of whole groups of eight
+        // rows
+        DType::Q4_0 | DType::IQ4_NL if m % 8 == 0 => Some(Order::WholeBlocks),
+        DType::Q4_0 | DType::IQ4_NL => Some(Order::EightLanes),
         _ => None,
     }
 }
@@ -80,10 +82,12 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let (k, n) = (a.k, b.0.len());
     let nb = k / 32;
     let Some(order) = order(a.dtype, m) else {
-        unreachable!("dispatch sends only Q8_0 and Q4_0 rows here");
+        unreachable!("dispatch sends only Q8_0, Q4_0 and IQ4_NL rows here");
     };
     let tiles = Tiles::new(isa, a.dtype, order);
-    let offset = if a.dtype == DType::Q8_0 { 128 } else { 8 };
+    // the VNNI kernels' unsigned weights: Q8_0's and IQ4_NL's values plus
+    // 128, Q4_0's nibbles (its values plus 8)
+    let offset = if a.dtype == DType::Q4_0 { 8 } else { 128 };
     with_scratch(&CODES, n * k, |codes| {
         with_scratch(&SCALES, n * nb, |scales| {
             with_scratch(&BIAS, n * k / 4, |bias| {
@@ -202,6 +206,12 @@ impl Tiles {
                     ($c:literal) => {
                         match (dtype, order) {
                             (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false, $c>,
+                            (DType::IQ4_NL, Order::EightLanes) => {
+                                $kernel::<{ format::IQ4_NL }, false, $c>
+                            }
+                            (DType::IQ4_NL, Order::WholeBlocks) => {
+                                $kernel::<{ format::IQ4_NL }, true, $c>
+                            }
                             (_, Order::EightLanes) => $kernel::<{ format::Q4_0 }, false, $c>,
                             (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, true, $c>,
                         }
@@ -235,9 +245,10 @@ impl Tiles {
                     };
                 }
                 return match (dtype, order) {
-                    (DType::Q8_0, _) => wide!(format::Q8_0),
-                    (_, Order::EightLanes) => wide!(format::Q4_0),
                     (_, Order::WholeBlocks) => pick!(tile_vnni),
+                    (DType::Q8_0, _) => wide!(format::Q8_0),
+                    (DType::IQ4_NL, _) => wide!(format::IQ4_NL),
+                    _ => wide!(format::Q4_0),
                 };
             }
             if isa >= Isa::Avx2 {
@@ -299,6 +310,7 @@ impl Tiles {
 mod format {
     pub(super) const Q8_0: u8 = 0;
     pub(super) const Q4_0: u8 = 1;
+    pub(super) const IQ4_NL: u8 = 2;
 }
 
 /// Bytes of a block of format `F`.
@@ -326,10 +338,14 @@ unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 
     unsafe {
         let q = row.add(blk * block_bytes(F) + 2);
         if F == format::Q8_0 {
-            *(q.add(v) as *const i8) as i32
+            return *(q.add(v) as *const i8) as i32;
+        }
+        let byte = *q.add(v % 16);
+        let nibble = if v < 16 { byte & 15 } else { byte >> 4 };
+        if F == format::IQ4_NL {
+            IQ4_VALUES[nibble as usize] as i32
         } else {
-            let byte = *q.add(v % 16);
-            (if v < 16 { byte & 15 } else { byte >> 4 }) as i32 - 8
+            nibble as i32 - 8
         }
     }
 }
@@ -380,7 +396,7 @@ unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, TILE_ROWS, block_bytes, format};
+    use super::{Acts, IQ4_VALUES, TILE_ROWS, block_bytes, format};
     use crate::kernels::math::{f16_at, hsum256, hsum256_halves};
 
     /// The scale of block `blk` of `row`, with F16C.
@@ -391,8 +407,8 @@ mod x86 {
     }
 
     /// The 32 codes of block `blk` of `row`: signed (`SIGNED`), or
-    /// unsigned, the codes plus the format's offset (Q8_0's top bit
-    /// flipped, Q4_0's nibbles as they are).
+    /// unsigned, the codes plus the format's offset (Q8_0's and IQ4_NL's
+    /// top bit flipped, Q4_0's nibbles as they are).
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn codes<const F: u8, const SIGNED: bool>(row: *const u8, blk: usize) -> __m256i {
@@ -410,6 +426,16 @@ mod x86 {
             let v = _mm_loadu_si128(q as *const __m128i);
             let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
             let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+            if F == format::IQ4_NL {
+                let values = _mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i);
+                let values = _mm256_broadcastsi128_si256(values);
+                let w = _mm256_shuffle_epi8(values, nibbles);
+                return if SIGNED {
+                    w
+                } else {
+                    _mm256_xor_si256(w, _mm256_set1_epi8(-128))
+                };
+            }
             if SIGNED {
                 _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8))
             } else {
@@ -665,7 +691,7 @@ mod tests {
     fn every_instruction_set_sums_as_the_portable_kernel() {
         let nb = 9;
         let mut s = 7u32;
-        for (dtype, bb) in [(DType::Q8_0, 34), (DType::Q4_0, 18)] {
+        for (dtype, bb) in [(DType::Q8_0, 34), (DType::Q4_0, 18), (DType::IQ4_NL, 18)] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
                     let mut row = vec![0u8; nb * bb];
@@ -695,7 +721,7 @@ mod tests {
                 })
                 .collect();
             let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
-            let offset = if dtype == DType::Q8_0 { 128 } else { 8 };
+            let offset = if dtype == DType::Q4_0 { 8 } else { 128 };
             let bias: Vec<Vec<i32>> = codes
                 .iter()
                 .map(|q| {

@@ -26,7 +26,7 @@ use Weights::{Float, Only, Quantized, RoundedExactly};
 pub(super) enum Path {
     /// Rows of no values: every output is zero.
     Zeros,
-    /// Q8_0 and Q4_0 rows, each dot summed in ggml's order
+    /// Q8_0, Q4_0 and IQ4_NL rows, each dot summed in ggml's order
     /// (`blocks_in_ggml_order`).
     BlocksInGgmlOrder,
     /// F16 rows, each dot summed in ggml's order
@@ -138,7 +138,8 @@ const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const F16: &[DType] = &[DType::F16];
-const Q8_Q4: &[DType] = &[DType::Q8_0, DType::Q4_0];
+/// The 32-value block formats summed in ggml's order.
+const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::IQ4_NL];
 /// The 32-value block formats (the AVX2 block dot reads them in place).
 const BLOCKS_32: &[DType] = &[
     DType::Q4_0,
@@ -190,7 +191,7 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights; rows not packed fall through to the last rule
-    rule(ANY_ISA,      Only(Q8_Q4),    Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
+    rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
     rule(VNNI,         Only(BLOCKS_32_NO_FUSED), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),

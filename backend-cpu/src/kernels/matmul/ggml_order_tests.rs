@@ -94,11 +94,16 @@ fn ggml_dot(dtype: DType, row: &[u8], x: &[f32], m: usize, n: usize) -> f32 {
             }
             hsum8(lanes)
         }
-        DType::Q4_0 => {
+        DType::Q4_0 | DType::IQ4_NL => {
             let (codes, scales) = q8_0_column(x);
             let code = |block: &[u8], v: usize| {
                 let byte = block[2 + v % 16];
-                (if v < 16 { byte & 15 } else { byte >> 4 }) as i32 - 8
+                let nibble = if v < 16 { byte & 15 } else { byte >> 4 };
+                if dtype == DType::IQ4_NL {
+                    ggraph_core::quant::IQ4_VALUES[nibble as usize] as i32
+                } else {
+                    nibble as i32 - 8
+                }
             };
             if m % 8 == 0 {
                 // the repacked kernels: a block's whole sum, one step
@@ -213,7 +218,7 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
 fn every_path_gives_ggml_s_bits() {
     let mut failures = Vec::new();
     for isa in isa::all_supported() {
-        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0] {
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL] {
             for (m, n, k) in shapes(dtype) {
                 let (bytes, x, want) = case(dtype, m, n, k);
                 let mut got = vec![f32::NAN; n * m];
@@ -240,19 +245,22 @@ fn every_path_gives_ggml_s_bits() {
 fn every_repacked_kernel_gives_ggml_s_bits() {
     use super::interleaved_gemm::{Kernels, gemm_with as interleaved_with};
     let mut failures = Vec::new();
-    for kernels in Kernels::ALL
+    let kernels = Kernels::ALL
         .into_iter()
-        .filter(|k| k.isa() <= isa::detected())
+        .filter(|k| k.isa() <= isa::detected());
+    for (kernels, layout) in
+        kernels.flat_map(|k| [(k, Interleaved::Q4_0), (k, Interleaved::IQ4_NL)])
     {
+        let dtype = layout.dtype();
         // past the VNNI panel's chunk of 4096 values too; and blocks whose
         // sums are at their largest, where `sum * dw` is not exact in f32
         let extreme = |m: usize, n: usize, k: usize| {
             let w = (0..m * k)
                 .map(|i| if i % 32 == 0 { -1.0 } else { 0.9 })
                 .collect();
-            case_of(DType::Q4_0, m, n, k, w, vec![1.0; n * k])
+            case_of(dtype, m, n, k, w, vec![1.0; n * k])
         };
-        let cases = shapes(DType::Q4_0)
+        let cases = shapes(dtype)
             .into_iter()
             .chain([(40, 12, 4608), (16, 3, 4608)])
             .map(|(m, n, k)| (m.div_ceil(8) * 8, n, k, false))
@@ -265,20 +273,20 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
             let (bytes, x, want) = if at_most {
                 extreme(m, n, k)
             } else {
-                case(DType::Q4_0, m, n, k)
+                case(dtype, m, n, k)
             };
             let mut laid = vec![0u8; bytes.len()];
-            Interleaved::Q4_0.pack(&bytes, &mut laid, bytes.len() / m);
+            layout.pack(&bytes, &mut laid, bytes.len() / m);
             let mut got = vec![f32::NAN; n * m];
             let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
             let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
             // SAFETY: the processor has the kernels' instruction set; m
             // rows (whole groups) of k values, columns of k values.
-            unsafe { interleaved_with(kernels, Interleaved::Q4_0, laid.as_ptr(), k, m, &b, &out) };
+            unsafe { interleaved_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
             failures.extend(differences(
                 &got,
                 &want,
-                format!("{kernels:?} m={m} n={n} k={k} extreme {at_most}"),
+                format!("{kernels:?} {dtype} m={m} n={n} k={k} extreme {at_most}"),
             ));
         }
     }

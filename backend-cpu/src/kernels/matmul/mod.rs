@@ -8,9 +8,10 @@
 //! - the paths, each a driver and its kernels per instruction set: the
 //!   types whose sums ggml adds in one fixed order follow it, so that
 //!   their products equal llama.cpp's bit for bit (F16 weights:
-//!   `float::half_in_ggml_order`; Q8_0 and Q4_0: `blocks_in_ggml_order`;
-//!   Q4_0 and IQ4_NL in the CPU's interleaved layout, which bypasses
-//!   `dispatch`: `interleaved_gemm`); the others take the float paths
+//!   `float::half_in_ggml_order`; Q8_0, Q4_0 and IQ4_NL:
+//!   `blocks_in_ggml_order`; Q4_0 and IQ4_NL in the CPU's interleaved
+//!   layout, which bypasses `dispatch`: `interleaved_gemm`); the others
+//!   take the float paths
 //!   (`float`), the integer ones (`quant_dot`, `kquant_dot`,
 //!   `block_dot_avx2`, `block_gemm_avx2`) or `dequantized`;
 //! - what they share: the operands, the row-streaming policy, the row
