@@ -140,20 +140,10 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const F16: &[DType] = &[DType::F16];
 /// The 32-value block formats summed in ggml's order.
 const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::IQ4_NL];
-/// The 32-value block formats (the AVX2 block dot reads them in place).
-const BLOCKS_32: &[DType] = &[
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::IQ4_NL,
-];
-/// The 32-value block formats without a VNNI path of their own for few
-/// columns (Q8_0 and Q4_0 have the fused and mat-vec paths): on VNNI
-/// machines too the block dot (there with `vpdpbusd`) reads them faster
-/// than the direct path decodes them (docs/performance.md).
-const BLOCKS_32_NO_FUSED: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL];
+/// The 32-value block formats not summed in ggml's order (the AVX2 block
+/// dot reads them in place; on VNNI machines too, with `vpdpbusd`, faster
+/// than the direct path decodes them: docs/performance.md).
+const BLOCKS_32: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1];
 const K_QUANTS: &[DType] = &[
     DType::Q2_K,
     DType::Q3_K,
@@ -194,7 +184,7 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
-    rule(VNNI,         Only(BLOCKS_32_NO_FUSED), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
+    rule(VNNI,         Only(BLOCKS_32), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
     rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
     // below AVX2, many columns go faster through the float GEMM, its
