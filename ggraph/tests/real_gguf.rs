@@ -455,6 +455,66 @@ const EXACT: [(&str, Attention); 8] = [
     ("IQ4_NL", Attention::Flash),
 ];
 
+/// The model at `path` on a CPU of two threads (llama.cpp's when it
+/// recorded the fixtures), its weights repacked or in GGUF's layout.
+fn on_two_threads(path: &str, repack: bool) -> Arc<Model> {
+    let desc = runner::open_model(path).unwrap();
+    let cpu = CpuDevice::with_repack(2, repack).unwrap();
+    let model = Model::load(
+        &desc,
+        &[],
+        cpu,
+        &PlacementOptions::default(),
+        LoadMode::Real,
+        None,
+    );
+    Arc::new(model.unwrap())
+}
+
+/// Decodes as llama.cpp decoded its fixtures, in a context of 512 cells:
+/// `prompt` in one decode, then llama.cpp's token of each step in one
+/// decode each. Every step whose greedy token is not llama.cpp's, or whose
+/// top logits are further than `EXACT_LOGIT_BOUND` from its, goes to
+/// `failures` (named from `here`); returns the largest logit difference.
+fn decode_as_llama_cpp(
+    model: &Arc<Model>,
+    prompt: &[i32],
+    steps: &[Step],
+    attention: Attention,
+    here: &str,
+    failures: &mut Vec<String>,
+) -> f32 {
+    let params = ContextParams {
+        n_ctx: 512,
+        n_batch: 512,
+        n_ubatch: 512,
+        ..params(attention)
+    };
+    let mut ctx = Context::new(model.clone(), params).unwrap();
+    ctx.decode(&Batch::tokens(prompt)).unwrap();
+    let mut worst = 0f32;
+    for (s, step) in steps.iter().enumerate() {
+        let logits = ctx.logits();
+        let (token, top, _) = step.with(attention);
+        let ours = runner::argmax(logits);
+        if ours != token {
+            failures.push(format!("{here} step {s}: token {ours}, llama.cpp {token}"));
+        }
+        for &(t, l) in top {
+            let d = (logits[t as usize] - l).abs();
+            worst = worst.max(d);
+            if d > EXACT_LOGIT_BOUND {
+                failures.push(format!(
+                    "{here} step {s}: logit of {t} {} against llama.cpp's {l}",
+                    logits[t as usize]
+                ));
+            }
+        }
+        ctx.decode(&Batch::tokens(&[step.token])).unwrap();
+    }
+    worst
+}
+
 /// As llama.cpp made the fixtures: each prompt in one decode, then one
 /// token a decode (llama.cpp's greedy token), in a context of 512 cells.
 /// Where ggraph computes every tensor as llama.cpp does, every step's
@@ -470,20 +530,8 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
         let entry = fixture(&fixtures, kind);
         let (runs, _) = runs_and_spread(entry);
         let path = dir.join(entry["file"].as_str().unwrap());
-        let desc = runner::open_model(path.to_str().unwrap()).unwrap();
         for repack in [false, true] {
-            let cpu = CpuDevice::with_repack(2, repack).unwrap();
-            let model = Arc::new(
-                Model::load(
-                    &desc,
-                    &[],
-                    cpu,
-                    &PlacementOptions::default(),
-                    LoadMode::Real,
-                    None,
-                )
-                .unwrap(),
-            );
+            let model = on_two_threads(path.to_str().unwrap(), repack);
             let mut worst = 0f32;
             // in the children of the test below (each instruction set), the
             // first prompt's first eight steps: enough to part, at a third
@@ -495,36 +543,17 @@ fn exact_files_give_llama_cpp_s_logits_step_by_step() {
                 (prompts.len(), usize::MAX)
             };
             for (p, (prompt, run)) in prompts.iter().zip(&runs).enumerate().take(n_prompts) {
-                let params = ContextParams {
-                    n_ctx: 512,
-                    n_batch: 512,
-                    n_ubatch: 512,
-                    ..params(attention)
-                };
-                let mut ctx = Context::new(model.clone(), params).unwrap();
-                ctx.decode(&Batch::tokens(&ids(&prompt["ids"]))).unwrap();
-                for (s, step) in run.iter().enumerate().take(n_steps) {
-                    let logits = ctx.logits();
-                    let (token, top, _) = step.with(attention);
-                    let here = format!("{kind} repack {repack} {attention:?} prompt {p} step {s}");
-                    if runner::argmax(logits) != token {
-                        failures.push(format!(
-                            "{here}: token {}, llama.cpp {token}",
-                            runner::argmax(logits)
-                        ));
-                    }
-                    for &(t, l) in top {
-                        let d = (logits[t as usize] - l).abs();
-                        worst = worst.max(d);
-                        if d > EXACT_LOGIT_BOUND {
-                            failures.push(format!(
-                                "{here}: logit of {t} {} against llama.cpp's {l}",
-                                logits[t as usize]
-                            ));
-                        }
-                    }
-                    ctx.decode(&Batch::tokens(&[step.token])).unwrap();
-                }
+                let here = format!("{kind} repack {repack} {attention:?} prompt {p}");
+                let run = &run[..n_steps.min(run.len())];
+                let d = decode_as_llama_cpp(
+                    &model,
+                    &ids(&prompt["ids"]),
+                    run,
+                    attention,
+                    &here,
+                    &mut failures,
+                );
+                worst = worst.max(d);
             }
             eprintln!(
                 "real_gguf {kind} step by step, repack {repack}, {attention:?}: \
@@ -561,48 +590,10 @@ fn exact_files_give_llama_cpp_s_logits_after_a_long_prompt() {
         let kind = entry["type"].as_str().unwrap();
         let recorded = steps(entry);
         let path = dir.join(entry["file"].as_str().unwrap());
-        let desc = runner::open_model(path.to_str().unwrap()).unwrap();
-        let cpu = CpuDevice::with_repack(2, true).unwrap();
-        let model = Arc::new(
-            Model::load(
-                &desc,
-                &[],
-                cpu,
-                &PlacementOptions::default(),
-                LoadMode::Real,
-                None,
-            )
-            .unwrap(),
-        );
+        let model = on_two_threads(path.to_str().unwrap(), true);
         for attention in [Attention::Standard, Attention::Flash] {
-            let params = ContextParams {
-                n_ctx: 512,
-                n_batch: 512,
-                n_ubatch: 512,
-                ..params(attention)
-            };
-            let mut ctx = Context::new(model.clone(), params).unwrap();
-            ctx.decode(&Batch::tokens(&prompt)).unwrap();
-            for (s, step) in recorded.iter().enumerate() {
-                let logits = ctx.logits();
-                let (token, top, _) = step.with(attention);
-                let here = format!("{kind} {attention:?} step {s}");
-                if runner::argmax(logits) != token {
-                    failures.push(format!(
-                        "{here}: token {}, llama.cpp {token}",
-                        runner::argmax(logits)
-                    ));
-                }
-                for &(t, l) in top {
-                    if (logits[t as usize] - l).abs() > EXACT_LOGIT_BOUND {
-                        failures.push(format!(
-                            "{here}: logit of {t} {} against llama.cpp's {l}",
-                            logits[t as usize]
-                        ));
-                    }
-                }
-                ctx.decode(&Batch::tokens(&[step.token])).unwrap();
-            }
+            let here = format!("{kind} {attention:?}");
+            decode_as_llama_cpp(&model, &prompt, &recorded, attention, &here, &mut failures);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

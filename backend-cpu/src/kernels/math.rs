@@ -109,20 +109,29 @@ pub(crate) unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// The sums of the eight lanes of each half of `v`, as [`hsum256`] sums
-/// them: two dots kept in one 512-bit register.
+/// The dots of `C` columns and four rows kept two rows to a 512-bit
+/// register (row `2p` in the low eight lanes of `acc[c][p]`, row `2p + 1`
+/// in the high), each half summed as [`hsum256`] sums eight lanes.
 ///
 /// # Safety
 /// The processor has AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
-pub(crate) unsafe fn hsum256_halves(v: std::arch::x86_64::__m512) -> [f32; 2] {
+pub(crate) unsafe fn row_pair_sums<const C: usize>(
+    acc: [[std::arch::x86_64::__m512; 2]; C],
+) -> [[f32; 4]; C] {
     use std::arch::x86_64::*;
-    let lo = _mm512_castps512_ps256(v);
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-    // SAFETY: AVX2 is enabled here.
-    unsafe { [hsum256(lo), hsum256(hi)] }
+    acc.map(|pairs| {
+        let [lo0, hi0, lo1, hi1] = [
+            _mm512_castps512_ps256(pairs[0]),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pairs[0]))),
+            _mm512_castps512_ps256(pairs[1]),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pairs[1]))),
+        ];
+        // SAFETY: AVX2 is enabled here.
+        unsafe { [hsum256(lo0), hsum256(hi0), hsum256(lo1), hsum256(hi1)] }
+    })
 }
 
 /// The f16 at `p` as f32.

@@ -116,8 +116,14 @@ pub fn soft_max(dst: TRef, a: TRef, mask: Option<TRef>, scale: f32, max_bias: f3
             let mut mrow = vec![0f32; n0];
             // SAFETY: mask row in bounds (checked by the builder).
             unsafe { m.load_row(i1, i2 % m.ne[2], i3 % m.ne[3], &mut mrow) };
-            for (v, mv) in x.iter_mut().zip(&mrow) {
-                *v = slope.mul_add(*mv, *v);
+            if slope == 1.0 {
+                // the fused form's result, without a libm call per value
+                x.iter_mut().zip(&mrow).for_each(|(v, mv)| *v += mv);
+            } else {
+                // fused, as GCC fuses ggml's `wp[i] += slope*mp[i]`
+                x.iter_mut()
+                    .zip(&mrow)
+                    .for_each(|(v, mv)| *v = slope.mul_add(*mv, *v));
             }
         }
         softmax_row(x);

@@ -397,7 +397,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Acts, IQ4_VALUES, TILE_ROWS, block_bytes, format};
-    use crate::kernels::math::{f16_at, hsum256, hsum256_halves};
+    use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
 
     /// The scale of block `blk` of `row`, with F16C.
     #[inline(always)]
@@ -664,16 +664,8 @@ mod x86 {
                 }
             }
         }
-        let mut out = [[0f32; TILE_ROWS]; C];
-        for (o, acc) in out.iter_mut().zip(acc) {
-            for (pair, a) in acc.iter().enumerate() {
-                // SAFETY: AVX-512 F is enabled here.
-                let [first, second] = unsafe { hsum256_halves(*a) };
-                o[2 * pair] = first;
-                o[2 * pair + 1] = second;
-            }
-        }
-        out
+        // SAFETY: AVX-512 F is enabled here.
+        unsafe { row_pair_sums(acc) }
     }
 }
 

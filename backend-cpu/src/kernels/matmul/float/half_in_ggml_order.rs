@@ -154,7 +154,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{TILE_COLS, TILE_ROWS};
-    use crate::kernels::math::{hsum256, hsum256_halves};
+    use crate::kernels::math::{hsum256, row_pair_sums};
 
     /// # Safety
     /// AVX2, FMA and F16C; as `eight_lanes_portable`.
@@ -220,16 +220,8 @@ mod x86 {
                 }
             }
         }
-        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
-        for (o, acc) in out.iter_mut().zip(acc) {
-            for (pair, a) in acc.iter().enumerate() {
-                // SAFETY: AVX-512 F is enabled here.
-                let [first, second] = unsafe { hsum256_halves(*a) };
-                o[2 * pair] = first;
-                o[2 * pair + 1] = second;
-            }
-        }
-        out
+        // SAFETY: AVX-512 F is enabled here.
+        unsafe { row_pair_sums(acc) }
     }
 }
 
