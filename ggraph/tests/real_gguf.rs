@@ -444,7 +444,7 @@ const EXACT_LOGIT_BOUND: f32 = 2e-4;
 
 /// The files whose every product ggraph sums in ggml's order, with the
 /// attention settings whose kernels it follows too.
-const EXACT: [(&str, Attention); 8] = [
+const EXACT: [(&str, Attention); 14] = [
     ("F16", Attention::Standard),
     ("F16", Attention::Flash),
     ("Q8_0", Attention::Standard),
@@ -453,6 +453,12 @@ const EXACT: [(&str, Attention); 8] = [
     ("Q4_0", Attention::Flash),
     ("IQ4_NL", Attention::Standard),
     ("IQ4_NL", Attention::Flash),
+    ("Q6_K", Attention::Standard),
+    ("Q6_K", Attention::Flash),
+    ("Q5_0", Attention::Standard),
+    ("Q5_0", Attention::Flash),
+    ("Q4_K", Attention::Standard),
+    ("Q4_K", Attention::Flash),
 ];
 
 /// The model at `path` on a CPU of two threads (llama.cpp's when it

@@ -1,4 +1,4 @@
-//! Q8_0, Q4_0 and IQ4_NL rows in GGUF's layout times activations quantised to
+//! Q8_0, Q4_0, Q5_0 and IQ4_NL rows in GGUF's layout times activations quantised to
 //! Q8_0, each dot summed as ggml's x86 kernels sum it, so that every
 //! output equals llama.cpp's bit for bit. The integer sums are exact
 //! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
@@ -16,8 +16,10 @@
 //!   every Q4_0 and IQ4_NL matrix of whole groups of eight rows): each block's whole
 //!   integer sum, `acc = fma(sum, dw * dx, acc)` from the first block on.
 //!
-//! Q4_0's codes are its nibbles less 8, IQ4_NL's the IQ4 table's values
-//! at its nibbles, signed as Q8_0's.
+//! Q4_0's codes are its nibbles less 8, Q5_0's its nibbles and high bits
+//! less 16, IQ4_NL's the IQ4 table's values at its nibbles, signed as
+//! Q8_0's. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
+//! for more (tinyBLAS, the same order), and never repacks it.
 
 use std::cell::RefCell;
 
@@ -39,10 +41,10 @@ pub(crate) enum Order {
 }
 
 /// The order ggml sums a product of `m` rows of `dtype` in, where it is
-/// one of these (Q8_0, Q4_0 and IQ4_NL).
+/// one of these (Q8_0, Q4_0, Q5_0 and IQ4_NL).
 pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
     match dtype {
-        DType::Q8_0 => Some(Order::EightLanes),
+        DType::Q8_0 | DType::Q5_0 => Some(Order::EightLanes),
         // ggml repacks a Q4_0 or IQ4_NL matrix of whole groups of eight
         // rows
         DType::Q4_0 | DType::IQ4_NL if m % 8 == 0 => Some(Order::WholeBlocks),
@@ -82,12 +84,10 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let (k, n) = (a.k, b.0.len());
     let nb = k / 32;
     let Some(order) = order(a.dtype, m) else {
-        unreachable!("dispatch sends only Q8_0, Q4_0 and IQ4_NL rows here");
+        unreachable!("dispatch sends only Q8_0, Q4_0, Q5_0 and IQ4_NL rows here");
     };
     let tiles = Tiles::new(isa, a.dtype, order);
-    // the VNNI kernels' unsigned weights: Q8_0's and IQ4_NL's values plus
-    // 128, Q4_0's nibbles (its values plus 8)
-    let offset = if a.dtype == DType::Q4_0 { 8 } else { 128 };
+    let offset = unsigned_offset(a.dtype);
     with_scratch(&CODES, n * k, |codes| {
         with_scratch(&SCALES, n * nb, |scales| {
             with_scratch(&BIAS, n * k / 4, |bias| {
@@ -206,6 +206,7 @@ impl Tiles {
                     ($c:literal) => {
                         match (dtype, order) {
                             (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false, $c>,
+                            (DType::Q5_0, _) => $kernel::<{ format::Q5_0 }, false, $c>,
                             (DType::IQ4_NL, Order::EightLanes) => {
                                 $kernel::<{ format::IQ4_NL }, false, $c>
                             }
@@ -247,6 +248,7 @@ impl Tiles {
                 return match (dtype, order) {
                     (_, Order::WholeBlocks) => pick!(tile_vnni),
                     (DType::Q8_0, _) => wide!(format::Q8_0),
+                    (DType::Q5_0, _) => wide!(format::Q5_0),
                     (DType::IQ4_NL, _) => wide!(format::IQ4_NL),
                     _ => wide!(format::Q4_0),
                 };
@@ -306,16 +308,38 @@ impl Tiles {
     }
 }
 
+/// What the VNNI kernels add to a weight type's codes to make them
+/// unsigned: Q8_0's and IQ4_NL's values plus 128, Q4_0's and Q5_0's their
+/// unsigned codes (the values plus 8 and 16).
+fn unsigned_offset(dtype: DType) -> i32 {
+    match dtype {
+        DType::Q4_0 => 8,
+        DType::Q5_0 => 16,
+        _ => 128,
+    }
+}
+
 /// The weight formats the kernels read.
 mod format {
     pub(super) const Q8_0: u8 = 0;
     pub(super) const Q4_0: u8 = 1;
     pub(super) const IQ4_NL: u8 = 2;
+    pub(super) const Q5_0: u8 = 3;
 }
 
 /// Bytes of a block of format `F`.
 const fn block_bytes(f: u8) -> usize {
-    if f == format::Q8_0 { 34 } else { 18 }
+    match f {
+        format::Q8_0 => 34,
+        format::Q5_0 => 22,
+        _ => 18,
+    }
+}
+
+/// Where a block of format `F` keeps its codes (Q5_0's high bits come
+/// before them, after the scale).
+const fn codes_at(f: u8) -> usize {
+    if f == format::Q5_0 { 6 } else { 2 }
 }
 
 /// The scale of block `blk` of `row`.
@@ -336,12 +360,16 @@ unsafe fn weight_scale<const F: u8>(row: *const u8, blk: usize) -> f32 {
 unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 {
     // SAFETY: caller's contract.
     unsafe {
-        let q = row.add(blk * block_bytes(F) + 2);
+        let q = row.add(blk * block_bytes(F) + codes_at(F));
         if F == format::Q8_0 {
             return *(q.add(v) as *const i8) as i32;
         }
         let byte = *q.add(v % 16);
         let nibble = if v < 16 { byte & 15 } else { byte >> 4 };
+        if F == format::Q5_0 {
+            let qh = (row.add(blk * block_bytes(F) + 2) as *const u32).read_unaligned();
+            return (nibble as i32 | (((qh >> v) & 1) << 4) as i32) - 16;
+        }
         if F == format::IQ4_NL {
             IQ4_VALUES[nibble as usize] as i32
         } else {
@@ -396,7 +424,7 @@ unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, IQ4_VALUES, TILE_ROWS, block_bytes, format};
+    use super::{Acts, IQ4_VALUES, TILE_ROWS, block_bytes, codes_at, format};
     use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
 
     /// The scale of block `blk` of `row`, with F16C.
@@ -414,7 +442,7 @@ mod x86 {
     unsafe fn codes<const F: u8, const SIGNED: bool>(row: *const u8, blk: usize) -> __m256i {
         // SAFETY: caller's contract: the row holds the block.
         unsafe {
-            let q = row.add(blk * block_bytes(F) + 2);
+            let q = row.add(blk * block_bytes(F) + codes_at(F));
             if F == format::Q8_0 {
                 let w = _mm256_loadu_si256(q as *const __m256i);
                 return if SIGNED {
@@ -426,6 +454,27 @@ mod x86 {
             let v = _mm_loadu_si128(q as *const __m128i);
             let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
             let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+            if F == format::Q5_0 {
+                // bit v of the high bits to 16 in byte v
+                let qh = (row.add(blk * block_bytes(F) + 2) as *const i32).read_unaligned();
+                let spread = _mm256_shuffle_epi8(
+                    _mm256_set1_epi32(qh),
+                    _mm256_setr_epi64x(
+                        0,
+                        0x0101_0101_0101_0101,
+                        0x0202_0202_0202_0202,
+                        0x0303_0303_0303_0303,
+                    ),
+                );
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+                let u = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                return if SIGNED {
+                    _mm256_sub_epi8(u, _mm256_set1_epi8(16))
+                } else {
+                    u
+                };
+            }
             if F == format::IQ4_NL {
                 let values = _mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i);
                 let values = _mm256_broadcastsi128_si256(values);
@@ -683,7 +732,12 @@ mod tests {
     fn every_instruction_set_sums_as_the_portable_kernel() {
         let nb = 9;
         let mut s = 7u32;
-        for (dtype, bb) in [(DType::Q8_0, 34), (DType::Q4_0, 18), (DType::IQ4_NL, 18)] {
+        for (dtype, bb) in [
+            (DType::Q8_0, 34),
+            (DType::Q4_0, 18),
+            (DType::Q5_0, 22),
+            (DType::IQ4_NL, 18),
+        ] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
                     let mut row = vec![0u8; nb * bb];
@@ -713,7 +767,7 @@ mod tests {
                 })
                 .collect();
             let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
-            let offset = if dtype == DType::Q4_0 { 8 } else { 128 };
+            let offset = unsigned_offset(dtype);
             let bias: Vec<Vec<i32>> = codes
                 .iter()
                 .map(|q| {
@@ -730,7 +784,7 @@ mod tests {
                 })
                 .collect();
             for order in [Order::EightLanes, Order::WholeBlocks] {
-                if dtype == DType::Q8_0 && order == Order::WholeBlocks {
+                if order == Order::WholeBlocks && order != super::order(dtype, 8).unwrap() {
                     continue;
                 }
                 for n in 1..=8 {

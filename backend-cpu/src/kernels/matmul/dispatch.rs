@@ -10,7 +10,9 @@ use ggraph_core::DType;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::{Partner, format};
 use super::row_streaming::SHORT_ROW_BYTES;
-use super::{activation_quant, blocks_in_ggml_order, dequantized, float, quant_dot};
+use super::{
+    activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order, quant_dot,
+};
 #[cfg(target_arch = "x86_64")]
 use super::{block_dot_avx2, block_gemm_avx2, kquant_dot};
 #[cfg(target_arch = "x86_64")]
@@ -26,9 +28,12 @@ use Weights::{Float, Only, Quantized, RoundedExactly};
 pub(super) enum Path {
     /// Rows of no values: every output is zero.
     Zeros,
-    /// Q8_0, Q4_0 and IQ4_NL rows, each dot summed in ggml's order
+    /// Q8_0, Q4_0, Q5_0 and IQ4_NL rows, each dot summed in ggml's order
     /// (`blocks_in_ggml_order`).
     BlocksInGgmlOrder,
+    /// Q6_K and Q4_K rows, each dot summed in ggml's order
+    /// (`kquants_in_ggml_order`).
+    KQuantsInGgmlOrder,
     /// F16 rows, each dot summed in ggml's order
     /// (`float::half_in_ggml_order`).
     HalfInGgmlOrder,
@@ -139,19 +144,14 @@ const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const F16: &[DType] = &[DType::F16];
 /// The 32-value block formats summed in ggml's order.
-const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::IQ4_NL];
+const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL];
+/// The K-quant formats summed in ggml's order.
+const K_IN_ORDER: &[DType] = &[DType::Q6_K, DType::Q4_K];
 /// The 32-value block formats not summed in ggml's order (the AVX2 block
 /// dot reads them in place; on VNNI machines too, with `vpdpbusd`, faster
 /// than the direct path decodes them: docs/performance.md).
-const BLOCKS_32: &[DType] = &[DType::Q4_1, DType::Q5_0, DType::Q5_1];
-const K_QUANTS: &[DType] = &[
-    DType::Q2_K,
-    DType::Q3_K,
-    DType::Q4_K,
-    DType::Q5_K,
-    DType::Q6_K,
-    DType::IQ4_XS,
-];
+const BLOCKS_32: &[DType] = &[DType::Q4_1, DType::Q5_1];
+const K_QUANTS: &[DType] = &[DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
 
@@ -182,6 +182,7 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights; rows not packed fall through to the last rule
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
+    rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
     rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
     rule(VNNI,         Only(BLOCKS_32), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
@@ -294,10 +295,9 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out))
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
+        KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         KQuantDot => kquant_dot::gemm(isa, a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        #[cfg(target_arch = "x86_64")]
         #[cfg(target_arch = "x86_64")]
         BlockDotAvx2 => block_dot_avx2::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]

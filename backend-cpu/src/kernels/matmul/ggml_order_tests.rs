@@ -292,3 +292,59 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
     }
     assert_none(failures);
 }
+
+/// The interleaved Q4_K kernels against the K-quant restatement of ggml's
+/// repacked `q4_K_8x8` steps (`kquants_in_ggml_order`'s portable
+/// kernels on GGUF's rows): a super-block a step for ggml's GEMV's
+/// columns, a pair of sub-blocks for its GEMM's.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_interleaved_q4_k_kernel_gives_ggml_s_bits() {
+    use super::interleaved_gemm::{Kernels, gemm_with as interleaved_with};
+    use super::kquants_in_ggml_order::gemm as in_order;
+    let mut failures = Vec::new();
+    let layout = Interleaved::Q4_K;
+    let dtype = DType::Q4_K;
+    for kernels in Kernels::ALL
+        .into_iter()
+        .filter(|k| k.isa() <= isa::detected())
+    {
+        for (m, n, k) in [
+            (8, 1, 256),
+            (40, 2, 2304),
+            (16, 3, 768),
+            (24, 4, 512),
+            (16, 6, 4608),
+            (32, 9, 1024),
+            (136, 12, 512),
+        ] {
+            let w = values(m * k, (m * 31 + k) as u32);
+            let x = values(n * k, (n * 7 + k) as u32);
+            let bytes = quant::quantize(dtype, &w).unwrap();
+            let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+            let mut want = vec![f32::NAN; n * m];
+            let out = Cols((0..n).map(|j| want[j * m..].as_mut_ptr()).collect());
+            let rows = WeightRows {
+                ptr: bytes.as_ptr(),
+                stride: bytes.len() / m,
+                elem_stride: dtype.type_size(),
+                dtype,
+                k,
+            };
+            in_order(isa::Isa::Portable, rows, m, &b, &out);
+            let mut laid = vec![0u8; bytes.len()];
+            layout.pack(&bytes, &mut laid, bytes.len() / m);
+            let mut got = vec![f32::NAN; n * m];
+            let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
+            // SAFETY: the processor has the kernels' instruction set; m
+            // rows (whole groups) of k values, columns of k values.
+            unsafe { interleaved_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
+            failures.extend(differences(
+                &got,
+                &want,
+                format!("{kernels:?} Q4_K m={m} n={n} k={k}"),
+            ));
+        }
+    }
+    assert_none(failures);
+}

@@ -39,6 +39,7 @@ mod kquant_dot;
 mod kquant_dot_more;
 #[cfg(target_arch = "x86_64")]
 mod kquant_operands;
+mod kquants_in_ggml_order;
 mod operands;
 mod quant_dot;
 mod quant_format;

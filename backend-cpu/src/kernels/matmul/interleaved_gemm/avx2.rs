@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use ggraph_core::quant::IQ4_VALUES;
 
-use super::{Acts, lane_bytes, prefetch_ahead, q4_k_add_super_block};
+use super::{Acts, Q4kSums, lane_bytes, prefetch_ahead, q4_k_pair_mins};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 
 /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
@@ -20,6 +20,7 @@ pub(super) unsafe fn tile<const T: usize>(
     nb: usize,
     w: *const u8,
     x: &Acts,
+    pairs: bool,
     sums: &mut [[f32; GROUP_ROWS]; T],
 ) {
     // SAFETY: s holds eight floats.
@@ -28,7 +29,7 @@ pub(super) unsafe fn tile<const T: usize>(
     let acc = unsafe {
         match layout {
             Interleaved::Q4_0 => q4_0::<T>(nb, w, x, init),
-            Interleaved::Q4_K => q4_k::<T>(nb, w, x, init),
+            Interleaved::Q4_K => q4_k::<T>(nb, w, x, pairs),
             Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x, init),
         }
     };
@@ -96,7 +97,7 @@ unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; T]) -> [__m256; T] {
+unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -> [__m256; T] {
     const SUB: usize = 8;
     let chunks = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract.
@@ -105,7 +106,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
         // byte j of each lane, as a 16-bit value in both halves
         let spread = |j: i8| lane_bytes(j, j);
         let spreads = [spread(0), spread(1), spread(2), spread(3)];
-        let mut acc = acc;
+        let mut acc = Q4kSums::<T>::new();
         let mut wp = w;
         for sb in 0..nb {
             if T == 1 {
@@ -114,7 +115,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
             let [sc_lo, sc_hi, mn_lo, mn_hi] = q4_k_scale_words(wp);
             let codes = wp.add(chunks + 3 * 32);
             let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
-            let mut sums = [_mm256_setzero_si256(); T];
+            let mut sums = [[_mm256_setzero_si256(); T]; 4];
             for p in 0..SUB / 2 {
                 let mut lo_pairs = [_mm256_setzero_si256(); T];
                 let mut hi_pairs = [_mm256_setzero_si256(); T];
@@ -138,13 +139,14 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
                 for c in 0..T {
                     let l = _mm256_madd_epi16(lo_pairs[c], s_lo);
                     let h = _mm256_madd_epi16(hi_pairs[c], s_hi);
-                    sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
+                    sums[p][c] = _mm256_add_epi32(l, h);
                 }
             }
-            q4_k_add_super_block(&mut acc, sums, [mn_lo, mn_hi], wp, x, sb);
+            let mins = q4_k_pair_mins::<T>([mn_lo, mn_hi], x, sb);
+            acc.super_block(pairs, sums, mins, wp, x, sb);
             wp = wp.add(Interleaved::Q4_K.group_block_bytes());
         }
-        acc
+        acc.dots()
     }
 }
 

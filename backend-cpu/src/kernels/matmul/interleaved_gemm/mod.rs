@@ -24,6 +24,7 @@ use std::cell::RefCell;
 
 use super::activation_quant::{QActs, qacts_len, quantize_acts};
 use super::block_gemm_avx2;
+use super::kquants_in_ggml_order::{Step, step};
 use super::operands::Cols;
 use super::quant_dot::panel;
 use super::quant_format::{Format, format};
@@ -93,7 +94,8 @@ pub(super) unsafe fn gemm_with(
     let Some(f) = format(layout.dtype()) else {
         return;
     };
-    if n > TILES_MAX_N {
+    // Q4_K's dots stay on these kernels, whose steps are ggml's
+    if n > TILES_MAX_N && layout != Interleaved::Q4_K {
         // SAFETY: caller's contract.
         unsafe {
             match kernels {
@@ -142,7 +144,14 @@ pub(super) unsafe fn gemm_with(
                     // SAFETY: group g holds nblk blocks; the activations
                     // nblk blocks of one column.
                     unsafe {
-                        kernels.tile::<1>(layout, nblk, weights.at(g * group_bytes), &x, &mut sums)
+                        kernels.tile::<1>(
+                            layout,
+                            nblk,
+                            weights.at(g * group_bytes),
+                            &x,
+                            false,
+                            &mut sums,
+                        )
                     };
                     // SAFETY: output column 0 holds m values; group g's
                     // rows are this task's alone.
@@ -233,7 +242,9 @@ impl Kernels {
 
     /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
     /// of an interleaved group from `w`, `T` columns of activations, each
-    /// block added to the sums in turn.
+    /// block added to the sums in turn; but Q4_K's dots are stored, whole
+    /// rows at once, a step a pair of sub-blocks where `pairs` says so
+    /// ([`Q4kSums`]).
     ///
     /// # Safety
     /// The processor has the kernels' instruction set; `w` holds `nb`
@@ -244,13 +255,14 @@ impl Kernels {
         nb: usize,
         w: *const u8,
         x: &Acts,
+        pairs: bool,
         sums: &mut [[f32; GROUP_ROWS]; T],
     ) {
         // SAFETY: caller's contract.
         unsafe {
             match self {
-                Kernels::Avx2 => avx2::tile::<T>(layout, nb, w, x, sums),
-                Kernels::Vnni => vnni::tile::<T>(layout, nb, w, x, sums),
+                Kernels::Avx2 => avx2::tile::<T>(layout, nb, w, x, pairs, sums),
+                Kernels::Vnni => vnni::tile::<T>(layout, nb, w, x, pairs, sums),
             }
         }
     }
@@ -288,16 +300,19 @@ fn columns<const T: usize>(
     let blocks = m.div_ceil(MC);
     let tiles = n.div_ceil(T);
     let (col_groups, per_group) = column_split(blocks, tiles);
+    // Q4_K's rows whole: its kernels keep two sums a dot
+    let kc = if layout == Interleaved::Q4_K { k } else { KC };
     team::for_each(blocks * col_groups, |task| {
         let (blk_row, cg) = (task % blocks, task / blocks);
         let g0 = blk_row * MC / GROUP_ROWS;
         let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
-        for v0 in (0..k).step_by(KC) {
-            let nb = KC.min(k - v0) / layout.dtype().block_size();
+        for v0 in (0..k).step_by(kc) {
+            let nb = kc.min(k - v0) / layout.dtype().block_size();
             let blk0 = v0 / layout.dtype().block_size();
             for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
                 let j0 = tile * T;
                 let nc = T.min(n - j0);
+                let pairs = step(j0, n) == Step::Pair;
                 let xo = (tile * xblk + v0 / qb) * T;
                 let so = (tile * (k / QK) + v0 / QK) * 4 * T;
                 let x = Acts {
@@ -328,7 +343,7 @@ fn columns<const T: usize>(
                     let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
                     // SAFETY: blocks blk0..blk0 + nb of group g exist;
                     // the tile holds as many blocks of T columns.
-                    unsafe { kernels.tile::<T>(layout, nb, w, &x, &mut sums) };
+                    unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums) };
                     for (c, col) in sums.iter().enumerate().take(nc) {
                         dst(c).copy_from_slice(col);
                     }
@@ -396,48 +411,127 @@ unsafe fn lane_bytes(a: i8, b: i8) -> __m256i {
     unsafe { _mm256_loadu_si256(mask.as_ptr() as *const __m256i) }
 }
 
-/// Q4_K: adds super-block `sb` of a group, at `block`, to `acc`: the
-/// integer sums of its codes times their sub-blocks' scales (`sums`, a
-/// column each) times `d`, less its 6-bit mins (`mins`: of sub-blocks
-/// 0..4 and 4..8, as `interleave::q4_k_scale_words` gives them) against
-/// the activations' sums of each pair of sub-blocks (`sub_block_sums`)
-/// times `dmin`, all times the column's scale: two float multiply-adds a
-/// column, as ggml's Q8_K products do.
+/// Q4_K's float steps, as ggml's repacked kernels take them: per step (a
+/// super-block for the columns ggml's GEMV takes, a pair of sub-blocks
+/// for those its GEMM takes: `kquants_in_ggml_order::step`) the rows'
+/// integer sums times `d * dx` go to one accumulator and their mins' sums
+/// times `dmin * dx` to another; the dots are the first less the second.
+struct Q4kSums<const T: usize> {
+    acc: [__m256; T],
+    mins: [__m256; T],
+}
+
+impl<const T: usize> Q4kSums<T> {
+    /// # Safety
+    /// AVX is available.
+    #[inline(always)]
+    unsafe fn new() -> Self {
+        // SAFETY: the caller's AVX.
+        let zero = unsafe { _mm256_setzero_ps() };
+        Q4kSums {
+            acc: [zero; T],
+            mins: [zero; T],
+        }
+    }
+
+    /// Adds one step of super-block `sb` (of a group at `block`): the
+    /// rows' scaled sums `s` and mins' sums `m` of each column.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `block` holds the group's super-block and `x`
+    /// the super-block of `T` columns.
+    #[inline(always)]
+    unsafe fn step(
+        &mut self,
+        s: [__m256i; T],
+        m: [__m256i; T],
+        block: *const u8,
+        x: &Acts,
+        sb: usize,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
+            let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
+            for c in 0..T {
+                let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
+                let (a, n) = (&mut self.acc[c], &mut self.mins[c]);
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(d, dx), *a);
+                *n = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m[c]), _mm256_mul_ps(dmin, dx), *n);
+            }
+        }
+    }
+
+    /// Adds super-block `sb` from its pairs' sums, a step a pair
+    /// (`pairs`) or one for the whole.
+    ///
+    /// # Safety
+    /// As for [`Q4kSums::step`].
+    #[inline(always)]
+    unsafe fn super_block(
+        &mut self,
+        pairs: bool,
+        s: [[__m256i; T]; 4],
+        m: [[__m256i; T]; 4],
+        block: *const u8,
+        x: &Acts,
+        sb: usize,
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            if pairs {
+                for p in 0..4 {
+                    self.step(s[p], m[p], block, x, sb);
+                }
+            } else {
+                let total = |v: [[__m256i; T]; 4]| {
+                    std::array::from_fn(|c| {
+                        _mm256_add_epi32(
+                            _mm256_add_epi32(v[0][c], v[1][c]),
+                            _mm256_add_epi32(v[2][c], v[3][c]),
+                        )
+                    })
+                };
+                self.step(total(s), total(m), block, x, sb);
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX is available.
+    #[inline(always)]
+    unsafe fn dots(self) -> [__m256; T] {
+        // SAFETY: the caller's AVX.
+        std::array::from_fn(|c| unsafe { _mm256_sub_ps(self.acc[c], self.mins[c]) })
+    }
+}
+
+/// Q4_K: the rows' 6-bit mins of each pair of sub-blocks (`mins`: of
+/// sub-blocks 0..4 and 4..8, as `interleave::q4_k_scale_words` gives them)
+/// against the activations' sums of those sub-blocks
+/// (`sub_block_sums`), per pair and column, in integers.
 ///
 /// # Safety
-/// AVX2, FMA and F16C; `block` holds the group's super-block and `x` the
-/// super-block of `T` columns.
+/// AVX2; `x` holds super-block `sb` of `T` columns.
 #[inline(always)]
-unsafe fn q4_k_add_super_block<const T: usize>(
-    acc: &mut [__m256; T],
-    sums: [__m256i; T],
+unsafe fn q4_k_pair_mins<const T: usize>(
     mins: [__m256i; 2],
-    block: *const u8,
     x: &Acts,
     sb: usize,
-) {
+) -> [[__m256i; T]; 4] {
     // SAFETY: caller's contract.
     unsafe {
         // bytes j and j + 1 of each lane as its two 16-bit halves
         let (pair01, pair23) = (lane_bytes(0, 1), lane_bytes(2, 3));
-        let [m01, m23, m45, m67] = [
+        let m = [
             _mm256_shuffle_epi8(mins[0], pair01),
             _mm256_shuffle_epi8(mins[0], pair23),
             _mm256_shuffle_epi8(mins[1], pair01),
             _mm256_shuffle_epi8(mins[1], pair23),
         ];
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
-        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
         let bs = x.sums.add(sb * 4 * T);
-        for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
-            let b = |p: usize| _mm256_set1_epi32(*bs.add(p * T + c));
-            let mins = _mm256_add_epi32(
-                _mm256_add_epi32(_mm256_madd_epi16(m01, b(0)), _mm256_madd_epi16(m23, b(1))),
-                _mm256_add_epi32(_mm256_madd_epi16(m45, b(2)), _mm256_madd_epi16(m67, b(3))),
-            );
-            let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
-            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
-            *a = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmin, dx), *a);
-        }
+        std::array::from_fn(|p| {
+            std::array::from_fn(|c| _mm256_madd_epi16(m[p], _mm256_set1_epi32(*bs.add(p * T + c))))
+        })
     }
 }

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Acts, prefetch_ahead, q4_k_add_super_block};
+use super::{Acts, Q4kSums, prefetch_ahead, q4_k_pair_mins};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 use crate::kernels::matmul::quant_format::IQ4_CODES;
 
@@ -29,6 +29,7 @@ pub(super) unsafe fn tile<const T: usize>(
     nb: usize,
     w: *const u8,
     x: &Acts,
+    pairs: bool,
     sums: &mut [[f32; GROUP_ROWS]; T],
 ) {
     // SAFETY: s holds eight floats.
@@ -38,7 +39,7 @@ pub(super) unsafe fn tile<const T: usize>(
         match layout {
             Interleaved::Q4_0 => nibbles::<T, false>(nb, w, x, init),
             Interleaved::IQ4_NL => nibbles::<T, true>(nb, w, x, init),
-            Interleaved::Q4_K => q4_k::<T>(nb, w, x, init),
+            Interleaved::Q4_K => q4_k::<T>(nb, w, x, pairs),
         }
     };
     for (s, a) in sums.iter_mut().zip(acc) {
@@ -133,14 +134,14 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; T]) -> [__m256; T] {
+unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -> [__m256; T] {
     const SUB: usize = 8;
     let chunks = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
         let byte = _mm256_set1_epi32(0xff);
-        let mut acc = acc;
+        let mut acc = Q4kSums::<T>::new();
         let mut wp = w;
         for sb in 0..nb {
             if T == 1 {
@@ -159,7 +160,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
             };
             let codes = wp.add(chunks + 3 * 32);
             let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
-            let mut sums = [_mm256_setzero_si256(); T];
+            let mut sums = [[_mm256_setzero_si256(); T]; 4];
             for p in 0..SUB / 2 {
                 let mut lo_sums = [_mm256_setzero_si256(); T];
                 let mut hi_sums = [_mm256_setzero_si256(); T];
@@ -178,12 +179,13 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
                 for c in 0..T {
                     let l = _mm256_mullo_epi32(lo_sums[c], s_lo);
                     let h = _mm256_mullo_epi32(hi_sums[c], s_hi);
-                    sums[c] = _mm256_add_epi32(sums[c], _mm256_add_epi32(l, h));
+                    sums[p][c] = _mm256_add_epi32(l, h);
                 }
             }
-            q4_k_add_super_block(&mut acc, sums, [mn_lo, mn_hi], wp, x, sb);
+            let mins = q4_k_pair_mins::<T>([mn_lo, mn_hi], x, sb);
+            acc.super_block(pairs, sums, mins, wp, x, sb);
             wp = wp.add(Interleaved::Q4_K.group_block_bytes());
         }
-        acc
+        acc.dots()
     }
 }

@@ -1,0 +1,950 @@
+//! Q6_K and Q4_K rows in GGUF's layout times activations quantised to
+//! Q8_K, each dot summed as llama.cpp's CPU backend sums it (its x86
+//! kernels with AVX2), so that every output equals llama.cpp's bit for
+//! bit. The integer sums are exact whichever instructions form them;
+//! ggml fixes which values each float step takes, in one of two orders:
+//!
+//! - **eight lanes** (`ggml_vec_dot_q6_K_q8_K` and `ggml_vec_dot_q4_K_q8_K`,
+//!   which ggml runs for every column of these types in GGUF's rows): in
+//!   each super-block, lane `l` holds the scaled products of values
+//!   `4l..4l + 4` of every 32; each lane is a float accumulator,
+//!   `acc = fma(dw * dx, lane, acc)`, summed at the end as
+//!   `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`. Q6_K's offset of
+//!   32 comes off lane `l` as `32 (s[2l] bs[2l] + s[2l + 1] bs[2l + 1])`
+//!   (sub-block scales `s`, the activations' sums `bs` per 16). Q4_K's
+//!   mins go to four lanes of their own, lane `i` taking sub-blocks `2i`
+//!   and `2i + 1`, with `-dx * dmin`, summed as `(m0 + m2) + (m1 + m3)`
+//!   and added last.
+//! - **tiled** (ggml's tiled K-quant kernels, which it runs from eight
+//!   columns on for rows it has not repacked): each super-block's whole
+//!   integer sum `s` (and mins' sum `sm`), `r = dw * s` rounded, `r =
+//!   fma(-dmin, sm, r)`, `acc = fma(r, dx, acc)`;
+//! - **repacked** (ggml's `q4_K_8x8` kernels, which it runs for every Q4_K
+//!   matrix of whole groups of eight rows): a row's whole integer sum and
+//!   its mins' sum per step, `acc = fma(sum, dw * dx, acc)` and `accm =
+//!   fma(mins, dmin * dx, accm)`, the result `acc - accm`; a step is a
+//!   super-block for the columns ggml's GEMV takes (the last `n % 4`) and
+//!   64 values for those its GEMM takes (the columns in fours).
+//!
+//! Activations are ggml's Q8_K up to one sign per super-block, which
+//! flips codes and scale together and so no product.
+
+use std::cell::RefCell;
+
+use ggraph_core::DType;
+use ggraph_core::quant::f16_to_f32;
+
+use super::activation_quant::quantize_column;
+use super::operands::{Cols, WeightRows};
+use super::quant_format::{Partner, q4k_scales_mins};
+use crate::kernels::isa::Isa;
+use crate::kernels::parallel::par_ranges;
+use crate::kernels::scratch::with_scratch;
+
+/// Values per super-block.
+const QK: usize = 256;
+/// Most columns per kernel call.
+const TILE_COLS: usize = 4;
+/// Rows a task takes before the columns move on: their super-blocks stay
+/// in L1 or L2 while every column passes over them.
+const CHUNK_ROWS: usize = 16;
+
+/// How ggml adds up a product's steps (see the module's text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    EightLanes,
+    Tiled,
+    Repacked,
+}
+
+/// Columns from which ggml's tiled kernels take rows it has not repacked.
+const TILED_MIN_N: usize = 8;
+
+/// The float step of one column in the repacked order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// A super-block (ggml's GEMV).
+    SuperBlock,
+    /// 64 values (ggml's GEMM, columns in fours).
+    Pair,
+}
+
+/// The order ggml sums a product of `m` rows of `dtype` by `n` columns
+/// in, where it is one of these (Q6_K, Q4_K).
+pub(crate) fn order(dtype: DType, m: usize, n: usize) -> Option<Order> {
+    match dtype {
+        // ggml repacks a Q4_K matrix of whole groups of eight rows
+        DType::Q4_K if m % 8 == 0 => Some(Order::Repacked),
+        DType::Q4_K | DType::Q6_K if n >= TILED_MIN_N => Some(Order::Tiled),
+        DType::Q4_K | DType::Q6_K => Some(Order::EightLanes),
+        _ => None,
+    }
+}
+
+/// The repacked order's step for column `j` of `n`: ggml's GEMM takes the
+/// columns in fours (when there are more than three), its GEMV the rest.
+pub(crate) fn step(j: usize, n: usize) -> Step {
+    if n > 3 && j < n - n % 4 {
+        Step::Pair
+    } else {
+        Step::SuperBlock
+    }
+}
+
+/// One activation column in Q8_K form, from its first super-block.
+#[derive(Clone, Copy)]
+struct Col {
+    codes: *const i8,
+    /// Scale per super-block.
+    d: *const f32,
+    /// Sums of the codes per 16 values.
+    bs16: *const i16,
+}
+
+// SAFETY: the pointers address the call's scratch, alive and unchanged
+// while the tasks read it.
+unsafe impl Send for Col {}
+unsafe impl Sync for Col {}
+
+/// The dots of one row with `C` columns over `nsb` super-blocks.
+///
+/// # Safety
+/// The row holds `nsb` super-blocks of the kernel's type, every column
+/// `nsb * 256` codes, `nsb` scales and `nsb * 16` sums.
+type Kernel<const C: usize> = unsafe fn(*const u8, [Col; C], usize, Step) -> [f32; C];
+
+/// The kernels of one instruction set and weight type.
+struct Kernels {
+    one: Kernel<1>,
+    four: Kernel<TILE_COLS>,
+}
+
+impl Kernels {
+    fn new(isa: Isa, dtype: DType, order: Order) -> Kernels {
+        macro_rules! of {
+            ($m:ident) => {
+                match (dtype, order) {
+                    (DType::Q6_K, Order::Tiled) => Kernels {
+                        one: $m::q6k_tiled::<1>,
+                        four: $m::q6k_tiled::<TILE_COLS>,
+                    },
+                    (DType::Q6_K, _) => Kernels {
+                        one: $m::q6k::<1>,
+                        four: $m::q6k::<TILE_COLS>,
+                    },
+                    (_, Order::Tiled) => Kernels {
+                        one: $m::q4k_tiled::<1>,
+                        four: $m::q4k_tiled::<TILE_COLS>,
+                    },
+                    (_, Order::EightLanes) => Kernels {
+                        one: $m::q4k_lanes::<1>,
+                        four: $m::q4k_lanes::<TILE_COLS>,
+                    },
+                    (_, Order::Repacked) => Kernels {
+                        one: $m::q4k_repacked::<1>,
+                        four: $m::q4k_repacked::<TILE_COLS>,
+                    },
+                }
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 {
+            return of!(x86);
+        }
+        let _ = isa;
+        of!(portable)
+    }
+}
+
+thread_local! {
+    static CODES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SUMS: RefCell<Vec<i16>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m`, rows of Q6_K or Q4_K
+/// super-blocks side by side.
+pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    let (k, n) = (a.k, b.0.len());
+    let nsb = k / QK;
+    let Some(order) = order(a.dtype, m, n) else {
+        unreachable!("dispatch sends only Q6_K and Q4_K rows here");
+    };
+    let kernels = Kernels::new(isa, a.dtype, order);
+    with_scratch(&CODES, n * k, |codes| {
+        with_scratch(&SCALES, n * nsb, |scales| {
+            with_scratch(&SUMS, n * nsb * 16, |sums| {
+                for (j, &col) in b.0.iter().enumerate() {
+                    // SAFETY: column j holds k values.
+                    let x = unsafe { std::slice::from_raw_parts(col, k) };
+                    let (d, bs) = (&mut scales[j * nsb..], &mut sums[j * nsb * 16..]);
+                    quantize_column(
+                        Partner::Q8K,
+                        x,
+                        16,
+                        &mut codes[j * k..(j + 1) * k],
+                        |blk, scale, sum| {
+                            d[blk / 16] = scale.d;
+                            bs[blk] = sum as i16;
+                        },
+                    );
+                }
+                let cols: Vec<Col> = (0..n)
+                    .map(|j| Col {
+                        codes: codes[j * k..].as_ptr(),
+                        d: scales[j * nsb..].as_ptr(),
+                        bs16: sums[j * nsb * 16..].as_ptr(),
+                    })
+                    .collect();
+                // column tiles that keep to one step
+                let mut tiles = Vec::new();
+                let mut j = 0;
+                while j < n {
+                    let s = step(j, n);
+                    let c = if s == Step::Pair || n - j >= TILE_COLS {
+                        TILE_COLS.min(n - j)
+                    } else {
+                        1
+                    };
+                    tiles.push((j, c, s));
+                    j += c;
+                }
+                par_ranges(m, CHUNK_ROWS, |range| {
+                    for chunk in range.clone().step_by(CHUNK_ROWS) {
+                        let rows = chunk..(chunk + CHUNK_ROWS).min(range.end);
+                        for &(j0, c, s) in &tiles {
+                            for i in rows.clone() {
+                                let row = a.row(i);
+                                // SAFETY: row i holds nsb super-blocks, the
+                                // columns their codes, scales and sums;
+                                // output row i is this task's.
+                                unsafe {
+                                    if c == TILE_COLS {
+                                        let dots = (kernels.four)(
+                                            row,
+                                            std::array::from_fn(|t| cols[j0 + t]),
+                                            nsb,
+                                            s,
+                                        );
+                                        for (t, v) in dots.into_iter().enumerate() {
+                                            *out.0[j0 + t].add(i) = v;
+                                        }
+                                    } else {
+                                        for t in 0..c {
+                                            let [v] = (kernels.one)(row, [cols[j0 + t]], nsb, s);
+                                            *out.0[j0 + t].add(i) = v;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                });
+            })
+        })
+    })
+}
+
+/// Eight lanes summed as ggml's `hsum_float_8`.
+fn hsum8(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// Four lanes summed as ggml's Q4_K kernel sums its mins.
+fn hsum4(m: [f32; 4]) -> f32 {
+    (m[0] + m[2]) + (m[1] + m[3])
+}
+
+/// Bytes of a Q6_K and of a Q4_K super-block.
+const Q6K_BYTES: usize = 210;
+const Q4K_BYTES: usize = 144;
+
+/// Q6_K's 6-bit codes (0..64) of one super-block, in value order.
+fn q6k_codes(blk: &[u8]) -> [u8; QK] {
+    let mut q = [0u8; QK];
+    for h in 0..2 {
+        let (ql, qh) = (&blk[64 * h..], &blk[128 + 32 * h..]);
+        for l in 0..32 {
+            let v = 128 * h + l;
+            q[v] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+            q[v + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+            q[v + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            q[v + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+        }
+    }
+    q
+}
+
+/// Q4_K's 4-bit codes of one super-block, in value order.
+fn q4k_codes(blk: &[u8]) -> [u8; QK] {
+    let mut q = [0u8; QK];
+    for j in 0..4 {
+        for l in 0..32 {
+            let b = blk[16 + 32 * j + l];
+            q[64 * j + l] = b & 15;
+            q[64 * j + 32 + l] = b >> 4;
+        }
+    }
+    q
+}
+
+/// Q4_K's eight sub-block scales and eight mins.
+fn q4k_scales(blk: &[u8]) -> ([i32; 8], [i32; 8]) {
+    let words = q4k_scales_mins(blk[4..16].try_into().unwrap());
+    let byte = |w: u32, i: usize| ((w >> (8 * i)) & 0xff) as i32;
+    let pick = |lo: u32, hi: u32| std::array::from_fn(|s| byte(if s < 4 { lo } else { hi }, s % 4));
+    (pick(words[0], words[1]), pick(words[2], words[3]))
+}
+
+/// The scalar kernels: ggml's sums restated value by value (and the
+/// reference the vector kernels are tested against).
+mod portable {
+    use super::*;
+
+    /// The eight integer lanes of `u` (codes in value order) times `x`,
+    /// each 32 values scaled by `scale(32-value group, lane)`.
+    fn lanes(u: &[u8; QK], x: &[i8], scale: impl Fn(usize, usize) -> i32) -> [i32; 8] {
+        let mut lanes = [0i32; 8];
+        for g in 0..QK / 32 {
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                let v = 32 * g + 4 * l;
+                let s: i32 = (v..v + 4).map(|v| u[v] as i32 * x[v] as i32).sum();
+                *lane += scale(g, l) * s;
+            }
+        }
+        lanes
+    }
+
+    /// Q6_K's eight lanes: the codes' offset of 32 comes off lane `i` as
+    /// the sums of sub-blocks `2i` and `2i + 1` times their scales.
+    fn q6k_lanes(u: &[u8; QK], sc: &[i32; 16], x: &[i8], bs: &[i16]) -> [i32; 8] {
+        let mut l = lanes(u, x, |g, l| sc[2 * g + l / 4]);
+        for (i, lane) in l.iter_mut().enumerate() {
+            let (a, b) = (2 * i, 2 * i + 1);
+            *lane -= 32 * (bs[a] as i32 * sc[a] + bs[b] as i32 * sc[b]);
+        }
+        l
+    }
+
+    /// A row's super-block `sb` and what its kernels read of it.
+    ///
+    /// # Safety
+    /// The row holds super-block `sb` of `bytes` bytes.
+    unsafe fn block<'a>(row: *const u8, sb: usize, bytes: usize) -> &'a [u8] {
+        // SAFETY: caller's contract.
+        unsafe { std::slice::from_raw_parts(row.add(sb * bytes), bytes) }
+    }
+
+    /// Column `col`'s codes, sums per 16 and scale in super-block `sb`.
+    ///
+    /// # Safety
+    /// The column holds super-block `sb`.
+    unsafe fn column<'a>(col: &Col, sb: usize) -> (&'a [i8], &'a [i16], f32) {
+        // SAFETY: caller's contract.
+        unsafe {
+            (
+                std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
+                std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
+                *col.d.add(sb),
+            )
+        }
+    }
+
+    /// # Safety
+    /// As for [`Kernel`].
+    pub(super) unsafe fn q6k_tiled<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        let mut acc = [0f32; C];
+        for sb in 0..nsb {
+            // SAFETY: caller's contract.
+            let blk = unsafe { block(row, sb, Q6K_BYTES) };
+            let u = q6k_codes(blk);
+            let sc: [i32; 16] = std::array::from_fn(|i| blk[192 + i] as i8 as i32);
+            let d = f16_to_f32(u16::from_le_bytes([blk[208], blk[209]]));
+            for (a, col) in acc.iter_mut().zip(&cols) {
+                // SAFETY: caller's contract.
+                let (x, bs, dx) = unsafe { column(col, sb) };
+                let s: i32 = q6k_lanes(&u, &sc, x, bs).iter().sum();
+                *a = (d * s as f32).mul_add(dx, *a);
+            }
+        }
+        acc
+    }
+
+    /// # Safety
+    /// As for [`Kernel`].
+    pub(super) unsafe fn q4k_tiled<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        let mut acc = [0f32; C];
+        for sb in 0..nsb {
+            // SAFETY: caller's contract.
+            let blk = unsafe { block(row, sb, Q4K_BYTES) };
+            let u = q4k_codes(blk);
+            let (sc, mn) = q4k_scales(blk);
+            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
+            for (a, col) in acc.iter_mut().zip(&cols) {
+                // SAFETY: caller's contract.
+                let (x, bs, dx) = unsafe { column(col, sb) };
+                let s: i32 = lanes(&u, x, |g, _| sc[g]).iter().sum();
+                let mins: i32 = (0..8)
+                    .map(|g| mn[g] * (bs[2 * g] as i32 + bs[2 * g + 1] as i32))
+                    .sum();
+                let r = (-dmin).mul_add(mins as f32, d * s as f32);
+                *a = r.mul_add(dx, *a);
+            }
+        }
+        acc
+    }
+
+    /// # Safety
+    /// As for [`Kernel`].
+    pub(super) unsafe fn q6k<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        let mut acc = [[0f32; 8]; C];
+        for sb in 0..nsb {
+            // SAFETY: caller's contract.
+            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q6K_BYTES), Q6K_BYTES) };
+            let u = q6k_codes(blk);
+            let sc: [i32; 16] = std::array::from_fn(|i| blk[192 + i] as i8 as i32);
+            let d = f16_to_f32(u16::from_le_bytes([blk[208], blk[209]]));
+            for (c, col) in cols.iter().enumerate() {
+                // SAFETY: caller's contract.
+                let (x, bs, dx) = unsafe {
+                    (
+                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
+                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
+                        *col.d.add(sb),
+                    )
+                };
+                let l = q6k_lanes(&u, &sc, x, bs);
+                for (a, lane) in acc[c].iter_mut().zip(l) {
+                    *a = (dx * d).mul_add(lane as f32, *a);
+                }
+            }
+        }
+        acc.map(hsum8)
+    }
+
+    /// # Safety
+    /// As for [`Kernel`].
+    pub(super) unsafe fn q4k_lanes<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        let mut acc = [[0f32; 8]; C];
+        let mut accm = [[0f32; 4]; C];
+        for sb in 0..nsb {
+            // SAFETY: caller's contract.
+            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q4K_BYTES), Q4K_BYTES) };
+            let u = q4k_codes(blk);
+            let (sc, mn) = q4k_scales(blk);
+            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
+            for (c, col) in cols.iter().enumerate() {
+                // SAFETY: caller's contract.
+                let (x, bs, dx) = unsafe {
+                    (
+                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
+                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
+                        *col.d.add(sb),
+                    )
+                };
+                let l = lanes(&u, x, |g, _| sc[g]);
+                for (a, lane) in acc[c].iter_mut().zip(l) {
+                    *a = (dx * d).mul_add(lane as f32, *a);
+                }
+                let bs32 = |s: usize| bs[2 * s] as i32 + bs[2 * s + 1] as i32;
+                for (i, a) in accm[c].iter_mut().enumerate() {
+                    let p = mn[2 * i] * bs32(2 * i) + mn[2 * i + 1] * bs32(2 * i + 1);
+                    *a = (-dx * dmin).mul_add(p as f32, *a);
+                }
+            }
+        }
+        std::array::from_fn(|c| hsum8(acc[c]) + hsum4(accm[c]))
+    }
+
+    /// # Safety
+    /// As for [`Kernel`].
+    pub(super) unsafe fn q4k_repacked<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        step: Step,
+    ) -> [f32; C] {
+        let mut acc = [0f32; C];
+        let mut accm = [0f32; C];
+        let per = if step == Step::Pair { 2 } else { 8 };
+        for sb in 0..nsb {
+            // SAFETY: caller's contract.
+            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q4K_BYTES), Q4K_BYTES) };
+            let u = q4k_codes(blk);
+            let (sc, mn) = q4k_scales(blk);
+            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
+            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
+            for (c, col) in cols.iter().enumerate() {
+                // SAFETY: caller's contract.
+                let (x, bs, dx) = unsafe {
+                    (
+                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
+                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
+                        *col.d.add(sb),
+                    )
+                };
+                for first in (0..8).step_by(per) {
+                    let (mut s, mut mins) = (0i32, 0i32);
+                    for g in first..first + per {
+                        let dot: i32 = (32 * g..32 * g + 32)
+                            .map(|v| u[v] as i32 * x[v] as i32)
+                            .sum();
+                        s += sc[g] * dot;
+                        mins += mn[g] * (bs[2 * g] as i32 + bs[2 * g + 1] as i32);
+                    }
+                    acc[c] = (s as f32).mul_add(d * dx, acc[c]);
+                    accm[c] = (mins as f32).mul_add(dmin * dx, accm[c]);
+                }
+            }
+        }
+        std::array::from_fn(|c| acc[c] - accm[c])
+    }
+}
+
+/// The same sums with AVX2: `vpmaddubsw` per 32 values, the sub-block
+/// scales applied and pairs summed by `vpmaddwd`, as ggml's kernels.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::*;
+    use crate::kernels::math::{f16_at, hsum256};
+
+    /// Q6_K's 6-bit codes of one super-block, 32 values a register.
+    ///
+    /// # Safety
+    /// AVX2 is available; `blk` holds a Q6_K super-block.
+    #[inline(always)]
+    unsafe fn q6k_codes(blk: *const u8) -> [__m256i; 8] {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let m30 = _mm256_set1_epi8(0x30);
+            let mut u = [_mm256_setzero_si256(); 8];
+            for h in 0..2 {
+                let ql0 = _mm256_loadu_si256(blk.add(64 * h) as *const __m256i);
+                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h) as *const __m256i);
+                u[4 * h] = _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30),
+                );
+                u[4 * h + 1] = _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30),
+                );
+                u[4 * h + 2] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                    _mm256_and_si256(qh, m30),
+                );
+                u[4 * h + 3] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                );
+            }
+            u
+        }
+    }
+
+    /// The eight lanes of `u` times column codes `x`, each 32 values
+    /// scaled by `s[g]` (16-bit scales, one per 16-bit lane).
+    ///
+    /// # Safety
+    /// AVX2 is available; `x` holds 256 codes.
+    #[inline(always)]
+    unsafe fn lanes(u: &[__m256i; 8], s: &[__m256i; 8], x: *const i8) -> __m256i {
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut t = _mm256_setzero_si256();
+            for g in 0..8 {
+                let xg = _mm256_loadu_si256(x.add(32 * g) as *const __m256i);
+                let p = _mm256_madd_epi16(s[g], _mm256_maddubs_epi16(u[g], xg));
+                t = _mm256_add_epi32(t, p);
+            }
+            t
+        }
+    }
+
+    /// A Q6_K super-block's codes, its scales per 32 values as 16-bit lanes
+    /// (the scale of values `0..16` in the low 128 bits, of `16..32` in the
+    /// high), its 16 scales as 16-bit values, and `d`.
+    ///
+    /// # Safety
+    /// AVX2 and F16C are available; `blk` holds a Q6_K super-block.
+    #[inline(always)]
+    unsafe fn q6k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], __m256i, f32) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let s: [__m256i; 8] = std::array::from_fn(|g| {
+                let lo = _mm256_set1_epi16(*blk.add(192 + 2 * g) as i8 as i16);
+                let hi = _mm_set1_epi16(*blk.add(193 + 2 * g) as i8 as i16);
+                _mm256_inserti128_si256::<1>(lo, hi)
+            });
+            let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
+            (q6k_codes(blk), s, s16, f16_at(blk.add(208)))
+        }
+    }
+
+    /// Q6_K's eight lanes with column `col`'s super-block `sb`: the codes'
+    /// offset of 32 off lane `i` as sub-blocks `2i` and `2i + 1`'s sums
+    /// times their scales.
+    ///
+    /// # Safety
+    /// AVX2 is available; the column holds super-block `sb`.
+    #[inline(always)]
+    unsafe fn q6k_lanes(
+        u: &[__m256i; 8],
+        s: &[__m256i; 8],
+        s16: __m256i,
+        col: &Col,
+        sb: usize,
+    ) -> __m256i {
+        // SAFETY: caller's contract.
+        unsafe {
+            let t = lanes(u, s, col.codes.add(sb * QK));
+            let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+            _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16)))
+        }
+    }
+
+    /// The sum of eight 32-bit lanes (of four with `_128`).
+    ///
+    /// # Safety
+    /// AVX2 is available.
+    #[inline(always)]
+    unsafe fn hsum_i32(t: __m256i) -> i32 {
+        // SAFETY: the caller's AVX2.
+        unsafe {
+            hsum_i32_128(_mm_add_epi32(
+                _mm256_castsi256_si128(t),
+                _mm256_extracti128_si256::<1>(t),
+            ))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn hsum_i32_128(s: __m128i) -> i32 {
+        // SAFETY: the caller's AVX2.
+        unsafe {
+            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+            _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6k<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); C];
+            for sb in 0..nsb {
+                let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
+                for c in 0..C {
+                    let t = q6k_lanes(&u, &s, s16, &cols[c], sb);
+                    let dd = _mm256_set1_ps(*cols[c].d.add(sb) * d);
+                    acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(t), acc[c]);
+                }
+            }
+            acc.map(|a| hsum256(a))
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q6k_tiled<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [0f32; C];
+            for sb in 0..nsb {
+                let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
+                for c in 0..C {
+                    let s1 = hsum_i32(q6k_lanes(&u, &s, s16, &cols[c], sb));
+                    acc[c] = (d * s1 as f32).mul_add(*cols[c].d.add(sb), acc[c]);
+                }
+            }
+            acc
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_tiled<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [0f32; C];
+            for sb in 0..nsb {
+                let blk = row.add(sb * Q4K_BYTES);
+                let (u, s, _, mn) = q4k_parts(blk);
+                let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let s1 = hsum_i32(lanes(&u, &s, col.codes.add(sb * QK)));
+                    let s2 = hsum_i32_128(_mm_madd_epi16(mn, sums32(col.bs16.add(sb * 16))));
+                    let r = (-dmin).mul_add(s2 as f32, d * s1 as f32);
+                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
+                }
+            }
+            acc
+        }
+    }
+
+    /// Q4_K's codes (32 a register, value order), sub-block scales as
+    /// 16-bit lanes, and mins as eight 16-bit values.
+    ///
+    /// # Safety
+    /// AVX2 is available; `blk` holds a Q4_K super-block.
+    #[inline(always)]
+    unsafe fn q4k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], [i32; 8], __m128i) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0x0f);
+            let mut u = [_mm256_setzero_si256(); 8];
+            for j in 0..4 {
+                let v = _mm256_loadu_si256(blk.add(16 + 32 * j) as *const __m256i);
+                u[2 * j] = _mm256_and_si256(v, m4);
+                u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            }
+            let [sc_lo, sc_hi, mn_lo, mn_hi] = q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+            let sc: [i32; 8] = std::array::from_fn(|g| {
+                let w = if g < 4 { sc_lo } else { sc_hi };
+                ((w >> (8 * (g % 4))) & 0xff) as i32
+            });
+            let s = sc.map(|v| _mm256_set1_epi16(v as i16));
+            let mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
+            (u, s, sc, mn)
+        }
+    }
+
+    /// The sums per 32 values of a column's super-block, as 16-bit values.
+    ///
+    /// # Safety
+    /// AVX2 is available; `bs16` holds 16 sums.
+    #[inline(always)]
+    unsafe fn sums32(bs16: *const i16) -> __m128i {
+        // SAFETY: caller's contract.
+        unsafe {
+            let bs = _mm256_loadu_si256(bs16 as *const __m256i);
+            _mm_hadd_epi16(
+                _mm256_castsi256_si128(bs),
+                _mm256_extracti128_si256::<1>(bs),
+            )
+        }
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_lanes<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut accm = [_mm_setzero_ps(); C];
+            for sb in 0..nsb {
+                let blk = row.add(sb * Q4K_BYTES);
+                let (u, s, _, mn) = q4k_parts(blk);
+                let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let dx = *col.d.add(sb);
+                    let t = lanes(&u, &s, col.codes.add(sb * QK));
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(t), acc[c]);
+                    let p = _mm_madd_epi16(mn, sums32(col.bs16.add(sb * 16)));
+                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(-dx * dmin), _mm_cvtepi32_ps(p), accm[c]);
+                }
+            }
+            std::array::from_fn(|c| {
+                let m = accm[c];
+                let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+                let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                hsum256(acc[c]) + _mm_cvtss_f32(m)
+            })
+        }
+    }
+
+    /// The four 32-bit lanes' sums of each of four registers.
+    ///
+    /// # Safety
+    /// AVX2 is available.
+    #[inline(always)]
+    unsafe fn sums_of_four(t: [__m256i; 4]) -> [i32; 4] {
+        let mut out = [0i32; 4];
+        // SAFETY: the caller's AVX2; four lanes into four values.
+        unsafe {
+            let h = _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+            let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, s);
+        }
+        out
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn q4k_repacked<const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        step: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [0f32; C];
+            let mut accm = [0f32; C];
+            for sb in 0..nsb {
+                let blk = row.add(sb * Q4K_BYTES);
+                let (u, s, _, mn) = q4k_parts(blk);
+                let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let dx = *col.d.add(sb);
+                    let x = col.codes.add(sb * QK);
+                    // per pair of sub-blocks: the scaled sums and the mins'
+                    let t: [__m256i; 4] = std::array::from_fn(|p| {
+                        let x0 = _mm256_loadu_si256(x.add(64 * p) as *const __m256i);
+                        let x1 = _mm256_loadu_si256(x.add(64 * p + 32) as *const __m256i);
+                        _mm256_add_epi32(
+                            _mm256_madd_epi16(s[2 * p], _mm256_maddubs_epi16(u[2 * p], x0)),
+                            _mm256_madd_epi16(s[2 * p + 1], _mm256_maddubs_epi16(u[2 * p + 1], x1)),
+                        )
+                    });
+                    let pairs = sums_of_four(t);
+                    let m = _mm_madd_epi16(mn, sums32(col.bs16.add(sb * 16)));
+                    let mut mins = [0i32; 4];
+                    _mm_storeu_si128(mins.as_mut_ptr() as *mut __m128i, m);
+                    let (dd, dm) = (d * dx, dmin * dx);
+                    if step == Step::Pair {
+                        for p in 0..4 {
+                            acc[c] = (pairs[p] as f32).mul_add(dd, acc[c]);
+                            accm[c] = (mins[p] as f32).mul_add(dm, accm[c]);
+                        }
+                    } else {
+                        let whole: i32 = pairs.iter().sum();
+                        let whole_mins: i32 = mins.iter().sum();
+                        acc[c] = (whole as f32).mul_add(dd, acc[c]);
+                        accm[c] = (whole_mins as f32).mul_add(dm, accm[c]);
+                    }
+                }
+            }
+            std::array::from_fn(|c| acc[c] - accm[c])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random super-blocks of `dtype` (scales in range, codes anywhere).
+    fn random_rows(dtype: DType, m: usize, nsb: usize, seed: u64) -> Vec<u8> {
+        let ts = dtype.type_size();
+        let mut s = seed;
+        let mut next = move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        };
+        let mut bytes: Vec<u8> = (0..m * nsb * ts).map(|_| next() as u8).collect();
+        for blk in bytes.chunks_exact_mut(ts) {
+            // finite f16 scales of modest size
+            let half = |v: u32| (0x2c00 + (v % 0x0c00)) as u16;
+            let (at, dmin_at) = if dtype == DType::Q6_K {
+                (208, None)
+            } else {
+                (0, Some(2))
+            };
+            blk[at..at + 2].copy_from_slice(&half(next()).to_le_bytes());
+            if let Some(p) = dmin_at {
+                blk[p..p + 2].copy_from_slice(&half(next()).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    /// Every instruction set's kernels against the portable ones, bit for
+    /// bit, on each order and step, through the whole driver.
+    #[test]
+    fn every_instruction_set_gives_the_portable_bits() {
+        let (nsb, k) = (3, 3 * QK);
+        for dtype in [DType::Q6_K, DType::Q4_K] {
+            for m in [8, 7] {
+                let rows = random_rows(dtype, m, nsb, 7 + m as u64);
+                let a = WeightRows {
+                    ptr: rows.as_ptr(),
+                    stride: nsb * dtype.type_size(),
+                    elem_stride: dtype.type_size(),
+                    dtype,
+                    k,
+                };
+                for n in [1, 3, 4, 6, 9] {
+                    let mut x: Vec<Vec<f32>> = (0..n)
+                        .map(|j| {
+                            (0..k)
+                                .map(|i| ((i * 7 + j * 13) % 23) as f32 * 0.37 - 4.0)
+                                .collect()
+                        })
+                        .collect();
+                    let b = Cols(x.iter_mut().map(|c| c.as_mut_ptr()).collect());
+                    let run = |isa: Isa| {
+                        let mut out = vec![vec![0f32; m]; n];
+                        let o = Cols(out.iter_mut().map(|c| c.as_mut_ptr()).collect());
+                        gemm(isa, a, m, &b, &o);
+                        out
+                    };
+                    let want = run(Isa::Portable);
+                    for isa in crate::kernels::isa::all_supported() {
+                        let got = run(isa);
+                        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+                            assert_eq!(g.to_bits(), w.to_bits(), "{dtype:?} m={m} n={n} {isa:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
