@@ -444,7 +444,7 @@ const EXACT_LOGIT_BOUND: f32 = 2e-4;
 
 /// The files whose every product ggraph sums in ggml's order, with the
 /// attention settings whose kernels it follows too.
-const EXACT: [(&str, Attention); 14] = [
+const EXACT: [(&str, Attention); 20] = [
     ("F16", Attention::Standard),
     ("F16", Attention::Flash),
     ("Q8_0", Attention::Standard),
@@ -459,6 +459,12 @@ const EXACT: [(&str, Attention); 14] = [
     ("Q5_0", Attention::Flash),
     ("Q4_K", Attention::Standard),
     ("Q4_K", Attention::Flash),
+    ("Q2_K", Attention::Standard),
+    ("Q2_K", Attention::Flash),
+    ("Q3_K", Attention::Standard),
+    ("Q3_K", Attention::Flash),
+    ("IQ4_XS", Attention::Standard),
+    ("IQ4_XS", Attention::Flash),
 ];
 
 /// The model at `path` on a CPU of two threads (llama.cpp's when it

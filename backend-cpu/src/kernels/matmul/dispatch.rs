@@ -14,7 +14,7 @@ use super::{
     activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order, quant_dot,
 };
 #[cfg(target_arch = "x86_64")]
-use super::{block_dot_avx2, block_gemm_avx2, kquant_dot};
+use super::{block_dot_avx2, block_gemm_avx2};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
@@ -51,9 +51,6 @@ pub(super) enum Path {
     /// Quantised rows no integer kernel reads, dequantised to f32 first
     /// and then chosen for again (`dequantized`).
     Dequantized,
-    /// K-quant (and IQ4_XS) super-blocks read in place, activations in
-    /// ggml's Q8_K form (`kquant_dot`, `kquant_dot_more`).
-    KQuantDot,
     /// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) read in place
     /// on AVX2 (`block_dot_avx2`).
     BlockDotAvx2,
@@ -124,8 +121,6 @@ const fn rule(
 /// Most columns of the float dot path, and of the quantised paths for few
 /// columns without VNNI: more go to a GEMM.
 const DOT_MAX_N: usize = 8;
-/// Most columns of the K-quant dot.
-const KQUANT_MAX_N: usize = 8;
 /// Most columns of the AVX2 block dot.
 const BLOCK_DOT_MAX_N: usize = 8;
 /// Most columns of the VNNI paths for few columns: more go to the panel
@@ -135,7 +130,6 @@ const DIRECT_MAX_N: usize = 4;
 const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
 const PORTABLE: RangeInclusive<Isa> = Isa::Portable..=Isa::Portable;
 const AVX2: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx2;
-const AVX2_UP: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512Vnni;
 /// AVX2 or AVX-512 without VNNI.
 const AVX2_NO_VNNI: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512;
 const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
@@ -145,13 +139,19 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const F16: &[DType] = &[DType::F16];
 /// The 32-value block formats summed in ggml's order.
 const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL];
-/// The K-quant formats summed in ggml's order.
-const K_IN_ORDER: &[DType] = &[DType::Q6_K, DType::Q4_K];
+/// The K-quant formats (and IQ4_XS) summed in ggml's order.
+const K_IN_ORDER: &[DType] = &[
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_XS,
+];
 /// The 32-value block formats not summed in ggml's order (the AVX2 block
 /// dot reads them in place; on VNNI machines too, with `vpdpbusd`, faster
 /// than the direct path decodes them: docs/performance.md).
 const BLOCKS_32: &[DType] = &[DType::Q4_1, DType::Q5_1];
-const K_QUANTS: &[DType] = &[DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
 
@@ -183,7 +183,6 @@ const RULES: &[Rule] = &[
     // quantised weights; rows not packed fall through to the last rule
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
-    rule(AVX2_UP,      Only(K_QUANTS), Packed, 1..=KQUANT_MAX_N,     ANY_BYTES,        KQuantDot),
     rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
     rule(VNNI,         Only(BLOCKS_32), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
@@ -296,8 +295,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
         KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        KQuantDot => kquant_dot::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         BlockDotAvx2 => block_dot_avx2::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]

@@ -1,6 +1,6 @@
 //! The loop of a quantised mul_mat with one to eight columns around a
-//! kernel that reads weight blocks in place (`block_dot_avx2`,
-//! `kquant_dot`): rows spread over the team, and the columns in
+//! kernel that reads weight blocks in place (`block_dot_avx2`): rows
+//! spread over the team, and the columns in
 //! groups of at most [`MAX_C`].
 //!
 //! With one group, every task hands its whole range of rows to the kernel,

@@ -75,8 +75,14 @@ pub(crate) fn order(dtype: DType, m: usize, n: usize) -> Option<Order> {
     match dtype {
         // ggml repacks a Q4_K matrix of whole groups of eight rows
         DType::Q4_K if m % 8 == 0 => Some(Order::Repacked),
-        DType::Q4_K | DType::Q6_K if n >= TILED_MIN_N => Some(Order::Tiled),
-        DType::Q4_K | DType::Q6_K => Some(Order::EightLanes),
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS
+            if n >= TILED_MIN_N =>
+        {
+            Some(Order::Tiled)
+        }
+        DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => {
+            Some(Order::EightLanes)
+        }
         _ => None,
     }
 }
@@ -121,38 +127,54 @@ struct Kernels {
 
 impl Kernels {
     fn new(isa: Isa, dtype: DType, order: Order) -> Kernels {
-        macro_rules! of {
+        macro_rules! kernels {
+            ($($k:ident)::+) => {
+                Kernels {
+                    one: $($k)::+::<1>,
+                    four: $($k)::+::<TILE_COLS>,
+                }
+            };
+            ($($k:ident)::+, $t:expr) => {
+                Kernels {
+                    one: $($k)::+::<{ $t }, 1>,
+                    four: $($k)::+::<{ $t }, TILE_COLS>,
+                }
+            };
+        }
+        // the portable kernels take every type; the vector ones have Q4_K
+        // and Q6_K kernels of their own
+        macro_rules! generic {
             ($m:ident) => {
                 match (dtype, order) {
-                    (DType::Q6_K, Order::Tiled) => Kernels {
-                        one: $m::q6k_tiled::<1>,
-                        four: $m::q6k_tiled::<TILE_COLS>,
-                    },
-                    (DType::Q6_K, _) => Kernels {
-                        one: $m::q6k::<1>,
-                        four: $m::q6k::<TILE_COLS>,
-                    },
-                    (_, Order::Tiled) => Kernels {
-                        one: $m::q4k_tiled::<1>,
-                        four: $m::q4k_tiled::<TILE_COLS>,
-                    },
-                    (_, Order::EightLanes) => Kernels {
-                        one: $m::q4k_lanes::<1>,
-                        four: $m::q4k_lanes::<TILE_COLS>,
-                    },
-                    (_, Order::Repacked) => Kernels {
-                        one: $m::q4k_repacked::<1>,
-                        four: $m::q4k_repacked::<TILE_COLS>,
-                    },
+                    (_, Order::Repacked) => kernels!($m::q4k_repacked),
+                    (DType::Q2_K, Order::Tiled) => kernels!($m::tiled, tag::Q2_K),
+                    (DType::Q3_K, Order::Tiled) => kernels!($m::tiled, tag::Q3_K),
+                    (DType::Q4_K, Order::Tiled) => kernels!($m::tiled, tag::Q4_K),
+                    (DType::Q5_K, Order::Tiled) => kernels!($m::tiled, tag::Q5_K),
+                    (DType::Q6_K, Order::Tiled) => kernels!($m::tiled, tag::Q6_K),
+                    (_, Order::Tiled) => kernels!($m::tiled, tag::IQ4_XS),
+                    (DType::Q2_K, _) => kernels!($m::eight_lanes, tag::Q2_K),
+                    (DType::Q3_K, _) => kernels!($m::eight_lanes, tag::Q3_K),
+                    (DType::Q4_K, _) => kernels!($m::eight_lanes, tag::Q4_K),
+                    (DType::Q5_K, _) => kernels!($m::eight_lanes, tag::Q5_K),
+                    (DType::Q6_K, _) => kernels!($m::eight_lanes, tag::Q6_K),
+                    _ => kernels!($m::eight_lanes, tag::IQ4_XS),
                 }
             };
         }
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx2 {
-            return of!(x86);
+            return match (dtype, order) {
+                (_, Order::Repacked) => kernels!(x86::q4k_repacked),
+                (DType::Q6_K, Order::Tiled) => kernels!(x86::q6k_tiled),
+                (DType::Q6_K, _) => kernels!(x86::q6k),
+                (DType::Q4_K, Order::Tiled) => kernels!(x86::q4k_tiled),
+                (DType::Q4_K, _) => kernels!(x86::q4k_lanes),
+                _ => generic!(x86),
+            };
         }
         let _ = isa;
-        of!(portable)
+        generic!(portable)
     }
 }
 
@@ -275,19 +297,6 @@ fn q6k_codes(blk: &[u8]) -> [u8; QK] {
     q
 }
 
-/// Q4_K's 4-bit codes of one super-block, in value order.
-fn q4k_codes(blk: &[u8]) -> [u8; QK] {
-    let mut q = [0u8; QK];
-    for j in 0..4 {
-        for l in 0..32 {
-            let b = blk[16 + 32 * j + l];
-            q[64 * j + l] = b & 15;
-            q[64 * j + 32 + l] = b >> 4;
-        }
-    }
-    q
-}
-
 /// Q4_K's eight sub-block scales and eight mins.
 fn q4k_scales(blk: &[u8]) -> ([i32; 8], [i32; 8]) {
     let words = q4k_scales_mins(blk[4..16].try_into().unwrap());
@@ -296,43 +305,156 @@ fn q4k_scales(blk: &[u8]) -> ([i32; 8], [i32; 8]) {
     (pick(words[0], words[1]), pick(words[2], words[3]))
 }
 
+/// Type tags of the kernels' const parameter.
+mod tag {
+    pub(super) const Q2_K: u8 = 0;
+    pub(super) const Q3_K: u8 = 1;
+    pub(super) const Q4_K: u8 = 2;
+    pub(super) const Q5_K: u8 = 3;
+    pub(super) const Q6_K: u8 = 4;
+    pub(super) const IQ4_XS: u8 = 5;
+}
+
+/// Bytes of a super-block of type `T`.
+const fn block_bytes(t: u8) -> usize {
+    match t {
+        tag::Q2_K => 84,
+        tag::Q3_K => 110,
+        tag::Q4_K => Q4K_BYTES,
+        tag::Q5_K => 176,
+        tag::Q6_K => Q6K_BYTES,
+        _ => 136,
+    }
+}
+
+/// Q3_K's sixteen 6-bit scales, less 32 (ggml's `kmask` unpacking of its
+/// 12 bytes).
+fn q3k_scales(s: &[u8]) -> [i32; 16] {
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a0, a1, t) = (word(0), word(1), word(2));
+    let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let aux = [
+        (a0 & k2) | ((t & k1) << 4),
+        (a1 & k2) | (((t >> 2) & k1) << 4),
+        ((a0 >> 4) & k2) | (((t >> 4) & k1) << 4),
+        ((a1 >> 4) & k2) | (((t >> 6) & k1) << 4),
+    ];
+    std::array::from_fn(|i| ((aux[i / 4] >> (8 * (i % 4))) & 0xff) as i8 as i32 - 32)
+}
+
+/// IQ4_XS's eight 6-bit scales, less 32.
+fn iq4xs_scales(blk: &[u8]) -> [i32; 8] {
+    let high = u16::from_le_bytes([blk[2], blk[3]]) as i32;
+    std::array::from_fn(|ib| {
+        let low = (blk[4 + ib / 2] >> (4 * (ib % 2))) as i32 & 15;
+        (low | (((high >> (2 * ib)) & 3) << 4)) - 32
+    })
+}
+
+/// One weight super-block as ggml's kernels multiply it: each value's
+/// code, the scale and min of each 16 values (mins zero where the type
+/// has none), and the block's `d` and `dmin`.
+struct Decoded {
+    w: [i32; QK],
+    sc: [i32; 16],
+    mn: [i32; 16],
+    d: f32,
+    dmin: f32,
+}
+
+fn half(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+fn decode(t: u8, blk: &[u8]) -> Decoded {
+    let mut w = [0i32; QK];
+    let (mut sc, mut mn) = ([0i32; 16], [0i32; 16]);
+    let (d, dmin);
+    match t {
+        tag::Q2_K => {
+            for e in 0..QK {
+                let (j, k, b) = (e / 128, e % 128 / 32, e % 32);
+                w[e] = (blk[16 + 32 * j + b] >> (2 * k)) as i32 & 3;
+            }
+            for i in 0..16 {
+                sc[i] = blk[i] as i32 & 15;
+                mn[i] = blk[i] as i32 >> 4;
+            }
+            (d, dmin) = (half(blk, 80), half(blk, 82));
+        }
+        tag::Q3_K => {
+            for e in 0..QK {
+                let (j, k, b) = (e / 128, e % 128 / 32, e % 32);
+                let low = (blk[32 + 32 * j + b] >> (2 * k)) as i32 & 3;
+                let high = (blk[b] >> (4 * j + k)) as i32 & 1;
+                w[e] = low - if high == 1 { 0 } else { 4 };
+            }
+            sc = q3k_scales(&blk[96..108]);
+            (d, dmin) = (half(blk, 108), 0.0);
+        }
+        tag::Q4_K | tag::Q5_K => {
+            let q5 = t == tag::Q5_K;
+            let qs = if q5 { 48 } else { 16 };
+            for e in 0..QK {
+                let (j, h, b) = (e / 64, e % 64 / 32, e % 32);
+                let nibble = (blk[qs + 32 * j + b] >> (4 * h)) as i32 & 15;
+                let high = if q5 {
+                    ((blk[16 + b] >> (2 * j + h)) as i32 & 1) << 4
+                } else {
+                    0
+                };
+                w[e] = nibble | high;
+            }
+            let (s32, m32) = q4k_scales(blk);
+            sc = std::array::from_fn(|i| s32[i / 2]);
+            mn = std::array::from_fn(|i| m32[i / 2]);
+            (d, dmin) = (half(blk, 0), half(blk, 2));
+        }
+        tag::Q6_K => {
+            let q = q6k_codes(blk);
+            for e in 0..QK {
+                w[e] = q[e] as i32;
+            }
+            sc = std::array::from_fn(|i| blk[192 + i] as i8 as i32);
+            (d, dmin) = (half(blk, 208), 0.0);
+        }
+        _ => {
+            for e in 0..QK {
+                let (ib, t) = (e / 32, e % 32);
+                let byte = blk[8 + 16 * ib + t % 16];
+                let nibble = if t < 16 { byte & 15 } else { byte >> 4 };
+                w[e] = ggraph_core::quant::IQ4_VALUES[nibble as usize] as i32;
+            }
+            let s32 = iq4xs_scales(blk);
+            sc = std::array::from_fn(|i| s32[i / 2]);
+            (d, dmin) = (half(blk, 0), 0.0);
+        }
+    }
+    Decoded { w, sc, mn, d, dmin }
+}
+
 /// The scalar kernels: ggml's sums restated value by value (and the
 /// reference the vector kernels are tested against).
 mod portable {
     use super::*;
 
-    /// The eight integer lanes of `u` (codes in value order) times `x`,
-    /// each 32 values scaled by `scale(32-value group, lane)`.
-    fn lanes(u: &[u8; QK], x: &[i8], scale: impl Fn(usize, usize) -> i32) -> [i32; 8] {
+    /// The eight integer lanes of codes `w` times `x`: lane `l` holds
+    /// values `4l..4l + 4` of each 32, times the scale of their 16.
+    fn lanes(dec: &Decoded, x: &[i8]) -> [i32; 8] {
         let mut lanes = [0i32; 8];
         for g in 0..QK / 32 {
             for (l, lane) in lanes.iter_mut().enumerate() {
                 let v = 32 * g + 4 * l;
-                let s: i32 = (v..v + 4).map(|v| u[v] as i32 * x[v] as i32).sum();
-                *lane += scale(g, l) * s;
+                let s: i32 = (v..v + 4).map(|v| dec.w[v] * x[v] as i32).sum();
+                *lane += dec.sc[2 * g + l / 4] * s;
             }
         }
         lanes
     }
 
-    /// Q6_K's eight lanes: the codes' offset of 32 comes off lane `i` as
-    /// the sums of sub-blocks `2i` and `2i + 1` times their scales.
-    fn q6k_lanes(u: &[u8; QK], sc: &[i32; 16], x: &[i8], bs: &[i16]) -> [i32; 8] {
-        let mut l = lanes(u, x, |g, l| sc[2 * g + l / 4]);
-        for (i, lane) in l.iter_mut().enumerate() {
-            let (a, b) = (2 * i, 2 * i + 1);
-            *lane -= 32 * (bs[a] as i32 * sc[a] + bs[b] as i32 * sc[b]);
-        }
-        l
-    }
-
-    /// A row's super-block `sb` and what its kernels read of it.
-    ///
-    /// # Safety
-    /// The row holds super-block `sb` of `bytes` bytes.
-    unsafe fn block<'a>(row: *const u8, sb: usize, bytes: usize) -> &'a [u8] {
-        // SAFETY: caller's contract.
-        unsafe { std::slice::from_raw_parts(row.add(sb * bytes), bytes) }
+    /// The mins of each 16 values times the activations' sums of them.
+    fn mins16(dec: &Decoded, bs: &[i16]) -> [i32; 16] {
+        std::array::from_fn(|i| dec.mn[i] * bs[i] as i32)
     }
 
     /// Column `col`'s codes, sums per 16 and scale in super-block `sb`.
@@ -350,97 +472,38 @@ mod portable {
         }
     }
 
+    /// Each super-block of the row, decoded, with each column's.
+    ///
     /// # Safety
-    /// As for [`Kernel`].
-    pub(super) unsafe fn q6k_tiled<const C: usize>(
+    /// As for [`Kernel`], the row's type being `t`.
+    unsafe fn each<const C: usize>(
+        t: u8,
         row: *const u8,
-        cols: [Col; C],
+        cols: &[Col; C],
         nsb: usize,
-        _: Step,
-    ) -> [f32; C] {
-        let mut acc = [0f32; C];
+        mut f: impl FnMut(usize, &Decoded, &[i8], &[i16], f32),
+    ) {
+        let bytes = block_bytes(t);
         for sb in 0..nsb {
             // SAFETY: caller's contract.
-            let blk = unsafe { block(row, sb, Q6K_BYTES) };
-            let u = q6k_codes(blk);
-            let sc: [i32; 16] = std::array::from_fn(|i| blk[192 + i] as i8 as i32);
-            let d = f16_to_f32(u16::from_le_bytes([blk[208], blk[209]]));
-            for (a, col) in acc.iter_mut().zip(&cols) {
-                // SAFETY: caller's contract.
-                let (x, bs, dx) = unsafe { column(col, sb) };
-                let s: i32 = q6k_lanes(&u, &sc, x, bs).iter().sum();
-                *a = (d * s as f32).mul_add(dx, *a);
-            }
-        }
-        acc
-    }
-
-    /// # Safety
-    /// As for [`Kernel`].
-    pub(super) unsafe fn q4k_tiled<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-    ) -> [f32; C] {
-        let mut acc = [0f32; C];
-        for sb in 0..nsb {
-            // SAFETY: caller's contract.
-            let blk = unsafe { block(row, sb, Q4K_BYTES) };
-            let u = q4k_codes(blk);
-            let (sc, mn) = q4k_scales(blk);
-            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-            for (a, col) in acc.iter_mut().zip(&cols) {
-                // SAFETY: caller's contract.
-                let (x, bs, dx) = unsafe { column(col, sb) };
-                let s: i32 = lanes(&u, x, |g, _| sc[g]).iter().sum();
-                let mins: i32 = (0..8)
-                    .map(|g| mn[g] * (bs[2 * g] as i32 + bs[2 * g + 1] as i32))
-                    .sum();
-                let r = (-dmin).mul_add(mins as f32, d * s as f32);
-                *a = r.mul_add(dx, *a);
-            }
-        }
-        acc
-    }
-
-    /// # Safety
-    /// As for [`Kernel`].
-    pub(super) unsafe fn q6k<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-    ) -> [f32; C] {
-        let mut acc = [[0f32; 8]; C];
-        for sb in 0..nsb {
-            // SAFETY: caller's contract.
-            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q6K_BYTES), Q6K_BYTES) };
-            let u = q6k_codes(blk);
-            let sc: [i32; 16] = std::array::from_fn(|i| blk[192 + i] as i8 as i32);
-            let d = f16_to_f32(u16::from_le_bytes([blk[208], blk[209]]));
+            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * bytes), bytes) };
+            let dec = decode(t, blk);
             for (c, col) in cols.iter().enumerate() {
                 // SAFETY: caller's contract.
-                let (x, bs, dx) = unsafe {
-                    (
-                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
-                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
-                        *col.d.add(sb),
-                    )
-                };
-                let l = q6k_lanes(&u, &sc, x, bs);
-                for (a, lane) in acc[c].iter_mut().zip(l) {
-                    *a = (dx * d).mul_add(lane as f32, *a);
-                }
+                let (x, bs, dx) = unsafe { column(col, sb) };
+                f(c, &dec, x, bs, dx);
             }
         }
-        acc.map(hsum8)
     }
 
+    /// `vec_dot`'s eight lanes (the module's text), with each type's
+    /// extra terms: Q6_K's offset of 32 off its lanes, Q4_K's mins in
+    /// four lanes, Q2_K's mins in the eight lanes before the codes, and
+    /// Q5_K's mins in one sum.
+    ///
     /// # Safety
-    /// As for [`Kernel`].
-    pub(super) unsafe fn q4k_lanes<const C: usize>(
+    /// As for [`Kernel`], the row's type being `T`.
+    pub(super) unsafe fn eight_lanes<const T: u8, const C: usize>(
         row: *const u8,
         cols: [Col; C],
         nsb: usize,
@@ -448,38 +511,82 @@ mod portable {
     ) -> [f32; C] {
         let mut acc = [[0f32; 8]; C];
         let mut accm = [[0f32; 4]; C];
-        for sb in 0..nsb {
-            // SAFETY: caller's contract.
-            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q4K_BYTES), Q4K_BYTES) };
-            let u = q4k_codes(blk);
-            let (sc, mn) = q4k_scales(blk);
-            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-            for (c, col) in cols.iter().enumerate() {
-                // SAFETY: caller's contract.
-                let (x, bs, dx) = unsafe {
-                    (
-                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
-                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
-                        *col.d.add(sb),
-                    )
-                };
-                let l = lanes(&u, x, |g, _| sc[g]);
+        let mut summs = [0f32; C];
+        // SAFETY: caller's contract.
+        unsafe {
+            each(T, row, &cols, nsb, |c, dec, x, bs, dx| {
+                let mut l = lanes(dec, x);
+                let mins = mins16(dec, bs);
+                let (d, dmin) = (dx * dec.d, -dx * dec.dmin);
+                match T {
+                    tag::Q6_K => {
+                        for (i, lane) in l.iter_mut().enumerate() {
+                            let (a, b) = (2 * i, 2 * i + 1);
+                            *lane -= 32 * (bs[a] as i32 * dec.sc[a] + bs[b] as i32 * dec.sc[b]);
+                        }
+                    }
+                    tag::Q4_K => {
+                        for (i, a) in accm[c].iter_mut().enumerate() {
+                            let p: i32 = mins[4 * i..4 * i + 4].iter().sum();
+                            *a = dmin.mul_add(p as f32, *a);
+                        }
+                    }
+                    tag::Q2_K => {
+                        for (i, a) in acc[c].iter_mut().enumerate() {
+                            *a = dmin.mul_add((mins[2 * i] + mins[2 * i + 1]) as f32, *a);
+                        }
+                    }
+                    tag::Q5_K => {
+                        let p: i32 = mins.iter().sum();
+                        summs[c] = dmin.mul_add(p as f32, summs[c]);
+                    }
+                    _ => {}
+                }
                 for (a, lane) in acc[c].iter_mut().zip(l) {
-                    *a = (dx * d).mul_add(lane as f32, *a);
+                    *a = d.mul_add(lane as f32, *a);
                 }
-                let bs32 = |s: usize| bs[2 * s] as i32 + bs[2 * s + 1] as i32;
-                for (i, a) in accm[c].iter_mut().enumerate() {
-                    let p = mn[2 * i] * bs32(2 * i) + mn[2 * i + 1] * bs32(2 * i + 1);
-                    *a = (-dx * dmin).mul_add(p as f32, *a);
-                }
-            }
+            });
         }
-        std::array::from_fn(|c| hsum8(acc[c]) + hsum4(accm[c]))
+        std::array::from_fn(|c| match T {
+            tag::Q4_K => hsum8(acc[c]) + hsum4(accm[c]),
+            tag::Q5_K => hsum8(acc[c]) + summs[c],
+            _ => hsum8(acc[c]),
+        })
     }
 
+    /// The tiled kernels' steps (the module's text).
+    ///
     /// # Safety
-    /// As for [`Kernel`].
+    /// As for [`Kernel`], the row's type being `T`.
+    pub(super) unsafe fn tiled<const T: u8, const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        let mut acc = [0f32; C];
+        // SAFETY: caller's contract.
+        unsafe {
+            each(T, row, &cols, nsb, |c, dec, x, bs, dx| {
+                let mut s: i32 = lanes(dec, x).iter().sum();
+                if T == tag::Q6_K {
+                    s -= 32 * (0..16).map(|i| bs[i] as i32 * dec.sc[i]).sum::<i32>();
+                }
+                let mut r = dec.d * s as f32;
+                if matches!(T, tag::Q2_K | tag::Q4_K | tag::Q5_K) {
+                    let m: i32 = mins16(dec, bs).iter().sum();
+                    r = (-dec.dmin).mul_add(m as f32, r);
+                }
+                acc[c] = r.mul_add(dx, acc[c]);
+            });
+        }
+        acc
+    }
+
+    /// ggml's repacked Q4_K steps (the module's text).
+    ///
+    /// # Safety
+    /// As for [`Kernel`], the row's type being Q4_K.
     pub(super) unsafe fn q4k_repacked<const C: usize>(
         row: *const u8,
         cols: [Col; C],
@@ -489,35 +596,20 @@ mod portable {
         let mut acc = [0f32; C];
         let mut accm = [0f32; C];
         let per = if step == Step::Pair { 2 } else { 8 };
-        for sb in 0..nsb {
-            // SAFETY: caller's contract.
-            let blk = unsafe { std::slice::from_raw_parts(row.add(sb * Q4K_BYTES), Q4K_BYTES) };
-            let u = q4k_codes(blk);
-            let (sc, mn) = q4k_scales(blk);
-            let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
-            let dmin = f16_to_f32(u16::from_le_bytes([blk[2], blk[3]]));
-            for (c, col) in cols.iter().enumerate() {
-                // SAFETY: caller's contract.
-                let (x, bs, dx) = unsafe {
-                    (
-                        std::slice::from_raw_parts(col.codes.add(sb * QK), QK),
-                        std::slice::from_raw_parts(col.bs16.add(sb * 16), 16),
-                        *col.d.add(sb),
-                    )
-                };
+        // SAFETY: caller's contract.
+        unsafe {
+            each(tag::Q4_K, row, &cols, nsb, |c, dec, x, bs, dx| {
                 for first in (0..8).step_by(per) {
                     let (mut s, mut mins) = (0i32, 0i32);
                     for g in first..first + per {
-                        let dot: i32 = (32 * g..32 * g + 32)
-                            .map(|v| u[v] as i32 * x[v] as i32)
-                            .sum();
-                        s += sc[g] * dot;
-                        mins += mn[g] * (bs[2 * g] as i32 + bs[2 * g + 1] as i32);
+                        let dot: i32 = (32 * g..32 * g + 32).map(|v| dec.w[v] * x[v] as i32).sum();
+                        s += dec.sc[2 * g] * dot;
+                        mins += dec.mn[2 * g] * (bs[2 * g] as i32 + bs[2 * g + 1] as i32);
                     }
-                    acc[c] = (s as f32).mul_add(d * dx, acc[c]);
-                    accm[c] = (mins as f32).mul_add(dmin * dx, accm[c]);
+                    acc[c] = (s as f32).mul_add(dec.d * dx, acc[c]);
+                    accm[c] = (mins as f32).mul_add(dec.dmin * dx, accm[c]);
                 }
-            }
+            });
         }
         std::array::from_fn(|c| acc[c] - accm[c])
     }
@@ -873,6 +965,221 @@ mod x86 {
             std::array::from_fn(|c| acc[c] - accm[c])
         }
     }
+
+    /// A super-block of Q2_K, Q3_K, Q5_K or IQ4_XS as the kernels read it:
+    /// its codes 32 a register (signed for Q3_K and IQ4_XS), per 32
+    /// values the scales of their two 16 as 16-bit lanes (the first in the
+    /// low 128 bits), its mins per 16 as 16-bit values, `d` and `dmin`.
+    struct Parts {
+        u: [__m256i; 8],
+        s: [__m256i; 8],
+        mins: __m256i,
+        d: f32,
+        dmin: f32,
+    }
+
+    /// # Safety
+    /// AVX2 and F16C are available; `blk` holds a super-block of type `T`.
+    #[inline(always)]
+    unsafe fn parts<const T: u8>(blk: *const u8) -> Parts {
+        // SAFETY: caller's contract.
+        unsafe {
+            let bytes = std::slice::from_raw_parts(blk, block_bytes(T));
+            let mut u = [_mm256_setzero_si256(); 8];
+            let (mut sc, mut mn) = ([0i16; 16], [0i16; 16]);
+            let (d, dmin);
+            let low = |v: __m256i, mask: i8| _mm256_and_si256(v, _mm256_set1_epi8(mask));
+            let shr = |v: __m256i, n: i32| _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
+            match T {
+                tag::Q2_K | tag::Q3_K => {
+                    let qs = if T == tag::Q2_K { 16 } else { 32 };
+                    let hm = _mm256_loadu_si256(blk as *const __m256i);
+                    for j in 0..2 {
+                        let q = _mm256_loadu_si256(blk.add(qs + 32 * j) as *const __m256i);
+                        for k in 0..4 {
+                            let g = 4 * j + k;
+                            let c = low(shr(q, 2 * k as i32), 3);
+                            u[g] = if T == tag::Q2_K {
+                                c
+                            } else {
+                                // low two bits, less 4 where the high bit is clear
+                                let h = low(shr(hm, (4 * j + k) as i32), 1);
+                                _mm256_sub_epi8(
+                                    _mm256_or_si256(c, _mm256_slli_epi16::<2>(h)),
+                                    _mm256_set1_epi8(4),
+                                )
+                            };
+                        }
+                    }
+                    if T == tag::Q2_K {
+                        for i in 0..16 {
+                            sc[i] = (bytes[i] & 15) as i16;
+                            mn[i] = (bytes[i] >> 4) as i16;
+                        }
+                        (d, dmin) = (half(bytes, 80), half(bytes, 82));
+                    } else {
+                        let s3 = q3k_scales(&bytes[96..108]);
+                        sc = s3.map(|v| v as i16);
+                        (d, dmin) = (half(bytes, 108), 0.0);
+                    }
+                }
+                tag::Q5_K => {
+                    let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+                    for j in 0..4 {
+                        let q = _mm256_loadu_si256(blk.add(48 + 32 * j) as *const __m256i);
+                        for h in 0..2 {
+                            let nib = low(shr(q, 4 * h as i32), 15);
+                            let hb = _mm256_slli_epi16::<4>(low(shr(qh, (2 * j + h) as i32), 1));
+                            u[2 * j + h] = _mm256_or_si256(nib, hb);
+                        }
+                    }
+                    let (s32, m32) = q4k_scales(bytes);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    mn = std::array::from_fn(|i| m32[i / 2] as i16);
+                    (d, dmin) = (half(bytes, 0), half(bytes, 2));
+                }
+                _ => {
+                    let values = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        ggraph_core::quant::IQ4_VALUES.as_ptr() as *const __m128i,
+                    ));
+                    for (ib, u) in u.iter_mut().enumerate() {
+                        let v = _mm_loadu_si128(blk.add(8 + 16 * ib) as *const __m128i);
+                        let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
+                        *u = _mm256_shuffle_epi8(values, low(both, 15));
+                    }
+                    let s32 = iq4xs_scales(bytes);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    (d, dmin) = (half(bytes, 0), 0.0);
+                }
+            }
+            let s = std::array::from_fn(|g| {
+                _mm256_inserti128_si256::<1>(
+                    _mm256_set1_epi16(sc[2 * g]),
+                    _mm_set1_epi16(sc[2 * g + 1]),
+                )
+            });
+            let mins = _mm256_loadu_si256(mn.as_ptr() as *const __m256i);
+            Parts {
+                u,
+                s,
+                mins,
+                d,
+                dmin,
+            }
+        }
+    }
+
+    /// The eight lanes of a super-block's codes times column codes `x`,
+    /// signed codes by the sign trick.
+    ///
+    /// # Safety
+    /// AVX2 is available; `x` holds 256 codes.
+    #[inline(always)]
+    unsafe fn lanes_of<const SIGNED: bool>(p: &Parts, x: *const i8) -> __m256i {
+        // SAFETY: caller's contract.
+        unsafe {
+            let mut t = _mm256_setzero_si256();
+            for g in 0..8 {
+                let xg = _mm256_loadu_si256(x.add(32 * g) as *const __m256i);
+                let u = p.u[g];
+                let pairs = if SIGNED {
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xg, u))
+                } else {
+                    _mm256_maddubs_epi16(u, xg)
+                };
+                t = _mm256_add_epi32(t, _mm256_madd_epi16(p.s[g], pairs));
+            }
+            t
+        }
+    }
+
+    const fn signed(t: u8) -> bool {
+        matches!(t, tag::Q3_K | tag::IQ4_XS)
+    }
+
+    /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K and IQ4_XS (the
+    /// portable kernel's text).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C are available; as for [`Kernel`], the row's type
+    /// being `T`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn eight_lanes<const T: u8, const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut summs = [0f32; C];
+            for sb in 0..nsb {
+                let p = parts::<T>(row.add(sb * block_bytes(T)));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let dx = *col.d.add(sb);
+                    let (d, dmin) = (_mm256_set1_ps(dx * p.d), -dx * p.dmin);
+                    let t = if signed(T) {
+                        lanes_of::<true>(&p, col.codes.add(sb * QK))
+                    } else {
+                        lanes_of::<false>(&p, col.codes.add(sb * QK))
+                    };
+                    if matches!(T, tag::Q2_K | tag::Q5_K) {
+                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        let m = _mm256_madd_epi16(p.mins, bs);
+                        if T == tag::Q2_K {
+                            acc[c] = _mm256_fmadd_ps(
+                                _mm256_set1_ps(dmin),
+                                _mm256_cvtepi32_ps(m),
+                                acc[c],
+                            );
+                        } else {
+                            summs[c] = dmin.mul_add(hsum_i32(m) as f32, summs[c]);
+                        }
+                    }
+                    acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(t), acc[c]);
+                }
+            }
+            std::array::from_fn(|c| hsum256(acc[c]) + if T == tag::Q5_K { summs[c] } else { 0.0 })
+        }
+    }
+
+    /// The tiled kernels' steps for Q2_K, Q3_K, Q5_K and IQ4_XS.
+    ///
+    /// # Safety
+    /// As for [`eight_lanes`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tiled<const T: u8, const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            let mut acc = [0f32; C];
+            for sb in 0..nsb {
+                let p = parts::<T>(row.add(sb * block_bytes(T)));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let t = if signed(T) {
+                        lanes_of::<true>(&p, col.codes.add(sb * QK))
+                    } else {
+                        lanes_of::<false>(&p, col.codes.add(sb * QK))
+                    };
+                    let mut r = p.d * hsum_i32(t) as f32;
+                    if matches!(T, tag::Q2_K | tag::Q5_K) {
+                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        let m = hsum_i32(_mm256_madd_epi16(p.mins, bs));
+                        r = (-p.dmin).mul_add(m as f32, r);
+                    }
+                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
+                }
+            }
+            acc
+        }
+    }
 }
 
 #[cfg(test)]
@@ -893,10 +1200,12 @@ mod tests {
         for blk in bytes.chunks_exact_mut(ts) {
             // finite f16 scales of modest size
             let half = |v: u32| (0x2c00 + (v % 0x0c00)) as u16;
-            let (at, dmin_at) = if dtype == DType::Q6_K {
-                (208, None)
-            } else {
-                (0, Some(2))
+            let (at, dmin_at) = match dtype {
+                DType::Q6_K => (208, None),
+                DType::Q3_K => (108, None),
+                DType::Q2_K => (80, Some(82)),
+                DType::IQ4_XS => (0, None),
+                _ => (0, Some(2)),
             };
             blk[at..at + 2].copy_from_slice(&half(next()).to_le_bytes());
             if let Some(p) = dmin_at {
@@ -911,7 +1220,14 @@ mod tests {
     #[test]
     fn every_instruction_set_gives_the_portable_bits() {
         let (nsb, k) = (3, 3 * QK);
-        for dtype in [DType::Q6_K, DType::Q4_K] {
+        for dtype in [
+            DType::Q2_K,
+            DType::Q3_K,
+            DType::Q4_K,
+            DType::Q5_K,
+            DType::Q6_K,
+            DType::IQ4_XS,
+        ] {
             for m in [8, 7] {
                 let rows = random_rows(dtype, m, nsb, 7 + m as u64);
                 let a = WeightRows {

@@ -8,12 +8,12 @@
 //! - the paths, each a driver and its kernels per instruction set: the
 //!   types whose sums ggml adds in one fixed order follow it, so that
 //!   their products equal llama.cpp's bit for bit (F16 weights:
-//!   `float::half_in_ggml_order`; Q8_0, Q4_0 and IQ4_NL:
-//!   `blocks_in_ggml_order`; Q4_0 and IQ4_NL in the CPU's interleaved
-//!   layout, which bypasses `dispatch`: `interleaved_gemm`); the others
-//!   take the float paths
-//!   (`float`), the integer ones (`quant_dot`, `kquant_dot`,
-//!   `block_dot_avx2`, `block_gemm_avx2`) or `dequantized`;
+//!   `float::half_in_ggml_order`; Q8_0, Q4_0, Q5_0 and IQ4_NL:
+//!   `blocks_in_ggml_order`; the K-quants and IQ4_XS:
+//!   `kquants_in_ggml_order`; Q4_0, Q4_K and IQ4_NL in the CPU's
+//!   interleaved layout, which bypasses `dispatch`: `interleaved_gemm`);
+//!   the others take the float paths (`float`), the integer ones
+//!   (`quant_dot`, `block_dot_avx2`, `block_gemm_avx2`) or `dequantized`;
 //! - what they share: the operands, the row-streaming policy, the row
 //!   loops (`few_columns`), the quantised formats and their decoder,
 //!   activation quantisation and register transposes.
@@ -33,12 +33,6 @@ mod float;
 mod ggml_order_tests;
 #[cfg(target_arch = "x86_64")]
 mod interleaved_gemm;
-#[cfg(target_arch = "x86_64")]
-mod kquant_dot;
-#[cfg(target_arch = "x86_64")]
-mod kquant_dot_more;
-#[cfg(target_arch = "x86_64")]
-mod kquant_operands;
 mod kquants_in_ggml_order;
 mod operands;
 mod quant_dot;

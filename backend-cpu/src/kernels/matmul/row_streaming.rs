@@ -1,5 +1,5 @@
 //! How the kernels stream weight rows from memory: which rows are short,
-//! how far ahead to prefetch, and how many rows a one-column call takes.
+//! and how far ahead to prefetch.
 
 /// Weight bytes the one-column mat-vec kernels keep in flight ahead of
 /// the ones they read. A mat-vec streams each weight once, mostly from
@@ -31,35 +31,6 @@ pub(crate) fn rows_ahead(row_bytes: usize, group_bytes: usize, along: usize) -> 
     } else {
         along
     }
-}
-
-/// The prefetch distance of a one-column kernel call that reads groups
-/// of rows of `group_bytes`: whole groups ahead, however long the rows.
-/// Fetching the same place in the next group of rows measured faster
-/// than fetching further along each row, for long rows too, on AVX-512
-/// (docs/performance.md). With 8 columns the same rule was slower for
-/// Q6_K, so kernels for several columns keep [`rows_ahead`], as do the
-/// AVX2 kernels (not measured with this rule).
-pub(crate) fn matvec_ahead(group_bytes: usize) -> usize {
-    short_rows_ahead(group_bytes)
-}
-
-/// Whether a quantised one-column kernel reads rows of `row_bytes` one
-/// per call (else four): rows of 2 KiB or more, so that each task streams
-/// its rows in order. Four rows side by side (four streams a row apart)
-/// share the column's loads but measured slower on long rows, for every
-/// quantised type. Shorter rows keep four per call, which measured faster
-/// on the small model's Q8_0 rows (544 and 1496 bytes); see
-/// docs/performance.md.
-pub(crate) fn matvec_one_row(row_bytes: usize) -> bool {
-    row_bytes >= 2048
-}
-
-/// The prefetch distance of the quantised one-column kernels over rows
-/// `stride` bytes apart: [`matvec_ahead`] of four rows, the distance
-/// measured when four rows went per call.
-pub(crate) fn matvec_prefetch(stride: usize) -> usize {
-    matvec_ahead(4 * stride)
 }
 
 #[cfg(test)]
