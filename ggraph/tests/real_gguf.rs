@@ -444,7 +444,7 @@ const EXACT_LOGIT_BOUND: f32 = 2e-4;
 
 /// The files whose every product ggraph sums in ggml's order, with the
 /// attention settings whose kernels it follows too.
-const EXACT: [(&str, Attention); 20] = [
+const EXACT: [(&str, Attention); 22] = [
     ("F16", Attention::Standard),
     ("F16", Attention::Flash),
     ("Q8_0", Attention::Standard),
@@ -465,6 +465,8 @@ const EXACT: [(&str, Attention); 20] = [
     ("Q3_K", Attention::Flash),
     ("IQ4_XS", Attention::Standard),
     ("IQ4_XS", Attention::Flash),
+    ("BF16", Attention::Standard),
+    ("BF16", Attention::Flash),
 ];
 
 /// The model at `path` on a CPU of two threads (llama.cpp's when it

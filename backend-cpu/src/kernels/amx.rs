@@ -331,24 +331,23 @@ impl TileUnit for Emulated {
 }
 
 /// Which products take the tiles where the processor has them
-/// (`GGRAPH_CPU_AMX`): `1` every product they have, `0` none, unset the
-/// BF16 products alone, the ones measured much faster with them on an AMX
-/// processor (3.6-8.5 times; the integer GEMMs of Q4_0 and Q8_0 measured
-/// level with VNNI, the K-quants slower: docs/performance.md, 2026-12-05
-/// and 2026-12-06).
+/// (`GGRAPH_CPU_AMX`): `1` every product they have, else none. BF16
+/// products measured 3.6-8.5 times faster on them on an AMX processor,
+/// the integer GEMMs of Q4_0 and Q8_0 level with VNNI and the K-quants
+/// slower (docs/performance.md, 2026-12-05 and 2026-12-06); but off them
+/// every product sums in ggml's order, as llama.cpp's do, so the tiles
+/// are asked for, not taken by default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Choice {
     All,
     None,
-    Bf16,
 }
 
 fn choice() -> Choice {
     static CHOICE: OnceLock<Choice> = OnceLock::new();
     *CHOICE.get_or_init(|| match std::env::var("GGRAPH_CPU_AMX").as_deref() {
         Ok("1") => Choice::All,
-        Ok("0") => Choice::None,
-        _ => Choice::Bf16,
+        _ => Choice::None,
     })
 }
 
@@ -367,18 +366,17 @@ pub(crate) fn active_integer() -> Option<Hardware> {
 pub(crate) fn active() -> bool {
     match choice() {
         Choice::All => unit().is_some(),
-        Choice::Bf16 => bf16_unit().is_some(),
         Choice::None => false,
     }
 }
 
-/// The tile unit with its BF16 products ([`bf16_usable`]), unless
-/// `GGRAPH_CPU_AMX=0`.
+/// The tile unit with its BF16 products ([`bf16_usable`]), where
+/// `GGRAPH_CPU_AMX=1` asks for the tiles.
 pub(crate) fn active_bf16() -> Option<Hardware> {
-    if choice() == Choice::None {
-        None
-    } else {
+    if choice() == Choice::All {
         bf16_unit()
+    } else {
+        None
     }
 }
 

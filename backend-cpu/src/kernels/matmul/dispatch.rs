@@ -34,7 +34,7 @@ pub(super) enum Path {
     /// Q6_K and Q4_K rows, each dot summed in ggml's order
     /// (`kquants_in_ggml_order`).
     KQuantsInGgmlOrder,
-    /// F16 rows, each dot summed in ggml's order
+    /// F16 and BF16 rows, each dot summed in ggml's order
     /// (`float::half_in_ggml_order`).
     HalfInGgmlOrder,
     /// Float rows times one column, each task's rows streamed one after
@@ -136,7 +136,8 @@ const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
 const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
-const F16: &[DType] = &[DType::F16];
+/// The half-width floats summed in ggml's order.
+const HALVES: &[DType] = &[DType::F16, DType::BF16];
 /// The 32-value block formats summed in ggml's order.
 const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL];
 /// The K-quant formats (and IQ4_XS) summed in ggml's order.
@@ -172,7 +173,7 @@ const RULES: &[Rule] = &[
     //   ISAs          weights         rows    columns               row bytes         path
     // float weights
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
-    rule(ANY_ISA,      Only(F16),      Packed, ANY_COLS,             ANY_BYTES,        HalfInGgmlOrder),
+    rule(ANY_ISA,      Only(HALVES),   Packed, ANY_COLS,             ANY_BYTES,        HalfInGgmlOrder),
     rule(AVX512_UP,    Only(FLOATS),   Packed, ONE,                  ANY_BYTES,        FloatRowStream),
     // AVX2 streams short rows; long ones go four side by side with
     // prefetch (the dot tiles), which measured faster than streamed
@@ -241,9 +242,11 @@ pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
         .map(|r| r.path)
         .expect("the last rules take any float and any quantised weights");
     // the tiles are not an instruction-set level of their own: where they
-    // are on, they take the packed GEMM's BF16 products
+    // are asked for, they take BF16 products of more than the dot's
+    // columns, which then no longer sum in ggml's order
     #[cfg(target_arch = "x86_64")]
-    if path == FloatPacked
+    if matches!(path, FloatPacked | HalfInGgmlOrder)
+        && n > DOT_MAX_N
         && isa >= Isa::Avx512
         && float::bf16_tiles::takes(a)
         && amx::active_bf16().is_some()

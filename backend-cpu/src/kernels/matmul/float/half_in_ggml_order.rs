@@ -1,15 +1,20 @@
-//! F16 weights times columns already rounded to F16, each dot summed in
-//! the order ggml's x86 build sums it, so that every output equals
-//! llama.cpp's bit for bit. A product of two F16 values is exact in f32,
-//! so only the order of the additions matters, and ggml has two:
+//! F16 (and BF16) weights times columns already rounded to F16 (BF16),
+//! each dot summed in the order ggml's x86 build sums it, so that every
+//! output equals llama.cpp's bit for bit. A product of two F16 (or two
+//! BF16) values is exact in f32, so only the order of the additions
+//! matters, and ggml has two:
 //!
 //! - **eight lanes** (tinyBLAS, which ggml runs for two or more columns
 //!   when `k` is a multiple of 8 and the rows a multiple of 4): value `t`
 //!   goes to lane `t % 8`, each lane adds its products from the first on,
 //!   and the lanes are then summed as `((l0 + l4) + (l2 + l6)) + ((l1 +
 //!   l5) + (l3 + l7))`;
-//! - **the vector dot** (`ggml_vec_dot_f16`, for one column and whatever
-//!   tinyBLAS declines): `kernels::half_dot`.
+//! - **the vector dot** (for one column and whatever tinyBLAS declines):
+//!   `ggml_vec_dot_f16` is `kernels::half_dot`; `ggml_vec_dot_bf16` has the
+//!   same four accumulators and f64 tail, its lanes summed as the eight
+//!   lanes are ([`bf16_dot_rows`]).
+
+use ggraph_core::DType;
 
 use crate::kernels::half_dot::{HalfDotRows, half_at, half_dot_rows};
 use crate::kernels::isa::Isa;
@@ -42,12 +47,12 @@ const TILE_COLS: usize = 6;
 /// in L2 while every column passes over them.
 const CHUNK_TILES: usize = 16;
 
-/// `out[j][i] = dot(a row i, b[j])` for `i < m`: F16 rows, columns holding
-/// values already rounded to F16.
+/// `out[j][i] = dot(a row i, b[j])` for `i < m`: F16 (BF16) rows, columns
+/// holding values already rounded to F16 (BF16).
 pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let k = a.k;
-    let kernels = Kernels::for_isa(isa);
+    let kernels = Kernels::new(isa, a.dtype == DType::BF16);
     match order(m, k, n) {
         Order::EightLanes => par_ranges(m / TILE_ROWS, 4, |range| {
             for chunk in range.clone().step_by(CHUNK_TILES) {
@@ -105,19 +110,91 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn for_isa(isa: Isa) -> Kernels {
-        let (eight_lanes, cols): (EightLanes, usize) = match isa {
-            #[cfg(target_arch = "x86_64")]
-            isa if isa >= Isa::Avx512 => (x86::eight_lanes_avx512, 6),
-            #[cfg(target_arch = "x86_64")]
-            isa if isa >= Isa::Avx2 => (x86::eight_lanes, 3),
-            _ => (eight_lanes_portable, 3),
-        };
+    fn new(isa: Isa, bf16: bool) -> Kernels {
+        macro_rules! of {
+            ($bf:literal) => {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    isa if isa >= Isa::Avx512 => (x86::eight_lanes_avx512::<$bf> as EightLanes, 6),
+                    #[cfg(target_arch = "x86_64")]
+                    isa if isa >= Isa::Avx2 => (x86::eight_lanes::<$bf> as EightLanes, 3),
+                    _ => (eight_lanes_portable::<$bf> as EightLanes, 3),
+                }
+            };
+        }
+        let (eight_lanes, cols) = if bf16 { of!(true) } else { of!(false) };
         Kernels {
             eight_lanes,
             cols,
-            vector_dot: half_dot_rows(isa),
+            vector_dot: if bf16 {
+                bf16_dot_rows(isa)
+            } else {
+                half_dot_rows(isa)
+            },
         }
+    }
+}
+
+/// Value `i` of a row of F16 (BF16 where `BF`) values, as f32.
+///
+/// # Safety
+/// Value `i` of the row exists.
+#[inline(always)]
+unsafe fn weight_at<const BF: bool>(row: *const u8, i: usize) -> f32 {
+    // SAFETY: caller's contract.
+    unsafe {
+        if BF {
+            f32::from_bits(((row as *const u16).add(i).read_unaligned() as u32) << 16)
+        } else {
+            half_at(row, i)
+        }
+    }
+}
+
+/// `ggml_vec_dot_bf16`'s dots of `count` rows `stride` bytes apart from
+/// `first` with `col`, the kernel of this instruction set.
+fn bf16_dot_rows(isa: Isa) -> HalfDotRows {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return x86::bf16_dot_rows;
+    }
+    let _ = isa;
+    bf16_dot_rows_portable
+}
+
+/// `ggml_vec_dot_bf16` on x86: the first `k - k % 32` products in four
+/// accumulators of eight lanes (value `t` in accumulator `t % 32 / 8`,
+/// lane `t % 8`), folded as `(a0 + a2) + (a1 + a3)`, its lanes summed as
+/// the eight lanes are, then the remaining products added in f64.
+///
+/// # Safety
+/// As for [`HalfDotRows`], the rows BF16.
+unsafe fn bf16_dot_rows_portable(
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    col: *const f32,
+    k: usize,
+    out: *mut f32,
+) {
+    let np = k & !31;
+    for i in 0..count {
+        let row = first.wrapping_add(i * stride);
+        let mut acc = [[0f32; 8]; 4];
+        for v in 0..np {
+            // SAFETY: v < k.
+            let p = unsafe { weight_at::<true>(row, v) * *col.add(v) };
+            acc[v % 32 / 8][v % 8] += p;
+        }
+        let s: [f32; 8] =
+            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+        let mut sum = hsum8(s) as f64;
+        for v in np..k {
+            // SAFETY: v < k.
+            sum += unsafe { weight_at::<true>(row, v) * *col.add(v) } as f64;
+        }
+        // SAFETY: out holds count values.
+        unsafe { *out.add(i) = sum as f32 };
     }
 }
 
@@ -126,8 +203,9 @@ fn hsum8(l: [f32; 8]) -> f32 {
 }
 
 /// # Safety
-/// Rows hold `k` F16 values, columns `k` f32; `k % 8 == 0`.
-unsafe fn eight_lanes_portable(
+/// Rows hold `k` F16 (BF16 where `BF`) values, columns `k` f32; `k % 8 ==
+/// 0`.
+unsafe fn eight_lanes_portable<const BF: bool>(
     rows: [*const u8; TILE_ROWS],
     cols: [*const f32; TILE_COLS],
     k: usize,
@@ -141,7 +219,7 @@ unsafe fn eight_lanes_portable(
             for l in (0..k).step_by(8) {
                 for (t, lane) in lanes.iter_mut().enumerate() {
                     // SAFETY: l + t < k.
-                    *lane += unsafe { half_at(rows[r], l + t) * *cols[c].add(l + t) };
+                    *lane += unsafe { weight_at::<BF>(rows[r], l + t) * *cols[c].add(l + t) };
                 }
             }
             hsum8(lanes)
@@ -156,10 +234,27 @@ mod x86 {
     use super::{TILE_COLS, TILE_ROWS};
     use crate::kernels::math::{hsum256, row_pair_sums};
 
+    /// Eight F16 (BF16 where `BF`) values at `p` as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; `p` holds eight values.
+    #[inline(always)]
+    unsafe fn eight<const BF: bool>(p: *const u8) -> __m256 {
+        // SAFETY: caller's contract.
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            if BF {
+                _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+            } else {
+                _mm256_cvtph_ps(h)
+            }
+        }
+    }
+
     /// # Safety
     /// AVX2, FMA and F16C; as `eight_lanes_portable`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn eight_lanes(
+    pub(super) unsafe fn eight_lanes<const BF: bool>(
         rows: [*const u8; TILE_ROWS],
         cols: [*const f32; TILE_COLS],
         k: usize,
@@ -168,9 +263,8 @@ mod x86 {
         for l in (0..k).step_by(8) {
             // SAFETY: values l..l + 8 of every row and column exist.
             unsafe {
-                let av: [__m256; TILE_ROWS] = std::array::from_fn(|r| {
-                    _mm256_cvtph_ps(_mm_loadu_si128(rows[r].add(2 * l) as *const __m128i))
-                });
+                let av: [__m256; TILE_ROWS] =
+                    std::array::from_fn(|r| eight::<BF>(rows[r].add(2 * l)));
                 for (c, acc) in acc.iter_mut().enumerate() {
                     let bv = _mm256_loadu_ps(cols[c].add(l));
                     for (r, acc) in acc.iter_mut().enumerate() {
@@ -193,7 +287,7 @@ mod x86 {
     /// # Safety
     /// AVX-512 F, AVX2, FMA and F16C; as `eight_lanes_portable`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn eight_lanes_avx512(
+    pub(super) unsafe fn eight_lanes_avx512<const BF: bool>(
         rows: [*const u8; TILE_ROWS],
         cols: [*const f32; TILE_COLS],
         k: usize,
@@ -204,10 +298,13 @@ mod x86 {
             unsafe {
                 let half = |r: usize| _mm_loadu_si128(rows[r].add(2 * l) as *const __m128i);
                 let pair = |r: usize| {
-                    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
-                        _mm256_castsi128_si256(half(r)),
-                        half(r + 1),
-                    ))
+                    let both =
+                        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(half(r)), half(r + 1));
+                    if BF {
+                        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(both)))
+                    } else {
+                        _mm512_cvtph_ps(both)
+                    }
                 };
                 let av = [pair(0), pair(2)];
                 for (c, acc) in acc.iter_mut().enumerate() {
@@ -222,6 +319,44 @@ mod x86 {
         }
         // SAFETY: AVX-512 F is enabled here.
         unsafe { row_pair_sums(acc) }
+    }
+
+    /// `ggml_vec_dot_bf16` (see `bf16_dot_rows_portable`) with AVX2.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn bf16_dot_rows(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        let np = k & !31;
+        for i in 0..count {
+            let row = first.wrapping_add(i * stride);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for v in (0..np).step_by(32) {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: values v + 8q.. v + 8q + 8 exist.
+                    unsafe {
+                        let x = eight::<true>(row.add(2 * (v + 8 * q)));
+                        *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(col.add(v + 8 * q)), *acc);
+                    }
+                }
+            }
+            let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+            // SAFETY: AVX2 is enabled here.
+            let mut sum = unsafe { hsum256(s) } as f64;
+            for v in np..k {
+                // SAFETY: v < k.
+                sum += unsafe { super::weight_at::<true>(row, v) * *col.add(v) } as f64;
+            }
+            // SAFETY: out holds count values.
+            unsafe { *out.add(i) = sum as f32 };
+        }
     }
 }
 
@@ -254,30 +389,79 @@ mod tests {
     #[test]
     fn the_eight_lane_kernels_sum_as_the_portable_one() {
         for level in crate::kernels::isa::all_supported() {
-            let kernels = Kernels::for_isa(level);
-            for k in [8, 24, 32, 64, 72, 200, 256] {
-                let rows: Vec<Vec<u16>> = (0..TILE_ROWS)
-                    .map(|r| values(k, r as u32).iter().map(|&v| f32_to_f16(v)).collect())
-                    .collect();
-                let cols: Vec<Vec<f32>> =
-                    (0..TILE_COLS).map(|c| values(k, 100 + c as u32)).collect();
-                let rp: [*const u8; TILE_ROWS] =
-                    std::array::from_fn(|r| rows[r].as_ptr() as *const u8);
-                let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
-                // SAFETY: k values each, k a multiple of 8.
-                let got = unsafe { (kernels.eight_lanes)(rp, cp, k) };
-                for (c, got) in got.iter().enumerate().take(kernels.cols) {
-                    // the portable kernel's first column, column c
-                    let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
-                    // SAFETY: as above.
-                    let want = unsafe { eight_lanes_portable(rp, one, k) }[0];
-                    assert_eq!(
-                        got.map(f32::to_bits),
-                        want.map(f32::to_bits),
-                        "{} k {k} column {c}",
-                        level.name()
-                    );
+            for bf16 in [false, true] {
+                let kernels = Kernels::new(level, bf16);
+                let bits = |v: f32| {
+                    if bf16 {
+                        (v.to_bits() >> 16) as u16
+                    } else {
+                        f32_to_f16(v)
+                    }
+                };
+                for k in [8, 24, 32, 64, 72, 200, 256] {
+                    let rows: Vec<Vec<u16>> = (0..TILE_ROWS)
+                        .map(|r| values(k, r as u32).into_iter().map(bits).collect())
+                        .collect();
+                    let cols: Vec<Vec<f32>> =
+                        (0..TILE_COLS).map(|c| values(k, 100 + c as u32)).collect();
+                    let rp: [*const u8; TILE_ROWS] =
+                        std::array::from_fn(|r| rows[r].as_ptr() as *const u8);
+                    let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
+                    // SAFETY: k values each, k a multiple of 8.
+                    let got = unsafe { (kernels.eight_lanes)(rp, cp, k) };
+                    for (c, got) in got.iter().enumerate().take(kernels.cols) {
+                        // the portable kernel's first column, column c
+                        let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
+                        // SAFETY: as above.
+                        let want = unsafe {
+                            if bf16 {
+                                eight_lanes_portable::<true>(rp, one, k)
+                            } else {
+                                eight_lanes_portable::<false>(rp, one, k)
+                            }
+                        }[0];
+                        assert_eq!(
+                            got.map(f32::to_bits),
+                            want.map(f32::to_bits),
+                            "{} bf16 {bf16} k {k} column {c}",
+                            level.name()
+                        );
+                    }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_bf16_vector_dots_sum_as_the_portable_one() {
+        for level in crate::kernels::isa::all_supported() {
+            for k in [8, 32, 40, 100, 256, 1000] {
+                let rows: Vec<u16> = values(3 * k, 5)
+                    .into_iter()
+                    .map(|v| (v.to_bits() >> 16) as u16)
+                    .collect();
+                let col = values(k, 9);
+                let run = |f: HalfDotRows| {
+                    let mut out = [0f32; 3];
+                    // SAFETY: three rows of k values, the column k.
+                    unsafe {
+                        f(
+                            rows.as_ptr() as *const u8,
+                            2 * k,
+                            3,
+                            col.as_ptr(),
+                            k,
+                            out.as_mut_ptr(),
+                        )
+                    };
+                    out.map(f32::to_bits)
+                };
+                assert_eq!(
+                    run(bf16_dot_rows(level)),
+                    run(bf16_dot_rows_portable),
+                    "{} k {k}",
+                    level.name()
+                );
             }
         }
     }
