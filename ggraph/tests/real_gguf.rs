@@ -9,36 +9,25 @@
 //!
 //! # What agreement means here
 //!
-//! Exactly, for the files whose every tensor ggraph computes as ggml's CPU
-//! does (F16, Q8_0, Q4_0 and IQ4_NL; `EXACT`): their products sum in ggml's order,
-//! rope, softmax, SiLU and flash attention follow ggml's float steps, so
-//! decoded as llama.cpp decoded its fixtures (the prompt, then a token a
-//! decode) every greedy token is llama.cpp's and every logit equals its to
-//! the six digits the fixtures keep, with flash attention off and on, and
-//! after a long prompt (`fixtures/real_gguf/long_context.json`).
+//! Exactly: ggraph computes every tensor of every one of these files as
+//! ggml's CPU backend does (its AVX2 build, which recorded the fixtures):
+//! every product sums in ggml's order for its type, shape and layout
+//! (`EXACT`), and rope, softmax, SiLU and flash attention follow ggml's
+//! float steps. So decoded as llama.cpp decoded its fixtures (the prompt,
+//! then a token a decode), every greedy token is llama.cpp's and every
+//! logit equals its to the six digits the fixtures keep, with flash
+//! attention off and on, in GGUF's layout and repacked, on every
+//! instruction set, and after a long prompt
+//! (`fixtures/real_gguf/long_context.json`).
 //!
-//! Op by op for the others: fed llama.cpp's own inputs (its tensors of one
-//! decode, dumped through its eval callback by
-//! `fixtures/real_gguf/tensors.cpp`), ggraph's products of the first
-//! layers' weights agree with llama.cpp's to `PRODUCT_BOUND` (relative
-//! RMS), with every CPU path: GGUF's layout and the repacked rows, one
-//! column, a few and a batch, and each instruction set (`GGRAPH_CPU_ISA`,
-//! in child processes of this test binary); its RMS norms agree bit for
-//! bit. The activations are rounded as ggml rounds them (to Q8_0, Q8_1 or
-//! Q8_K, to F16 or BF16), so the integer sums are llama.cpp's and only the
-//! order of float additions differs.
-//!
-//! Whole decodes of those cannot agree that closely: the 8-bit rounding of
-//! the activations before every product turns a difference of one ulp
-//! into a different code now and then, and after 30 layers into logit
-//! differences of the order of one. llama.cpp's own two attention paths,
-//! fed the same tokens, differ by up to 1.3-2.7 on the quantised files
-//! (0.06 on F16, 0.4 on BF16). So for their decodes the yardstick is that
-//! spread, `tau`: the largest |logit with flash attention off - on| over
-//! every step of every prompt. ggraph decodes each prompt followed by
-//! llama.cpp's greedy tokens in one batch, so every step sees exactly the
-//! tokens llama.cpp saw, and at every step, against llama.cpp with the
-//! same attention setting (the fixtures hold flash attention off and on):
+//! Decoded otherwise (each prompt with llama.cpp's tokens in one batch,
+//! where llama.cpp itself would take other kernels and part from its own
+//! step-by-step logits), the yardstick is llama.cpp's spread between its
+//! two attention paths, `tau`: the largest |logit with flash attention
+//! off - on| over every step of every prompt (up to 1.3-2.7 on the
+//! quantised files, 0.06 on F16, 0.4 on BF16: one ulp that moves an 8-bit
+//! code early on grows to that after 30 layers). At every step, against
+//! llama.cpp with the same attention setting:
 //!
 //! * where llama.cpp's top-2 gap is above `tau` (a decisive step), ggraph's
 //!   greedy token is llama.cpp's;
@@ -47,9 +36,11 @@
 //! * the logits of llama.cpp's top tokens are within `LOGIT_BOUND_TAUS *
 //!   tau` of llama.cpp's.
 //!
-//! Free-running greedy tokens then agree up to the first step that is not
-//! decisive (`scripts/real-gguf`'s files with ggraph's `llama --cpu-only
-//! --prompt-ids ... --print-ids` show it).
+//! Op by op, fed llama.cpp's own inputs (its tensors of one decode, dumped
+//! through its eval callback by `fixtures/real_gguf/tensors.cpp`), ggraph's
+//! products of the first layers' weights agree with llama.cpp's to
+//! `PRODUCT_BOUND` (relative RMS) with every CPU path, and its RMS norms
+//! bit for bit.
 //!
 //! Where the files are: `GGRAPH_REAL_GGUF` (a directory; then every file
 //! must be there, as scripts/test sets it), else
@@ -442,9 +433,9 @@ fn every_recorded_type_is_checked() {
 /// significant digits, and a logit reaches 20.
 const EXACT_LOGIT_BOUND: f32 = 2e-4;
 
-/// The files whose every product ggraph sums in ggml's order, with the
-/// attention settings whose kernels it follows too.
-const EXACT: [(&str, Attention); 22] = [
+/// Every file, with both attention settings: ggraph sums every product
+/// in ggml's order, and follows both attention algorithms.
+const EXACT: [(&str, Attention); 30] = [
     ("F16", Attention::Standard),
     ("F16", Attention::Flash),
     ("Q8_0", Attention::Standard),
@@ -467,6 +458,14 @@ const EXACT: [(&str, Attention); 22] = [
     ("IQ4_XS", Attention::Flash),
     ("BF16", Attention::Standard),
     ("BF16", Attention::Flash),
+    ("Q4_1", Attention::Standard),
+    ("Q4_1", Attention::Flash),
+    ("Q5_1", Attention::Standard),
+    ("Q5_1", Attention::Flash),
+    ("Q5_K", Attention::Standard),
+    ("Q5_K", Attention::Flash),
+    ("ORIGINAL", Attention::Standard),
+    ("ORIGINAL", Attention::Flash),
 ];
 
 /// The model at `path` on a CPU of two threads (llama.cpp's when it

@@ -1,5 +1,5 @@
-//! Q8_0, Q4_0, Q5_0 and IQ4_NL rows in GGUF's layout times activations quantised to
-//! Q8_0, each dot summed as ggml's x86 kernels sum it, so that every
+//! Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1 rows in GGUF's layout times
+//! activations quantised to Q8_0 (Q8_1 for Q4_1 and Q5_1), each dot summed as ggml's x86 kernels sum it, so that every
 //! output equals llama.cpp's bit for bit. The integer sums are exact
 //! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
 //! `vpdpbusd` with VNNI); ggml fixes the float steps, in one of two
@@ -19,7 +19,11 @@
 //! Q4_0's codes are its nibbles less 8, Q5_0's its nibbles and high bits
 //! less 16, IQ4_NL's the IQ4 table's values at its nibbles, signed as
 //! Q8_0's. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
-//! for more (tinyBLAS, the same order), and never repacks it.
+//! for more (tinyBLAS, the same order), and never repacks it. Q4_1's and
+//! Q5_1's codes are their nibbles (and high bits), unsigned, in eight
+//! lanes too (`vec_dot` for every column count); their mins take one sum
+//! of their own, `summs = fma(m, s, summs)` a block (`s` the activations'
+//! f16 sum term), added to the lanes' sum at the end.
 
 use std::cell::RefCell;
 
@@ -44,7 +48,7 @@ pub(crate) enum Order {
 /// one of these (Q8_0, Q4_0, Q5_0 and IQ4_NL).
 pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
     match dtype {
-        DType::Q8_0 | DType::Q5_0 => Some(Order::EightLanes),
+        DType::Q8_0 | DType::Q5_0 | DType::Q4_1 | DType::Q5_1 => Some(Order::EightLanes),
         // ggml repacks a Q4_0 or IQ4_NL matrix of whole groups of eight
         // rows
         DType::Q4_0 | DType::IQ4_NL if m % 8 == 0 => Some(Order::WholeBlocks),
@@ -71,6 +75,8 @@ struct Acts {
     codes: *const i8,
     scales: *const f32,
     bias: *const i32,
+    /// Q8_1's sum term per block (for Q4_1 and Q5_1).
+    sums: *const f32,
 }
 
 // SAFETY: the pointers address the call's scratch, alive and unchanged
@@ -84,14 +90,21 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let (k, n) = (a.k, b.0.len());
     let nb = k / 32;
     let Some(order) = order(a.dtype, m) else {
-        unreachable!("dispatch sends only Q8_0, Q4_0, Q5_0 and IQ4_NL rows here");
+        unreachable!("dispatch sends only the types `order` names here");
     };
     let tiles = Tiles::new(isa, a.dtype, order);
     let offset = unsigned_offset(a.dtype);
+    let partner = if has_mins(a.dtype) {
+        Partner::Q8_1
+    } else {
+        Partner::Q8_0
+    };
     with_scratch(&CODES, n * k, |codes| {
-        with_scratch(&SCALES, n * nb, |scales| {
+        with_scratch(&SCALES, 2 * n * nb, |scales| {
             with_scratch(&BIAS, n * k / 4, |bias| {
-                quantize(b, k, codes, scales);
+                let (scales, sums) = scales.split_at_mut(n * nb);
+                quantize(partner, b, k, codes, scales, sums);
+                let sums = &*sums;
                 for (g, q) in bias.iter_mut().zip(codes.chunks_exact(4)) {
                     *g = -offset * q.iter().map(|&c| c as i32).sum::<i32>();
                 }
@@ -100,8 +113,13 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                         codes: codes[j * k..].as_ptr(),
                         scales: scales[j * nb..].as_ptr(),
                         bias: bias[j * k / 4..].as_ptr(),
+                        sums: sums[j * nb..].as_ptr(),
                     })
                     .collect();
+                let mins = |i: usize, j: usize| {
+                    // SAFETY: row i holds nb blocks, column j nb sum terms.
+                    unsafe { min_term(a.dtype, a.row(i), acts[j], nb) }
+                };
                 if let (1, Some(matvec)) = (n, tiles.matvec) {
                     return par_ranges(m, 16, |range| {
                         // SAFETY: the rows of range hold nb blocks, the
@@ -116,6 +134,12 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                 nb,
                                 out.0[0].add(range.start),
                             )
+                        }
+                        if has_mins(a.dtype) {
+                            for i in range {
+                                // SAFETY: as above.
+                                unsafe { *out.0[0].add(i) += mins(i, 0) };
+                            }
                         }
                     });
                 }
@@ -138,6 +162,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                 let dots = unsafe { tiles.run(rows, cols, nb) };
                                 for (c, col) in dots.iter().take(nc).enumerate() {
                                     for (r, &v) in col.iter().take(nr).enumerate() {
+                                        let v = if has_mins(a.dtype) {
+                                            v + mins(i0 + r, j0 + c)
+                                        } else {
+                                            v
+                                        };
                                         // SAFETY: output column j0 + c holds
                                         // m values; this task owns rows i0..
                                         // i0 + nr.
@@ -160,21 +189,56 @@ thread_local! {
     static BIAS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The columns as ggml's Q8_0 quantiser writes them, codes and scales.
-fn quantize(b: &Cols<f32>, k: usize, codes: &mut [i8], scales: &mut [f32]) {
+/// The columns as ggml's Q8_0 (Q8_1) quantiser writes them: codes,
+/// scales and (Q8_1) sum terms.
+fn quantize(
+    partner: Partner,
+    b: &Cols<f32>,
+    k: usize,
+    codes: &mut [i8],
+    scales: &mut [f32],
+    sums: &mut [f32],
+) {
     let nb = k / 32;
     for (j, &col) in b.0.iter().enumerate() {
         // SAFETY: column j holds k values.
         let x = unsafe { std::slice::from_raw_parts(col, k) };
         let s = &mut scales[j * nb..(j + 1) * nb];
+        let t = &mut sums[j * nb..(j + 1) * nb];
         quantize_column(
-            Partner::Q8_0,
+            partner,
             x,
             32,
             &mut codes[j * k..(j + 1) * k],
-            |blk, scale, _| s[blk] = scale.d,
+            |blk, scale, sum| {
+                s[blk] = scale.d;
+                t[blk] = scale.sum_term(partner, sum);
+            },
         );
     }
+}
+
+/// Whether a weight type keeps a min a block (Q4_1, Q5_1).
+fn has_mins(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_1 | DType::Q5_1)
+}
+
+/// The min term of a Q4_1 or Q5_1 row's dot with a column: `fma(m, s,
+/// summs)` a block, in order.
+///
+/// # Safety
+/// The row holds `nb` blocks of its type; the column `nb` sum terms.
+unsafe fn min_term(dtype: DType, row: *const u8, col: Acts, nb: usize) -> f32 {
+    let bytes = dtype.type_size();
+    let mut summs = 0f32;
+    for blk in 0..nb {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m = f16_to_f32((row.add(blk * bytes + 2) as *const u16).read_unaligned());
+            summs = m.mul_add(*col.sums.add(blk), summs);
+        }
+    }
+    summs
 }
 
 /// A tile kernel: four rows times `C` columns over `nb` blocks.
@@ -207,6 +271,8 @@ impl Tiles {
                         match (dtype, order) {
                             (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false, $c>,
                             (DType::Q5_0, _) => $kernel::<{ format::Q5_0 }, false, $c>,
+                            (DType::Q4_1, _) => $kernel::<{ format::Q4_1 }, false, $c>,
+                            (DType::Q5_1, _) => $kernel::<{ format::Q5_1 }, false, $c>,
                             (DType::IQ4_NL, Order::EightLanes) => {
                                 $kernel::<{ format::IQ4_NL }, false, $c>
                             }
@@ -249,6 +315,8 @@ impl Tiles {
                     (_, Order::WholeBlocks) => pick!(tile_vnni),
                     (DType::Q8_0, _) => wide!(format::Q8_0),
                     (DType::Q5_0, _) => wide!(format::Q5_0),
+                    (DType::Q4_1, _) => wide!(format::Q4_1),
+                    (DType::Q5_1, _) => wide!(format::Q5_1),
                     (DType::IQ4_NL, _) => wide!(format::IQ4_NL),
                     _ => wide!(format::Q4_0),
                 };
@@ -315,6 +383,7 @@ fn unsigned_offset(dtype: DType) -> i32 {
     match dtype {
         DType::Q4_0 => 8,
         DType::Q5_0 => 16,
+        DType::Q4_1 | DType::Q5_1 => 0,
         _ => 128,
     }
 }
@@ -325,6 +394,8 @@ mod format {
     pub(super) const Q4_0: u8 = 1;
     pub(super) const IQ4_NL: u8 = 2;
     pub(super) const Q5_0: u8 = 3;
+    pub(super) const Q4_1: u8 = 4;
+    pub(super) const Q5_1: u8 = 5;
 }
 
 /// Bytes of a block of format `F`.
@@ -332,14 +403,36 @@ const fn block_bytes(f: u8) -> usize {
     match f {
         format::Q8_0 => 34,
         format::Q5_0 => 22,
+        format::Q4_1 => 20,
+        format::Q5_1 => 24,
         _ => 18,
     }
 }
 
-/// Where a block of format `F` keeps its codes (Q5_0's high bits come
-/// before them, after the scale).
+/// Where a block of format `F` keeps its codes (after the scale, the min
+/// of Q4_1 and Q5_1, and the high bits of Q5_0 and Q5_1).
 const fn codes_at(f: u8) -> usize {
-    if f == format::Q5_0 { 6 } else { 2 }
+    match f {
+        format::Q5_0 => 6,
+        format::Q4_1 => 4,
+        format::Q5_1 => 8,
+        _ => 2,
+    }
+}
+
+/// Where a block of format `F` keeps its high bits (Q5_0, Q5_1).
+const fn high_bits_at(f: u8) -> usize {
+    if f == format::Q5_1 { 4 } else { 2 }
+}
+
+/// Whether format `F`'s codes are unsigned as they are (Q4_1, Q5_1).
+const fn unsigned(f: u8) -> bool {
+    matches!(f, format::Q4_1 | format::Q5_1)
+}
+
+/// Whether format `F` has high bits (Q5_0, Q5_1).
+const fn five_bits(f: u8) -> bool {
+    matches!(f, format::Q5_0 | format::Q5_1)
 }
 
 /// The scale of block `blk` of `row`.
@@ -366,9 +459,18 @@ unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 
         }
         let byte = *q.add(v % 16);
         let nibble = if v < 16 { byte & 15 } else { byte >> 4 };
+        let code = if five_bits(F) {
+            let qh =
+                (row.add(blk * block_bytes(F) + high_bits_at(F)) as *const u32).read_unaligned();
+            nibble as i32 | (((qh >> v) & 1) << 4) as i32
+        } else {
+            nibble as i32
+        };
+        if unsigned(F) {
+            return code;
+        }
         if F == format::Q5_0 {
-            let qh = (row.add(blk * block_bytes(F) + 2) as *const u32).read_unaligned();
-            return (nibble as i32 | (((qh >> v) & 1) << 4) as i32) - 16;
+            return code - 16;
         }
         if F == format::IQ4_NL {
             IQ4_VALUES[nibble as usize] as i32
@@ -424,7 +526,10 @@ unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Acts, IQ4_VALUES, TILE_ROWS, block_bytes, codes_at, format};
+    use super::{
+        Acts, IQ4_VALUES, TILE_ROWS, block_bytes, codes_at, five_bits, format, high_bits_at,
+        unsigned,
+    };
     use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
 
     /// The scale of block `blk` of `row`, with F16C.
@@ -454,9 +559,10 @@ mod x86 {
             let v = _mm_loadu_si128(q as *const __m128i);
             let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
             let nibbles = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-            if F == format::Q5_0 {
+            if five_bits(F) {
                 // bit v of the high bits to 16 in byte v
-                let qh = (row.add(blk * block_bytes(F) + 2) as *const i32).read_unaligned();
+                let qh = (row.add(blk * block_bytes(F) + high_bits_at(F)) as *const i32)
+                    .read_unaligned();
                 let spread = _mm256_shuffle_epi8(
                     _mm256_set1_epi32(qh),
                     _mm256_setr_epi64x(
@@ -469,7 +575,7 @@ mod x86 {
                 let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
                 let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
                 let u = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-                return if SIGNED {
+                return if SIGNED && !unsigned(F) {
                     _mm256_sub_epi8(u, _mm256_set1_epi8(16))
                 } else {
                     u
@@ -485,7 +591,7 @@ mod x86 {
                     _mm256_xor_si256(w, _mm256_set1_epi8(-128))
                 };
             }
-            if SIGNED {
+            if SIGNED && !unsigned(F) {
                 _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8))
             } else {
                 nibbles
@@ -737,6 +843,8 @@ mod tests {
             (DType::Q4_0, 18),
             (DType::Q5_0, 22),
             (DType::IQ4_NL, 18),
+            (DType::Q4_1, 20),
+            (DType::Q5_1, 24),
         ] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
@@ -781,6 +889,7 @@ mod tests {
                     codes: codes[c].as_ptr(),
                     scales: scales[c].as_ptr(),
                     bias: bias[c].as_ptr(),
+                    sums: std::ptr::null(),
                 })
                 .collect();
             for order in [Order::EightLanes, Order::WholeBlocks] {

@@ -7,14 +7,14 @@ use std::ops::RangeInclusive;
 
 use ggraph_core::DType;
 
+#[cfg(target_arch = "x86_64")]
+use super::block_gemm_avx2;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::{Partner, format};
 use super::row_streaming::SHORT_ROW_BYTES;
 use super::{
     activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order, quant_dot,
 };
-#[cfg(target_arch = "x86_64")]
-use super::{block_dot_avx2, block_gemm_avx2};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
@@ -51,9 +51,6 @@ pub(super) enum Path {
     /// Quantised rows no integer kernel reads, dequantised to f32 first
     /// and then chosen for again (`dequantized`).
     Dequantized,
-    /// 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) read in place
-    /// on AVX2 (`block_dot_avx2`).
-    BlockDotAvx2,
     /// An integer GEMM over interleaved panels of eight rows on AVX2
     /// (`block_gemm_avx2`).
     BlockGemmAvx2,
@@ -121,8 +118,6 @@ const fn rule(
 /// Most columns of the float dot path, and of the quantised paths for few
 /// columns without VNNI: more go to a GEMM.
 const DOT_MAX_N: usize = 8;
-/// Most columns of the AVX2 block dot.
-const BLOCK_DOT_MAX_N: usize = 8;
 /// Most columns of the VNNI paths for few columns: more go to the panel
 /// path.
 const DIRECT_MAX_N: usize = 4;
@@ -139,7 +134,14 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 /// The half-width floats summed in ggml's order.
 const HALVES: &[DType] = &[DType::F16, DType::BF16];
 /// The 32-value block formats summed in ggml's order.
-const IN_ORDER: &[DType] = &[DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::IQ4_NL];
+const IN_ORDER: &[DType] = &[
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q5_0,
+    DType::IQ4_NL,
+    DType::Q4_1,
+    DType::Q5_1,
+];
 /// The K-quant formats (and IQ4_XS) summed in ggml's order.
 const K_IN_ORDER: &[DType] = &[
     DType::Q2_K,
@@ -149,10 +151,6 @@ const K_IN_ORDER: &[DType] = &[
     DType::Q6_K,
     DType::IQ4_XS,
 ];
-/// The 32-value block formats not summed in ggml's order (the AVX2 block
-/// dot reads them in place; on VNNI machines too, with `vpdpbusd`, faster
-/// than the direct path decodes them: docs/performance.md).
-const BLOCKS_32: &[DType] = &[DType::Q4_1, DType::Q5_1];
 /// The quantised types the integer kernels read (see `quant_format`).
 const INTEGER: &[DType] = &DType::QUANTIZED;
 
@@ -184,8 +182,6 @@ const RULES: &[Rule] = &[
     // quantised weights; rows not packed fall through to the last rule
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
-    rule(AVX2_NO_VNNI, Only(BLOCKS_32), Packed, 1..=BLOCK_DOT_MAX_N, ANY_BYTES,        BlockDotAvx2),
-    rule(VNNI,         Only(BLOCKS_32), Packed, 1..=DIRECT_MAX_N, ANY_BYTES,  BlockDotAvx2),
     rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
     rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
     // below AVX2, many columns go faster through the float GEMM, its
@@ -298,8 +294,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
         KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        BlockDotAvx2 => block_dot_avx2::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         BlockGemmAvx2 => block_gemm_avx2::gemm(a, m, b, out),
         #[cfg(target_arch = "x86_64")]

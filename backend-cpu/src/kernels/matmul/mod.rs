@@ -7,27 +7,23 @@
 //!   weight type, the column count and the bytes of a weight row;
 //! - the paths, each a driver and its kernels per instruction set: the
 //!   types whose sums ggml adds in one fixed order follow it, so that
-//!   their products equal llama.cpp's bit for bit (F16 weights:
-//!   `float::half_in_ggml_order`; Q8_0, Q4_0, Q5_0 and IQ4_NL:
+//!   their products equal llama.cpp's bit for bit (F16 and BF16 weights:
+//!   `float::half_in_ggml_order`; Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1:
 //!   `blocks_in_ggml_order`; the K-quants and IQ4_XS:
 //!   `kquants_in_ggml_order`; Q4_0, Q4_K and IQ4_NL in the CPU's
 //!   interleaved layout, which bypasses `dispatch`: `interleaved_gemm`);
 //!   the others take the float paths (`float`), the integer ones
-//!   (`quant_dot`, `block_dot_avx2`, `block_gemm_avx2`) or `dequantized`;
+//!   (`quant_dot`, `block_gemm_avx2`) or `dequantized`;
 //! - what they share: the operands, the row-streaming policy, the row
-//!   loops (`few_columns`), the quantised formats and their decoder,
+//!   loops, the quantised formats and their decoder,
 //!   activation quantisation and register transposes.
 
 mod activation_quant;
-#[cfg(target_arch = "x86_64")]
-mod block_dot_avx2;
 #[cfg(target_arch = "x86_64")]
 mod block_gemm_avx2;
 mod blocks_in_ggml_order;
 mod dequantized;
 mod dispatch;
-#[cfg(target_arch = "x86_64")]
-mod few_columns;
 mod float;
 #[cfg(test)]
 mod ggml_order_tests;
