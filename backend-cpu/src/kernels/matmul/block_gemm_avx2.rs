@@ -1,10 +1,12 @@
-//! Quantised weights (every type `quant_format` reads) times many activation
-//! columns on AVX2 (processors without AVX-512 VNNI): prompt processing,
-//! as an integer GEMM.
+//! Weights in the CPU's interleaved layout (Q4_0 and IQ4_NL; Q4_K keeps
+//! to `interleaved_gemm`'s own kernels) times many activation columns on
+//! AVX2 (processors without AVX-512 VNNI): prompt processing, as an
+//! integer GEMM whose blocks add in ggml's repacked order. The tile kernel
+//! still takes every type `quant_format` reads.
 //!
 //! The columns are quantised to 8 bits once per call, four to a tile, their
 //! codes interleaved four bytes at a time (`activation_quant::QActs`). The weights
-//! are decoded a chunk of [`KC`] values at a time into panels of eight rows
+//! are split a chunk of [`KC`] values at a time into panels of eight rows
 //! whose codes are interleaved the same way, so that one 256-bit register
 //! holds four consecutive codes of each of the eight rows. One step of four
 //! values is then, per column, a broadcast of the column's four codes and
@@ -35,8 +37,8 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 
 use super::activation_quant::{qacts_len, quantize_acts};
-use super::operands::{Cols, WeightRows};
-use super::quant_format::{Format, decode, format};
+use super::operands::Cols;
+use super::quant_format::{Format, format};
 use crate::kernels::interleave::Interleaved;
 use crate::kernels::scratch::with_scratch;
 use crate::team;
@@ -50,9 +52,6 @@ const KC: usize = 1024;
 /// Rows packed together: their panels stay in L2 while every column tile
 /// of the chunk reads them.
 const MC: usize = 128;
-/// Largest blocks per chunk (Q6_K's 16-value blocks).
-const MAX_NB: usize = KC / 16;
-
 thread_local! {
     static ACTS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static PANELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -66,25 +65,21 @@ struct Kind {
     /// The format the activations are quantised for: the same, but with no
     /// offset where the panel keeps signed codes.
     acts: Format,
-    signed: bool,
 }
 
 fn kind(dtype: DType) -> Option<Kind> {
     let f = format(dtype)?;
-    let signed = f.signed;
-    let acts = if signed { Format { offset: 0, ..f } } else { f };
-    Some(Kind {
-        decode: f,
-        acts,
-        signed,
-    })
+    let acts = if f.signed {
+        Format { offset: 0, ..f }
+    } else {
+        f
+    };
+    Some(Kind { decode: f, acts })
 }
 
 /// Where the panels come from.
 #[derive(Clone, Copy)]
 enum Panels {
-    /// ggml's rows, decoded and interleaved as they are packed.
-    Rows(WeightRows),
     /// A matrix of `k` values a row already in the CPU's interleaved
     /// layout (`kernels::interleave`): packing only splits the nibbles.
     Interleaved {
@@ -101,24 +96,15 @@ unsafe impl Send for Panels {}
 impl Panels {
     fn k(&self) -> usize {
         match self {
-            Panels::Rows(a) => a.k,
             Panels::Interleaved { k, .. } => *k,
         }
     }
 
     fn dtype(&self) -> DType {
         match self {
-            Panels::Rows(a) => a.dtype,
             Panels::Interleaved { layout, .. } => layout.dtype(),
         }
     }
-}
-
-/// `out[j][i] = dot(a row i, b[j])` for `i < m` and every column of `b`,
-/// packed quantised rows. The caller has checked that
-/// the processor has AVX2, FMA and F16C.
-pub(crate) fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
-    gemm_panels(Panels::Rows(a), m, b, out)
 }
 
 /// As [`gemm`], for the `m` rows of `k` values of a matrix in the CPU's
@@ -152,6 +138,7 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
         let tiles = n.div_ceil(C);
         let (groups, per_group) = crate::kernels::parallel::column_split(blocks, tiles);
         let nblk = k / qb;
+        let source = &source;
         team::for_each(blocks * groups, |task| {
             let (blk_row, g) = (task % blocks, task / blocks);
             let i0 = blk_row * MC;
@@ -162,7 +149,7 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
             with_scratch(&PANELS, codes_len + 2 * scales_len + R * KC, |pb| {
                 let (pcodes, rest) = pb.split_at_mut(codes_len);
                 let (dw, rest) = rest.split_at_mut(scales_len);
-                let (mw, decoded) = rest.split_at_mut(scales_len);
+                let (mw, _decoded) = rest.split_at_mut(scales_len);
                 // SAFETY: byte regions of whole f32s, 4-byte aligned:
                 // `with_scratch` aligns its buffer to 64 bytes, and
                 // codes_len and scales_len are multiples of 4.
@@ -182,19 +169,7 @@ fn gemm_panels(source: Panels, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
                             dw: &mut dw[r0 * nb..(r0 + R) * nb],
                             mw: &mut mw[r0 * nb..(r0 + R) * nb],
                         };
-                        match source {
-                            Panels::Rows(a) => {
-                                if r0 + R < rows {
-                                    // the rows stream from memory: ask for
-                                    // the next panel's while this one decodes
-                                    prefetch_rows(&a, i0 + r0 + R, R.min(rows - r0 - R), v0, len);
-                                }
-                                // SAFETY: rows i0 + r0 .. i0 + min(rows, r0 +
-                                // R) exist and hold values v0..v0 + len.
-                                unsafe {
-                                    pack(kind, &a, i0 + r0, R.min(rows - r0), v0, decoded, panel)
-                                };
-                            }
+                        match *source {
                             Panels::Interleaved { layout, ptr, k } => {
                                 let bs = layout.dtype().block_size();
                                 let group = (i0 + r0) / R;
@@ -268,71 +243,6 @@ struct Panel<'a> {
     codes: &'a mut [u8],
     dw: &'a mut [f32],
     mw: &'a mut [f32],
-}
-
-/// Decodes values `v0..v0 + len` of rows `i0..i0 + rows` (at most R) into
-/// a panel, `decoded` holding one row at a time. Missing rows get zero
-/// codes and scales.
-///
-/// # Safety
-/// The processor has AVX2 and F16C; the rows exist and hold those values;
-/// `len` is whole blocks (whole super-blocks for the K-quants) and a
-/// multiple of 32.
-unsafe fn pack(
-    kind: Kind,
-    a: &WeightRows,
-    i0: usize,
-    rows: usize,
-    v0: usize,
-    decoded: &mut [u8],
-    panel: Panel,
-) {
-    let len = panel.codes.len() / R;
-    let nb = len / kind.decode.qb;
-    let mut dw = [0f32; MAX_NB];
-    let mut mw = [0f32; MAX_NB];
-    let decoded = &mut decoded[..R * len];
-    for r in 0..R {
-        let codes = &mut decoded[r * len..(r + 1) * len];
-        if r < rows {
-            // SAFETY: caller's contract.
-            unsafe {
-                decode(
-                    kind.decode,
-                    a.row(i0 + r),
-                    v0,
-                    codes,
-                    &mut dw[..nb],
-                    &mut mw[..nb],
-                )
-            };
-        } else {
-            codes.fill(if kind.signed { 0x80 } else { 0 });
-            dw[..nb].fill(0.0);
-            mw[..nb].fill(0.0);
-        }
-        for blk in 0..nb {
-            panel.dw[blk * R + r] = dw[blk];
-            panel.mw[blk * R + r] = mw[blk];
-        }
-    }
-    // SAFETY: R rows of len bytes in, len / 4 steps of R rows out.
-    unsafe { x86::interleave8(decoded.as_ptr(), len, panel.codes.as_mut_ptr(), kind.signed) };
-}
-
-/// Prefetches values `v0..v0 + len` (whole blocks) of rows `i0..i0 + rows`
-/// into L2, one request per cache line.
-fn prefetch_rows(a: &WeightRows, i0: usize, rows: usize, v0: usize, len: usize) {
-    use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-    let (bs, ts) = (a.dtype.block_size(), a.dtype.type_size());
-    let (start, bytes) = (v0 / bs * ts, len / bs * ts);
-    for r in 0..rows {
-        let p = a.row(i0 + r).wrapping_add(start);
-        for line in (0..bytes).step_by(64).chain([bytes - 1]) {
-            // SAFETY: a prefetch never faults; the address lies in row i0 + r.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(line) as *const i8) };
-        }
-    }
 }
 
 /// A tile of quantised activations from the chunk's first block on (see
@@ -537,34 +447,6 @@ mod x86 {
                             }
                         }
                     }
-                }
-            }
-        }
-    }
-
-    /// Interleaves R rows of `len` codes (`len` bytes apart) into panel
-    /// steps of four codes of each row, `[step][R][4]`; `flip` turns the
-    /// decoder's signed codes plus 128 (Q8_0, IQ4) back into signed ones.
-    ///
-    /// # Safety
-    /// AVX2; `rows` holds R * len bytes, `panel` room for as many, and
-    /// `len` is a multiple of 32.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn interleave8(rows: *const u8, len: usize, panel: *mut u8, flip: bool) {
-        // SAFETY: caller's contract.
-        unsafe {
-            let sign = _mm256_set1_epi8(-128);
-            for seg in 0..len / 32 {
-                let mut r: [__m256; R] = std::array::from_fn(|i| {
-                    _mm256_loadu_ps(rows.add(i * len + seg * 32) as *const f32)
-                });
-                crate::kernels::matmul::register_transpose::transpose8(&mut r);
-                for (j, v) in r.iter().enumerate() {
-                    let mut v = _mm256_castps_si256(*v);
-                    if flip {
-                        v = _mm256_xor_si256(v, sign);
-                    }
-                    _mm256_storeu_si256(panel.add((seg * R + j) * 32) as *mut __m256i, v);
                 }
             }
         }

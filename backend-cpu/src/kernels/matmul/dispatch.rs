@@ -8,20 +8,17 @@ use std::ops::RangeInclusive;
 use ggraph_core::DType;
 
 #[cfg(target_arch = "x86_64")]
-use super::block_gemm_avx2;
 use super::operands::{Cols, WeightRows};
-use super::quant_format::{Partner, format};
+use super::quant_format::format;
 use super::row_streaming::SHORT_ROW_BYTES;
-use super::{
-    activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order, quant_dot,
-};
+use super::{activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
 use crate::kernels::isa::Isa;
 use crate::kernels::scratch::with_scratch;
 use Path::*;
 use Rows::{Any, Packed};
-use Weights::{Float, Only, Quantized, RoundedExactly};
+use Weights::{Float, Only, Quantized};
 
 /// A way to compute a product: a driver and its kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,15 +48,6 @@ pub(super) enum Path {
     /// Quantised rows no integer kernel reads, dequantised to f32 first
     /// and then chosen for again (`dequantized`).
     Dequantized,
-    /// An integer GEMM over interleaved panels of eight rows on AVX2
-    /// (`block_gemm_avx2`).
-    BlockGemmAvx2,
-    /// An integer GEMM over interleaved panels of 32 rows with VNNI
-    /// (`quant_dot::panel`).
-    QuantPanel,
-    /// Rows decoded a chunk at a time into codes, then dotted
-    /// (`quant_dot::direct`).
-    QuantDirect,
 }
 
 /// Which weight types a rule takes.
@@ -71,11 +59,6 @@ enum Weights {
     Quantized,
     /// These types.
     Only(&'static [DType]),
-    /// Quantised types whose products a float GEMM computes as the integer
-    /// kernels do, on columns rounded first (`with_rounded_columns`): all
-    /// but those whose partner is Q8_1, whose f16 sum term a float product
-    /// of rounded columns cannot keep.
-    RoundedExactly,
 }
 
 /// Which weight rows a rule takes.
@@ -118,17 +101,10 @@ const fn rule(
 /// Most columns of the float dot path, and of the quantised paths for few
 /// columns without VNNI: more go to a GEMM.
 const DOT_MAX_N: usize = 8;
-/// Most columns of the VNNI paths for few columns: more go to the panel
-/// path.
-const DIRECT_MAX_N: usize = 4;
 
 const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
-const PORTABLE: RangeInclusive<Isa> = Isa::Portable..=Isa::Portable;
 const AVX2: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx2;
-/// AVX2 or AVX-512 without VNNI.
-const AVX2_NO_VNNI: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512;
 const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
-const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
 
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 /// The half-width floats summed in ggml's order.
@@ -151,14 +127,10 @@ const K_IN_ORDER: &[DType] = &[
     DType::Q6_K,
     DType::IQ4_XS,
 ];
-/// The quantised types the integer kernels read (see `quant_format`).
-const INTEGER: &[DType] = &DType::QUANTIZED;
 
 const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
 const ONE: RangeInclusive<usize> = 1..=1;
 const DOT_COLS: RangeInclusive<usize> = 1..=DOT_MAX_N;
-const MORE_THAN_DOT: RangeInclusive<usize> = DOT_MAX_N + 1..=usize::MAX;
-const MORE_THAN_DIRECT: RangeInclusive<usize> = DIRECT_MAX_N + 1..=usize::MAX;
 
 const ANY_BYTES: RangeInclusive<usize> = 0..=usize::MAX;
 /// Rows of no values.
@@ -179,17 +151,10 @@ const RULES: &[Rule] = &[
     rule(AVX2,         Only(FLOATS),   Packed, ONE,                  SHORT,            FloatRowStream),
     rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
-    // quantised weights; rows not packed fall through to the last rule
+    // quantised weights: every type sums in ggml's order; rows not packed
+    // are dequantised
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
-    rule(AVX2_NO_VNNI, Only(INTEGER),  Packed, MORE_THAN_DOT,        ANY_BYTES,        BlockGemmAvx2),
-    rule(VNNI,         Only(INTEGER),  Packed, MORE_THAN_DIRECT,     ANY_BYTES,        QuantPanel),
-    // below AVX2, many columns go faster through the float GEMM, its
-    // weight panels dequantised as they are packed (and, as for float
-    // weights, rows of no values give zeros)
-    rule(PORTABLE,     Only(INTEGER),  Packed, MORE_THAN_DOT,        EMPTY,            Zeros),
-    rule(PORTABLE,     RoundedExactly, Packed, MORE_THAN_DOT,        ANY_BYTES,        FloatPacked),
-    rule(ANY_ISA,      Only(INTEGER),  Packed, ANY_COLS,             ANY_BYTES,        QuantDirect),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
 ];
 
@@ -208,7 +173,6 @@ impl Rule {
             Float => !p.dtype.is_quantized(),
             Quantized => p.dtype.is_quantized(),
             Only(types) => types.contains(&p.dtype),
-            RoundedExactly => format(p.dtype).is_some_and(|f| f.partner != Partner::Q8_1),
         };
         let rows = match self.rows {
             Packed => p.packed,
@@ -259,9 +223,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     if m == 0 || n == 0 {
         return;
     }
-    // an invariant, not input: the integer paths' rules take only
-    // `DType::QUANTIZED`, and `quant_format::format` reads every one of them
-    let format = || format(a.dtype).expect("integer paths take the types quant_format reads");
     match path(isa, &a, n) {
         Zeros => {
             for &o in &out.0 {
@@ -278,9 +239,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         FloatDot => with_rounded_columns(a, b, |b| float::dot::gemm(isa, a, m, b, out)),
         // the packed GEMM rounds F16 and BF16 weights' activations itself,
         // as it packs them
-        FloatPacked if a.dtype.is_quantized() => {
-            with_rounded_columns(a, b, |b| float::packed::gemm(isa, a, m, b, out))
-        }
         FloatPacked => float::packed::gemm(isa, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         Bf16Tiles => {
@@ -294,16 +252,6 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
         KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        BlockGemmAvx2 => block_gemm_avx2::gemm(a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        QuantPanel => quant_dot::panel::gemm(format(), a, m, b, out),
-        #[cfg(target_arch = "x86_64")]
-        QuantDirect => quant_dot::direct::gemm(isa, format(), a, m, b, out),
-        // elsewhere the instruction set is always `Portable`, which the
-        // rules of the x86-64 paths never take
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => quant_dot::direct::gemm(Isa::Portable, format(), a, m, b, out),
     }
 }
 

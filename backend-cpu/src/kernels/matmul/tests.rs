@@ -351,38 +351,6 @@ fn the_panel_gemm_on_amx_tiles_matches_the_reference_product() -> ggraph_core::R
         kernels.push(PanelKernel::Amx(Unit::Hardware(hw)));
     }
     for kernel in kernels {
-        // ggml's rows, of every format the panel takes
-        for dtype in DType::QUANTIZED {
-            let Some(f) = format(dtype) else { continue };
-            let bound = nmse_bound(dtype);
-            let ks: &[usize] = match dtype.block_size() {
-                32 => &[32, 96, 4608],
-                _ => &[256, 4608],
-            };
-            for &k in ks {
-                // one group of 16 columns, a partial one, a full and a
-                // partial; a partial panel of rows
-                let shapes: &[(usize, usize)] = if k > 4096 {
-                    &[(32, 17)]
-                } else {
-                    &[(32, 5), (45, 16), (32, 17), (40, 40)]
-                };
-                for &(m, n) in shapes {
-                    let w = values(m * k, (m * 31 + k) as u32);
-                    let x = values(n * k, (n * 7 + k) as u32);
-                    let (w_extreme, x_ones) = extremes(m, n, k);
-                    for (w, x) in [(&w, &x), (&w_extreme, &x_ones)] {
-                        let e = product_error_of(dtype, w, x, m, n, 0, &|a, m, b, out| {
-                            panel::gemm_with(kernel, f, a, m, b, out)
-                        });
-                        assert!(
-                            e <= bound,
-                            "{kernel:?} {dtype} m={m} n={n} k={k}: nmse {e:e} > {bound:e}"
-                        );
-                    }
-                }
-            }
-        }
         // the CPU's interleaved layout, whose panels are filled from it
         for layout in [Interleaved::Q4_0, Interleaved::Q4_K, Interleaved::IQ4_NL] {
             let Some(f) = format(layout.dtype()) else {

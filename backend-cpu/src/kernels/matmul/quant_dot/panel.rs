@@ -1,9 +1,8 @@
 //! The panel path: many columns on AVX-512 VNNI, the codes of 32 rows
 //! interleaved into panels that one `vpdpbusd` advances 16 rows at a time.
-//! The rows are ggml's, decoded and interleaved, or a matrix in the CPU's
-//! interleaved layout, whose groups are already four bytes a row side by
-//! side and go straight into the panel (Q4_K's scales and mins decoded a
-//! group at a time).
+//! The rows are a matrix in the CPU's interleaved layout, whose groups
+//! are already four bytes a row side by side and go straight into the
+//! panel.
 //!
 //! Each panel chunk is then multiplied by the columns, four at a time with
 //! `vpdpbusd` (`avx512_vnni::panel_vnni`) or, where AMX is on, 16 at a
@@ -11,16 +10,14 @@
 
 use std::cell::RefCell;
 
-use ggraph_core::DType;
-
-use super::avx512_vnni::{interleave16, interleaved_panel, panel_vnni, repack_panel};
+use super::avx512_vnni::{interleaved_panel, panel_vnni};
 use super::operands::{ACTS, PANEL_C, PANEL_R};
 use super::panel_amx::{self, AMX_C, ColumnActs, PanelChunk, panel_tiles};
 use crate::kernels::amx::{self, TileConfig, Unit};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::matmul::activation_quant::{QActs, qacts_len, quantize_acts};
-use crate::kernels::matmul::operands::{Cols, WeightRows};
-use crate::kernels::matmul::quant_format::{Format, decode};
+use crate::kernels::matmul::operands::Cols;
+use crate::kernels::matmul::quant_format::Format;
 use crate::kernels::parallel::column_split;
 use crate::kernels::scratch::with_scratch;
 use crate::team;
@@ -38,8 +35,6 @@ thread_local! {
 /// Where the panels' rows come from.
 #[derive(Clone, Copy)]
 enum Weights {
-    /// ggml's rows.
-    Rows(WeightRows),
     /// A matrix of `k` values a row in the CPU's interleaved layout.
     Interleaved {
         layout: Interleaved,
@@ -97,23 +92,6 @@ impl PanelKernel {
     }
 }
 
-pub(crate) fn gemm(f: Format, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
-    gemm_from(PanelKernel::active(), f, Weights::Rows(a), m, b, out)
-}
-
-/// As [`gemm`], with the products of `kernel`.
-#[cfg(test)]
-pub(crate) fn gemm_with(
-    kernel: PanelKernel,
-    f: Format,
-    a: WeightRows,
-    m: usize,
-    b: &Cols<f32>,
-    out: &Cols<f32>,
-) {
-    gemm_from(kernel, f, Weights::Rows(a), m, b, out)
-}
-
 /// As [`gemm`] for the `m` rows of a matrix of `k` values a row in the
 /// interleaved `layout` at `a`. `f` is the weight type's format.
 ///
@@ -163,13 +141,12 @@ fn gemm_from(kernel: PanelKernel, f: Format, a: Weights, m: usize, b: &Cols<f32>
         let tiles = n.div_ceil(product.cols);
         let (groups, per_group) = column_split(panels, tiles);
         let kc = PANEL_KC.min(k);
-        let decodes = a.decodes(f.dtype);
         team::for_each(panels * groups, |task| {
             let (p, g) = (task % panels, task / panels);
             let i0 = p * PANEL_R;
             let rows = PANEL_R.min(m - i0);
             let group = g * per_group..((g + 1) * per_group).min(tiles);
-            with_panel(kc, f.qb, decodes, |panel| {
+            with_panel(kc, f.qb, |panel| {
                 for v0 in (0..k).step_by(kc) {
                     let len = kc.min(k - v0);
                     fill(&f, a, i0, rows, v0, len, panel);
@@ -204,49 +181,27 @@ impl Weights {
     /// Values a row.
     fn k(self) -> usize {
         match self {
-            Weights::Rows(rows) => rows.k,
             Weights::Interleaved { k, .. } => k,
         }
-    }
-
-    /// Whether the panel's rows are decoded into scratch first: ggml's
-    /// rows of the types whose blocks do not go into the panel directly.
-    fn decodes(self, dtype: DType) -> bool {
-        matches!(self, Weights::Rows(_)) && !matches!(dtype, DType::Q8_0 | DType::Q4_0)
     }
 }
 
 /// A task's panel for one chunk of values: 32 rows' codes interleaved
-/// four bytes at a time, and their scales and mins (`[block][row]`); and,
-/// where the rows are decoded first, 16 rows' codes, scales and mins.
+/// four bytes at a time, and their scales and mins (`[block][row]`).
 struct Panel<'a> {
     codes: &'a mut [u8],
     dw: &'a mut [f32],
     mw: &'a mut [f32],
-    decoded: &'a mut [u8],
-    decoded_dw: &'a mut [f32],
-    decoded_mw: &'a mut [f32],
 }
 
 /// Runs `f` on this thread's panel for chunks of `kc` values in blocks
-/// of `qb`, with room to decode rows into if `decodes`.
-fn with_panel<R>(kc: usize, qb: usize, decodes: bool, f: impl FnOnce(&mut Panel) -> R) -> R {
+/// of `qb`.
+fn with_panel<R>(kc: usize, qb: usize, f: impl FnOnce(&mut Panel) -> R) -> R {
     let sb = kc / qb;
-    let (decoded, decoded_sb) = if decodes { (16 * kc, sb) } else { (0, 0) };
-    with_scratch(&PANEL, PANEL_R * kc + decoded, |bytes| {
-        with_scratch(&PANEL_SCALES, 2 * PANEL_R * sb + 2 * decoded_sb, |floats| {
-            let (codes, decoded) = bytes.split_at_mut(PANEL_R * kc);
-            let (dw, rest) = floats.split_at_mut(PANEL_R * sb);
-            let (mw, rest) = rest.split_at_mut(PANEL_R * sb);
-            let (decoded_dw, decoded_mw) = rest.split_at_mut(decoded_sb);
-            f(&mut Panel {
-                codes,
-                dw,
-                mw,
-                decoded,
-                decoded_dw,
-                decoded_mw,
-            })
+    with_scratch(&PANEL, PANEL_R * kc, |codes| {
+        with_scratch(&PANEL_SCALES, 2 * PANEL_R * sb, |floats| {
+            let (dw, mw) = floats.split_at_mut(PANEL_R * sb);
+            f(&mut Panel { codes, dw, mw })
         })
     })
 }
@@ -275,52 +230,6 @@ fn fill(f: &Format, a: Weights, i0: usize, rows: usize, v0: usize, len: usize, p
                     panel.codes.as_mut_ptr(),
                     panel.dw.as_mut_ptr(),
                     panel.mw.as_mut_ptr(),
-                )
-            };
-        }
-        Weights::Rows(matrix) if a.decodes(f.dtype) => {
-            // decode 16 rows at a time, then interleave them with 16 x 16
-            // dword transposes
-            for half in 0..2 {
-                for i in 0..16 {
-                    let r = half * 16 + i;
-                    let codes = &mut panel.decoded[i * len..(i + 1) * len];
-                    let (dw, mw) = (&mut panel.decoded_dw[..nb], &mut panel.decoded_mw[..nb]);
-                    if r < rows {
-                        // SAFETY: row i0 + r < m, values v0..v0 + len exist.
-                        unsafe { decode(*f, matrix.row(i0 + r), v0, codes, dw, mw) };
-                    } else {
-                        codes.fill(0);
-                        dw.fill(0.0);
-                        mw.fill(0.0);
-                    }
-                    for blk in 0..nb {
-                        panel.dw[blk * PANEL_R + r] = dw[blk];
-                        panel.mw[blk * PANEL_R + r] = mw[blk];
-                    }
-                }
-                // SAFETY: 16 decoded rows of len bytes (a multiple of 32);
-                // the panel holds len / 4 steps of 32 rows.
-                unsafe {
-                    interleave16(panel.decoded.as_ptr(), len, panel.codes.as_mut_ptr(), half)
-                };
-            }
-        }
-        Weights::Rows(matrix) => {
-            let mut ptrs = [std::ptr::null::<u8>(); PANEL_R];
-            for (r, q) in ptrs.iter_mut().enumerate().take(rows) {
-                *q = matrix.row(i0 + r);
-            }
-            // SAFETY: the non-null rows hold blocks v0 / 32 .. + nb; the
-            // panel holds nb blocks of 32 rows.
-            unsafe {
-                repack_panel(
-                    f.dtype == DType::Q4_0,
-                    &ptrs,
-                    v0 / f.qb,
-                    nb,
-                    panel.codes.as_mut_ptr(),
-                    panel.dw.as_mut_ptr(),
                 )
             };
         }
