@@ -116,10 +116,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                         sums: sums[j * nb..].as_ptr(),
                     })
                     .collect();
-                let mins = |i: usize, j: usize| {
-                    // SAFETY: row i holds nb blocks, column j nb sum terms.
-                    unsafe { min_term(a.dtype, a.row(i), acts[j], nb) }
-                };
+                let bytes = a.dtype.type_size();
                 if let (1, Some(matvec)) = (n, tiles.matvec) {
                     return par_ranges(m, 16, |range| {
                         // SAFETY: the rows of range hold nb blocks, the
@@ -136,9 +133,15 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                             )
                         }
                         if has_mins(a.dtype) {
-                            for i in range {
+                            for i0 in range.clone().step_by(TILE_ROWS) {
+                                let nr = TILE_ROWS.min(range.end - i0);
+                                let rows = std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
                                 // SAFETY: as above.
-                                unsafe { *out.0[0].add(i) += mins(i, 0) };
+                                let terms = unsafe { min_terms(bytes, rows, &acts[..1], nb) };
+                                for (r, t) in terms[0].iter().take(nr).enumerate() {
+                                    // SAFETY: as above.
+                                    unsafe { *out.0[0].add(i0 + r) += t };
+                                }
                             }
                         }
                     });
@@ -159,14 +162,18 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                     std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
                                 // SAFETY: every row holds nb blocks, every
                                 // column k codes, nb scales and k / 4 sums.
-                                let dots = unsafe { tiles.run(rows, cols, nb) };
+                                let mut dots = unsafe { tiles.run(rows, cols, nb) };
+                                if has_mins(a.dtype) {
+                                    // SAFETY: as above.
+                                    let terms = unsafe { min_terms(bytes, rows, cols, nb) };
+                                    for (d, t) in dots.iter_mut().zip(terms).take(nc) {
+                                        for (d, t) in d.iter_mut().zip(t) {
+                                            *d += t;
+                                        }
+                                    }
+                                }
                                 for (c, col) in dots.iter().take(nc).enumerate() {
                                     for (r, &v) in col.iter().take(nr).enumerate() {
-                                        let v = if has_mins(a.dtype) {
-                                            v + mins(i0 + r, j0 + c)
-                                        } else {
-                                            v
-                                        };
                                         // SAFETY: output column j0 + c holds
                                         // m values; this task owns rows i0..
                                         // i0 + nr.
@@ -223,22 +230,62 @@ fn has_mins(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_1 | DType::Q5_1)
 }
 
-/// The min term of a Q4_1 or Q5_1 row's dot with a column: `fma(m, s,
-/// summs)` a block, in order.
+/// The min terms of four Q4_1 or Q5_1 rows (`bytes` a block) with up to
+/// eight columns: per row and column `fma(m, s, summs)` a block, in
+/// order, the chains side by side.
 ///
 /// # Safety
-/// The row holds `nb` blocks of its type; the column `nb` sum terms.
-unsafe fn min_term(dtype: DType, row: *const u8, col: Acts, nb: usize) -> f32 {
-    let bytes = dtype.type_size();
-    let mut summs = 0f32;
-    for blk in 0..nb {
-        // SAFETY: caller's contract.
-        unsafe {
-            let m = f16_to_f32((row.add(blk * bytes + 2) as *const u16).read_unaligned());
-            summs = m.mul_add(*col.sums.add(blk), summs);
+/// The rows hold `nb` blocks; the columns `nb` sum terms.
+unsafe fn min_terms(
+    bytes: usize,
+    rows: [*const u8; TILE_ROWS],
+    cols: &[Acts],
+    nb: usize,
+) -> [[f32; TILE_ROWS]; 8] {
+    #[inline(always)]
+    unsafe fn body(
+        bytes: usize,
+        rows: [*const u8; TILE_ROWS],
+        cols: &[Acts],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; 8] {
+        let mut summs = [[0f32; TILE_ROWS]; 8];
+        for blk in 0..nb {
+            // SAFETY: caller's contract.
+            let m = rows.map(|row| unsafe {
+                f16_to_f32((row.add(blk * bytes + 2) as *const u16).read_unaligned())
+            });
+            for (acc, col) in summs.iter_mut().zip(cols) {
+                // SAFETY: caller's contract.
+                let s = unsafe { *col.sums.add(blk) };
+                for (a, m) in acc.iter_mut().zip(m) {
+                    *a = m.mul_add(s, *a);
+                }
+            }
+        }
+        summs
+    }
+    // fma instructions where the processor has them, not libm's
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "fma,f16c")]
+        unsafe fn with_fma(
+            bytes: usize,
+            rows: [*const u8; TILE_ROWS],
+            cols: &[Acts],
+            nb: usize,
+        ) -> [[f32; TILE_ROWS]; 8] {
+            // SAFETY: caller's contract.
+            unsafe { body(bytes, rows, cols, nb) }
+        }
+        if std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: the processor has FMA and F16C; caller's contract.
+            return unsafe { with_fma(bytes, rows, cols, nb) };
         }
     }
-    summs
+    // SAFETY: caller's contract.
+    unsafe { body(bytes, rows, cols, nb) }
 }
 
 /// A tile kernel: four rows times `C` columns over `nb` blocks.

@@ -45,9 +45,16 @@ use crate::kernels::scratch::with_scratch;
 const QK: usize = 256;
 /// Most columns per kernel call.
 const TILE_COLS: usize = 4;
+/// Columns per call of the wide kernels.
+const WIDE_COLS: usize = 16;
 /// Rows a task takes before the columns move on: their super-blocks stay
 /// in L1 or L2 while every column passes over them.
 const CHUNK_ROWS: usize = 16;
+/// With the tiled order, rows a task takes a chunk of
+/// [`TILED_SUPER_BLOCKS`] at a time, which stays in L2 while every column
+/// tile reads it.
+const TILED_ROWS: usize = 64;
+const TILED_SUPER_BLOCKS: usize = 8;
 
 /// How ggml adds up a product's steps (see the module's text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,17 +119,22 @@ struct Col {
 unsafe impl Send for Col {}
 unsafe impl Sync for Col {}
 
-/// The dots of one row with `C` columns over `nsb` super-blocks.
+/// The dots of one row with `C` columns over `nsb` super-blocks; the
+/// tiled order's go on from `init` (the dots of the super-blocks before),
+/// the others' take whole rows.
 ///
 /// # Safety
 /// The row holds `nsb` super-blocks of the kernel's type, every column
 /// `nsb * 256` codes, `nsb` scales and `nsb * 16` sums.
-type Kernel<const C: usize> = unsafe fn(*const u8, [Col; C], usize, Step) -> [f32; C];
+type Kernel<const C: usize> = unsafe fn(*const u8, [Col; C], usize, Step, [f32; C]) -> [f32; C];
 
 /// The kernels of one instruction set and weight type.
 struct Kernels {
     one: Kernel<1>,
     four: Kernel<TILE_COLS>,
+    /// Where the kernels hold a super-block's codes in registers across
+    /// many columns (the tiled order with AVX-512 VNNI).
+    wide: Option<Kernel<WIDE_COLS>>,
 }
 
 impl Kernels {
@@ -132,12 +144,21 @@ impl Kernels {
                 Kernels {
                     one: $($k)::+::<1>,
                     four: $($k)::+::<TILE_COLS>,
+                    wide: None,
                 }
             };
             ($($k:ident)::+, $t:expr) => {
                 Kernels {
                     one: $($k)::+::<{ $t }, 1>,
                     four: $($k)::+::<{ $t }, TILE_COLS>,
+                    wide: None,
+                }
+            };
+            (wide $($k:ident)::+, $t:expr) => {
+                Kernels {
+                    one: $($k)::+::<{ $t }, 1>,
+                    four: $($k)::+::<{ $t }, TILE_COLS>,
+                    wide: Some($($k)::+::<{ $t }, WIDE_COLS>),
                 }
             };
         }
@@ -160,6 +181,17 @@ impl Kernels {
                     (DType::Q6_K, _) => kernels!($m::eight_lanes, tag::Q6_K),
                     _ => kernels!($m::eight_lanes, tag::IQ4_XS),
                 }
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx512Vnni && order == Order::Tiled {
+            return match dtype {
+                DType::Q2_K => kernels!(wide x86::tiled_vnni, tag::Q2_K),
+                DType::Q3_K => kernels!(wide x86::tiled_vnni, tag::Q3_K),
+                DType::Q4_K => kernels!(wide x86::tiled_vnni, tag::Q4_K),
+                DType::Q5_K => kernels!(wide x86::tiled_vnni, tag::Q5_K),
+                DType::Q6_K => kernels!(wide x86::tiled_vnni, tag::Q6_K),
+                _ => kernels!(wide x86::tiled_vnni, tag::IQ4_XS),
             };
         }
         #[cfg(target_arch = "x86_64")]
@@ -223,7 +255,9 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 let mut j = 0;
                 while j < n {
                     let s = step(j, n);
-                    let c = if s == Step::Pair || n - j >= TILE_COLS {
+                    let c = if kernels.wide.is_some() && n - j >= WIDE_COLS {
+                        WIDE_COLS
+                    } else if s == Step::Pair || n - j >= TILE_COLS {
                         TILE_COLS.min(n - j)
                     } else {
                         1
@@ -231,30 +265,75 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                     tiles.push((j, c, s));
                     j += c;
                 }
+                // the tiled order carries its one sum a dot from chunk to
+                // chunk of the rows: a task's rows stay in L2 while every
+                // column tile reads them; the others take whole rows
+                let (block_rows, chunk) = if order == Order::Tiled {
+                    (TILED_ROWS, TILED_SUPER_BLOCKS)
+                } else {
+                    (CHUNK_ROWS, nsb)
+                };
+                let bytes = a.dtype.type_size();
                 par_ranges(m, CHUNK_ROWS, |range| {
-                    for chunk in range.clone().step_by(CHUNK_ROWS) {
-                        let rows = chunk..(chunk + CHUNK_ROWS).min(range.end);
-                        for &(j0, c, s) in &tiles {
-                            for i in rows.clone() {
-                                let row = a.row(i);
-                                // SAFETY: row i holds nsb super-blocks, the
-                                // columns their codes, scales and sums;
-                                // output row i is this task's.
+                    for first in range.clone().step_by(block_rows) {
+                        let rows = first..(first + block_rows).min(range.end);
+                        for sb0 in (0..nsb).step_by(chunk.max(1)) {
+                            let nb = chunk.min(nsb - sb0);
+                            let at = |j: usize| {
+                                let c = cols[j];
+                                // SAFETY: column j holds nsb super-blocks.
                                 unsafe {
-                                    if c == TILE_COLS {
-                                        let dots = (kernels.four)(
-                                            row,
-                                            std::array::from_fn(|t| cols[j0 + t]),
-                                            nsb,
-                                            s,
-                                        );
-                                        for (t, v) in dots.into_iter().enumerate() {
-                                            *out.0[j0 + t].add(i) = v;
+                                    Col {
+                                        codes: c.codes.add(sb0 * QK),
+                                        d: c.d.add(sb0),
+                                        bs16: c.bs16.add(sb0 * 16),
+                                    }
+                                }
+                            };
+                            for &(j0, c, s) in &tiles {
+                                for i in rows.clone() {
+                                    let row = a.row(i).wrapping_add(sb0 * bytes);
+                                    // SAFETY: output column j holds m values;
+                                    // row i is this task's.
+                                    let before = |j: usize| {
+                                        if sb0 == 0 {
+                                            0.0
+                                        } else {
+                                            unsafe { *out.0[j].add(i) }
                                         }
-                                    } else {
-                                        for t in 0..c {
-                                            let [v] = (kernels.one)(row, [cols[j0 + t]], nsb, s);
-                                            *out.0[j0 + t].add(i) = v;
+                                    };
+                                    // SAFETY: row i holds nsb super-blocks,
+                                    // the columns their codes, scales and
+                                    // sums; output row i is this task's.
+                                    unsafe {
+                                        if let (WIDE_COLS, Some(wide)) = (c, kernels.wide) {
+                                            let dots = wide(
+                                                row,
+                                                std::array::from_fn(|t| at(j0 + t)),
+                                                nb,
+                                                s,
+                                                std::array::from_fn(|t| before(j0 + t)),
+                                            );
+                                            for (t, v) in dots.into_iter().enumerate() {
+                                                *out.0[j0 + t].add(i) = v;
+                                            }
+                                        } else if c == TILE_COLS {
+                                            let dots = (kernels.four)(
+                                                row,
+                                                std::array::from_fn(|t| at(j0 + t)),
+                                                nb,
+                                                s,
+                                                std::array::from_fn(|t| before(j0 + t)),
+                                            );
+                                            for (t, v) in dots.into_iter().enumerate() {
+                                                *out.0[j0 + t].add(i) = v;
+                                            }
+                                        } else {
+                                            for j in j0..j0 + c {
+                                                let [v] =
+                                                    (kernels.one)(row, [at(j)], nb, s, [before(j)]);
+                                                *out.0[j].add(i) = v;
+                                            }
                                         }
                                     }
                                 }
@@ -508,6 +587,7 @@ mod portable {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         let mut acc = [[0f32; 8]; C];
         let mut accm = [[0f32; 4]; C];
@@ -563,8 +643,9 @@ mod portable {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        init: [f32; C],
     ) -> [f32; C] {
-        let mut acc = [0f32; C];
+        let mut acc = init;
         // SAFETY: caller's contract.
         unsafe {
             each(T, row, &cols, nsb, |c, dec, x, bs, dx| {
@@ -592,6 +673,7 @@ mod portable {
         cols: [Col; C],
         nsb: usize,
         step: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         let mut acc = [0f32; C];
         let mut accm = [0f32; C];
@@ -753,6 +835,7 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
@@ -777,10 +860,11 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        init: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
-            let mut acc = [0f32; C];
+            let mut acc = init;
             for sb in 0..nsb {
                 let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
                 for c in 0..C {
@@ -800,10 +884,11 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        init: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
-            let mut acc = [0f32; C];
+            let mut acc = init;
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
                 let (u, s, _, mn) = q4k_parts(blk);
@@ -871,6 +956,7 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
@@ -922,6 +1008,7 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         step: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
@@ -973,6 +1060,8 @@ mod x86 {
     struct Parts {
         u: [__m256i; 8],
         s: [__m256i; 8],
+        /// The scale of each 16 values, as 16-bit values.
+        sc: __m256i,
         mins: __m256i,
         d: f32,
         dmin: f32,
@@ -1023,6 +1112,22 @@ mod x86 {
                         (d, dmin) = (half(bytes, 108), 0.0);
                     }
                 }
+                tag::Q4_K => {
+                    for j in 0..4 {
+                        let q = _mm256_loadu_si256(blk.add(16 + 32 * j) as *const __m256i);
+                        u[2 * j] = low(q, 15);
+                        u[2 * j + 1] = low(shr(q, 4), 15);
+                    }
+                    let (s32, m32) = q4k_scales(bytes);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    mn = std::array::from_fn(|i| m32[i / 2] as i16);
+                    (d, dmin) = (half(bytes, 0), half(bytes, 2));
+                }
+                tag::Q6_K => {
+                    u = q6k_codes(blk);
+                    sc = std::array::from_fn(|i| bytes[192 + i] as i8 as i16);
+                    (d, dmin) = (half(bytes, 208), 0.0);
+                }
                 tag::Q5_K => {
                     let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
                     for j in 0..4 {
@@ -1062,6 +1167,7 @@ mod x86 {
             Parts {
                 u,
                 s,
+                sc: _mm256_loadu_si256(sc.as_ptr() as *const __m256i),
                 mins,
                 d,
                 dmin,
@@ -1097,6 +1203,81 @@ mod x86 {
         matches!(t, tag::Q3_K | tag::IQ4_XS)
     }
 
+    const fn has_mins(t: u8) -> bool {
+        matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
+    }
+
+    /// The tiled kernels' steps with AVX-512 VNNI, for every type: only a
+    /// super-block's whole integer sums count, so its codes go 64 to a
+    /// register, and `vpdpwssd` applies the scales of each 16 values and
+    /// adds the pairs in one instruction.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C are available; as for
+    /// [`Kernel`], the row's type being `T`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn tiled_vnni<const T: u8, const C: usize>(
+        row: *const u8,
+        cols: [Col; C],
+        nsb: usize,
+        _: Step,
+        init: [f32; C],
+    ) -> [f32; C] {
+        // SAFETY: caller's contract; every read is inside super-block sb.
+        unsafe {
+            // register v holds values 64 v..64 v + 64: the scales of its
+            // four 16s, each over eight 16-bit lanes
+            let pick: [__m512i; 4] = std::array::from_fn(|v| {
+                let idx: [i16; 32] = std::array::from_fn(|l| (4 * v + l / 8) as i16);
+                _mm512_loadu_si512(idx.as_ptr() as *const __m512i)
+            });
+            let zero = _mm512_setzero_si512();
+            let mut acc = init;
+            for sb in 0..nsb {
+                let p = parts::<T>(row.add(sb * block_bytes(T)));
+                let sc = _mm512_castsi256_si512(p.sc);
+                let w: [__m512i; 4] = std::array::from_fn(|v| {
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(p.u[2 * v]), p.u[2 * v + 1])
+                });
+                let neg: [__mmask64; 4] = std::array::from_fn(|v| _mm512_movepi8_mask(w[v]));
+                let w = if signed(T) {
+                    w.map(|w| _mm512_abs_epi8(w))
+                } else {
+                    w
+                };
+                let s: [__m512i; 4] =
+                    std::array::from_fn(|v| _mm512_permutexvar_epi16(pick[v], sc));
+                for c in 0..C {
+                    let col = &cols[c];
+                    let x = col.codes.add(sb * QK);
+                    let mut t = zero;
+                    for v in 0..4 {
+                        let xv = _mm512_loadu_si512(x.add(64 * v) as *const __m512i);
+                        // the sign trick: |w| against x with w's sign
+                        let xv = if signed(T) {
+                            _mm512_mask_sub_epi8(xv, neg[v], zero, xv)
+                        } else {
+                            xv
+                        };
+                        t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(w[v], xv), s[v]);
+                    }
+                    let mut s1 = _mm512_reduce_add_epi32(t);
+                    let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                    if T == tag::Q6_K {
+                        s1 -= 32 * hsum_i32(_mm256_madd_epi16(bs, p.sc));
+                    }
+                    let mut r = p.d * s1 as f32;
+                    if has_mins(T) {
+                        let m = hsum_i32(_mm256_madd_epi16(p.mins, bs));
+                        r = (-p.dmin).mul_add(m as f32, r);
+                    }
+                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
+                }
+            }
+            acc
+        }
+    }
+
     /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K and IQ4_XS (the
     /// portable kernel's text).
     ///
@@ -1109,6 +1290,7 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        _: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
@@ -1155,10 +1337,11 @@ mod x86 {
         cols: [Col; C],
         nsb: usize,
         _: Step,
+        init: [f32; C],
     ) -> [f32; C] {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
-            let mut acc = [0f32; C];
+            let mut acc = init;
             for sb in 0..nsb {
                 let p = parts::<T>(row.add(sb * block_bytes(T)));
                 for c in 0..C {
@@ -1219,7 +1402,7 @@ mod tests {
     /// bit, on each order and step, through the whole driver.
     #[test]
     fn every_instruction_set_gives_the_portable_bits() {
-        let (nsb, k) = (3, 3 * QK);
+        let (nsb, k) = (11, 11 * QK);
         for dtype in [
             DType::Q2_K,
             DType::Q3_K,
@@ -1237,7 +1420,7 @@ mod tests {
                     dtype,
                     k,
                 };
-                for n in [1, 3, 4, 6, 9] {
+                for n in [1, 3, 4, 6, 9, 21] {
                     let mut x: Vec<Vec<f32>> = (0..n)
                         .map(|j| {
                             (0..k)

@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use ggraph_core::quant::IQ4_VALUES;
 
-use super::{Acts, Q4kSums, lane_bytes, prefetch_ahead, q4_k_pair_mins};
+use super::{Acts, Q4kSums, lane_bytes, prefetch_ahead, q4_k_pair_min_words, q4_k_pair_mins};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
 
 /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
@@ -22,14 +22,30 @@ pub(super) unsafe fn tile<const T: usize>(
     x: &Acts,
     pairs: bool,
     sums: &mut [[f32; GROUP_ROWS]; T],
+    mins: &mut [[f32; GROUP_ROWS]; T],
 ) {
     // SAFETY: s holds eight floats.
     let init = sums.map(|s| unsafe { _mm256_loadu_ps(s.as_ptr()) });
+    if layout == Interleaved::Q4_K {
+        // SAFETY: caller's contract; m holds eight floats.
+        unsafe {
+            let start = Q4kSums {
+                acc: init,
+                mins: mins.map(|m| _mm256_loadu_ps(m.as_ptr())),
+            };
+            let end = q4_k::<T>(nb, w, x, pairs, start);
+            for c in 0..T {
+                _mm256_storeu_ps(sums[c].as_mut_ptr(), end.acc[c]);
+                _mm256_storeu_ps(mins[c].as_mut_ptr(), end.mins[c]);
+            }
+        }
+        return;
+    }
     // SAFETY: caller's contract.
     let acc = unsafe {
         match layout {
             Interleaved::Q4_0 => q4_0::<T>(nb, w, x, init),
-            Interleaved::Q4_K => q4_k::<T>(nb, w, x, pairs),
+            Interleaved::Q4_K => unreachable!("Q4_K takes its two sums above"),
             Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x, init),
         }
     };
@@ -97,7 +113,13 @@ unsafe fn q4_0<const T: usize>(nb: usize, w: *const u8, x: &Acts, acc: [__m256; 
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -> [__m256; T] {
+unsafe fn q4_k<const T: usize>(
+    nb: usize,
+    w: *const u8,
+    x: &Acts,
+    pairs: bool,
+    start: Q4kSums<T>,
+) -> Q4kSums<T> {
     const SUB: usize = 8;
     let chunks = Interleaved::Q4_K.chunks_at();
     // SAFETY: caller's contract.
@@ -106,7 +128,7 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -
         // byte j of each lane, as a 16-bit value in both halves
         let spread = |j: i8| lane_bytes(j, j);
         let spreads = [spread(0), spread(1), spread(2), spread(3)];
-        let mut acc = Q4kSums::<T>::new();
+        let mut acc = start;
         let mut wp = w;
         for sb in 0..nb {
             if T == 1 {
@@ -115,7 +137,10 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -
             let [sc_lo, sc_hi, mn_lo, mn_hi] = q4_k_scale_words(wp);
             let codes = wp.add(chunks + 3 * 32);
             let xp = (x.codes as *const i32).add(sb * SUB * 8 * T);
-            let mut sums = [[_mm256_setzero_si256(); T]; 4];
+            let (dd, dm) = Q4kSums::<T>::scales(wp, x, sb);
+            let min_words = q4_k_pair_min_words([mn_lo, mn_hi]);
+            let mut total = [_mm256_setzero_si256(); T];
+            let mut total_mins = [_mm256_setzero_si256(); T];
             for p in 0..SUB / 2 {
                 let mut lo_pairs = [_mm256_setzero_si256(); T];
                 let mut hi_pairs = [_mm256_setzero_si256(); T];
@@ -136,17 +161,28 @@ unsafe fn q4_k<const T: usize>(nb: usize, w: *const u8, x: &Acts, pairs: bool) -
                     _mm256_shuffle_epi8(words, spreads[j]),
                     _mm256_shuffle_epi8(words, spreads[j + 1]),
                 );
+                let mut pair = [_mm256_setzero_si256(); T];
                 for c in 0..T {
                     let l = _mm256_madd_epi16(lo_pairs[c], s_lo);
                     let h = _mm256_madd_epi16(hi_pairs[c], s_hi);
-                    sums[p][c] = _mm256_add_epi32(l, h);
+                    pair[c] = _mm256_add_epi32(l, h);
+                }
+                let mins = q4_k_pair_mins::<T>(min_words[p], x, sb, p);
+                if pairs {
+                    acc.step(pair, mins, dd, dm);
+                } else {
+                    for c in 0..T {
+                        total[c] = _mm256_add_epi32(total[c], pair[c]);
+                        total_mins[c] = _mm256_add_epi32(total_mins[c], mins[c]);
+                    }
                 }
             }
-            let mins = q4_k_pair_mins::<T>([mn_lo, mn_hi], x, sb);
-            acc.super_block(pairs, sums, mins, wp, x, sb);
+            if !pairs {
+                acc.step(total, total_mins, dd, dm);
+            }
             wp = wp.add(Interleaved::Q4_K.group_block_bytes());
         }
-        acc.dots()
+        acc
     }
 }
 

@@ -141,6 +141,7 @@ pub(super) unsafe fn gemm_with(
                 };
                 for g in groups {
                     let mut sums = [[0f32; GROUP_ROWS]; 1];
+                    let mut mins = [[0f32; GROUP_ROWS]; 1];
                     // SAFETY: group g holds nblk blocks; the activations
                     // nblk blocks of one column.
                     unsafe {
@@ -151,8 +152,12 @@ pub(super) unsafe fn gemm_with(
                             &x,
                             false,
                             &mut sums,
+                            &mut mins,
                         )
                     };
+                    for (s, m) in sums[0].iter_mut().zip(mins[0]) {
+                        *s -= m;
+                    }
                     // SAFETY: output column 0 holds m values; group g's
                     // rows are this task's alone.
                     unsafe {
@@ -242,9 +247,9 @@ impl Kernels {
 
     /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
     /// of an interleaved group from `w`, `T` columns of activations, each
-    /// block added to the sums in turn; but Q4_K's dots are stored, whole
-    /// rows at once, a step a pair of sub-blocks where `pairs` says so
-    /// ([`Q4kSums`]).
+    /// block added to the sums in turn; Q4_K's dots go on from two sums,
+    /// `sums` and `mins`, their difference ([`Q4kSums`]), a step a pair of
+    /// sub-blocks where `pairs` says so.
     ///
     /// # Safety
     /// The processor has the kernels' instruction set; `w` holds `nb`
@@ -257,12 +262,13 @@ impl Kernels {
         x: &Acts,
         pairs: bool,
         sums: &mut [[f32; GROUP_ROWS]; T],
+        mins: &mut [[f32; GROUP_ROWS]; T],
     ) {
         // SAFETY: caller's contract.
         unsafe {
             match self {
-                Kernels::Avx2 => avx2::tile::<T>(layout, nb, w, x, pairs, sums),
-                Kernels::Vnni => vnni::tile::<T>(layout, nb, w, x, pairs, sums),
+                Kernels::Avx2 => avx2::tile::<T>(layout, nb, w, x, pairs, sums, mins),
+                Kernels::Vnni => vnni::tile::<T>(layout, nb, w, x, pairs, sums, mins),
             }
         }
     }
@@ -300,16 +306,22 @@ fn columns<const T: usize>(
     let blocks = m.div_ceil(MC);
     let tiles = n.div_ceil(T);
     let (col_groups, per_group) = column_split(blocks, tiles);
-    // Q4_K's rows whole: its kernels keep two sums a dot
-    let kc = if layout == Interleaved::Q4_K { k } else { KC };
     team::for_each(blocks * col_groups, |task| {
         let (blk_row, cg) = (task % blocks, task / blocks);
         let g0 = blk_row * MC / GROUP_ROWS;
         let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
-        for v0 in (0..k).step_by(kc) {
-            let nb = kc.min(k - v0) / layout.dtype().block_size();
+        let my_tiles = cg * per_group..((cg + 1) * per_group).min(tiles);
+        // Q4_K's second sum a dot, from chunk to chunk
+        let mut carried = if layout == Interleaved::Q4_K {
+            vec![[[0f32; GROUP_ROWS]; T]; my_tiles.len() * (g_end - g0)]
+        } else {
+            Vec::new()
+        };
+        for v0 in (0..k).step_by(KC) {
+            let nb = KC.min(k - v0) / layout.dtype().block_size();
+            let last = v0 + KC >= k;
             let blk0 = v0 / layout.dtype().block_size();
-            for tile in cg * per_group..((cg + 1) * per_group).min(tiles) {
+            for tile in my_tiles.clone() {
                 let j0 = tile * T;
                 let nc = T.min(n - j0);
                 let pairs = step(j0, n) == Step::Pair;
@@ -343,7 +355,22 @@ fn columns<const T: usize>(
                     let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
                     // SAFETY: blocks blk0..blk0 + nb of group g exist;
                     // the tile holds as many blocks of T columns.
-                    unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums) };
+                    let mut none = [[0f32; GROUP_ROWS]; T];
+                    let mins =
+                        match carried.get_mut((tile - my_tiles.start) * (g_end - g0) + g - g0) {
+                            Some(mins) => mins,
+                            None => &mut none,
+                        };
+                    // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                    // the tile holds as many blocks of T columns.
+                    unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums, mins) };
+                    if last && layout == Interleaved::Q4_K {
+                        for (s, m) in sums.iter_mut().zip(mins.iter()) {
+                            for (s, m) in s.iter_mut().zip(m) {
+                                *s -= m;
+                            }
+                        }
+                    }
                     for (c, col) in sums.iter().enumerate().take(nc) {
                         dst(c).copy_from_slice(col);
                     }
@@ -422,116 +449,81 @@ struct Q4kSums<const T: usize> {
 }
 
 impl<const T: usize> Q4kSums<T> {
+    /// Adds one step: the rows' scaled sums `s` and mins' sums `m` of each
+    /// column, times the rows' `d * dx` and `dmin * dx` of each column.
+    ///
     /// # Safety
-    /// AVX is available.
+    /// AVX2 and FMA.
     #[inline(always)]
-    unsafe fn new() -> Self {
-        // SAFETY: the caller's AVX.
-        let zero = unsafe { _mm256_setzero_ps() };
-        Q4kSums {
-            acc: [zero; T],
-            mins: [zero; T],
+    unsafe fn step(&mut self, s: [__m256i; T], m: [__m256i; T], dd: [__m256; T], dm: [__m256; T]) {
+        // SAFETY: the caller's AVX2 and FMA.
+        unsafe {
+            for c in 0..T {
+                let (a, n) = (&mut self.acc[c], &mut self.mins[c]);
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), dd[c], *a);
+                *n = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m[c]), dm[c], *n);
+            }
         }
     }
 
-    /// Adds one step of super-block `sb` (of a group at `block`): the
-    /// rows' scaled sums `s` and mins' sums `m` of each column.
+    /// The rows' `d * dx` and `dmin * dx` of each column for super-block
+    /// `sb` (of a group at `block`).
     ///
     /// # Safety
-    /// AVX2, FMA and F16C; `block` holds the group's super-block and `x`
-    /// the super-block of `T` columns.
+    /// AVX2 and F16C; `block` holds the group's super-block and `x` the
+    /// super-block of `T` columns.
     #[inline(always)]
-    unsafe fn step(
-        &mut self,
-        s: [__m256i; T],
-        m: [__m256i; T],
-        block: *const u8,
-        x: &Acts,
-        sb: usize,
-    ) {
+    unsafe fn scales(block: *const u8, x: &Acts, sb: usize) -> ([__m256; T], [__m256; T]) {
         // SAFETY: caller's contract.
         unsafe {
             let d = _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
             let dmin = _mm256_cvtph_ps(_mm_loadu_si128(block.add(16) as *const __m128i));
-            for c in 0..T {
-                let dx = _mm256_set1_ps(*x.d.add(sb * T + c));
-                let (a, n) = (&mut self.acc[c], &mut self.mins[c]);
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(d, dx), *a);
-                *n = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m[c]), _mm256_mul_ps(dmin, dx), *n);
-            }
+            let dx: [__m256; T] = std::array::from_fn(|c| _mm256_set1_ps(*x.d.add(sb * T + c)));
+            (
+                dx.map(|dx| _mm256_mul_ps(d, dx)),
+                dx.map(|dx| _mm256_mul_ps(dmin, dx)),
+            )
         }
-    }
-
-    /// Adds super-block `sb` from its pairs' sums, a step a pair
-    /// (`pairs`) or one for the whole.
-    ///
-    /// # Safety
-    /// As for [`Q4kSums::step`].
-    #[inline(always)]
-    unsafe fn super_block(
-        &mut self,
-        pairs: bool,
-        s: [[__m256i; T]; 4],
-        m: [[__m256i; T]; 4],
-        block: *const u8,
-        x: &Acts,
-        sb: usize,
-    ) {
-        // SAFETY: caller's contract.
-        unsafe {
-            if pairs {
-                for p in 0..4 {
-                    self.step(s[p], m[p], block, x, sb);
-                }
-            } else {
-                let total = |v: [[__m256i; T]; 4]| {
-                    std::array::from_fn(|c| {
-                        _mm256_add_epi32(
-                            _mm256_add_epi32(v[0][c], v[1][c]),
-                            _mm256_add_epi32(v[2][c], v[3][c]),
-                        )
-                    })
-                };
-                self.step(total(s), total(m), block, x, sb);
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX is available.
-    #[inline(always)]
-    unsafe fn dots(self) -> [__m256; T] {
-        // SAFETY: the caller's AVX.
-        std::array::from_fn(|c| unsafe { _mm256_sub_ps(self.acc[c], self.mins[c]) })
     }
 }
 
 /// Q4_K: the rows' 6-bit mins of each pair of sub-blocks (`mins`: of
-/// sub-blocks 0..4 and 4..8, as `interleave::q4_k_scale_words` gives them)
-/// against the activations' sums of those sub-blocks
-/// (`sub_block_sums`), per pair and column, in integers.
+/// sub-blocks 0..4 and 4..8, as `interleave::q4_k_scale_words` gives
+/// them), a pair's two as the 16-bit halves of each row's lane.
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn q4_k_pair_min_words(mins: [__m256i; 2]) -> [__m256i; 4] {
+    // SAFETY: the caller's AVX2.
+    unsafe {
+        // bytes j and j + 1 of each lane as its two 16-bit halves
+        let (pair01, pair23) = (lane_bytes(0, 1), lane_bytes(2, 3));
+        [
+            _mm256_shuffle_epi8(mins[0], pair01),
+            _mm256_shuffle_epi8(mins[0], pair23),
+            _mm256_shuffle_epi8(mins[1], pair01),
+            _mm256_shuffle_epi8(mins[1], pair23),
+        ]
+    }
+}
+
+/// Pair `p`'s mins (`words`, from [`q4_k_pair_min_words`]) against the
+/// activations' sums of its two sub-blocks (`sub_block_sums`), per column,
+/// in integers.
 ///
 /// # Safety
 /// AVX2; `x` holds super-block `sb` of `T` columns.
 #[inline(always)]
 unsafe fn q4_k_pair_mins<const T: usize>(
-    mins: [__m256i; 2],
+    words: __m256i,
     x: &Acts,
     sb: usize,
-) -> [[__m256i; T]; 4] {
+    p: usize,
+) -> [__m256i; T] {
     // SAFETY: caller's contract.
     unsafe {
-        // bytes j and j + 1 of each lane as its two 16-bit halves
-        let (pair01, pair23) = (lane_bytes(0, 1), lane_bytes(2, 3));
-        let m = [
-            _mm256_shuffle_epi8(mins[0], pair01),
-            _mm256_shuffle_epi8(mins[0], pair23),
-            _mm256_shuffle_epi8(mins[1], pair01),
-            _mm256_shuffle_epi8(mins[1], pair23),
-        ];
-        let bs = x.sums.add(sb * 4 * T);
-        std::array::from_fn(|p| {
-            std::array::from_fn(|c| _mm256_madd_epi16(m[p], _mm256_set1_epi32(*bs.add(p * T + c))))
-        })
+        let bs = x.sums.add((sb * 4 + p) * T);
+        std::array::from_fn(|c| _mm256_madd_epi16(words, _mm256_set1_epi32(*bs.add(c))))
     }
 }
