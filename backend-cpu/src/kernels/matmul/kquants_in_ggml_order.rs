@@ -771,14 +771,26 @@ mod x86 {
     unsafe fn q6k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], __m256i, f32) {
         // SAFETY: caller's contract.
         unsafe {
-            let s: [__m256i; 8] = std::array::from_fn(|g| {
-                let lo = _mm256_set1_epi16(*blk.add(192 + 2 * g) as i8 as i16);
-                let hi = _mm_set1_epi16(*blk.add(193 + 2 * g) as i8 as i16);
-                _mm256_inserti128_si256::<1>(lo, hi)
-            });
-            let s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192) as *const __m128i));
-            (q6k_codes(blk), s, s16, f16_at(blk.add(208)))
+            let sc8 = _mm_loadu_si128(blk.add(192) as *const __m128i);
+            let s16 = _mm256_cvtepi8_epi16(sc8);
+            (q6k_codes(blk), scale_pairs(sc8), s16, f16_at(blk.add(208)))
         }
+    }
+
+    /// Per 32 values, the scales of their two 16 (`sc8`: the sixteen
+    /// scales, signed bytes) as 16-bit lanes, the first over the low 128
+    /// bits and the second over the high.
+    ///
+    /// # Safety
+    /// AVX2 is available.
+    #[inline(always)]
+    unsafe fn scale_pairs(sc8: __m128i) -> [__m256i; 8] {
+        // SAFETY: the caller's AVX2.
+        std::array::from_fn(|g| unsafe {
+            let (a, b) = (2 * g as i8, 2 * g as i8 + 1);
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick))
+        })
     }
 
     /// Q6_K's eight lanes with column `col`'s super-block `sb`: the codes'
@@ -891,7 +903,7 @@ mod x86 {
             let mut acc = init;
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
-                let (u, s, _, mn) = q4k_parts(blk);
+                let (u, s, mn) = q4k_parts(blk);
                 let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
                 for c in 0..C {
                     let col = &cols[c];
@@ -911,7 +923,7 @@ mod x86 {
     /// # Safety
     /// AVX2 is available; `blk` holds a Q4_K super-block.
     #[inline(always)]
-    unsafe fn q4k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], [i32; 8], __m128i) {
+    unsafe fn q4k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], __m128i) {
         // SAFETY: caller's contract.
         unsafe {
             let m4 = _mm256_set1_epi8(0x0f);
@@ -922,13 +934,13 @@ mod x86 {
                 u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
             }
             let [sc_lo, sc_hi, mn_lo, mn_hi] = q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
-            let sc: [i32; 8] = std::array::from_fn(|g| {
-                let w = if g < 4 { sc_lo } else { sc_hi };
-                ((w >> (8 * (g % 4))) & 0xff) as i32
+            let sc8 = _mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32);
+            // scale g over all sixteen 16-bit lanes
+            let s = std::array::from_fn(|g| {
+                _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc8, _mm_set1_epi8(g as i8)))
             });
-            let s = sc.map(|v| _mm256_set1_epi16(v as i16));
             let mn = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
-            (u, s, sc, mn)
+            (u, s, mn)
         }
     }
 
@@ -964,7 +976,7 @@ mod x86 {
             let mut accm = [_mm_setzero_ps(); C];
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
-                let (u, s, _, mn) = q4k_parts(blk);
+                let (u, s, mn) = q4k_parts(blk);
                 let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
                 for c in 0..C {
                     let col = &cols[c];
@@ -1016,7 +1028,7 @@ mod x86 {
             let mut accm = [0f32; C];
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
-                let (u, s, _, mn) = q4k_parts(blk);
+                let (u, s, mn) = q4k_parts(blk);
                 let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
                 for c in 0..C {
                     let col = &cols[c];
@@ -1075,7 +1087,7 @@ mod x86 {
         unsafe {
             let bytes = std::slice::from_raw_parts(blk, block_bytes(T));
             let mut u = [_mm256_setzero_si256(); 8];
-            let (mut sc, mut mn) = ([0i16; 16], [0i16; 16]);
+            let (mut sc, mut mn) = ([0i8; 16], [0i16; 16]);
             let (d, dmin);
             let low = |v: __m256i, mask: i8| _mm256_and_si256(v, _mm256_set1_epi8(mask));
             let shr = |v: __m256i, n: i32| _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
@@ -1102,13 +1114,13 @@ mod x86 {
                     }
                     if T == tag::Q2_K {
                         for i in 0..16 {
-                            sc[i] = (bytes[i] & 15) as i16;
+                            sc[i] = (bytes[i] & 15) as i8;
                             mn[i] = (bytes[i] >> 4) as i16;
                         }
                         (d, dmin) = (half(bytes, 80), half(bytes, 82));
                     } else {
                         let s3 = q3k_scales(&bytes[96..108]);
-                        sc = s3.map(|v| v as i16);
+                        sc = s3.map(|v| v as i8);
                         (d, dmin) = (half(bytes, 108), 0.0);
                     }
                 }
@@ -1119,13 +1131,13 @@ mod x86 {
                         u[2 * j + 1] = low(shr(q, 4), 15);
                     }
                     let (s32, m32) = q4k_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
                     mn = std::array::from_fn(|i| m32[i / 2] as i16);
                     (d, dmin) = (half(bytes, 0), half(bytes, 2));
                 }
                 tag::Q6_K => {
                     u = q6k_codes(blk);
-                    sc = std::array::from_fn(|i| bytes[192 + i] as i8 as i16);
+                    sc = std::array::from_fn(|i| bytes[192 + i] as i8);
                     (d, dmin) = (half(bytes, 208), 0.0);
                 }
                 tag::Q5_K => {
@@ -1139,7 +1151,7 @@ mod x86 {
                         }
                     }
                     let (s32, m32) = q4k_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
                     mn = std::array::from_fn(|i| m32[i / 2] as i16);
                     (d, dmin) = (half(bytes, 0), half(bytes, 2));
                 }
@@ -1153,21 +1165,16 @@ mod x86 {
                         *u = _mm256_shuffle_epi8(values, low(both, 15));
                     }
                     let s32 = iq4xs_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i16);
+                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
                     (d, dmin) = (half(bytes, 0), 0.0);
                 }
             }
-            let s = std::array::from_fn(|g| {
-                _mm256_inserti128_si256::<1>(
-                    _mm256_set1_epi16(sc[2 * g]),
-                    _mm_set1_epi16(sc[2 * g + 1]),
-                )
-            });
+            let sc8 = _mm_loadu_si128(sc.as_ptr() as *const __m128i);
             let mins = _mm256_loadu_si256(mn.as_ptr() as *const __m256i);
             Parts {
                 u,
-                s,
-                sc: _mm256_loadu_si256(sc.as_ptr() as *const __m256i),
+                s: scale_pairs(sc8),
+                sc: _mm256_cvtepi8_epi16(sc8),
                 mins,
                 d,
                 dmin,

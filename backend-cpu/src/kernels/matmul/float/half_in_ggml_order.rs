@@ -155,6 +155,10 @@ unsafe fn weight_at<const BF: bool>(row: *const u8, i: usize) -> f32 {
 /// `first` with `col`, the kernel of this instruction set.
 fn bf16_dot_rows(isa: Isa) -> HalfDotRows {
     #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return x86::bf16_dot_rows_avx512;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
         return x86::bf16_dot_rows;
     }
@@ -356,6 +360,64 @@ mod x86 {
             }
             // SAFETY: out holds count values.
             unsafe { *out.add(i) = sum as f32 };
+        }
+    }
+
+    /// As [`bf16_dot_rows`], four rows at a time, each row's four
+    /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`, so
+    /// that their sum's halves are `a0 + a2` and `a1 + a3`).
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn bf16_dot_rows_avx512(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        let np = k & !31;
+        let sixteen = |p: *const u8| {
+            // SAFETY: the caller's row holds sixteen values at p.
+            let h = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        };
+        let mut i = 0;
+        while i < count {
+            let rows = (count - i).min(4);
+            let row: [*const u8; 4] =
+                std::array::from_fn(|r| first.wrapping_add((i + r.min(rows - 1)) * stride));
+            let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+            for v in (0..np).step_by(32) {
+                // SAFETY: values v..v + 32 of the rows and the column exist.
+                unsafe {
+                    let x = [
+                        _mm512_loadu_ps(col.add(v)),
+                        _mm512_loadu_ps(col.add(v + 16)),
+                    ];
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            *a = _mm512_fmadd_ps(sixteen(row[r].add(2 * (v + 16 * h))), x[h], *a);
+                        }
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                let s = _mm512_add_ps(acc[0], acc[1]);
+                let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+                let s = _mm256_add_ps(_mm512_castps512_ps256(s), high);
+                // SAFETY: AVX2 is enabled here.
+                let mut sum = unsafe { hsum256(s) } as f64;
+                for v in np..k {
+                    // SAFETY: v < k.
+                    sum += unsafe { super::weight_at::<true>(row[r], v) * *col.add(v) } as f64;
+                }
+                // SAFETY: out holds count values.
+                unsafe { *out.add(i + r) = sum as f32 };
+            }
+            i += rows;
         }
     }
 }
