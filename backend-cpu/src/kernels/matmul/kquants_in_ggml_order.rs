@@ -1214,6 +1214,37 @@ mod x86 {
         matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
     }
 
+    /// The sum of each register's sixteen lanes, lane `c` for register `c`
+    /// (integer sums: exact in any order).
+    ///
+    /// # Safety
+    /// AVX-512 F is available.
+    #[inline(always)]
+    unsafe fn sums16(t: [__m512i; 16]) -> __m512i {
+        // SAFETY: the caller's AVX-512 F.
+        unsafe {
+            // per 128-bit block: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+            let x: [__m512i; 8] = std::array::from_fn(|i| {
+                let (a, b) = (t[2 * i], t[2 * i + 1]);
+                _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+            });
+            // per block: the block sums of four registers
+            let y: [__m512i; 4] = std::array::from_fn(|i| {
+                let (a, b) = (x[2 * i], x[2 * i + 1]);
+                _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+            });
+            // the four blocks of each added, register i's four in block i
+            let half = |a: __m512i, b: __m512i| {
+                _mm512_add_epi32(
+                    _mm512_shuffle_i32x4::<0x88>(a, b),
+                    _mm512_shuffle_i32x4::<0xdd>(a, b),
+                )
+            };
+            let (w01, w23) = (half(y[0], y[1]), half(y[2], y[3]));
+            half(w01, w23)
+        }
+    }
+
     /// The tiled kernels' steps with AVX-512 VNNI, for every type: only a
     /// super-block's whole integer sums count, so its codes go 64 to a
     /// register, and `vpdpwssd` applies the scales of each 16 values and
@@ -1254,6 +1285,46 @@ mod x86 {
                 };
                 let s: [__m512i; 4] =
                     std::array::from_fn(|v| _mm512_permutexvar_epi16(pick[v], sc));
+                if C == 16 {
+                    // sixteen columns: their integer sums reduced together
+                    // into one register, and the float steps for all at once
+                    let dot = |c: usize| {
+                        let col = &cols[c];
+                        let x = col.codes.add(sb * QK);
+                        let mut t = zero;
+                        for v in 0..4 {
+                            let xv = _mm512_loadu_si512(x.add(64 * v) as *const __m512i);
+                            let xv = if signed(T) {
+                                _mm512_mask_sub_epi8(xv, neg[v], zero, xv)
+                            } else {
+                                xv
+                            };
+                            t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(w[v], xv), s[v]);
+                        }
+                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        if T == tag::Q6_K {
+                            let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, p.sc));
+                            t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(off));
+                        }
+                        t
+                    };
+                    let t: [__m512i; 16] = std::array::from_fn(dot);
+                    let mut r = _mm512_mul_ps(_mm512_set1_ps(p.d), _mm512_cvtepi32_ps(sums16(t)));
+                    if has_mins(T) {
+                        let m: [__m512i; 16] = std::array::from_fn(|c| {
+                            let bs =
+                                _mm256_loadu_si256(cols[c].bs16.add(sb * 16) as *const __m256i);
+                            _mm512_zextsi256_si512(_mm256_madd_epi16(p.mins, bs))
+                        });
+                        let m = _mm512_cvtepi32_ps(sums16(m));
+                        r = _mm512_fmadd_ps(_mm512_set1_ps(-p.dmin), m, r);
+                    }
+                    let dx: [f32; 16] = std::array::from_fn(|c| *cols[c].d.add(sb));
+                    let a = _mm512_loadu_ps(acc.as_ptr());
+                    let a = _mm512_fmadd_ps(r, _mm512_loadu_ps(dx.as_ptr()), a);
+                    _mm512_storeu_ps(acc.as_mut_ptr(), a);
+                    continue;
+                }
                 for c in 0..C {
                     let col = &cols[c];
                     let x = col.codes.add(sb * QK);
