@@ -302,37 +302,26 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                             unsafe { *out.0[j].add(i) }
                                         }
                                     };
+                                    let call = Call { row, nb, step: s };
+                                    let store = |j: usize, v: f32| {
+                                        // SAFETY: as for `before`.
+                                        unsafe { *out.0[j].add(i) = v }
+                                    };
                                     // SAFETY: row i holds nsb super-blocks,
                                     // the columns their codes, scales and
-                                    // sums; output row i is this task's.
+                                    // sums.
                                     unsafe {
-                                        if let (WIDE_COLS, Some(wide)) = (c, kernels.wide) {
-                                            let dots = wide(
-                                                row,
-                                                std::array::from_fn(|t| at(j0 + t)),
-                                                nb,
-                                                s,
-                                                std::array::from_fn(|t| before(j0 + t)),
-                                            );
-                                            for (t, v) in dots.into_iter().enumerate() {
-                                                *out.0[j0 + t].add(i) = v;
+                                        match (c, kernels.wide) {
+                                            (WIDE_COLS, Some(wide)) => {
+                                                call.run(wide, j0, &at, &before, &store)
                                             }
-                                        } else if c == TILE_COLS {
-                                            let dots = (kernels.four)(
-                                                row,
-                                                std::array::from_fn(|t| at(j0 + t)),
-                                                nb,
-                                                s,
-                                                std::array::from_fn(|t| before(j0 + t)),
-                                            );
-                                            for (t, v) in dots.into_iter().enumerate() {
-                                                *out.0[j0 + t].add(i) = v;
+                                            (TILE_COLS, _) => {
+                                                call.run(kernels.four, j0, &at, &before, &store)
                                             }
-                                        } else {
-                                            for j in j0..j0 + c {
-                                                let [v] =
-                                                    (kernels.one)(row, [at(j)], nb, s, [before(j)]);
-                                                *out.0[j].add(i) = v;
+                                            _ => {
+                                                for j in j0..j0 + c {
+                                                    call.run(kernels.one, j, &at, &before, &store)
+                                                }
                                             }
                                         }
                                     }
@@ -344,6 +333,39 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             })
         })
     })
+}
+
+/// One row's chunk of a kernel call: the row from the chunk's first
+/// super-block, how many, and the step.
+struct Call {
+    row: *const u8,
+    nb: usize,
+    step: Step,
+}
+
+impl Call {
+    /// `kernel` on columns `j0..j0 + C` (`at` gives each from the chunk's
+    /// first super-block, `before` its sum so far), each dot to `store`.
+    ///
+    /// # Safety
+    /// As for [`Kernel`].
+    #[inline(always)]
+    unsafe fn run<const C: usize>(
+        &self,
+        kernel: Kernel<C>,
+        j0: usize,
+        at: &impl Fn(usize) -> Col,
+        before: &impl Fn(usize) -> f32,
+        store: &impl Fn(usize, f32),
+    ) {
+        let cols = std::array::from_fn(|t| at(j0 + t));
+        let init = std::array::from_fn(|t| before(j0 + t));
+        // SAFETY: caller's contract.
+        let dots = unsafe { kernel(self.row, cols, self.nb, self.step, init) };
+        for (t, v) in dots.into_iter().enumerate() {
+            store(j0 + t, v);
+        }
+    }
 }
 
 /// Eight lanes summed as ggml's `hsum_float_8`.
