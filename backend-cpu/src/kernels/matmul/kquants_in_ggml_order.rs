@@ -428,28 +428,42 @@ const fn block_bytes(t: u8) -> usize {
     }
 }
 
-/// Q3_K's sixteen 6-bit scales, less 32 (ggml's `kmask` unpacking of its
-/// 12 bytes).
-fn q3k_scales(s: &[u8]) -> [i32; 16] {
+/// Q3_K's sixteen 6-bit scales, before their offset of 32, four bytes a
+/// word (ggml's `kmask` unpacking of its 12 bytes).
+#[inline(always)]
+fn q3k_scale_words(s: &[u8]) -> [u32; 4] {
     let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (a0, a1, t) = (word(0), word(1), word(2));
     let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
-    let aux = [
+    [
         (a0 & k2) | ((t & k1) << 4),
         (a1 & k2) | (((t >> 2) & k1) << 4),
         ((a0 >> 4) & k2) | (((t >> 4) & k1) << 4),
         ((a1 >> 4) & k2) | (((t >> 6) & k1) << 4),
-    ];
-    std::array::from_fn(|i| ((aux[i / 4] >> (8 * (i % 4))) & 0xff) as i8 as i32 - 32)
+    ]
 }
 
-/// IQ4_XS's eight 6-bit scales, less 32.
-fn iq4xs_scales(blk: &[u8]) -> [i32; 8] {
-    let high = u16::from_le_bytes([blk[2], blk[3]]) as i32;
-    std::array::from_fn(|ib| {
-        let low = (blk[4 + ib / 2] >> (4 * (ib % 2))) as i32 & 15;
-        (low | (((high >> (2 * ib)) & 3) << 4)) - 32
+/// Q3_K's sixteen scales, less 32.
+fn q3k_scales(s: &[u8]) -> [i32; 16] {
+    let words = q3k_scale_words(s);
+    std::array::from_fn(|i| ((words[i / 4] >> (8 * (i % 4))) & 0xff) as i32 - 32)
+}
+
+/// IQ4_XS's eight 6-bit scales, before their offset of 32, a byte each.
+#[inline(always)]
+fn iq4xs_scale_word(blk: &[u8]) -> u64 {
+    let high = u16::from_le_bytes([blk[2], blk[3]]) as u64;
+    let low = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]) as u64;
+    (0..8).fold(0, |w, ib| {
+        let scale = ((low >> (4 * ib)) & 15) | (((high >> (2 * ib)) & 3) << 4);
+        w | scale << (8 * ib)
     })
+}
+
+/// IQ4_XS's eight scales, less 32.
+fn iq4xs_scales(blk: &[u8]) -> [i32; 8] {
+    let word = iq4xs_scale_word(blk);
+    std::array::from_fn(|ib| ((word >> (8 * ib)) & 0xff) as i32 - 32)
 }
 
 /// One weight super-block as ggml's kernels multiply it: each value's
@@ -463,6 +477,7 @@ struct Decoded {
     dmin: f32,
 }
 
+#[inline(always)]
 fn half(b: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
 }
@@ -1109,7 +1124,11 @@ mod x86 {
         unsafe {
             let bytes = std::slice::from_raw_parts(blk, block_bytes(T));
             let mut u = [_mm256_setzero_si256(); 8];
-            let (mut sc, mut mn) = ([0i8; 16], [0i16; 16]);
+            // the scale of each 16 values as signed bytes, the mins as 16-bit
+            // values: built in registers (stores of single bytes read back
+            // whole would stall)
+            let sc8;
+            let mut mins = _mm256_setzero_si256();
             let (d, dmin);
             let low = |v: __m256i, mask: i8| _mm256_and_si256(v, _mm256_set1_epi8(mask));
             let shr = |v: __m256i, n: i32| _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
@@ -1135,14 +1154,15 @@ mod x86 {
                         }
                     }
                     if T == tag::Q2_K {
-                        for i in 0..16 {
-                            sc[i] = (bytes[i] & 15) as i8;
-                            mn[i] = (bytes[i] >> 4) as i16;
-                        }
+                        let b = _mm_loadu_si128(blk as *const __m128i);
+                        let m4 = _mm_set1_epi8(15);
+                        sc8 = _mm_and_si128(b, m4);
+                        mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m4));
                         (d, dmin) = (half(bytes, 80), half(bytes, 82));
                     } else {
-                        let s3 = q3k_scales(&bytes[96..108]);
-                        sc = s3.map(|v| v as i8);
+                        let [w0, w1, w2, w3] = q3k_scale_words(&bytes[96..108]);
+                        let w = _mm_set_epi32(w3 as i32, w2 as i32, w1 as i32, w0 as i32);
+                        sc8 = _mm_sub_epi8(w, _mm_set1_epi8(32));
                         (d, dmin) = (half(bytes, 108), 0.0);
                     }
                 }
@@ -1152,14 +1172,12 @@ mod x86 {
                         u[2 * j] = low(q, 15);
                         u[2 * j + 1] = low(shr(q, 4), 15);
                     }
-                    let (s32, m32) = q4k_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
-                    mn = std::array::from_fn(|i| m32[i / 2] as i16);
+                    (sc8, mins) = q4k_scale_bytes(blk);
                     (d, dmin) = (half(bytes, 0), half(bytes, 2));
                 }
                 tag::Q6_K => {
                     u = q6k_codes(blk);
-                    sc = std::array::from_fn(|i| bytes[192 + i] as i8);
+                    sc8 = _mm_loadu_si128(blk.add(192) as *const __m128i);
                     (d, dmin) = (half(bytes, 208), 0.0);
                 }
                 tag::Q5_K => {
@@ -1172,9 +1190,7 @@ mod x86 {
                             u[2 * j + h] = _mm256_or_si256(nib, hb);
                         }
                     }
-                    let (s32, m32) = q4k_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
-                    mn = std::array::from_fn(|i| m32[i / 2] as i16);
+                    (sc8, mins) = q4k_scale_bytes(blk);
                     (d, dmin) = (half(bytes, 0), half(bytes, 2));
                 }
                 _ => {
@@ -1186,13 +1202,13 @@ mod x86 {
                         let both = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
                         *u = _mm256_shuffle_epi8(values, low(both, 15));
                     }
-                    let s32 = iq4xs_scales(bytes);
-                    sc = std::array::from_fn(|i| s32[i / 2] as i8);
+                    let w = _mm_cvtsi64_si128(iq4xs_scale_word(bytes) as i64);
+                    let s = _mm_sub_epi8(w, _mm_set1_epi8(32));
+                    // a scale a 32 values as one a 16: each byte twice
+                    sc8 = _mm_unpacklo_epi8(s, s);
                     (d, dmin) = (half(bytes, 0), 0.0);
                 }
             }
-            let sc8 = _mm_loadu_si128(sc.as_ptr() as *const __m128i);
-            let mins = _mm256_loadu_si256(mn.as_ptr() as *const __m256i);
             Parts {
                 u,
                 s: scale_pairs(sc8),
@@ -1201,6 +1217,26 @@ mod x86 {
                 d,
                 dmin,
             }
+        }
+    }
+
+    /// Q4_K's and Q5_K's scale of each 16 values as bytes, and their mins
+    /// as 16-bit values.
+    ///
+    /// # Safety
+    /// SSE4.1 and AVX2 are available; `blk` holds a Q4_K or Q5_K
+    /// super-block.
+    #[inline(always)]
+    unsafe fn q4k_scale_bytes(blk: *const u8) -> (__m128i, __m256i) {
+        // SAFETY: caller's contract.
+        unsafe {
+            let [s0, s1, m0, m1] = q4k_scales_mins(&*(blk.add(4) as *const [u8; 12]));
+            let s = _mm_set_epi32(0, 0, s1 as i32, s0 as i32);
+            let m = _mm_set_epi32(0, 0, m1 as i32, m0 as i32);
+            (
+                _mm_unpacklo_epi8(s, s),
+                _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)),
+            )
         }
     }
 
