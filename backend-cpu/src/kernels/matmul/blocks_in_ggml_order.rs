@@ -118,26 +118,37 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                     .collect();
                 let bytes = a.dtype.type_size();
                 if let (1, Some(matvec)) = (n, tiles.matvec) {
+                    // the min terms of a chunk's rows while they are in
+                    // cache, so with mins a chunk at a time
+                    let chunk = if has_mins(a.dtype) {
+                        CHUNK_TILES * TILE_ROWS
+                    } else {
+                        m
+                    };
                     return par_ranges(m, 16, |range| {
-                        // SAFETY: the rows of range hold nb blocks, the
-                        // column k codes; the outputs of range are this
-                        // task's.
-                        unsafe {
-                            matvec(
-                                a.row(range.start),
-                                a.stride,
-                                range.len(),
-                                acts[0],
-                                nb,
-                                out.0[0].add(range.start),
-                            )
-                        }
-                        if has_mins(a.dtype) {
-                            for i0 in range.clone().step_by(TILE_ROWS) {
-                                let nr = TILE_ROWS.min(range.end - i0);
-                                let rows = std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
+                        for c0 in range.clone().step_by(chunk) {
+                            let rows = c0..(c0 + chunk).min(range.end);
+                            // SAFETY: the rows of range hold nb blocks, the
+                            // column k codes; the outputs of range are this
+                            // task's.
+                            unsafe {
+                                matvec(
+                                    a.row(rows.start),
+                                    a.stride,
+                                    rows.len(),
+                                    acts[0],
+                                    nb,
+                                    out.0[0].add(rows.start),
+                                )
+                            }
+                            if !has_mins(a.dtype) {
+                                continue;
+                            }
+                            for i0 in rows.clone().step_by(TILE_ROWS) {
+                                let nr = TILE_ROWS.min(rows.end - i0);
+                                let tile = std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
                                 // SAFETY: as above.
-                                let terms = unsafe { min_terms(bytes, rows, &acts[..1], nb) };
+                                let terms = unsafe { min_terms(bytes, tile, &acts[..1], nb) };
                                 for (r, t) in terms[0].iter().take(nr).enumerate() {
                                     // SAFETY: as above.
                                     unsafe { *out.0[0].add(i0 + r) += t };
@@ -265,7 +276,8 @@ unsafe fn min_terms(
         }
         summs
     }
-    // fma instructions where the processor has them, not libm's
+    // fma instructions where the processor has them, not libm's, the
+    // four rows' chains in one register
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "fma,f16c")]
@@ -275,8 +287,26 @@ unsafe fn min_terms(
             cols: &[Acts],
             nb: usize,
         ) -> [[f32; TILE_ROWS]; 8] {
-            // SAFETY: caller's contract.
-            unsafe { body(bytes, rows, cols, nb) }
+            use std::arch::x86_64::*;
+            let mut summs = [_mm_setzero_ps(); 8];
+            for blk in 0..nb {
+                // SAFETY: caller's contract.
+                let m = rows.map(|row| unsafe {
+                    (row.add(blk * bytes + 2) as *const i16).read_unaligned()
+                });
+                let m = _mm_cvtph_ps(_mm_setr_epi16(m[0], m[1], m[2], m[3], 0, 0, 0, 0));
+                for (acc, col) in summs.iter_mut().zip(cols) {
+                    // SAFETY: caller's contract.
+                    let s = _mm_set1_ps(unsafe { *col.sums.add(blk) });
+                    *acc = _mm_fmadd_ps(m, s, *acc);
+                }
+            }
+            summs.map(|acc| {
+                let mut out = [0f32; TILE_ROWS];
+                // SAFETY: four lanes into four values.
+                unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+                out
+            })
         }
         if std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("f16c")
         {
