@@ -41,6 +41,9 @@ use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
 
+#[cfg(target_arch = "x86_64")]
+mod outer_vnni;
+
 /// Values per super-block.
 const QK: usize = 256;
 /// Most columns per kernel call.
@@ -250,6 +253,23 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                         bs16: sums[j * nsb * 16..].as_ptr(),
                     })
                     .collect();
+                #[cfg(target_arch = "x86_64")]
+                if order == Order::Tiled && isa >= Isa::Avx512Vnni {
+                    // SAFETY: the processor has AVX-512 VNNI (and what the
+                    // level implies); the rows hold nsb super-blocks, the
+                    // columns their codes, scales and sums.
+                    unsafe {
+                        match a.dtype {
+                            DType::Q2_K => outer_vnni::gemm::<{ tag::Q2_K }>(a, m, &cols, nsb, out),
+                            DType::Q3_K => outer_vnni::gemm::<{ tag::Q3_K }>(a, m, &cols, nsb, out),
+                            DType::Q4_K => outer_vnni::gemm::<{ tag::Q4_K }>(a, m, &cols, nsb, out),
+                            DType::Q5_K => outer_vnni::gemm::<{ tag::Q5_K }>(a, m, &cols, nsb, out),
+                            DType::Q6_K => outer_vnni::gemm::<{ tag::Q6_K }>(a, m, &cols, nsb, out),
+                            _ => outer_vnni::gemm::<{ tag::IQ4_XS }>(a, m, &cols, nsb, out),
+                        }
+                    }
+                    return;
+                }
                 // column tiles that keep to one step
                 let mut tiles = Vec::new();
                 let mut j = 0;
@@ -1106,20 +1126,20 @@ mod x86 {
     /// its codes 32 a register (signed for Q3_K and IQ4_XS), per 32
     /// values the scales of their two 16 as 16-bit lanes (the first in the
     /// low 128 bits), its mins per 16 as 16-bit values, `d` and `dmin`.
-    struct Parts {
-        u: [__m256i; 8],
+    pub(super) struct Parts {
+        pub(super) u: [__m256i; 8],
         s: [__m256i; 8],
         /// The scale of each 16 values, as 16-bit values.
-        sc: __m256i,
-        mins: __m256i,
-        d: f32,
-        dmin: f32,
+        pub(super) sc: __m256i,
+        pub(super) mins: __m256i,
+        pub(super) d: f32,
+        pub(super) dmin: f32,
     }
 
     /// # Safety
     /// AVX2 and F16C are available; `blk` holds a super-block of type `T`.
     #[inline(always)]
-    unsafe fn parts<const T: u8>(blk: *const u8) -> Parts {
+    pub(super) unsafe fn parts<const T: u8>(blk: *const u8) -> Parts {
         // SAFETY: caller's contract.
         unsafe {
             let bytes = std::slice::from_raw_parts(blk, block_bytes(T));
@@ -1264,11 +1284,11 @@ mod x86 {
         }
     }
 
-    const fn signed(t: u8) -> bool {
+    pub(super) const fn signed(t: u8) -> bool {
         matches!(t, tag::Q3_K | tag::IQ4_XS)
     }
 
-    const fn has_mins(t: u8) -> bool {
+    pub(super) const fn has_mins(t: u8) -> bool {
         matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
     }
 
@@ -1547,7 +1567,9 @@ mod tests {
             DType::Q6_K,
             DType::IQ4_XS,
         ] {
-            for m in [8, 7] {
+            // 70 rows: more than a task's block of unpacked rows, and a
+            // last micro tile of six
+            for m in [8, 7, 70] {
                 let rows = random_rows(dtype, m, nsb, 7 + m as u64);
                 let a = WeightRows {
                     ptr: rows.as_ptr(),
@@ -1556,7 +1578,7 @@ mod tests {
                     dtype,
                     k,
                 };
-                for n in [1, 3, 4, 6, 9, 21] {
+                for n in [1, 3, 4, 6, 9, 21, 35] {
                     let mut x: Vec<Vec<f32>> = (0..n)
                         .map(|j| {
                             (0..k)

@@ -1,0 +1,294 @@
+//! The tiled order on AVX-512 VNNI as an outer product, sixteen rows by
+//! sixteen columns: a super-block's integer sums come from `vpdpbusd` on
+//! one row's four codes (broadcast) against four codes of each of sixteen
+//! columns (the activations transposed once per product), so that each
+//! instruction adds 64 products to sixteen dots; each 16 values' sum is
+//! then scaled by `vpmulld`. The float steps per super-block are the
+//! tiled order's (`r = dw * s`, `fma(-dmin, m, r)`, `fma(r, dx, acc)`),
+//! sixteen columns at a time.
+//!
+//! The codes go unsigned: Q3_K's and IQ4_XS's with an offset `B` added
+//! (Q6_K's are stored so, `B` being 32), whose share `B * sc * (the
+//! activations' sum)` comes off with the mins' arithmetic (`vpdpwssd` on
+//! the sums of each 16 values).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use super::x86::{has_mins, parts, signed};
+use super::{Col, Cols, QK, WeightRows, block_bytes, tag};
+use crate::kernels::parallel::par_ranges;
+use crate::kernels::scratch::with_scratch;
+use crate::team;
+
+/// Rows and columns of a micro tile.
+const MICRO: usize = 16;
+/// Rows a task unpacks at a time ([`SUPER_BLOCKS`] of each), which stay in
+/// L2 while every band of columns passes over them.
+const BLOCK_ROWS: usize = 64;
+const SUPER_BLOCKS: usize = 8;
+/// Bands' super-blocks a task of the transposition takes.
+const TRANSPOSE_TASK: usize = 16;
+
+/// Values a scale covers in the type (Q4_K's, Q5_K's and IQ4_XS's cover
+/// 32, the others' 16): the sums a `vpmulld` scales.
+const fn scaled(t: u8) -> usize {
+    match t {
+        tag::Q4_K | tag::Q5_K | tag::IQ4_XS => 32,
+        _ => 16,
+    }
+}
+
+/// One row's super-block as the micro tile reads it.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Unpacked {
+    /// Codes in value order, unsigned (the type's offset added).
+    codes: [u8; QK],
+    /// The scale of each 16 values.
+    scales: [i32; 16],
+    /// What each 16 values' activation sum is multiplied by and taken off
+    /// `s` (the offset times the scale), or gives `m` (the mins).
+    corr: [i16; 16],
+    d: f32,
+    dmin: f32,
+}
+
+impl Default for Unpacked {
+    fn default() -> Unpacked {
+        Unpacked {
+            codes: [0; QK],
+            scales: [0; 16],
+            corr: [0; 16],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
+}
+
+/// One super-block of a band of sixteen columns, transposed.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Band {
+    /// Group `g` holds values `4g..4g + 4` of each column, column after
+    /// column.
+    x: [[i8; 4 * MICRO]; QK / 4],
+    /// Pair `p` holds the sums of 16 values `2p` and `2p + 1` of each
+    /// column, column after column.
+    sums: [[i16; 2 * MICRO]; 8],
+    dx: [f32; MICRO],
+}
+
+impl Default for Band {
+    fn default() -> Band {
+        Band {
+            x: [[0; 4 * MICRO]; QK / 4],
+            sums: [[0; 2 * MICRO]; 8],
+            dx: [0.0; MICRO],
+        }
+    }
+}
+
+thread_local! {
+    static BANDS: RefCell<Vec<Band>> = const { RefCell::new(Vec::new()) };
+    static ROWS: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The offset a type's codes take to be unsigned.
+const fn offset(t: u8) -> i16 {
+    match t {
+        tag::Q3_K => 4,
+        tag::Q6_K => 32,
+        tag::IQ4_XS => 128,
+        _ => 0,
+    }
+}
+
+/// `out[j][i] = dot(a row i, column j)`, `m` rows of type `T` (a
+/// K-quant or IQ4_XS in GGUF's layout) by the Q8_K columns `cols` of
+/// `nsb` super-blocks.
+///
+/// # Safety
+/// AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C are available; the rows
+/// hold `nsb` super-blocks of type `T`; each column `nsb * 256` codes,
+/// `nsb` scales and `nsb * 16` sums; each output column `m` values.
+pub(super) unsafe fn gemm<const T: u8>(
+    a: WeightRows,
+    m: usize,
+    cols: &[Col],
+    nsb: usize,
+    out: &Cols<f32>,
+) {
+    let n = cols.len();
+    let nbands = n.div_ceil(MICRO);
+    with_scratch(&BANDS, nbands * nsb, |bands| {
+        team::for_each_chunk_mut(bands, TRANSPOSE_TASK, |t, chunk| {
+            for (e, band) in chunk.iter_mut().enumerate() {
+                let (b, sb) = ((t * TRANSPOSE_TASK + e) / nsb, (t * TRANSPOSE_TASK + e) % nsb);
+                let live = &cols[b * MICRO..(b * MICRO + MICRO).min(n)];
+                // SAFETY: caller's contract.
+                unsafe { transpose(live, sb, band) };
+            }
+        });
+        let bands = &*bands;
+        par_ranges(m.div_ceil(MICRO), 1, |groups| {
+            let rows = groups.start * MICRO..(groups.end * MICRO).min(m);
+            with_scratch(&ROWS, BLOCK_ROWS * SUPER_BLOCKS, |unpacked| {
+                for r0 in rows.clone().step_by(BLOCK_ROWS) {
+                    let block = r0..(r0 + BLOCK_ROWS).min(rows.end);
+                    for sb0 in (0..nsb).step_by(SUPER_BLOCKS) {
+                        let nb = SUPER_BLOCKS.min(nsb - sb0);
+                        for (r, i) in block.clone().enumerate() {
+                            for s in 0..nb {
+                                let blk = a.row(i).wrapping_add((sb0 + s) * block_bytes(T));
+                                // SAFETY: row i holds super-block sb0 + s.
+                                unsafe { unpack::<T>(blk, &mut unpacked[r * SUPER_BLOCKS + s]) };
+                            }
+                        }
+                        for (b, band) in bands.chunks_exact(nsb).enumerate() {
+                            let j0 = b * MICRO;
+                            let live_cols = MICRO.min(n - j0);
+                            for g0 in block.clone().step_by(MICRO) {
+                                let live = MICRO.min(block.end - g0);
+                                let tile: [*const Unpacked; MICRO] = std::array::from_fn(|r| {
+                                    let at = (g0 - r0 + r.min(live - 1)) * SUPER_BLOCKS;
+                                    unpacked[at..].as_ptr()
+                                });
+                                let mut acc = [[0f32; MICRO]; MICRO];
+                                if sb0 > 0 {
+                                    for (r, row) in acc.iter_mut().enumerate().take(live) {
+                                        for (c, v) in row.iter_mut().enumerate().take(live_cols) {
+                                            // SAFETY: output column j0 + c
+                                            // holds m values.
+                                            *v = unsafe { *out.0[j0 + c].add(g0 + r) };
+                                        }
+                                    }
+                                }
+                                // SAFETY: the tile's rows hold nb unpacked
+                                // super-blocks, the band nsb.
+                                unsafe { micro::<T>(tile, band[sb0..].as_ptr(), nb, &mut acc) };
+                                for (r, row) in acc.iter().enumerate().take(live) {
+                                    for (c, &v) in row.iter().enumerate().take(live_cols) {
+                                        // SAFETY: as above; this task owns
+                                        // rows g0..g0 + live.
+                                        unsafe { *out.0[j0 + c].add(g0 + r) = v };
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            })
+        });
+    })
+}
+
+/// Super-block `sb` of up to sixteen columns as a band (missing columns
+/// zero).
+///
+/// # Safety
+/// Each column holds super-block `sb`.
+unsafe fn transpose(cols: &[Col], sb: usize, out: &mut Band) {
+    if cols.len() < MICRO {
+        *out = Band::default();
+    }
+    for (c, col) in cols.iter().enumerate() {
+        // SAFETY: caller's contract; four codes, or two sums, a word.
+        unsafe {
+            let x = col.codes.add(sb * QK) as *const u32;
+            for (g, group) in out.x.iter_mut().enumerate() {
+                let to = group.as_mut_ptr().add(4 * c) as *mut u32;
+                to.write_unaligned(x.add(g).read_unaligned());
+            }
+            let sums = col.bs16.add(sb * 16) as *const u32;
+            for (p, pair) in out.sums.iter_mut().enumerate() {
+                let to = pair.as_mut_ptr().add(2 * c) as *mut u32;
+                to.write_unaligned(sums.add(p).read_unaligned());
+            }
+            out.dx[c] = *col.d.add(sb);
+        }
+    }
+}
+
+/// # Safety
+/// AVX-512 F, BW and VL, AVX2 and F16C are available; `blk` holds a
+/// super-block of type `T`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn unpack<const T: u8>(blk: *const u8, to: &mut Unpacked) {
+    // SAFETY: caller's contract; every write is inside `to`.
+    unsafe {
+        let p = parts::<T>(blk);
+        // Q6_K's codes come unsigned already
+        let b = _mm256_set1_epi8(if signed(T) { offset(T) as i8 } else { 0 });
+        for (g, &u) in p.u.iter().enumerate() {
+            let codes = _mm256_add_epi8(u, b);
+            _mm256_storeu_si256(to.codes.as_mut_ptr().add(32 * g) as *mut __m256i, codes);
+        }
+        _mm512_storeu_si512(to.scales.as_mut_ptr() as *mut __m512i, _mm512_cvtepi16_epi32(p.sc));
+        let corr = if has_mins(T) {
+            p.mins
+        } else {
+            _mm256_mullo_epi16(p.sc, _mm256_set1_epi16(offset(T)))
+        };
+        _mm256_storeu_si256(to.corr.as_mut_ptr() as *mut __m256i, corr);
+        (to.d, to.dmin) = (p.d, p.dmin);
+    }
+}
+
+/// Sixteen rows (`tile`, each at its first super-block) by a band's
+/// sixteen columns over `nb` super-blocks, going on from `acc` (row by
+/// column).
+///
+/// # Safety
+/// AVX-512 F, BW, VL and VNNI, AVX2 and FMA are available; every row holds
+/// `nb` unpacked super-blocks, `band` `nb` super-blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+unsafe fn micro<const T: u8>(
+    tile: [*const Unpacked; MICRO],
+    band: *const Band,
+    nb: usize,
+    acc: &mut [[f32; MICRO]; MICRO],
+) {
+    // SAFETY: caller's contract; every read is inside super-block sb.
+    unsafe {
+        let mut sum: [__m512; MICRO] = acc.map(|row| _mm512_loadu_ps(row.as_ptr()));
+        for sb in 0..nb {
+            let x = &*band.add(sb);
+            let dx = _mm512_loadu_ps(x.dx.as_ptr());
+            for (r, sum) in sum.iter_mut().enumerate() {
+                let w = &*tile[r].add(sb);
+                let code = |g: usize| {
+                    _mm512_set1_epi32((w.codes.as_ptr().add(4 * g) as *const i32).read_unaligned())
+                };
+                let mut s = _mm512_setzero_si512();
+                let (per, groups) = (scaled(T) / 16, scaled(T) / 4);
+                for sub in 0..QK / scaled(T) {
+                    let mut t = _mm512_setzero_si512();
+                    for g in groups * sub..groups * (sub + 1) {
+                        let xg = _mm512_load_si512(x.x[g].as_ptr() as *const __m512i);
+                        t = _mm512_dpbusd_epi32(t, code(g), xg);
+                    }
+                    let sc = _mm512_set1_epi32(w.scales[per * sub]);
+                    s = _mm512_add_epi32(s, _mm512_mullo_epi32(t, sc));
+                }
+                let mut c = _mm512_setzero_si512();
+                for p in 0..8 {
+                    let k = (w.corr.as_ptr().add(2 * p) as *const i32).read_unaligned();
+                    let bs = _mm512_load_si512(x.sums[p].as_ptr() as *const __m512i);
+                    c = _mm512_dpwssd_epi32(c, _mm512_set1_epi32(k), bs);
+                }
+                let d = _mm512_set1_ps(w.d);
+                let r = if has_mins(T) {
+                    let r = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s));
+                    _mm512_fmadd_ps(_mm512_set1_ps(-w.dmin), _mm512_cvtepi32_ps(c), r)
+                } else {
+                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(s, c)))
+                };
+                *sum = _mm512_fmadd_ps(r, dx, *sum);
+            }
+        }
+        for (row, s) in acc.iter_mut().zip(sum) {
+            _mm512_storeu_ps(row.as_mut_ptr(), s);
+        }
+    }
+}
