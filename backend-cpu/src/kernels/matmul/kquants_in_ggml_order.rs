@@ -42,6 +42,8 @@ use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
 
 #[cfg(target_arch = "x86_64")]
+mod lanes_avx512;
+#[cfg(target_arch = "x86_64")]
 mod outer_vnni;
 
 /// Values per super-block.
@@ -131,6 +133,13 @@ unsafe impl Sync for Col {}
 /// `nsb * 256` codes, `nsb` scales and `nsb * 16` sums.
 type Kernel<const C: usize> = unsafe fn(*const u8, [Col; C], usize, Step, [f32; C]) -> [f32; C];
 
+/// Four rows' dots with `C` columns over whole rows (the eight lanes on
+/// AVX-512, two rows to a register).
+///
+/// # Safety
+/// As for [`Kernel`], for each row.
+type Quad<const C: usize> = unsafe fn([*const u8; 4], [Col; C], usize) -> [[f32; 4]; C];
+
 /// The kernels of one instruction set and weight type.
 struct Kernels {
     one: Kernel<1>,
@@ -138,16 +147,57 @@ struct Kernels {
     /// Where the kernels hold a super-block's codes in registers across
     /// many columns (the tiled order with AVX-512 VNNI).
     wide: Option<Kernel<WIDE_COLS>>,
+    /// Where the kernels take four rows a call: for four columns, and
+    /// for one where that pays.
+    quad: Option<(Option<Quad<1>>, Quad<TILE_COLS>)>,
 }
 
 impl Kernels {
     fn new(isa: Isa, dtype: DType, order: Order) -> Kernels {
+        let quad = Kernels::quad(isa, dtype, order);
+        Kernels {
+            quad,
+            ..Kernels::per_row(isa, dtype, order)
+        }
+    }
+
+    /// The four-row kernels: the eight lanes with AVX-512 (Q4_K's mins in
+    /// four lanes of their own stay with AVX2). For one column, Q5_K's
+    /// and IQ4_XS's rows are faster one at a time with AVX2, whose decoding
+    /// needs no joining of halves (docs/performance.md).
+    fn quad(isa: Isa, dtype: DType, order: Order) -> Option<(Option<Quad<1>>, Quad<TILE_COLS>)> {
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx512 && order == Order::EightLanes {
+            macro_rules! quad {
+                ($t:expr, $one:expr) => {
+                    Some((
+                        $one.then_some(lanes_avx512::eight_lanes::<{ $t }, 1> as Quad<1>),
+                        lanes_avx512::eight_lanes::<{ $t }, TILE_COLS>,
+                    ))
+                };
+            }
+            return match dtype {
+                DType::Q2_K => quad!(tag::Q2_K, true),
+                DType::Q3_K => quad!(tag::Q3_K, true),
+                DType::Q5_K => quad!(tag::Q5_K, false),
+                DType::Q6_K => quad!(tag::Q6_K, true),
+                DType::IQ4_XS => quad!(tag::IQ4_XS, false),
+                _ => None,
+            };
+        }
+        let _ = (isa, dtype, order);
+        None
+    }
+
+    /// The kernels that take one row a call.
+    fn per_row(isa: Isa, dtype: DType, order: Order) -> Kernels {
         macro_rules! kernels {
             ($($k:ident)::+) => {
                 Kernels {
                     one: $($k)::+::<1>,
                     four: $($k)::+::<TILE_COLS>,
                     wide: None,
+                    quad: None,
                 }
             };
             ($($k:ident)::+, $t:expr) => {
@@ -155,6 +205,7 @@ impl Kernels {
                     one: $($k)::+::<{ $t }, 1>,
                     four: $($k)::+::<{ $t }, TILE_COLS>,
                     wide: None,
+                    quad: None,
                 }
             };
             (wide $($k:ident)::+, $t:expr) => {
@@ -162,6 +213,7 @@ impl Kernels {
                     one: $($k)::+::<{ $t }, 1>,
                     four: $($k)::+::<{ $t }, TILE_COLS>,
                     wide: Some($($k)::+::<{ $t }, WIDE_COLS>),
+                    quad: None,
                 }
             };
         }
@@ -297,6 +349,51 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 par_ranges(m, CHUNK_ROWS, |range| {
                     for first in range.clone().step_by(block_rows) {
                         let rows = first..(first + block_rows).min(range.end);
+                        if let Some((one, four)) = kernels.quad {
+                            for &(j0, c, _) in &tiles {
+                                for i0 in rows.clone().step_by(4) {
+                                    let live = 4.min(rows.end - i0);
+                                    let quad = std::array::from_fn(|r| a.row(i0 + r.min(live - 1)));
+                                    let store = |j: usize, dots: [f32; 4]| {
+                                        for (r, v) in dots.into_iter().take(live).enumerate() {
+                                            // SAFETY: output column j holds m
+                                            // values; rows i0.. are this task's.
+                                            unsafe { *out.0[j].add(i0 + r) = v };
+                                        }
+                                    };
+                                    // SAFETY: the rows hold nsb super-blocks,
+                                    // the columns their codes, scales and sums.
+                                    unsafe {
+                                        if c == TILE_COLS {
+                                            let cols = std::array::from_fn(|t| cols[j0 + t]);
+                                            for (t, dots) in
+                                                four(quad, cols, nsb).into_iter().enumerate()
+                                            {
+                                                store(j0 + t, dots);
+                                            }
+                                        } else if let Some(one) = one {
+                                            for j in j0..j0 + c {
+                                                store(j, one(quad, [cols[j]], nsb)[0]);
+                                            }
+                                        } else {
+                                            for j in j0..j0 + c {
+                                                let dots = quad.map(|row| {
+                                                    (kernels.one)(
+                                                        row,
+                                                        [cols[j]],
+                                                        nsb,
+                                                        Step::SuperBlock,
+                                                        [0.0],
+                                                    )[0]
+                                                });
+                                                store(j, dots);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            continue;
+                        }
                         for sb0 in (0..nsb).step_by(chunk.max(1)) {
                             let nb = chunk.min(nsb - sb0);
                             let at = |j: usize| {

@@ -124,7 +124,10 @@ pub(super) unsafe fn gemm<const T: u8>(
     with_scratch(&BANDS, nbands * nsb, |bands| {
         team::for_each_chunk_mut(bands, TRANSPOSE_TASK, |t, chunk| {
             for (e, band) in chunk.iter_mut().enumerate() {
-                let (b, sb) = ((t * TRANSPOSE_TASK + e) / nsb, (t * TRANSPOSE_TASK + e) % nsb);
+                let (b, sb) = (
+                    (t * TRANSPOSE_TASK + e) / nsb,
+                    (t * TRANSPOSE_TASK + e) % nsb,
+                );
                 let live = &cols[b * MICRO..(b * MICRO + MICRO).min(n)];
                 // SAFETY: caller's contract.
                 unsafe { transpose(live, sb, band) };
@@ -224,7 +227,10 @@ unsafe fn unpack<const T: u8>(blk: *const u8, to: &mut Unpacked) {
             let codes = _mm256_add_epi8(u, b);
             _mm256_storeu_si256(to.codes.as_mut_ptr().add(32 * g) as *mut __m256i, codes);
         }
-        _mm512_storeu_si512(to.scales.as_mut_ptr() as *mut __m512i, _mm512_cvtepi16_epi32(p.sc));
+        _mm512_storeu_si512(
+            to.scales.as_mut_ptr() as *mut __m512i,
+            _mm512_cvtepi16_epi32(p.sc),
+        );
         let corr = if has_mins(T) {
             p.mins
         } else {
