@@ -122,7 +122,9 @@ pub(crate) unsafe fn row_pair_sums<const C: usize>(
     acc: [[std::arch::x86_64::__m512; 2]; C],
 ) -> [[f32; 4]; C] {
     use std::arch::x86_64::*;
-    acc.map(|pairs| {
+    // a loop, not `map`: a closure here would be called, not inlined
+    let mut sums = [[0f32; 4]; C];
+    for (sums, pairs) in sums.iter_mut().zip(acc) {
         let [lo0, hi0, lo1, hi1] = [
             _mm512_castps512_ps256(pairs[0]),
             _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pairs[0]))),
@@ -130,8 +132,9 @@ pub(crate) unsafe fn row_pair_sums<const C: usize>(
             _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(pairs[1]))),
         ];
         // SAFETY: AVX2 is enabled here.
-        unsafe { [hsum256(lo0), hsum256(hi0), hsum256(lo1), hsum256(hi1)] }
-    })
+        *sums = unsafe { [hsum256(lo0), hsum256(hi0), hsum256(lo1), hsum256(hi1)] };
+    }
+    sums
 }
 
 /// The f16 at `p` as f32.

@@ -1,11 +1,12 @@
-//! Q6_K and Q4_K rows in GGUF's layout times activations quantised to
-//! Q8_K, each dot summed as llama.cpp's CPU backend sums it (its x86
-//! kernels with AVX2), so that every output equals llama.cpp's bit for
-//! bit. The integer sums are exact whichever instructions form them;
-//! ggml fixes which values each float step takes, in one of two orders:
+//! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS rows in GGUF's layout times
+//! activations quantised to Q8_K, each dot summed as llama.cpp's CPU
+//! backend sums it (its x86 kernels with AVX2), so that every output
+//! equals llama.cpp's bit for bit. The integer sums are exact whichever
+//! instructions form them; ggml fixes which values each float step takes,
+//! in one of three orders:
 //!
-//! - **eight lanes** (`ggml_vec_dot_q6_K_q8_K` and `ggml_vec_dot_q4_K_q8_K`,
-//!   which ggml runs for every column of these types in GGUF's rows): in
+//! - **eight lanes** (ggml's `vec_dot` kernels, `ggml_vec_dot_q6_K_q8_K`
+//!   and its kin, which ggml runs below eight columns): in
 //!   each super-block, lane `l` holds the scaled products of values
 //!   `4l..4l + 4` of every 32; each lane is a float accumulator,
 //!   `acc = fma(dw * dx, lane, acc)`, summed at the end as
@@ -28,6 +29,11 @@
 //!
 //! Activations are ggml's Q8_K up to one sign per super-block, which
 //! flips codes and scale together and so no product.
+//!
+//! The portable kernels restate the sums value by value (the tests'
+//! reference); the AVX2 ones take a row a call; with AVX-512 the eight
+//! lanes take four rows a call (`lanes_avx512`), and with VNNI the tiled
+//! order runs as a 16 x 16 outer product (`outer_vnni`).
 
 use std::cell::RefCell;
 
@@ -50,8 +56,6 @@ mod outer_vnni;
 const QK: usize = 256;
 /// Most columns per kernel call.
 const TILE_COLS: usize = 4;
-/// Columns per call of the wide kernels.
-const WIDE_COLS: usize = 16;
 /// Rows a task takes before the columns move on: their super-blocks stay
 /// in L1 or L2 while every column passes over them.
 const CHUNK_ROWS: usize = 16;
@@ -144,9 +148,6 @@ type Quad<const C: usize> = unsafe fn([*const u8; 4], [Col; C], usize) -> [[f32;
 struct Kernels {
     one: Kernel<1>,
     four: Kernel<TILE_COLS>,
-    /// Where the kernels hold a super-block's codes in registers across
-    /// many columns (the tiled order with AVX-512 VNNI).
-    wide: Option<Kernel<WIDE_COLS>>,
     /// Where the kernels take four rows a call: for four columns, and
     /// for one where that pays.
     quad: Option<(Option<Quad<1>>, Quad<TILE_COLS>)>,
@@ -196,7 +197,6 @@ impl Kernels {
                 Kernels {
                     one: $($k)::+::<1>,
                     four: $($k)::+::<TILE_COLS>,
-                    wide: None,
                     quad: None,
                 }
             };
@@ -204,15 +204,6 @@ impl Kernels {
                 Kernels {
                     one: $($k)::+::<{ $t }, 1>,
                     four: $($k)::+::<{ $t }, TILE_COLS>,
-                    wide: None,
-                    quad: None,
-                }
-            };
-            (wide $($k:ident)::+, $t:expr) => {
-                Kernels {
-                    one: $($k)::+::<{ $t }, 1>,
-                    four: $($k)::+::<{ $t }, TILE_COLS>,
-                    wide: Some($($k)::+::<{ $t }, WIDE_COLS>),
                     quad: None,
                 }
             };
@@ -236,17 +227,6 @@ impl Kernels {
                     (DType::Q6_K, _) => kernels!($m::eight_lanes, tag::Q6_K),
                     _ => kernels!($m::eight_lanes, tag::IQ4_XS),
                 }
-            };
-        }
-        #[cfg(target_arch = "x86_64")]
-        if isa >= Isa::Avx512Vnni && order == Order::Tiled {
-            return match dtype {
-                DType::Q2_K => kernels!(wide x86::tiled_vnni, tag::Q2_K),
-                DType::Q3_K => kernels!(wide x86::tiled_vnni, tag::Q3_K),
-                DType::Q4_K => kernels!(wide x86::tiled_vnni, tag::Q4_K),
-                DType::Q5_K => kernels!(wide x86::tiled_vnni, tag::Q5_K),
-                DType::Q6_K => kernels!(wide x86::tiled_vnni, tag::Q6_K),
-                _ => kernels!(wide x86::tiled_vnni, tag::IQ4_XS),
             };
         }
         #[cfg(target_arch = "x86_64")]
@@ -327,9 +307,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 let mut j = 0;
                 while j < n {
                     let s = step(j, n);
-                    let c = if kernels.wide.is_some() && n - j >= WIDE_COLS {
-                        WIDE_COLS
-                    } else if s == Step::Pair || n - j >= TILE_COLS {
+                    let c = if s == Step::Pair || n - j >= TILE_COLS {
                         TILE_COLS.min(n - j)
                     } else {
                         1
@@ -428,17 +406,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                     // the columns their codes, scales and
                                     // sums.
                                     unsafe {
-                                        match (c, kernels.wide) {
-                                            (WIDE_COLS, Some(wide)) => {
-                                                call.run(wide, j0, &at, &before, &store)
-                                            }
-                                            (TILE_COLS, _) => {
-                                                call.run(kernels.four, j0, &at, &before, &store)
-                                            }
-                                            _ => {
-                                                for j in j0..j0 + c {
-                                                    call.run(kernels.one, j, &at, &before, &store)
-                                                }
+                                        if c == TILE_COLS {
+                                            call.run(kernels.four, j0, &at, &before, &store)
+                                        } else {
+                                            for j in j0..j0 + c {
+                                                call.run(kernels.one, j, &at, &before, &store)
                                             }
                                         }
                                     }
@@ -1387,148 +1359,6 @@ mod x86 {
 
     pub(super) const fn has_mins(t: u8) -> bool {
         matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
-    }
-
-    /// The sum of each register's sixteen lanes, lane `c` for register `c`
-    /// (integer sums: exact in any order).
-    ///
-    /// # Safety
-    /// AVX-512 F is available.
-    #[inline(always)]
-    unsafe fn sums16(t: [__m512i; 16]) -> __m512i {
-        // SAFETY: the caller's AVX-512 F.
-        unsafe {
-            // per 128-bit block: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
-            let x: [__m512i; 8] = std::array::from_fn(|i| {
-                let (a, b) = (t[2 * i], t[2 * i + 1]);
-                _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
-            });
-            // per block: the block sums of four registers
-            let y: [__m512i; 4] = std::array::from_fn(|i| {
-                let (a, b) = (x[2 * i], x[2 * i + 1]);
-                _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
-            });
-            // the four blocks of each added, register i's four in block i
-            let half = |a: __m512i, b: __m512i| {
-                _mm512_add_epi32(
-                    _mm512_shuffle_i32x4::<0x88>(a, b),
-                    _mm512_shuffle_i32x4::<0xdd>(a, b),
-                )
-            };
-            let (w01, w23) = (half(y[0], y[1]), half(y[2], y[3]));
-            half(w01, w23)
-        }
-    }
-
-    /// The tiled kernels' steps with AVX-512 VNNI, for every type: only a
-    /// super-block's whole integer sums count, so its codes go 64 to a
-    /// register, and `vpdpwssd` applies the scales of each 16 values and
-    /// adds the pairs in one instruction.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW, VL and VNNI, AVX2, FMA and F16C are available; as for
-    /// [`Kernel`], the row's type being `T`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn tiled_vnni<const T: u8, const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        init: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            // register v holds values 64 v..64 v + 64: the scales of its
-            // four 16s, each over eight 16-bit lanes
-            let pick: [__m512i; 4] = std::array::from_fn(|v| {
-                let idx: [i16; 32] = std::array::from_fn(|l| (4 * v + l / 8) as i16);
-                _mm512_loadu_si512(idx.as_ptr() as *const __m512i)
-            });
-            let zero = _mm512_setzero_si512();
-            let mut acc = init;
-            for sb in 0..nsb {
-                let p = parts::<T>(row.add(sb * block_bytes(T)));
-                let sc = _mm512_castsi256_si512(p.sc);
-                let w: [__m512i; 4] = std::array::from_fn(|v| {
-                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(p.u[2 * v]), p.u[2 * v + 1])
-                });
-                let neg: [__mmask64; 4] = std::array::from_fn(|v| _mm512_movepi8_mask(w[v]));
-                let w = if signed(T) {
-                    w.map(|w| _mm512_abs_epi8(w))
-                } else {
-                    w
-                };
-                let s: [__m512i; 4] =
-                    std::array::from_fn(|v| _mm512_permutexvar_epi16(pick[v], sc));
-                if C == 16 {
-                    // sixteen columns: their integer sums reduced together
-                    // into one register, and the float steps for all at once
-                    let dot = |c: usize| {
-                        let col = &cols[c];
-                        let x = col.codes.add(sb * QK);
-                        let mut t = zero;
-                        for v in 0..4 {
-                            let xv = _mm512_loadu_si512(x.add(64 * v) as *const __m512i);
-                            let xv = if signed(T) {
-                                _mm512_mask_sub_epi8(xv, neg[v], zero, xv)
-                            } else {
-                                xv
-                            };
-                            t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(w[v], xv), s[v]);
-                        }
-                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
-                        if T == tag::Q6_K {
-                            let off = _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, p.sc));
-                            t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(off));
-                        }
-                        t
-                    };
-                    let t: [__m512i; 16] = std::array::from_fn(dot);
-                    let mut r = _mm512_mul_ps(_mm512_set1_ps(p.d), _mm512_cvtepi32_ps(sums16(t)));
-                    if has_mins(T) {
-                        let m: [__m512i; 16] = std::array::from_fn(|c| {
-                            let bs =
-                                _mm256_loadu_si256(cols[c].bs16.add(sb * 16) as *const __m256i);
-                            _mm512_zextsi256_si512(_mm256_madd_epi16(p.mins, bs))
-                        });
-                        let m = _mm512_cvtepi32_ps(sums16(m));
-                        r = _mm512_fmadd_ps(_mm512_set1_ps(-p.dmin), m, r);
-                    }
-                    let dx: [f32; 16] = std::array::from_fn(|c| *cols[c].d.add(sb));
-                    let a = _mm512_loadu_ps(acc.as_ptr());
-                    let a = _mm512_fmadd_ps(r, _mm512_loadu_ps(dx.as_ptr()), a);
-                    _mm512_storeu_ps(acc.as_mut_ptr(), a);
-                    continue;
-                }
-                for c in 0..C {
-                    let col = &cols[c];
-                    let x = col.codes.add(sb * QK);
-                    let mut t = zero;
-                    for v in 0..4 {
-                        let xv = _mm512_loadu_si512(x.add(64 * v) as *const __m512i);
-                        // the sign trick: |w| against x with w's sign
-                        let xv = if signed(T) {
-                            _mm512_mask_sub_epi8(xv, neg[v], zero, xv)
-                        } else {
-                            xv
-                        };
-                        t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(w[v], xv), s[v]);
-                    }
-                    let mut s1 = _mm512_reduce_add_epi32(t);
-                    let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
-                    if T == tag::Q6_K {
-                        s1 -= 32 * hsum_i32(_mm256_madd_epi16(bs, p.sc));
-                    }
-                    let mut r = p.d * s1 as f32;
-                    if has_mins(T) {
-                        let m = hsum_i32(_mm256_madd_epi16(p.mins, bs));
-                        r = (-p.dmin).mul_add(m as f32, r);
-                    }
-                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
-                }
-            }
-            acc
-        }
     }
 
     /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K and IQ4_XS (the
