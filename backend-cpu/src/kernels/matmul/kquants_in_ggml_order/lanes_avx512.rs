@@ -10,6 +10,7 @@ use std::arch::x86_64::*;
 use super::x86::{parts, signed};
 use super::{Col, QK, block_bytes, tag};
 use crate::kernels::math::row_pair_sums;
+use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, rows_ahead};
 
 /// Rows a call takes.
 pub(super) const ROWS: usize = 4;
@@ -70,7 +71,16 @@ pub(super) unsafe fn eight_lanes<const T: u8, const C: usize>(
         let mut acc = [[_mm512_setzero_ps(); 2]; C];
         // Q5_K's mins: a chain a row, the four rows' side by side
         let mut summs = [_mm_setzero_ps(); C];
+        // the weights stream from memory once: ask for them ahead
+        let bb = block_bytes(T);
+        let ahead = rows_ahead(nsb * bb, ROWS * nsb * bb, PREFETCH_BYTES);
         for sb in 0..nsb {
+            for row in rows {
+                let at = row.wrapping_add(sb * bb + ahead);
+                for line in (0..bb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8);
+                }
+            }
             let mut mins = [[zero; 2]; C];
             let mut dmins = [0f32; ROWS];
             for h in 0..2 {
