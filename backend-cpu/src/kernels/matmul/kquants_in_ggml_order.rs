@@ -163,9 +163,10 @@ impl Kernels {
     }
 
     /// The four-row kernels: the eight lanes with AVX-512 (Q4_K's mins in
-    /// four lanes of their own stay with AVX2). For one column, Q5_K's
-    /// and IQ4_XS's rows are faster one at a time with AVX2, whose decoding
-    /// needs no joining of halves (docs/performance.md).
+    /// four lanes of their own stay with AVX2). For one column only Q2_K's
+    /// pay: the others' rows are as fast or faster one at a time with
+    /// AVX2, whose decoding needs no joining of halves
+    /// (docs/performance.md).
     fn quad(isa: Isa, dtype: DType, order: Order) -> Option<(Option<Quad<1>>, Quad<TILE_COLS>)> {
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx512 && order == Order::EightLanes {
@@ -179,9 +180,9 @@ impl Kernels {
             }
             return match dtype {
                 DType::Q2_K => quad!(tag::Q2_K, true),
-                DType::Q3_K => quad!(tag::Q3_K, true),
+                DType::Q3_K => quad!(tag::Q3_K, false),
                 DType::Q5_K => quad!(tag::Q5_K, false),
-                DType::Q6_K => quad!(tag::Q6_K, true),
+                DType::Q6_K => quad!(tag::Q6_K, false),
                 DType::IQ4_XS => quad!(tag::IQ4_XS, false),
                 _ => None,
             };
@@ -455,6 +456,18 @@ impl Call {
             store(j0 + t, v);
         }
     }
+}
+
+/// Asks for the `len` bytes from `at`, a cache line at a time.
+#[inline(always)]
+fn prefetch(at: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len).step_by(64) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8) };
+    }
+    let _ = (at, len);
 }
 
 /// Eight lanes summed as ggml's `hsum_float_8`.

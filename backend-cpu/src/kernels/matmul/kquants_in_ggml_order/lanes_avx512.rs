@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::x86::{parts, signed};
-use super::{Col, QK, block_bytes, tag};
+use super::{Col, QK, block_bytes, prefetch, tag};
 use crate::kernels::math::row_pair_sums;
 use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, rows_ahead};
 
@@ -76,10 +76,7 @@ pub(super) unsafe fn eight_lanes<const T: u8, const C: usize>(
         let ahead = rows_ahead(nsb * bb, ROWS * nsb * bb, PREFETCH_BYTES);
         for sb in 0..nsb {
             for row in rows {
-                let at = row.wrapping_add(sb * bb + ahead);
-                for line in (0..bb).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8);
-                }
+                prefetch(row.wrapping_add(sb * bb + ahead), bb);
             }
             let mut mins = [[zero; 2]; C];
             let mut dmins = [0f32; ROWS];
