@@ -1518,7 +1518,7 @@ mod tests {
                     dtype,
                     k,
                 };
-                for n in [1, 3, 4, 6, 9, 21, 35] {
+                for n in [1, 3, 4, 6, 8, 9, 21, 35] {
                     let mut x: Vec<Vec<f32>> = (0..n)
                         .map(|j| {
                             (0..k)

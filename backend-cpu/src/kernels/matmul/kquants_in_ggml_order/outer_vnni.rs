@@ -169,7 +169,14 @@ pub(super) unsafe fn gemm<const T: u8>(
                                 }
                                 // SAFETY: the tile's rows hold nb unpacked
                                 // super-blocks, the band nsb.
-                                unsafe { micro::<T>(tile, band[sb0..].as_ptr(), nb, &mut acc) };
+                                unsafe {
+                                    let band = band[sb0..].as_ptr();
+                                    if live_cols <= 8 {
+                                        micro::<T, Ymm>(tile, band, nb, &mut acc)
+                                    } else {
+                                        micro::<T, Zmm>(tile, band, nb, &mut acc)
+                                    }
+                                }
                                 for (r, row) in acc.iter().enumerate().take(live) {
                                     for (c, &v) in row.iter().enumerate().take(live_cols) {
                                         // SAFETY: as above; this task owns
@@ -241,15 +248,167 @@ unsafe fn unpack<const T: u8>(blk: *const u8, to: &mut Unpacked) {
     }
 }
 
+/// One register's columns of the micro tile: sixteen in 512 bits, or the
+/// band's first eight in 256 (where no more are live, at the same
+/// `vpdpbusd` rate: 256-bit ones issue on two ports).
+trait Width {
+    type I: Copy;
+    type F: Copy;
+    unsafe fn zero() -> Self::I;
+    unsafe fn splat(v: i32) -> Self::I;
+    /// From 64-byte aligned `p`.
+    unsafe fn load(p: *const u8) -> Self::I;
+    unsafe fn dpbusd(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn dpwssd(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn add(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn mullo(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn float(a: Self::I) -> Self::F;
+    unsafe fn splat_f(v: f32) -> Self::F;
+    unsafe fn load_f(p: *const f32) -> Self::F;
+    unsafe fn store_f(p: *mut f32, v: Self::F);
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
+    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+}
+
+/// Sixteen columns a register.
+struct Zmm;
+/// Eight columns a register.
+struct Ymm;
+
+// SAFETY (every method): the caller's AVX-512 F, BW, VL and VNNI, AVX2
+// and FMA; pointers as the trait says.
+impl Width for Zmm {
+    type I = __m512i;
+    type F = __m512;
+    #[inline(always)]
+    unsafe fn zero() -> __m512i {
+        unsafe { _mm512_setzero_si512() }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: i32) -> __m512i {
+        unsafe { _mm512_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512i {
+        unsafe { _mm512_load_si512(p as *const __m512i) }
+    }
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_dpbusd_epi32(acc, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_dpwssd_epi32(acc, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mullo(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_mullo_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn float(a: __m512i) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m512 {
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+}
+
+impl Width for Ymm {
+    type I = __m256i;
+    type F = __m256;
+    #[inline(always)]
+    unsafe fn zero() -> __m256i {
+        unsafe { _mm256_setzero_si256() }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: i32) -> __m256i {
+        unsafe { _mm256_set1_epi32(v) }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m256i {
+        unsafe { _mm256_load_si256(p as *const __m256i) }
+    }
+    #[inline(always)]
+    unsafe fn dpbusd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_epi32(acc, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_dpwssd_epi32(acc, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_add_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn mullo(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_mullo_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn float(a: __m256i) -> __m256 {
+        unsafe { _mm256_cvtepi32_ps(a) }
+    }
+    #[inline(always)]
+    unsafe fn splat_f(v: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn load_f(p: *const f32) -> __m256 {
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store_f(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+}
+
 /// Sixteen rows (`tile`, each at its first super-block) by a band's
-/// sixteen columns over `nb` super-blocks, going on from `acc` (row by
-/// column).
+/// columns (all sixteen with [`Zmm`], the first eight with [`Ymm`]) over
+/// `nb` super-blocks, going on from `acc` (row by column).
 ///
 /// # Safety
 /// AVX-512 F, BW, VL and VNNI, AVX2 and FMA are available; every row holds
 /// `nb` unpacked super-blocks, `band` `nb` super-blocks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-unsafe fn micro<const T: u8>(
+unsafe fn micro<const T: u8, V: Width>(
     tile: [*const Unpacked; MICRO],
     band: *const Band,
     nb: usize,
@@ -257,44 +416,41 @@ unsafe fn micro<const T: u8>(
 ) {
     // SAFETY: caller's contract; every read is inside super-block sb.
     unsafe {
-        let mut sum: [__m512; MICRO] = acc.map(|row| _mm512_loadu_ps(row.as_ptr()));
+        let mut sum: [V::F; MICRO] = std::array::from_fn(|r| V::load_f(acc[r].as_ptr()));
         for sb in 0..nb {
             let x = &*band.add(sb);
-            let dx = _mm512_loadu_ps(x.dx.as_ptr());
+            let dx = V::load_f(x.dx.as_ptr());
             for (r, sum) in sum.iter_mut().enumerate() {
                 let w = &*tile[r].add(sb);
                 let code = |g: usize| {
-                    _mm512_set1_epi32((w.codes.as_ptr().add(4 * g) as *const i32).read_unaligned())
+                    V::splat((w.codes.as_ptr().add(4 * g) as *const i32).read_unaligned())
                 };
-                let mut s = _mm512_setzero_si512();
+                let mut s = V::zero();
                 let (per, groups) = (scaled(T) / 16, scaled(T) / 4);
                 for sub in 0..QK / scaled(T) {
-                    let mut t = _mm512_setzero_si512();
+                    let mut t = V::zero();
                     for g in groups * sub..groups * (sub + 1) {
-                        let xg = _mm512_load_si512(x.x[g].as_ptr() as *const __m512i);
-                        t = _mm512_dpbusd_epi32(t, code(g), xg);
+                        t = V::dpbusd(t, code(g), V::load(x.x[g].as_ptr() as *const u8));
                     }
-                    let sc = _mm512_set1_epi32(w.scales[per * sub]);
-                    s = _mm512_add_epi32(s, _mm512_mullo_epi32(t, sc));
+                    s = V::add(s, V::mullo(t, V::splat(w.scales[per * sub])));
                 }
-                let mut c = _mm512_setzero_si512();
+                let mut c = V::zero();
                 for p in 0..8 {
                     let k = (w.corr.as_ptr().add(2 * p) as *const i32).read_unaligned();
-                    let bs = _mm512_load_si512(x.sums[p].as_ptr() as *const __m512i);
-                    c = _mm512_dpwssd_epi32(c, _mm512_set1_epi32(k), bs);
+                    c = V::dpwssd(c, V::splat(k), V::load(x.sums[p].as_ptr() as *const u8));
                 }
-                let d = _mm512_set1_ps(w.d);
+                let d = V::splat_f(w.d);
                 let r = if has_mins(T) {
-                    let r = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s));
-                    _mm512_fmadd_ps(_mm512_set1_ps(-w.dmin), _mm512_cvtepi32_ps(c), r)
+                    let r = V::mul(d, V::float(s));
+                    V::fmadd(V::splat_f(-w.dmin), V::float(c), r)
                 } else {
-                    _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(s, c)))
+                    V::mul(d, V::float(V::sub(s, c)))
                 };
-                *sum = _mm512_fmadd_ps(r, dx, *sum);
+                *sum = V::fmadd(r, dx, *sum);
             }
         }
         for (row, s) in acc.iter_mut().zip(sum) {
-            _mm512_storeu_ps(row.as_mut_ptr(), s);
+            V::store_f(row.as_mut_ptr(), s);
         }
     }
 }
