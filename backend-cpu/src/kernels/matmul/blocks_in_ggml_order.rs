@@ -36,6 +36,7 @@ use super::quant_format::Partner;
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
+use crate::team;
 
 /// How ggml adds up the blocks' sums (see the module's text).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,22 +219,22 @@ fn quantize(
     sums: &mut [f32],
 ) {
     let nb = k / 32;
-    for (j, &col) in b.0.iter().enumerate() {
-        // SAFETY: column j holds k values.
-        let x = unsafe { std::slice::from_raw_parts(col, k) };
-        let s = &mut scales[j * nb..(j + 1) * nb];
-        let t = &mut sums[j * nb..(j + 1) * nb];
-        quantize_column(
-            partner,
-            x,
-            32,
-            &mut codes[j * k..(j + 1) * k],
-            |blk, scale, sum| {
+    // the columns over the team: a prompt's are many
+    let mut each: Vec<_> = codes
+        .chunks_exact_mut(k)
+        .zip(scales.chunks_exact_mut(nb))
+        .zip(sums.chunks_exact_mut(nb))
+        .collect();
+    team::for_each_chunk_mut(&mut each, 1, |j, column| {
+        for ((codes, s), t) in column {
+            // SAFETY: column j holds k values.
+            let x = unsafe { std::slice::from_raw_parts(b.0[j], k) };
+            quantize_column(partner, x, 32, codes, |blk, scale, sum| {
                 s[blk] = scale.d;
                 t[blk] = scale.sum_term(partner, sum);
-            },
-        );
-    }
+            });
+        }
+    });
 }
 
 /// Whether a weight type keeps a min a block (Q4_1, Q5_1).

@@ -46,6 +46,7 @@ use super::quant_format::{Partner, q4k_scales_mins};
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
+use crate::team;
 
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx512;
@@ -264,21 +265,22 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     with_scratch(&CODES, n * k, |codes| {
         with_scratch(&SCALES, n * nsb, |scales| {
             with_scratch(&SUMS, n * nsb * 16, |sums| {
-                for (j, &col) in b.0.iter().enumerate() {
-                    // SAFETY: column j holds k values.
-                    let x = unsafe { std::slice::from_raw_parts(col, k) };
-                    let (d, bs) = (&mut scales[j * nsb..], &mut sums[j * nsb * 16..]);
-                    quantize_column(
-                        Partner::Q8K,
-                        x,
-                        16,
-                        &mut codes[j * k..(j + 1) * k],
-                        |blk, scale, sum| {
+                // the columns over the team: a prompt's are many
+                let mut each: Vec<_> = codes
+                    .chunks_exact_mut(k)
+                    .zip(scales.chunks_exact_mut(nsb))
+                    .zip(sums.chunks_exact_mut(nsb * 16))
+                    .collect();
+                team::for_each_chunk_mut(&mut each, 1, |j, column| {
+                    for ((codes, d), bs) in column {
+                        // SAFETY: column j holds k values.
+                        let x = unsafe { std::slice::from_raw_parts(b.0[j], k) };
+                        quantize_column(Partner::Q8K, x, 16, codes, |blk, scale, sum| {
                             d[blk / 16] = scale.d;
                             bs[blk] = sum as i16;
-                        },
-                    );
-                }
+                        });
+                    }
+                });
                 let cols: Vec<Col> = (0..n)
                     .map(|j| Col {
                         codes: codes[j * k..].as_ptr(),
