@@ -17,6 +17,7 @@ use std::cell::RefCell;
 
 use super::x86::{has_mins, parts, signed};
 use super::{Col, Cols, QK, WeightRows, block_bytes, tag};
+use crate::kernels::matmul::register_transpose::{transpose8, transpose16};
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
 use crate::team;
@@ -157,14 +158,17 @@ pub(super) unsafe fn gemm<const T: u8>(
                                     let at = (g0 - r0 + r.min(live - 1)) * SUPER_BLOCKS;
                                     unpacked[at..].as_ptr()
                                 });
+                                // column by column, as the outputs lie
                                 let mut acc = [[0f32; MICRO]; MICRO];
                                 if sb0 > 0 {
-                                    for (r, row) in acc.iter_mut().enumerate().take(live) {
-                                        for (c, v) in row.iter_mut().enumerate().take(live_cols) {
-                                            // SAFETY: output column j0 + c
-                                            // holds m values.
-                                            *v = unsafe { *out.0[j0 + c].add(g0 + r) };
-                                        }
+                                    for (c, col) in acc.iter_mut().enumerate().take(live_cols) {
+                                        // SAFETY: output column j0 + c holds
+                                        // m values.
+                                        let from = unsafe { out.0[j0 + c].add(g0) };
+                                        // SAFETY: as above.
+                                        col[..live].copy_from_slice(unsafe {
+                                            std::slice::from_raw_parts(from, live)
+                                        });
                                     }
                                 }
                                 // SAFETY: the tile's rows hold nb unpacked
@@ -177,12 +181,13 @@ pub(super) unsafe fn gemm<const T: u8>(
                                         micro::<T, Zmm>(tile, band, nb, &mut acc)
                                     }
                                 }
-                                for (r, row) in acc.iter().enumerate().take(live) {
-                                    for (c, &v) in row.iter().enumerate().take(live_cols) {
-                                        // SAFETY: as above; this task owns
-                                        // rows g0..g0 + live.
-                                        unsafe { *out.0[j0 + c].add(g0 + r) = v };
-                                    }
+                                for (c, col) in acc.iter().enumerate().take(live_cols) {
+                                    // SAFETY: as above; this task owns rows
+                                    // g0..g0 + live.
+                                    let to = unsafe { out.0[j0 + c].add(g0) };
+                                    // SAFETY: as above.
+                                    unsafe { std::slice::from_raw_parts_mut(to, live) }
+                                        .copy_from_slice(&col[..live]);
                                 }
                             }
                         }
@@ -266,9 +271,13 @@ trait Width {
     unsafe fn float(a: Self::I) -> Self::F;
     unsafe fn splat_f(v: f32) -> Self::F;
     unsafe fn load_f(p: *const f32) -> Self::F;
-    unsafe fn store_f(p: *mut f32, v: Self::F);
     unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
     unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// The sixteen rows of `acc`, which holds a tile column by column
+    /// (the register's columns of it).
+    unsafe fn rows(acc: &[[f32; MICRO]; MICRO]) -> [Self::F; MICRO];
+    /// `rows` into `acc` column by column.
+    unsafe fn store_rows(rows: [Self::F; MICRO], acc: &mut [[f32; MICRO]; MICRO]);
 }
 
 /// Sixteen columns a register.
@@ -326,16 +335,28 @@ impl Width for Zmm {
         unsafe { _mm512_loadu_ps(p) }
     }
     #[inline(always)]
-    unsafe fn store_f(p: *mut f32, v: __m512) {
-        unsafe { _mm512_storeu_ps(p, v) }
-    }
-    #[inline(always)]
     unsafe fn mul(a: __m512, b: __m512) -> __m512 {
         unsafe { _mm512_mul_ps(a, b) }
     }
     #[inline(always)]
     unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
         unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn rows(acc: &[[f32; MICRO]; MICRO]) -> [__m512; MICRO] {
+        let mut r = [unsafe { _mm512_setzero_ps() }; MICRO];
+        for (r, col) in r.iter_mut().zip(acc) {
+            *r = unsafe { _mm512_loadu_ps(col.as_ptr()) };
+        }
+        unsafe { transpose16(&mut r) };
+        r
+    }
+    #[inline(always)]
+    unsafe fn store_rows(mut rows: [__m512; MICRO], acc: &mut [[f32; MICRO]; MICRO]) {
+        unsafe { transpose16(&mut rows) };
+        for (col, r) in acc.iter_mut().zip(rows) {
+            unsafe { _mm512_storeu_ps(col.as_mut_ptr(), r) };
+        }
     }
 }
 
@@ -387,10 +408,6 @@ impl Width for Ymm {
         unsafe { _mm256_loadu_ps(p) }
     }
     #[inline(always)]
-    unsafe fn store_f(p: *mut f32, v: __m256) {
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-    #[inline(always)]
     unsafe fn mul(a: __m256, b: __m256) -> __m256 {
         unsafe { _mm256_mul_ps(a, b) }
     }
@@ -398,11 +415,38 @@ impl Width for Ymm {
     unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
         unsafe { _mm256_fmadd_ps(a, b, c) }
     }
+    /// Eight columns: rows 0..8 and 8..16 as two 8 x 8 blocks.
+    #[inline(always)]
+    unsafe fn rows(acc: &[[f32; MICRO]; MICRO]) -> [__m256; MICRO] {
+        let zero = unsafe { _mm256_setzero_ps() };
+        let (mut lo, mut hi) = ([zero; 8], [zero; 8]);
+        for c in 0..8 {
+            lo[c] = unsafe { _mm256_loadu_ps(acc[c].as_ptr()) };
+            hi[c] = unsafe { _mm256_loadu_ps(acc[c].as_ptr().add(8)) };
+        }
+        unsafe { (transpose8(&mut lo), transpose8(&mut hi)) };
+        let mut r = [zero; MICRO];
+        r[..8].copy_from_slice(&lo);
+        r[8..].copy_from_slice(&hi);
+        r
+    }
+    #[inline(always)]
+    unsafe fn store_rows(rows: [__m256; MICRO], acc: &mut [[f32; MICRO]; MICRO]) {
+        let zero = unsafe { _mm256_setzero_ps() };
+        let (mut lo, mut hi) = ([zero; 8], [zero; 8]);
+        lo.copy_from_slice(&rows[..8]);
+        hi.copy_from_slice(&rows[8..]);
+        unsafe { (transpose8(&mut lo), transpose8(&mut hi)) };
+        for c in 0..8 {
+            unsafe { _mm256_storeu_ps(acc[c].as_mut_ptr(), lo[c]) };
+            unsafe { _mm256_storeu_ps(acc[c].as_mut_ptr().add(8), hi[c]) };
+        }
+    }
 }
 
 /// Sixteen rows (`tile`, each at its first super-block) by a band's
 /// columns (all sixteen with [`Zmm`], the first eight with [`Ymm`]) over
-/// `nb` super-blocks, going on from `acc` (row by column).
+/// `nb` super-blocks, going on from `acc` (column by column).
 ///
 /// # Safety
 /// AVX-512 F, BW, VL and VNNI, AVX2 and FMA are available; every row holds
@@ -416,7 +460,7 @@ unsafe fn micro<const T: u8, V: Width>(
 ) {
     // SAFETY: caller's contract; every read is inside super-block sb.
     unsafe {
-        let mut sum: [V::F; MICRO] = std::array::from_fn(|r| V::load_f(acc[r].as_ptr()));
+        let mut sum = V::rows(acc);
         for sb in 0..nb {
             let x = &*band.add(sb);
             let dx = V::load_f(x.dx.as_ptr());
@@ -449,8 +493,6 @@ unsafe fn micro<const T: u8, V: Width>(
                 *sum = V::fmadd(r, dx, *sum);
             }
         }
-        for (row, s) in acc.iter_mut().zip(sum) {
-            V::store_f(row.as_mut_ptr(), s);
-        }
+        V::store_rows(sum, acc);
     }
 }
