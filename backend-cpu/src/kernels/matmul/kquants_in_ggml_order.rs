@@ -149,16 +149,59 @@ type Quad<const C: usize> = unsafe fn([*const u8; 4], [Col; C], usize) -> [[f32;
 struct Kernels {
     one: Kernel<1>,
     four: Kernel<TILE_COLS>,
-    /// Where the kernels take four rows a call: for four columns, and
-    /// for one where that pays.
-    quad: Option<(Option<Quad<1>>, Quad<TILE_COLS>)>,
+    /// Where kernels take four rows a call, for one column and for four.
+    quad_one: Option<Quad<1>>,
+    quad_four: Option<Quad<TILE_COLS>>,
+}
+
+/// A four-row kernel of either width.
+#[derive(Clone, Copy)]
+enum QuadKernel {
+    One(Quad<1>),
+    Four(Quad<TILE_COLS>),
+}
+
+impl QuadKernel {
+    /// The kernel on four rows and columns `j0..j0 + c` (`at` gives each),
+    /// each column's four dots to `store`.
+    ///
+    /// # Safety
+    /// As for [`Quad`].
+    #[inline(always)]
+    unsafe fn run(
+        self,
+        rows: [*const u8; 4],
+        j0: usize,
+        c: usize,
+        at: &impl Fn(usize) -> Col,
+        nsb: usize,
+        store: &impl Fn(usize, [f32; 4]),
+    ) {
+        // SAFETY: caller's contract.
+        unsafe {
+            match self {
+                QuadKernel::Four(four) => {
+                    let cols = std::array::from_fn(|t| at(j0 + t));
+                    for (t, dots) in four(rows, cols, nsb).into_iter().enumerate() {
+                        store(j0 + t, dots);
+                    }
+                }
+                QuadKernel::One(one) => {
+                    for j in j0..j0 + c {
+                        store(j, one(rows, [at(j)], nsb)[0]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Kernels {
     fn new(isa: Isa, dtype: DType, order: Order) -> Kernels {
-        let quad = Kernels::quad(isa, dtype, order);
+        let (quad_one, quad_four) = Kernels::quad(isa, dtype, order);
         Kernels {
-            quad,
+            quad_one,
+            quad_four,
             ..Kernels::per_row(isa, dtype, order)
         }
     }
@@ -168,15 +211,15 @@ impl Kernels {
     /// pay: the others' rows are as fast or faster one at a time with
     /// AVX2, whose decoding needs no joining of halves
     /// (docs/performance.md).
-    fn quad(isa: Isa, dtype: DType, order: Order) -> Option<(Option<Quad<1>>, Quad<TILE_COLS>)> {
+    fn quad(isa: Isa, dtype: DType, order: Order) -> (Option<Quad<1>>, Option<Quad<TILE_COLS>>) {
         #[cfg(target_arch = "x86_64")]
         if isa >= Isa::Avx512 && order == Order::EightLanes {
             macro_rules! quad {
                 ($t:expr, $one:expr) => {
-                    Some((
+                    (
                         $one.then_some(lanes_avx512::eight_lanes::<{ $t }, 1> as Quad<1>),
-                        lanes_avx512::eight_lanes::<{ $t }, TILE_COLS>,
-                    ))
+                        Some(lanes_avx512::eight_lanes::<{ $t }, TILE_COLS> as Quad<TILE_COLS>),
+                    )
                 };
             }
             return match dtype {
@@ -185,11 +228,11 @@ impl Kernels {
                 DType::Q5_K => quad!(tag::Q5_K, false),
                 DType::Q6_K => quad!(tag::Q6_K, false),
                 DType::IQ4_XS => quad!(tag::IQ4_XS, false),
-                _ => None,
+                _ => (None, None),
             };
         }
         let _ = (isa, dtype, order);
-        None
+        (None, None)
     }
 
     /// The kernels that take one row a call.
@@ -199,14 +242,16 @@ impl Kernels {
                 Kernels {
                     one: $($k)::+::<1>,
                     four: $($k)::+::<TILE_COLS>,
-                    quad: None,
+                    quad_one: None,
+                    quad_four: None,
                 }
             };
             ($($k:ident)::+, $t:expr) => {
                 Kernels {
                     one: $($k)::+::<{ $t }, 1>,
                     four: $($k)::+::<{ $t }, TILE_COLS>,
-                    quad: None,
+                    quad_one: None,
+                    quad_four: None,
                 }
             };
         }
@@ -330,51 +375,6 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 par_ranges(m, CHUNK_ROWS, |range| {
                     for first in range.clone().step_by(block_rows) {
                         let rows = first..(first + block_rows).min(range.end);
-                        if let Some((one, four)) = kernels.quad {
-                            for &(j0, c, _) in &tiles {
-                                for i0 in rows.clone().step_by(4) {
-                                    let live = 4.min(rows.end - i0);
-                                    let quad = std::array::from_fn(|r| a.row(i0 + r.min(live - 1)));
-                                    let store = |j: usize, dots: [f32; 4]| {
-                                        for (r, v) in dots.into_iter().take(live).enumerate() {
-                                            // SAFETY: output column j holds m
-                                            // values; rows i0.. are this task's.
-                                            unsafe { *out.0[j].add(i0 + r) = v };
-                                        }
-                                    };
-                                    // SAFETY: the rows hold nsb super-blocks,
-                                    // the columns their codes, scales and sums.
-                                    unsafe {
-                                        if c == TILE_COLS {
-                                            let cols = std::array::from_fn(|t| cols[j0 + t]);
-                                            for (t, dots) in
-                                                four(quad, cols, nsb).into_iter().enumerate()
-                                            {
-                                                store(j0 + t, dots);
-                                            }
-                                        } else if let Some(one) = one {
-                                            for j in j0..j0 + c {
-                                                store(j, one(quad, [cols[j]], nsb)[0]);
-                                            }
-                                        } else {
-                                            for j in j0..j0 + c {
-                                                let dots = quad.map(|row| {
-                                                    (kernels.one)(
-                                                        row,
-                                                        [cols[j]],
-                                                        nsb,
-                                                        Step::SuperBlock,
-                                                        [0.0],
-                                                    )[0]
-                                                });
-                                                store(j, dots);
-                                            }
-                                        }
-                                    }
-                                }
-                            }
-                            continue;
-                        }
                         for sb0 in (0..nsb).step_by(chunk.max(1)) {
                             let nb = chunk.min(nsb - sb0);
                             let at = |j: usize| {
@@ -389,6 +389,33 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                 }
                             };
                             for &(j0, c, s) in &tiles {
+                                let quad = if c == TILE_COLS {
+                                    kernels.quad_four.map(QuadKernel::Four)
+                                } else {
+                                    kernels.quad_one.map(QuadKernel::One)
+                                };
+                                if let Some(quad) = quad {
+                                    // whole rows (the eight lanes), four a
+                                    // call
+                                    for i0 in rows.clone().step_by(4) {
+                                        let live = 4.min(rows.end - i0);
+                                        let four =
+                                            std::array::from_fn(|r| a.row(i0 + r.min(live - 1)));
+                                        let store = |j: usize, dots: [f32; 4]| {
+                                            for (r, v) in dots.into_iter().take(live).enumerate() {
+                                                // SAFETY: output column j holds
+                                                // m values; rows i0.. are this
+                                                // task's.
+                                                unsafe { *out.0[j].add(i0 + r) = v };
+                                            }
+                                        };
+                                        // SAFETY: the rows hold nsb
+                                        // super-blocks, the columns their
+                                        // codes, scales and sums.
+                                        unsafe { quad.run(four, j0, c, &at, nb, &store) };
+                                    }
+                                    continue;
+                                }
                                 for i in rows.clone() {
                                     let row = a.row(i).wrapping_add(sb0 * bytes);
                                     // SAFETY: output column j holds m values;
@@ -458,18 +485,6 @@ impl Call {
             store(j0 + t, v);
         }
     }
-}
-
-/// Asks for the `len` bytes from `at`, a cache line at a time.
-#[inline(always)]
-fn prefetch(at: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for line in (0..len).step_by(64) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: a prefetch never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8) };
-    }
-    let _ = (at, len);
 }
 
 /// Eight lanes summed as ggml's `hsum_float_8`.

@@ -9,6 +9,19 @@
 /// (docs/performance.md).
 pub(crate) const PREFETCH_BYTES: usize = 8 << 10;
 
+/// Asks for the `len` bytes from `at`, a cache line at a time (a hint:
+/// any address will do).
+#[inline(always)]
+pub(crate) fn prefetch_lines(at: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len).step_by(64) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line) as *const i8) };
+    }
+    let _ = (at, len);
+}
+
 /// How far ahead of a group of short rows (`group_bytes` apart, the
 /// rows of one kernel call) the kernel prefetches: whole groups, at least
 /// one, covering [`PREFETCH_BYTES`].

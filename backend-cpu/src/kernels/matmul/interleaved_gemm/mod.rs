@@ -30,7 +30,7 @@ use super::quant_dot::panel;
 use super::quant_format::{Format, format};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
 use crate::kernels::isa::{self, Isa};
-use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
+use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, prefetch_lines};
 use crate::kernels::parallel::{column_split, par_ranges};
 use crate::kernels::scratch::with_scratch;
 use crate::team;
@@ -411,11 +411,7 @@ struct Acts {
 /// than the cache (docs/performance.md).
 #[inline(always)]
 fn prefetch_ahead(at: *const u8, len: usize) {
-    let ahead = at.wrapping_add(PREFETCH_BYTES);
-    for line in (0..len).step_by(64) {
-        // SAFETY: a prefetch never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8) };
-    }
+    prefetch_lines(at.wrapping_add(PREFETCH_BYTES), len);
 }
 
 /// The `vpshufb` mask that gives, in each 32-bit lane, the lane's

@@ -8,9 +8,9 @@
 use std::arch::x86_64::*;
 
 use super::x86::{parts, signed};
-use super::{Col, QK, block_bytes, prefetch, tag};
+use super::{Col, QK, block_bytes, tag};
 use crate::kernels::math::row_pair_sums;
-use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, rows_ahead};
+use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, prefetch_lines, rows_ahead};
 
 /// Rows a call takes.
 pub(super) const ROWS: usize = 4;
@@ -76,7 +76,7 @@ pub(super) unsafe fn eight_lanes<const T: u8, const C: usize>(
         let ahead = rows_ahead(nsb * bb, ROWS * nsb * bb, PREFETCH_BYTES);
         for sb in 0..nsb {
             for row in rows {
-                prefetch(row.wrapping_add(sb * bb + ahead), bb);
+                prefetch_lines(row.wrapping_add(sb * bb + ahead), bb);
             }
             let mut mins = [[zero; 2]; C];
             let mut dmins = [0f32; ROWS];
