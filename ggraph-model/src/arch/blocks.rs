@@ -320,25 +320,39 @@ fn moe_ffn(
     let up_exps = weights.req(b, &name("ffn_up_exps"))?;
     let down_exps = weights.req(b, &name("ffn_down_exps"))?;
 
+    // llama.cpp's names (its `build_moe_ffn`), so that a decode can be
+    // compared with its tensor by tensor
+    let named = |b: &mut GraphBuilder, t: TensorId, what: &str| -> Result<TensorId> {
+        b.set_name(t, &format!("{what}-{il}"))?;
+        Ok(t)
+    };
     let logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
+    named(b, logits, "ffn_moe_logits")?;
     let probs = b.soft_max(logits)?;
+    named(b, probs, "ffn_moe_probs")?;
     let selected = b.top_k(probs, k)?; // [k, n_tokens]
     let probs3 = b.reshape(probs, &[1, x, n_tokens])?;
     let picked = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
     let weights2 = b.reshape(picked, &[k, n_tokens])?;
     let sum = b.sum_rows(weights2)?; // [1, n_tokens]
+    named(b, sum, "ffn_moe_weights_sum")?;
     let weights2 = b.div(weights2, sum)?;
+    named(b, weights2, "ffn_moe_weights_norm")?;
     let expert_weights = b.reshape(weights2, &[1, k, n_tokens])?;
 
     let cur3 = b.reshape(cur, &[e, 1, n_tokens])?;
     let g = b.mul_mat_id(gate_exps, cur3, selected)?; // [f, k, n_tokens]
+    named(b, g, "ffn_moe_gate")?;
     let u = b.mul_mat_id(up_exps, cur3, selected)?;
+    named(b, u, "ffn_moe_up")?;
     let op = match c.arch.ffn {
         FfnKind::Split(op) | FfnKind::Fused(op) => op,
     };
     let h = b.glu_split(op, g, u)?;
     let experts = b.mul_mat_id(down_exps, h, selected)?; // [e, k, n_tokens]
+    named(b, experts, "ffn_moe_down")?;
     let experts = b.mul(experts, expert_weights)?;
+    named(b, experts, "ffn_moe_weighted")?;
     // sum over the k selected experts
     let row = b.tensor(experts)?.nb[1];
     let plane = b.tensor(experts)?.nb[2];
@@ -350,6 +364,7 @@ fn moe_ffn(
     if k == 1 {
         out = b.cont(out)?;
     }
+    named(b, out, "ffn_moe_out")?;
     if c.n_ff_shexp > 0 {
         // the shared expert, which every token goes through
         let gate = weights.req(b, &name("ffn_gate_shexp"))?;
@@ -359,11 +374,15 @@ fn moe_ffn(
         let u = b.mul_mat(up, cur)?;
         let h = b.glu_split(op, g, u)?;
         let mut shared = b.mul_mat(down, h)?;
+        named(b, shared, "ffn_shexp")?;
         if let Some(w) = weights.opt(b, &name("ffn_gate_inp_shexp"))? {
             // one gate per token
             let gate = b.mul_mat(w, cur)?;
+            named(b, gate, "shared_expert_gate")?;
             let gate = b.unary(UnaryOp::Sigmoid, gate)?;
+            named(b, gate, "shared_expert_gate_sigmoid")?;
             shared = b.mul(shared, gate)?;
+            named(b, shared, "ffn_shexp_gated")?;
         }
         out = b.add(out, shared)?;
     }

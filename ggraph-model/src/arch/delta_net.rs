@@ -51,13 +51,23 @@ pub fn gated_delta_net(
     let norm = weights.req(b, &name("ssm_norm.weight"))?;
     let w_out = weights.req(b, &name("ssm_out.weight"))?;
 
+    // llama.cpp's names, so that a decode can be compared with its tensor
+    // by tensor
+    let named = |b: &mut GraphBuilder, t: TensorId, what: &str| -> Result<TensorId> {
+        b.set_name(t, &format!("{what}-{il}"))?;
+        Ok(t)
+    };
     let qkv = b.mul_mat(w_qkv, cur)?;
+    named(b, qkv, "linear_attn_qkv_mixed")?;
     let qkv = b.reshape(qkv, &[channels, nst, n_seqs])?;
     let z = b.mul_mat(w_gate, cur)?;
+    named(b, z, "z")?;
     let beta = b.mul_mat(w_beta, cur)?;
+    named(b, beta, "beta")?;
     let beta = b.unary(UnaryOp::Sigmoid, beta)?;
     let beta = b.reshape(beta, &[1, n_v, nst, n_seqs])?;
     let alpha = b.mul_mat(w_alpha, cur)?;
+    named(b, alpha, "alpha")?;
     let alpha = b.add(alpha, dt_bias)?;
     let alpha = b.unary(UnaryOp::Softplus, alpha)?;
     let gate = b.mul(alpha, a)?;
@@ -109,5 +119,7 @@ pub fn gated_delta_net(
     let z = b.silu(z)?;
     let o = b.mul(o, z)?;
     let o = b.reshape(o, &[s * n_v, n_tokens])?;
-    b.mul_mat(w_out, o)
+    named(b, o, "final_output")?;
+    let out = b.mul_mat(w_out, o)?;
+    named(b, out, "linear_attn_out")
 }

@@ -7,10 +7,8 @@ use std::ops::RangeInclusive;
 
 use ggraph_core::DType;
 
-#[cfg(target_arch = "x86_64")]
-use super::operands::{Cols, WeightRows};
+use super::operands::{Cols, ProductOf, WeightRows};
 use super::quant_format::format;
-use super::row_streaming::SHORT_ROW_BYTES;
 use super::{activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
@@ -31,16 +29,11 @@ pub(super) enum Path {
     /// Q6_K and Q4_K rows, each dot summed in ggml's order
     /// (`kquants_in_ggml_order`).
     KQuantsInGgmlOrder,
-    /// F16 and BF16 rows, each dot summed in ggml's order
-    /// (`float::half_in_ggml_order`).
-    HalfInGgmlOrder,
-    /// Float rows times one column, each task's rows streamed one after
-    /// another (`float::row_stream`).
-    FloatRowStream,
-    /// Float rows times a few columns in dot tiles (`float::dot`).
-    FloatDot,
-    /// The packed, tiled float GEMM (`float::packed`); quantised weights
-    /// are dequantised as they are packed.
+    /// F32, F16 and BF16 rows, each dot summed in ggml's order
+    /// (`float::in_ggml_order`).
+    FloatsInGgmlOrder,
+    /// The packed, tiled float GEMM (`float::packed`), for float rows not
+    /// packed; quantised weights are dequantised as they are packed.
     FloatPacked,
     /// BF16 weights on AMX tiles (`float::bf16_tiles`): what the packed
     /// GEMM would take, where the tiles are asked for and usable.
@@ -98,17 +91,11 @@ const fn rule(
     }
 }
 
-/// Most columns of the float dot path, and of the quantised paths for few
-/// columns without VNNI: more go to a GEMM.
-const DOT_MAX_N: usize = 8;
+/// BF16 products of more columns than this go to the AMX tiles where
+/// they are asked for.
+const TILES_ABOVE_N: usize = 8;
 
 const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
-const AVX2: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx2;
-const AVX512_UP: RangeInclusive<Isa> = Isa::Avx512..=Isa::Avx512Vnni;
-
-const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
-/// The half-width floats summed in ggml's order.
-const HALVES: &[DType] = &[DType::F16, DType::BF16];
 /// The 32-value block formats summed in ggml's order.
 const IN_ORDER: &[DType] = &[
     DType::Q8_0,
@@ -129,27 +116,18 @@ const K_IN_ORDER: &[DType] = &[
 ];
 
 const ANY_COLS: RangeInclusive<usize> = 1..=usize::MAX;
-const ONE: RangeInclusive<usize> = 1..=1;
-const DOT_COLS: RangeInclusive<usize> = 1..=DOT_MAX_N;
 
 const ANY_BYTES: RangeInclusive<usize> = 0..=usize::MAX;
 /// Rows of no values.
 const EMPTY: RangeInclusive<usize> = 0..=0;
-const SHORT: RangeInclusive<usize> = 0..=SHORT_ROW_BYTES;
 
 /// The paths, first fit first.
 #[rustfmt::skip]
 const RULES: &[Rule] = &[
     //   ISAs          weights         rows    columns               row bytes         path
-    // float weights
+    // float weights: packed rows sum in ggml's order
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
-    rule(ANY_ISA,      Only(HALVES),   Packed, ANY_COLS,             ANY_BYTES,        HalfInGgmlOrder),
-    rule(AVX512_UP,    Only(FLOATS),   Packed, ONE,                  ANY_BYTES,        FloatRowStream),
-    // AVX2 streams short rows; long ones go four side by side with
-    // prefetch (the dot tiles), which measured faster than streamed
-    // (docs/performance.md)
-    rule(AVX2,         Only(FLOATS),   Packed, ONE,                  SHORT,            FloatRowStream),
-    rule(ANY_ISA,      Float,          Packed, DOT_COLS,             ANY_BYTES,        FloatDot),
+    rule(ANY_ISA,      Float,          Packed, ANY_COLS,             ANY_BYTES,        FloatsInGgmlOrder),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights: every type sums in ggml's order; rows not packed
     // are dequantised
@@ -205,8 +183,8 @@ pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
     // are asked for, they take BF16 products of more than the dot's
     // columns, which then no longer sum in ggml's order
     #[cfg(target_arch = "x86_64")]
-    if matches!(path, FloatPacked | HalfInGgmlOrder)
-        && n > DOT_MAX_N
+    if matches!(path, FloatPacked | FloatsInGgmlOrder)
+        && n > TILES_ABOVE_N
         && isa >= Isa::Avx512
         && float::bf16_tiles::takes(a)
         && amx::active_bf16().is_some()
@@ -217,8 +195,15 @@ pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
 }
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`, `j < b.len()`, with the
-/// kernels of `isa`.
-pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+/// kernels of `isa`, in the order ggml sums the products of `of`.
+pub(super) fn gemm(
+    isa: Isa,
+    of: ProductOf,
+    a: WeightRows,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
     let n = b.0.len();
     if m == 0 || n == 0 {
         return;
@@ -230,13 +215,9 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 unsafe { std::slice::from_raw_parts_mut(o, m) }.fill(0.0);
             }
         }
-        HalfInGgmlOrder => {
-            with_rounded_columns(a, b, |b| float::half_in_ggml_order::gemm(isa, a, m, b, out))
+        FloatsInGgmlOrder => {
+            with_rounded_columns(a, b, |b| float::in_ggml_order::gemm(isa, of, a, m, b, out))
         }
-        FloatRowStream => {
-            with_rounded_columns(a, b, |b| float::row_stream::matvec(isa, a, m, b, out))
-        }
-        FloatDot => with_rounded_columns(a, b, |b| float::dot::gemm(isa, a, m, b, out)),
         // the packed GEMM rounds F16 and BF16 weights' activations itself,
         // as it packs them
         FloatPacked => float::packed::gemm(isa, a, m, b, out),
@@ -248,10 +229,10 @@ pub(super) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
             }
         }
         Dequantized => with_rounded_columns(a, b, |b| {
-            dequantized::with_f32_rows(a, m, |rows| gemm(isa, rows, m, b, out))
+            dequantized::with_f32_rows(a, m, |rows| gemm(isa, of, rows, m, b, out))
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
-        KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, a, m, b, out),
+        KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, of, a, m, b, out),
     }
 }
 

@@ -1,15 +1,16 @@
 //! The products ggml sums in one fixed order, bit for bit: every path, on
 //! every instruction set and in every layout, against a plain restatement
 //! of what ggml's x86 kernels compute for that type (the orders
-//! `float::half_in_ggml_order` and `blocks_in_ggml_order` describe, and the
+//! `float::in_ggml_order` and `blocks_in_ggml_order` describe, and the
 //! repacked Q4_0 kernels' one float step a block). These are the types
-//! whose logits on real models equal llama.cpp's exactly.
+//! whose logits on real models equal llama.cpp's exactly. A `mul_mat_id`'s
+//! products take each column as a product of that column alone.
 
 use ggraph_core::quant::{f16_to_f32, f32_to_f16};
 use ggraph_core::{DType, quant};
 
 use super::dispatch::gemm as gemm_with;
-use super::operands::{Cols, WeightRows};
+use super::operands::{Cols, ProductOf, WeightRows};
 use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa;
 
@@ -231,7 +232,7 @@ fn every_path_gives_ggml_s_bits() {
                 };
                 let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
                 let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
-                gemm_with(isa, a, m, &b, &out);
+                gemm_with(isa, ProductOf::MulMat, a, m, &b, &out);
                 let case = format!("{isa:?} {dtype} m={m} n={n} k={k}");
                 failures.extend(differences(&got, &want, case));
             }
@@ -282,7 +283,18 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
             let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
             // SAFETY: the processor has the kernels' instruction set; m
             // rows (whole groups) of k values, columns of k values.
-            unsafe { interleaved_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
+            unsafe {
+                interleaved_with(
+                    kernels,
+                    ProductOf::MulMat,
+                    layout,
+                    laid.as_ptr(),
+                    k,
+                    m,
+                    &b,
+                    &out,
+                )
+            };
             failures.extend(differences(
                 &got,
                 &want,
@@ -331,19 +343,139 @@ fn every_interleaved_q4_k_kernel_gives_ggml_s_bits() {
                 dtype,
                 k,
             };
-            in_order(isa::Isa::Portable, rows, m, &b, &out);
+            in_order(isa::Isa::Portable, ProductOf::MulMat, rows, m, &b, &out);
             let mut laid = vec![0u8; bytes.len()];
             layout.pack(&bytes, &mut laid, bytes.len() / m);
             let mut got = vec![f32::NAN; n * m];
             let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
             // SAFETY: the processor has the kernels' instruction set; m
             // rows (whole groups) of k values, columns of k values.
-            unsafe { interleaved_with(kernels, layout, laid.as_ptr(), k, m, &b, &out) };
+            unsafe {
+                interleaved_with(
+                    kernels,
+                    ProductOf::MulMat,
+                    layout,
+                    laid.as_ptr(),
+                    k,
+                    m,
+                    &b,
+                    &out,
+                )
+            };
             failures.extend(differences(
                 &got,
                 &want,
                 format!("{kernels:?} Q4_K m={m} n={n} k={k}"),
             ));
+        }
+    }
+    assert_none(failures);
+}
+
+/// Weight rows of `dtype` as bytes: floats as they are, quantised types
+/// quantised.
+fn weight_bytes(dtype: DType, w: &[f32]) -> Vec<u8> {
+    match dtype {
+        DType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => w
+            .iter()
+            .flat_map(|&v| f32_to_f16(v).to_le_bytes())
+            .collect(),
+        DType::BF16 => w
+            .iter()
+            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect(),
+        _ => quant::quantize(dtype, w).unwrap(),
+    }
+}
+
+/// ggml's `mul_mat_id` takes an expert's columns one at a time (`vec_dot`,
+/// or the repacked GEMV), where `mul_mat` takes several together
+/// (tinyBLAS, the repacked GEMM), up to the tiled K-quant kernels, which
+/// both take from eight columns on: so below eight columns an expert's
+/// product equals its columns' products taken alone, on every path.
+#[test]
+fn a_mul_mat_id_sums_each_column_as_a_product_of_it_alone() {
+    let mut failures = Vec::new();
+    let types = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q5_0,
+        DType::IQ4_NL,
+        DType::Q4_1,
+        DType::Q5_1,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::IQ4_XS,
+    ];
+    for isa in isa::all_supported() {
+        for dtype in types {
+            for (m, n) in [(16, 2), (32, 5), (8, 7)] {
+                let k = 512;
+                let w = values(m * k, (m + n) as u32);
+                let x = values(n * k, 3 * n as u32);
+                let bytes = weight_bytes(dtype, &w);
+                let a = WeightRows {
+                    ptr: bytes.as_ptr(),
+                    stride: bytes.len() / m,
+                    elem_stride: dtype.type_size(),
+                    dtype,
+                    k,
+                };
+                let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+                let mut got = vec![f32::NAN; n * m];
+                let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
+                gemm_with(isa, ProductOf::MulMatId, a, m, &b, &out);
+                let mut want = vec![f32::NAN; n * m];
+                for j in 0..n {
+                    let one = Cols(vec![b.0[j]]);
+                    let o = Cols(vec![want[j * m..].as_mut_ptr()]);
+                    gemm_with(isa, ProductOf::MulMat, a, m, &one, &o);
+                }
+                let case = format!("{isa:?} {dtype} m={m} n={n}");
+                failures.extend(differences(&got, &want, case));
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::interleaved_gemm::{Kernels, gemm_with as interleaved_with};
+        for kernels in Kernels::ALL
+            .into_iter()
+            .filter(|k| k.isa() <= isa::detected())
+        {
+            for layout in [Interleaved::Q4_0, Interleaved::IQ4_NL, Interleaved::Q4_K] {
+                let dtype = layout.dtype();
+                let (m, n, k) = (16, 6, 512);
+                let w = values(m * k, 11);
+                let x = values(n * k, 12);
+                let bytes = quant::quantize(dtype, &w).unwrap();
+                let mut laid = vec![0u8; bytes.len()];
+                layout.pack(&bytes, &mut laid, bytes.len() / m);
+                let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+                let mut got = vec![f32::NAN; n * m];
+                let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
+                let of = ProductOf::MulMatId;
+                // SAFETY: the processor has the kernels' instruction set; m
+                // rows (whole groups) of k values, columns of k values.
+                unsafe { interleaved_with(kernels, of, layout, laid.as_ptr(), k, m, &b, &out) };
+                let mut want = vec![f32::NAN; n * m];
+                for j in 0..n {
+                    let one = Cols(vec![b.0[j]]);
+                    let o = Cols(vec![want[j * m..].as_mut_ptr()]);
+                    let of = ProductOf::MulMat;
+                    // SAFETY: as above.
+                    unsafe { interleaved_with(kernels, of, layout, laid.as_ptr(), k, m, &one, &o) };
+                }
+                let case = format!("{kernels:?} {dtype} interleaved m={m} n={n}");
+                failures.extend(differences(&got, &want, case));
+            }
         }
     }
     assert_none(failures);

@@ -41,7 +41,7 @@ use ggraph_core::DType;
 use ggraph_core::quant::f16_to_f32;
 
 use super::activation_quant::quantize_column;
-use super::operands::{Cols, WeightRows};
+use super::operands::{Cols, ProductOf, WeightRows};
 use super::quant_format::{Partner, q4k_scales_mins};
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
@@ -104,10 +104,11 @@ pub(crate) fn order(dtype: DType, m: usize, n: usize) -> Option<Order> {
     }
 }
 
-/// The repacked order's step for column `j` of `n`: ggml's GEMM takes the
-/// columns in fours (when there are more than three), its GEMV the rest.
-pub(crate) fn step(j: usize, n: usize) -> Step {
-    if n > 3 && j < n - n % 4 {
+/// The repacked order's step for column `j` of `n` in a product of `of`:
+/// ggml's GEMM takes a `mul_mat`'s columns in fours (when there are more
+/// than three), its GEMV the rest and every column of a `mul_mat_id`.
+pub(crate) fn step(of: ProductOf, j: usize, n: usize) -> Step {
+    if of == ProductOf::MulMat && n > 3 && j < n - n % 4 {
         Step::Pair
     } else {
         Step::SuperBlock
@@ -300,7 +301,14 @@ thread_local! {
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`, rows of Q6_K or Q4_K
 /// super-blocks side by side.
-pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+pub(crate) fn gemm(
+    isa: Isa,
+    of: ProductOf,
+    a: WeightRows,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
     let (k, n) = (a.k, b.0.len());
     let nsb = k / QK;
     let Some(order) = order(a.dtype, m, n) else {
@@ -354,7 +362,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 let mut tiles = Vec::new();
                 let mut j = 0;
                 while j < n {
-                    let s = step(j, n);
+                    let s = step(of, j, n);
                     let c = if s == Step::Pair || n - j >= TILE_COLS {
                         TILE_COLS.min(n - j)
                     } else {
@@ -1547,7 +1555,7 @@ mod tests {
                     let run = |isa: Isa| {
                         let mut out = vec![vec![0f32; m]; n];
                         let o = Cols(out.iter_mut().map(|c| c.as_mut_ptr()).collect());
-                        gemm(isa, a, m, &b, &o);
+                        gemm(isa, ProductOf::MulMat, a, m, &b, &o);
                         out
                     };
                     let want = run(Isa::Portable);

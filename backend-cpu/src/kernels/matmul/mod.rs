@@ -7,8 +7,8 @@
 //!   weight type, the column count and the bytes of a weight row;
 //! - the paths, each a driver and its kernels per instruction set: the
 //!   types whose sums ggml adds in one fixed order follow it, so that
-//!   their products equal llama.cpp's bit for bit (F16 and BF16 weights:
-//!   `float::half_in_ggml_order`; Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1:
+//!   their products equal llama.cpp's bit for bit (F32, F16 and BF16
+//!   weights: `float::in_ggml_order`; Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1:
 //!   `blocks_in_ggml_order`; the K-quants and IQ4_XS:
 //!   `kquants_in_ggml_order`; Q4_0, Q4_K and IQ4_NL in the CPU's
 //!   interleaved layout, which bypasses `dispatch`: `interleaved_gemm`);
@@ -46,11 +46,12 @@ use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa;
 use crate::kernels::tensor_ref::TRef;
 use crate::team;
-use operands::{Cols, WeightRows};
+use operands::{Cols, ProductOf, WeightRows};
 
-/// out[j][i] = dot(a row i, b[j]) for i < m, j < b.len().
-fn gemm(a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
-    dispatch::gemm(isa::active(), a, m, b, out)
+/// out[j][i] = dot(a row i, b[j]) for i < m, j < b.len(), summed as ggml
+/// sums the products of `of`.
+fn gemm(of: ProductOf, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
+    dispatch::gemm(isa::active(), of, a, m, b, out)
 }
 
 /// Activation columns as f32, into `cols`: straight pointers when `b`
@@ -127,7 +128,7 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
         bufs.out
             .0
             .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
-        gemm(w, m, &bufs.b, &bufs.out);
+        gemm(ProductOf::MulMat, w, m, &bufs.b, &bufs.out);
     };
     let batches = dst.ne[2] * dst.ne[3];
     if batches > 1 && 2 * m * n * k < SMALL_BATCH_FLOPS {
@@ -154,7 +155,7 @@ fn interleaved_mul_mat(dst: TRef, a: TRef, layout: Interleaved, b: TRef) {
             .0
             .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
         let matrix = a.row_ptr(0, i2 / r2, i3 / r3);
-        interleaved_product(layout, matrix, &a, dst.ne[0], &mut bufs);
+        interleaved_product(ProductOf::MulMat, layout, matrix, &a, dst.ne[0], &mut bufs);
     }
 }
 
@@ -162,6 +163,7 @@ fn interleaved_mul_mat(dst: TRef, a: TRef, layout: Interleaved, b: TRef) {
 /// the interleaved weight `a`, at `matrix`: the interleaved kernels on
 /// AVX2, else ggml's rows rebuilt in scratch memory first.
 fn interleaved_product(
+    of: ProductOf,
     layout: Interleaved,
     matrix: *const u8,
     a: &TRef,
@@ -172,7 +174,7 @@ fn interleaved_product(
     if isa::active() >= isa::Isa::Avx2 {
         // SAFETY: the stream gives a layout only to a whole weight of whole
         // groups of rows, so every matrix of it is whole groups too.
-        unsafe { interleaved_gemm::gemm(layout, matrix, a.ne[0], m, &bufs.b, &bufs.out) };
+        unsafe { interleaved_gemm::gemm(of, layout, matrix, a.ne[0], m, &bufs.b, &bufs.out) };
         return;
     }
     bufs.plain.resize(m * a.nb[1], 0);
@@ -186,7 +188,7 @@ fn interleaved_product(
         dtype: a.dtype,
         k: a.ne[0],
     };
-    gemm(w, m, &bufs.b, &bufs.out);
+    gemm(of, w, m, &bufs.b, &bufs.out);
 }
 
 /// The (slot, token) pairs of a mul_mat_id grouped by expert: expert
@@ -269,8 +271,10 @@ pub fn mul_mat_id(dst: TRef, experts: TRef, b: TRef, ids: TRef) -> Result<()> {
             .0
             .extend(pairs.iter().map(|&(e, t)| dst.row_ptr(e, t, 0) as *mut f32));
         match experts.layout {
-            Some(layout) => interleaved_product(layout, w.ptr, &experts, m, bufs),
-            None => gemm(w, m, &bufs.b, &bufs.out),
+            Some(layout) => {
+                interleaved_product(ProductOf::MulMatId, layout, w.ptr, &experts, m, bufs)
+            }
+            None => gemm(ProductOf::MulMatId, w, m, &bufs.b, &bufs.out),
         }
     };
     // With experts enough to go round the team twice, each runs whole on

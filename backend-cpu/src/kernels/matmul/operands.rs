@@ -14,6 +14,17 @@ pub(crate) struct WeightRows {
     pub k: usize,
 }
 
+/// The op a product belongs to. ggml picks its kernels, and so the order
+/// of its sums, by op as well as by shape: `mul_mat_id` takes each
+/// expert's columns one at a time (`vec_dot`, or the repacked GEMV) where
+/// `mul_mat` would take several together (tinyBLAS, the repacked GEMM);
+/// both take the tiled K-quant kernels from eight columns on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProductOf {
+    MulMat,
+    MulMatId,
+}
+
 /// Column pointers (k-long f32 inputs, m-long f32 outputs).
 pub(crate) struct Cols<T>(pub Vec<*mut T>);
 

@@ -3,7 +3,7 @@
 use ggraph_core::{DType, quant};
 
 use super::dispatch::gemm as gemm_with;
-use super::operands::{Cols, WeightRows};
+use super::operands::{Cols, ProductOf, WeightRows};
 use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa::{self, Isa};
 
@@ -49,7 +49,7 @@ fn product_error(
     pad: usize,
 ) -> f64 {
     product_error_of(dtype, w, x, m, n, pad, &|a, m, b, out| {
-        gemm_with(isa, a, m, b, out)
+        gemm_with(isa, ProductOf::MulMat, a, m, b, out)
     })
 }
 
@@ -275,7 +275,9 @@ fn interleaved_error(
         // SAFETY: the processor has the kernels' instruction set; the
         // matrix is m rows (whole groups) of k values, the columns k
         // values and the outputs m.
-        unsafe { super::interleaved_gemm::gemm_with(kernels, layout, a, k, m, b, out) }
+        unsafe {
+            super::interleaved_gemm::gemm_with(kernels, ProductOf::MulMat, layout, a, k, m, b, out)
+        }
     })
 }
 

@@ -1,11 +1,10 @@
-//! The float kernels for AVX-512: the dot tile, the one-column row
-//! stream, the 32 x 12 micro-kernel and its panel packing.
+//! The packed float GEMM's kernels for AVX-512: the 32 x 12 micro-kernel
+//! and its panel packing.
 
 use std::arch::x86_64::*;
 
 use super::weight_values::{DT_F16, DT_F32, scalar_w};
 use crate::kernels::matmul::register_transpose::transpose16;
-use crate::kernels::matmul::row_streaming::rows_ahead;
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -20,132 +19,6 @@ unsafe fn load_w512<const DT: u8>(p: *const u8, k: usize) -> __m512 {
             _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
                 _mm256_loadu_si256((p as *const u16).add(k) as *const __m256i),
             ))),
-        }
-    }
-}
-
-/// The AVX-512 dot tile (see `dot::DotTile`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn dot_tile_avx512<const R: usize, const C: usize, const DT: u8>(
-    rows: *const *const u8,
-    k0: usize,
-    cols: *const *const f32,
-    kc: usize,
-    acc_out: *mut f32,
-    first: bool,
-    ahead: usize,
-) {
-    // SAFETY: rows and columns hold k0 + kc values each; acc_out holds
-    // R * C slots of 16 floats.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
-        if !first {
-            for r in 0..R {
-                for c in 0..C {
-                    acc[r][c] = _mm512_loadu_ps(acc_out.add((r * C + c) * 16));
-                }
-            }
-        }
-        let end = k0 + kc / 16 * 16;
-        let mut kk = k0;
-        // the weights are read once: fetch `ahead` bytes further (see
-        // `dot::dot_range`) into L2 while this part is computed, once per
-        // cache line
-        let bytes = if DT == DT_F32 { 4 } else { 2 };
-        while kk < end {
-            let fetch = (kk * bytes) % 64 == 0;
-            for r in 0..R {
-                if fetch {
-                    _mm_prefetch::<_MM_HINT_T1>(
-                        (*rows.add(r)).wrapping_add(kk * bytes + ahead) as *const i8
-                    );
-                }
-                let w = load_w512::<DT>(*rows.add(r), kk);
-                for c in 0..C {
-                    let x = _mm512_loadu_ps((*cols.add(c)).add(kk));
-                    acc[r][c] = _mm512_fmadd_ps(w, x, acc[r][c]);
-                }
-            }
-            kk += 16;
-        }
-        for r in 0..R {
-            for c in 0..C {
-                let slot = acc_out.add((r * C + c) * 16);
-                _mm512_storeu_ps(slot, acc[r][c]);
-                for t in end..k0 + kc {
-                    *slot += scalar_w::<DT>(*rows.add(r), t) * *(*cols.add(c)).add(t);
-                }
-            }
-        }
-    }
-}
-
-/// Rows longer than this (bytes) go four side by side through the
-/// AVX-512 row stream; shorter ones one at a time, so that a task
-/// streams its rows in order. One at a time measured faster with 8 KiB
-/// rows (F16, k = 4096) and with the small model's 1-3 KiB rows, no
-/// faster with 16 KiB rows (F32), and slower with 28 KiB rows (F16,
-/// k = 14336): long rows side by side are long streams already
-/// (docs/performance.md).
-const FOUR_ROWS_ABOVE: usize = 12 << 10;
-
-/// The AVX-512 row stream (see `row_stream::RowStream`): rows of up to
-/// [`FOUR_ROWS_ABOVE`] bytes one at a time, longer ones four at a time
-/// (single rows at the end); two accumulators per row, 32 values per
-/// step; each dot summed in registers and stored. Rows are prefetched
-/// as the dot tiles do: whole groups of four rows ahead for short rows,
-/// 1024 values further along for long ones.
-///
-/// # Safety
-/// As for `row_stream_avx2`, with AVX-512 F/BW/VL.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn rows4_avx512<const DT: u8>(
-    first: *const u8,
-    stride: usize,
-    count: usize,
-    k: usize,
-    col: *const f32,
-    out: *mut f32,
-) {
-    let bytes = if DT == DT_F32 { 4 } else { 2 };
-    let ahead = rows_ahead(k * bytes, 4 * stride, 1024 * bytes);
-    let per_call = if k * bytes > FOUR_ROWS_ABOVE { 4 } else { 1 };
-    // SAFETY: caller's contract; prefetches may point past the rows.
-    unsafe {
-        let end32 = k / 32 * 32;
-        let mut i = 0;
-        while i < count {
-            let rows = if count - i >= per_call { per_call } else { 1 };
-            let row = |r: usize| first.add((i + r) * stride);
-            let mut acc = [[_mm512_setzero_ps(); 2]; 4];
-            let mut kk = 0;
-            while kk < end32 {
-                let x = [
-                    _mm512_loadu_ps(col.add(kk)),
-                    _mm512_loadu_ps(col.add(kk + 16)),
-                ];
-                for (r, a) in acc.iter_mut().enumerate().take(rows) {
-                    let p = row(r);
-                    // once per cache line of the row
-                    for line in (0..32 * bytes).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T1>(
-                            p.wrapping_add(kk * bytes + line + ahead) as *const i8
-                        );
-                    }
-                    a[0] = _mm512_fmadd_ps(load_w512::<DT>(p, kk), x[0], a[0]);
-                    a[1] = _mm512_fmadd_ps(load_w512::<DT>(p, kk + 16), x[1], a[1]);
-                }
-                kk += 32;
-            }
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                let p = row(r);
-                let mut dot = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
-                for t in end32..k {
-                    dot += scalar_w::<DT>(p, t) * *col.add(t);
-                }
-                *out.add(i + r) = dot;
-            }
-            i += rows;
         }
     }
 }

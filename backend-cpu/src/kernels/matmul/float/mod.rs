@@ -1,15 +1,13 @@
-//! Float weights (F32, F16, BF16) times f32 activation columns, on three
-//! paths that `dispatch` chooses from: `row_stream` (one column), `dot`
-//! (a few columns: each weight row read once, the mat-vec of token
-//! generation) and `packed` (many columns: a tiled GEMM in the BLIS manner,
-//! which also takes quantised weights, dequantised as they are packed).
+//! Float weights (F32, F16, BF16) times f32 activation columns, on the
+//! paths that `dispatch` chooses from: `in_ggml_order` (rows of values
+//! side by side: every dot summed as ggml sums it) and `packed` (rows
+//! with any stride between values: a tiled GEMM in the BLIS manner).
 //!
 //! Where AMX is asked for and usable, BF16 weights times many columns run
 //! on its tiles instead (`bf16_tiles`).
 //!
-//! The kernels are compiled for AVX-512 (`avx512`), AVX2 (`avx2`,
-//! `dot_asm_avx2`) and plain Rust (`dot_portable`, and the portable
-//! micro-kernel of `packed`), and `Isa` picks one at run time.
+//! The packed GEMM's kernels are compiled for AVX-512 (`avx512`), AVX2
+//! (`avx2`) and plain Rust (in `packed`), and `Isa` picks one at run time.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -17,11 +15,6 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod bf16_tiles;
-pub(super) mod dot;
-#[cfg(target_arch = "x86_64")]
-mod dot_asm_avx2;
-mod dot_portable;
-pub(super) mod half_in_ggml_order;
+pub(super) mod in_ggml_order;
 pub(super) mod packed;
-pub(super) mod row_stream;
 mod weight_values;

@@ -25,7 +25,7 @@ use std::cell::RefCell;
 use super::activation_quant::{QActs, qacts_len, quantize_acts};
 use super::block_gemm_avx2;
 use super::kquants_in_ggml_order::{Step, step};
-use super::operands::Cols;
+use super::operands::{Cols, ProductOf};
 use super::quant_dot::panel;
 use super::quant_format::{Format, format};
 use crate::kernels::interleave::{GROUP_ROWS, Interleaved};
@@ -65,6 +65,7 @@ thread_local! {
 /// `a` holds the whole matrix (`m` a multiple of eight rows); the columns
 /// hold `k` values and the outputs `m`.
 pub(crate) unsafe fn gemm(
+    of: ProductOf,
     layout: Interleaved,
     a: *const u8,
     k: usize,
@@ -73,7 +74,7 @@ pub(crate) unsafe fn gemm(
     out: &Cols<f32>,
 ) {
     // SAFETY: caller's contract.
-    unsafe { gemm_with(Kernels::active(), layout, a, k, m, b, out) }
+    unsafe { gemm_with(Kernels::active(), of, layout, a, k, m, b, out) }
 }
 
 /// As [`gemm`], with the few-column kernels of `kernels`.
@@ -82,6 +83,7 @@ pub(crate) unsafe fn gemm(
 /// As for [`gemm`]; the processor has `kernels`' instruction set.
 pub(super) unsafe fn gemm_with(
     kernels: Kernels,
+    of: ProductOf,
     layout: Interleaved,
     a: *const u8,
     k: usize,
@@ -172,6 +174,7 @@ pub(super) unsafe fn gemm_with(
             return;
         }
         let shape = Shape {
+            of,
             k,
             m,
             n,
@@ -274,9 +277,10 @@ impl Kernels {
     }
 }
 
-/// The sizes of a product.
+/// The op and the sizes of a product.
 #[derive(Clone, Copy)]
 struct Shape {
+    of: ProductOf,
     k: usize,
     m: usize,
     n: usize,
@@ -296,6 +300,7 @@ fn columns<const T: usize>(
     out: &Cols<f32>,
 ) {
     let Shape {
+        of,
         k,
         m,
         n,
@@ -324,7 +329,7 @@ fn columns<const T: usize>(
             for tile in my_tiles.clone() {
                 let j0 = tile * T;
                 let nc = T.min(n - j0);
-                let pairs = step(j0, n) == Step::Pair;
+                let pairs = step(of, j0, n) == Step::Pair;
                 let xo = (tile * xblk + v0 / qb) * T;
                 let so = (tile * (k / QK) + v0 / QK) * 4 * T;
                 let x = Acts {

@@ -1,0 +1,864 @@
+//! F32, F16 and BF16 weights times f32 columns (for F16 and BF16 weights
+//! already rounded to F16 or BF16), each dot summed in the order ggml's
+//! x86 build sums it, so that every output equals llama.cpp's bit for bit.
+//! A product of two F16 (or two BF16) values is exact in f32, and ggml
+//! multiplies F32 values with a fused multiply-add, so only the order of
+//! the additions matters, and ggml has two:
+//!
+//! - **eight lanes** (tinyBLAS, which ggml's `mul_mat` runs for two or
+//!   more columns when `k` is a multiple of 8 and the rows a multiple of
+//!   4): value `t` goes to lane `t % 8`, each lane takes its products by
+//!   `fma` from the first on, and the lanes are then summed as `((l0 +
+//!   l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`;
+//! - **the vector dot** (for one column, whatever tinyBLAS declines, and
+//!   every expert of a `mul_mat_id`): `ggml_vec_dot_f16` is
+//!   `kernels::half_dot`; `ggml_vec_dot_bf16` has the same four
+//!   accumulators and f64 tail, its lanes summed as the eight lanes are
+//!   ([`bf16_dot_rows`]); `ggml_vec_dot_f32` has half_dot's four
+//!   accumulators and sum, and a tail of its own ([`f32_dot_rows`]).
+
+use ggraph_core::DType;
+
+use crate::kernels::half_dot::{HalfDotRows, half_at, half_dot_rows};
+use crate::kernels::isa::Isa;
+use crate::kernels::matmul::operands::{Cols, ProductOf, WeightRows};
+use crate::kernels::parallel::par_ranges;
+
+/// Which of ggml's two orders sums the dots of `m` rows of `k` values
+/// times `n` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    EightLanes,
+    VectorDot,
+}
+
+pub(crate) fn order(of: ProductOf, m: usize, k: usize, n: usize) -> Order {
+    if of == ProductOf::MulMat && n >= 2 && k % 8 == 0 && m % 4 == 0 {
+        Order::EightLanes
+    } else {
+        Order::VectorDot
+    }
+}
+
+/// Rows per eight-lane tile (ggml's too: `m` is a multiple of it there).
+const TILE_ROWS: usize = 4;
+/// Most columns per eight-lane tile: with AVX-512, two rows to a register
+/// and six columns, twelve accumulators; on AVX2 and below three columns,
+/// twelve accumulators in AVX2's sixteen registers.
+const TILE_COLS: usize = 6;
+/// Row tiles a task takes before the columns move on: 64 rows, which stay
+/// in L2 while every column passes over them.
+const CHUNK_TILES: usize = 16;
+
+/// `out[j][i] = dot(a row i, b[j])` for `i < m`: F32, F16 or BF16 rows,
+/// columns of F16 and BF16 rows holding values already rounded to F16
+/// (BF16).
+pub(crate) fn gemm(
+    isa: Isa,
+    of: ProductOf,
+    a: WeightRows,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    let k = a.k;
+    let kernels = Kernels::new(isa, a.dtype);
+    match order(of, m, k, n) {
+        Order::EightLanes => par_ranges(m / TILE_ROWS, 4, |range| {
+            for chunk in range.clone().step_by(CHUNK_TILES) {
+                for j0 in (0..n).step_by(kernels.cols) {
+                    let nc = kernels.cols.min(n - j0);
+                    let cols: [*const f32; TILE_COLS] =
+                        std::array::from_fn(|c| b.0[j0 + c.min(nc - 1)] as *const f32);
+                    for t in chunk..(chunk + CHUNK_TILES).min(range.end) {
+                        let i0 = t * TILE_ROWS;
+                        let rows: [*const u8; TILE_ROWS] = std::array::from_fn(|r| a.row(i0 + r));
+                        // SAFETY: rows i0.. hold k values each, the columns
+                        // k values; k is a multiple of 8.
+                        let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
+                        for (c, col) in dots.iter().take(nc).enumerate() {
+                            for (r, &v) in col.iter().enumerate() {
+                                // SAFETY: output column j0 + c holds m
+                                // values; this task owns rows i0..i0 + 4.
+                                unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                            }
+                        }
+                    }
+                }
+            }
+        }),
+        Order::VectorDot => par_ranges(m, 16, |range| {
+            for (&col, &o) in b.0.iter().zip(&out.0) {
+                // SAFETY: the rows of range and the column hold k values;
+                // the outputs of range are this task's.
+                unsafe {
+                    (kernels.vector_dot)(
+                        a.row(range.start),
+                        a.stride,
+                        range.len(),
+                        col,
+                        k,
+                        o.add(range.start),
+                    )
+                };
+            }
+        }),
+    }
+}
+
+type EightLanes = unsafe fn(
+    [*const u8; TILE_ROWS],
+    [*const f32; TILE_COLS],
+    usize,
+) -> [[f32; TILE_ROWS]; TILE_COLS];
+
+struct Kernels {
+    eight_lanes: EightLanes,
+    /// Columns `eight_lanes` computes (the rest of its array are copies).
+    cols: usize,
+    vector_dot: HalfDotRows,
+}
+
+impl Kernels {
+    /// The kernels for `dtype` (F32, F16 or BF16) rows.
+    fn new(isa: Isa, dtype: DType) -> Kernels {
+        fn of<W: Weight>(isa: Isa) -> (EightLanes, usize) {
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                isa if isa >= Isa::Avx512 => (x86::eight_lanes_avx512::<W> as EightLanes, 6),
+                #[cfg(target_arch = "x86_64")]
+                isa if isa >= Isa::Avx2 => (x86::eight_lanes::<W> as EightLanes, 3),
+                _ => (eight_lanes_portable::<W> as EightLanes, 3),
+            }
+        }
+        let ((eight_lanes, cols), vector_dot) = match dtype {
+            DType::BF16 => (of::<Bf16>(isa), bf16_dot_rows(isa)),
+            DType::F32 => (of::<F32>(isa), f32_dot_rows(isa)),
+            _ => (of::<F16>(isa), half_dot_rows(isa)),
+        };
+        Kernels {
+            eight_lanes,
+            cols,
+            vector_dot,
+        }
+    }
+}
+
+/// A weight type of this module: how its values load.
+trait Weight {
+    /// Bytes per value.
+    const BYTES: usize;
+
+    /// Value `i` of `row` as f32.
+    ///
+    /// # Safety
+    /// Value `i` of the row exists.
+    unsafe fn at(row: *const u8, i: usize) -> f32;
+
+    /// Eight values at `p` as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; `p` holds eight values.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn eight(p: *const u8) -> std::arch::x86_64::__m256;
+
+    /// Eight values at `low` (the register's low half) and eight at
+    /// `high`, as f32.
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2 and F16C; `low` and `high` hold eight values each.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn two_eights(low: *const u8, high: *const u8) -> std::arch::x86_64::__m512;
+}
+
+struct F16;
+struct Bf16;
+struct F32;
+
+impl Weight for F16 {
+    const BYTES: usize = 2;
+
+    #[inline(always)]
+    unsafe fn at(row: *const u8, i: usize) -> f32 {
+        // SAFETY: caller's contract.
+        unsafe { half_at(row, i) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn eight(p: *const u8) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn two_eights(low: *const u8, high: *const u8) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe { _mm512_cvtph_ps(halves(low, high)) }
+    }
+}
+
+impl Weight for Bf16 {
+    const BYTES: usize = 2;
+
+    #[inline(always)]
+    unsafe fn at(row: *const u8, i: usize) -> f32 {
+        // SAFETY: caller's contract.
+        let bits = unsafe { (row as *const u16).add(i).read_unaligned() };
+        f32::from_bits((bits as u32) << 16)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn eight(p: *const u8) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn two_eights(low: *const u8, high: *const u8) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe {
+            let both = halves(low, high);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(both)))
+        }
+    }
+}
+
+impl Weight for F32 {
+    const BYTES: usize = 4;
+
+    #[inline(always)]
+    unsafe fn at(row: *const u8, i: usize) -> f32 {
+        // SAFETY: caller's contract.
+        unsafe { (row as *const f32).add(i).read_unaligned() }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn eight(p: *const u8) -> std::arch::x86_64::__m256 {
+        // SAFETY: caller's contract.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p as *const f32) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn two_eights(low: *const u8, high: *const u8) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe {
+            let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(low as *const f32)));
+            let high = _mm256_castps_pd(_mm256_loadu_ps(high as *const f32));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, high))
+        }
+    }
+}
+
+/// Sixteen 16-bit values: eight at `low`, eight at `high`.
+///
+/// # Safety
+/// AVX2; `low` and `high` hold sixteen bytes each.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves(low: *const u8, high: *const u8) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: caller's contract.
+    unsafe {
+        let low = _mm_loadu_si128(low as *const __m128i);
+        let high = _mm_loadu_si128(high as *const __m128i);
+        _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(low), high)
+    }
+}
+
+/// `ggml_vec_dot_bf16`'s dots of `count` rows `stride` bytes apart from
+/// `first` with `col`, the kernel of this instruction set.
+fn bf16_dot_rows(isa: Isa) -> HalfDotRows {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return x86::bf16_dot_rows_avx512;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return x86::bf16_dot_rows;
+    }
+    let _ = isa;
+    bf16_dot_rows_portable
+}
+
+/// `ggml_vec_dot_bf16` on x86: the first `k - k % 32` products in four
+/// accumulators of eight lanes (value `t` in accumulator `t % 32 / 8`,
+/// lane `t % 8`), folded as `(a0 + a2) + (a1 + a3)`, its lanes summed as
+/// the eight lanes are, then the remaining products added in f64.
+///
+/// # Safety
+/// As for [`HalfDotRows`], the rows BF16.
+unsafe fn bf16_dot_rows_portable(
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    col: *const f32,
+    k: usize,
+    out: *mut f32,
+) {
+    let np = k & !31;
+    for i in 0..count {
+        let row = first.wrapping_add(i * stride);
+        let mut acc = [[0f32; 8]; 4];
+        for v in 0..np {
+            // SAFETY: v < k.
+            let p = unsafe { Bf16::at(row, v) * *col.add(v) };
+            acc[v % 32 / 8][v % 8] += p;
+        }
+        let s: [f32; 8] =
+            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+        let mut sum = hsum8(s) as f64;
+        for v in np..k {
+            // SAFETY: v < k.
+            sum += unsafe { Bf16::at(row, v) * *col.add(v) } as f64;
+        }
+        // SAFETY: out holds count values.
+        unsafe { *out.add(i) = sum as f32 };
+    }
+}
+
+/// `ggml_vec_dot_f32`'s dots of `count` rows `stride` bytes apart from
+/// `first` with `col`, the kernel of this instruction set.
+fn f32_dot_rows(isa: Isa) -> HalfDotRows {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return x86::f32_dot_rows_avx512;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return x86::f32_dot_rows;
+    }
+    let _ = isa;
+    f32_dot_rows_portable
+}
+
+/// `ggml_vec_dot_f32` as llama.cpp's x86 build computes it: the first `k
+/// - k % 32` products by `fma` in four accumulators of eight lanes (value
+/// `t` in accumulator `t % 32 / 8`, lane `t % 8`), folded as `(a0 + a2) +
+/// (a1 + a3)`, the lanes summed as `((s0 + s4) + (s1 + s5)) + ((s2 + s6)
+/// + (s3 + s7))`, then the rest by [`f32_tail`].
+///
+/// # Safety
+/// As for [`HalfDotRows`], the rows F32.
+unsafe fn f32_dot_rows_portable(
+    first: *const u8,
+    stride: usize,
+    count: usize,
+    col: *const f32,
+    k: usize,
+    out: *mut f32,
+) {
+    let np = k & !31;
+    for i in 0..count {
+        let row = first.wrapping_add(i * stride);
+        let mut acc = [[0f32; 8]; 4];
+        for v in 0..np {
+            // SAFETY: v < k.
+            let (w, x) = unsafe { (F32::at(row, v), *col.add(v)) };
+            let lane = &mut acc[v % 32 / 8][v % 8];
+            *lane = w.mul_add(x, *lane);
+        }
+        let s: [f32; 8] =
+            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+        let sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        // SAFETY: out holds count values; the row and column k.
+        unsafe { *out.add(i) = f32_tail(sum, row, col, np, k) };
+    }
+}
+
+/// `sum` plus the products of values `np..k`, one by one in f32, as
+/// llama.cpp's build adds `ggml_vec_dot_f32`'s last values: its compiler
+/// multiplied them in fours, so the first `r - r % 4` of the `r` products
+/// are rounded before they are added, and the last `r % 4` are fused
+/// (`fma`).
+///
+/// # Safety
+/// The row (F32) and the column hold `k` values.
+#[inline(always)]
+unsafe fn f32_tail(mut sum: f32, row: *const u8, col: *const f32, np: usize, k: usize) -> f32 {
+    let fused = np + (k - np) / 4 * 4;
+    for v in np..k {
+        // SAFETY: v < k.
+        let (w, x) = unsafe { (F32::at(row, v), *col.add(v)) };
+        sum = if v < fused {
+            sum + w * x
+        } else {
+            w.mul_add(x, sum)
+        };
+    }
+    sum
+}
+
+fn hsum8(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// # Safety
+/// Rows hold `k` values, columns `k` f32; `k % 8 == 0`.
+unsafe fn eight_lanes_portable<W: Weight>(
+    rows: [*const u8; TILE_ROWS],
+    cols: [*const f32; TILE_COLS],
+    k: usize,
+) -> [[f32; TILE_ROWS]; TILE_COLS] {
+    std::array::from_fn(|c| {
+        std::array::from_fn(|r| {
+            if c >= 3 {
+                return 0.0;
+            }
+            let mut lanes = [0f32; 8];
+            for l in (0..k).step_by(8) {
+                for (t, lane) in lanes.iter_mut().enumerate() {
+                    // SAFETY: l + t < k.
+                    *lane = unsafe { W::at(rows[r], l + t).mul_add(*cols[c].add(l + t), *lane) };
+                }
+            }
+            hsum8(lanes)
+        })
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Bf16, TILE_COLS, TILE_ROWS, Weight};
+    use crate::kernels::math::{hsum256, row_pair_sums};
+
+    /// # Safety
+    /// AVX2, FMA and F16C; as `eight_lanes_portable`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn eight_lanes<W: Weight>(
+        rows: [*const u8; TILE_ROWS],
+        cols: [*const f32; TILE_COLS],
+        k: usize,
+    ) -> [[f32; TILE_ROWS]; TILE_COLS] {
+        let mut acc = [[_mm256_setzero_ps(); TILE_ROWS]; 3];
+        for l in (0..k).step_by(8) {
+            // SAFETY: values l..l + 8 of every row and column exist.
+            unsafe {
+                let av: [__m256; TILE_ROWS] =
+                    std::array::from_fn(|r| W::eight(rows[r].add(W::BYTES * l)));
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let bv = _mm256_loadu_ps(cols[c].add(l));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm256_fmadd_ps(av[r], bv, *acc);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
+        for (o, col) in out.iter_mut().zip(acc) {
+            // SAFETY: AVX2 is enabled here.
+            *o = col.map(|v| unsafe { hsum256(v) });
+        }
+        out
+    }
+
+    /// As [`eight_lanes`], six columns, with two rows to a 512-bit register
+    /// (the low eight lanes one row's, the high eight the next's).
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2, FMA and F16C; as `eight_lanes_portable`.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn eight_lanes_avx512<W: Weight>(
+        rows: [*const u8; TILE_ROWS],
+        cols: [*const f32; TILE_COLS],
+        k: usize,
+    ) -> [[f32; TILE_ROWS]; TILE_COLS] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; TILE_COLS];
+        for l in (0..k).step_by(8) {
+            // SAFETY: values l..l + 8 of every row and column exist.
+            unsafe {
+                let pair = |r: usize| {
+                    W::two_eights(rows[r].add(W::BYTES * l), rows[r + 1].add(W::BYTES * l))
+                };
+                let av = [pair(0), pair(2)];
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    let bv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(
+                        cols[c].add(l) as *const f64,
+                    )));
+                    for (a, x) in acc.iter_mut().zip(av) {
+                        *a = _mm512_fmadd_ps(x, bv, *a);
+                    }
+                }
+            }
+        }
+        // SAFETY: AVX-512 F is enabled here.
+        unsafe { row_pair_sums(acc) }
+    }
+
+    /// The four accumulators of `ggml_vec_dot_f32` folded and their lanes
+    /// summed as its AVX reduction does (`f32_dot_rows_portable`).
+    ///
+    /// # Safety
+    /// AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn f32_fold(acc: [__m256; 4]) -> f32 {
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let h = _mm_hadd_ps(h, h);
+        _mm_cvtss_f32(_mm_hadd_ps(h, h))
+    }
+
+    /// `ggml_vec_dot_f32` (see `f32_dot_rows_portable`) with AVX2.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; as `HalfDotRows`, the rows F32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f32_dot_rows(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        let np = k & !31;
+        for i in 0..count {
+            let row = first.wrapping_add(i * stride) as *const f32;
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for v in (0..np).step_by(32) {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    let at = v + 8 * q;
+                    // SAFETY: values at..at + 8 exist.
+                    unsafe {
+                        let w = _mm256_loadu_ps(row.add(at));
+                        *acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(at)), *acc);
+                    }
+                }
+            }
+            // SAFETY: AVX2 is enabled here; out holds count values.
+            unsafe {
+                let sum = f32_fold(acc);
+                *out.add(i) = super::f32_tail(sum, row as *const u8, col, np, k);
+            }
+        }
+    }
+
+    /// As [`f32_dot_rows`], four rows at a time, each row's four
+    /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`).
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2 and FMA; as `HalfDotRows`, the rows F32.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn f32_dot_rows_avx512(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        const R: usize = 4;
+        let np = k & !31;
+        let mut i = 0;
+        while i < count {
+            let rows = (count - i).min(R);
+            let row: [*const f32; R] = std::array::from_fn(|r| {
+                first.wrapping_add((i + r.min(rows - 1)) * stride) as *const f32
+            });
+            let mut acc = [[_mm512_setzero_ps(); 2]; R];
+            for v in (0..np).step_by(32) {
+                // SAFETY: values v..v + 32 of the rows and the column exist.
+                unsafe {
+                    let x = [
+                        _mm512_loadu_ps(col.add(v)),
+                        _mm512_loadu_ps(col.add(v + 16)),
+                    ];
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            let w = _mm512_loadu_ps(row[r].add(v + 16 * h));
+                            *a = _mm512_fmadd_ps(w, x[h], *a);
+                        }
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                let quarter = |a: __m512, upper: bool| {
+                    if upper {
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)))
+                    } else {
+                        _mm512_castps512_ps256(a)
+                    }
+                };
+                let four = [
+                    quarter(acc[0], false),
+                    quarter(acc[0], true),
+                    quarter(acc[1], false),
+                    quarter(acc[1], true),
+                ];
+                // SAFETY: AVX2 is enabled here; out holds count values.
+                unsafe {
+                    let sum = f32_fold(four);
+                    *out.add(i + r) = super::f32_tail(sum, row[r] as *const u8, col, np, k);
+                }
+            }
+            i += rows;
+        }
+    }
+
+    /// `ggml_vec_dot_bf16` (see `bf16_dot_rows_portable`) with AVX2.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn bf16_dot_rows(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        let np = k & !31;
+        for i in 0..count {
+            let row = first.wrapping_add(i * stride);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for v in (0..np).step_by(32) {
+                for (q, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: values v + 8q.. v + 8q + 8 exist.
+                    unsafe {
+                        let x = Bf16::eight(row.add(2 * (v + 8 * q)));
+                        *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(col.add(v + 8 * q)), *acc);
+                    }
+                }
+            }
+            let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+            // SAFETY: AVX2 is enabled here.
+            let mut sum = unsafe { hsum256(s) } as f64;
+            for v in np..k {
+                // SAFETY: v < k.
+                sum += unsafe { super::Bf16::at(row, v) * *col.add(v) } as f64;
+            }
+            // SAFETY: out holds count values.
+            unsafe { *out.add(i) = sum as f32 };
+        }
+    }
+
+    /// As [`bf16_dot_rows`], four rows at a time, each row's four
+    /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`, so
+    /// that their sum's halves are `a0 + a2` and `a1 + a3`).
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn bf16_dot_rows_avx512(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        let np = k & !31;
+        let sixteen = |p: *const u8| {
+            // SAFETY: the caller's row holds sixteen values at p.
+            let h = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        };
+        let mut i = 0;
+        while i < count {
+            let rows = (count - i).min(4);
+            let row: [*const u8; 4] =
+                std::array::from_fn(|r| first.wrapping_add((i + r.min(rows - 1)) * stride));
+            let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+            for v in (0..np).step_by(32) {
+                // SAFETY: values v..v + 32 of the rows and the column exist.
+                unsafe {
+                    let x = [
+                        _mm512_loadu_ps(col.add(v)),
+                        _mm512_loadu_ps(col.add(v + 16)),
+                    ];
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        for (h, a) in acc.iter_mut().enumerate() {
+                            *a = _mm512_fmadd_ps(sixteen(row[r].add(2 * (v + 16 * h))), x[h], *a);
+                        }
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                let s = _mm512_add_ps(acc[0], acc[1]);
+                let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+                let s = _mm256_add_ps(_mm512_castps512_ps256(s), high);
+                // SAFETY: AVX2 is enabled here.
+                let mut sum = unsafe { hsum256(s) } as f64;
+                for v in np..k {
+                    // SAFETY: v < k.
+                    sum += unsafe { super::Bf16::at(row[r], v) * *col.add(v) } as f64;
+                }
+                // SAFETY: out holds count values.
+                unsafe { *out.add(i + r) = sum as f32 };
+            }
+            i += rows;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ggraph_core::quant::{f16_to_f32, f32_to_f16};
+
+    #[test]
+    fn ggml_picks_eight_lanes_only_for_tinyblas_shapes_of_a_mul_mat() {
+        let mm = ProductOf::MulMat;
+        assert_eq!(order(mm, 64, 64, 2), Order::EightLanes);
+        assert_eq!(order(mm, 64, 64, 1), Order::VectorDot);
+        assert_eq!(order(mm, 66, 64, 2), Order::VectorDot);
+        assert_eq!(order(mm, 64, 60, 2), Order::VectorDot);
+        // mul_mat_id's experts: vec_dot a column at a time
+        assert_eq!(order(ProductOf::MulMatId, 64, 64, 16), Order::VectorDot);
+    }
+
+    /// Values whose sums round differently in every order, so that a
+    /// kernel that sums in another order than its portable twin fails;
+    /// exact in F16 where `half`.
+    fn values(n: usize, seed: u32, half: bool) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let v = ((s >> 8) as f32 / (1 << 24) as f32 - 0.5) * 2f32.powi((s % 13) as i32);
+                if half { f16_to_f32(f32_to_f16(v)) } else { v }
+            })
+            .collect()
+    }
+
+    /// A row of `k` values of `dtype` (F32, F16 or BF16) as bytes.
+    fn row_bytes(dtype: DType, k: usize, seed: u32) -> Vec<u8> {
+        let v = values(k, seed, dtype != DType::F32);
+        match dtype {
+            DType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DType::BF16 => v
+                .iter()
+                .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
+                .collect(),
+            _ => v
+                .iter()
+                .flat_map(|&x| f32_to_f16(x).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    const TYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    #[test]
+    fn the_eight_lane_kernels_sum_as_the_portable_one() {
+        for level in crate::kernels::isa::all_supported() {
+            for dtype in TYPES {
+                let kernels = Kernels::new(level, dtype);
+                let portable = Kernels::new(Isa::Portable, dtype);
+                for k in [8, 24, 32, 64, 72, 200, 256] {
+                    let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
+                        .map(|r| row_bytes(dtype, k, r as u32))
+                        .collect();
+                    let cols: Vec<Vec<f32>> = (0..TILE_COLS)
+                        .map(|c| values(k, 100 + c as u32, dtype != DType::F32))
+                        .collect();
+                    let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
+                    let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
+                    // SAFETY: k values each, k a multiple of 8.
+                    let got = unsafe { (kernels.eight_lanes)(rp, cp, k) };
+                    for (c, got) in got.iter().enumerate().take(kernels.cols) {
+                        // the portable kernel's first column, column c
+                        let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
+                        // SAFETY: as above.
+                        let want = unsafe { (portable.eight_lanes)(rp, one, k) }[0];
+                        assert_eq!(
+                            got.map(f32::to_bits),
+                            want.map(f32::to_bits),
+                            "{} {dtype:?} k {k} column {c}",
+                            level.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_vector_dots_sum_as_the_portable_ones() {
+        for level in crate::kernels::isa::all_supported() {
+            for dtype in TYPES {
+                let (got, want) = (
+                    Kernels::new(level, dtype),
+                    Kernels::new(Isa::Portable, dtype),
+                );
+                // every tail length from 0 to 35 past the fours of 32,
+                // and rows in fours and not
+                for k in (0..=35).chain([40, 64, 100, 256, 1000]) {
+                    for count in [1, 3, 5, 9] {
+                        let rows = row_bytes(dtype, count * k, 5);
+                        // F16 and BF16 weights meet columns rounded alike
+                        let col = values(k, 9, dtype != DType::F32);
+                        let run = |f: HalfDotRows| {
+                            let mut out = vec![0f32; count];
+                            let stride = k * dtype.type_size();
+                            // SAFETY: count rows of k values, the column k.
+                            unsafe {
+                                f(
+                                    rows.as_ptr(),
+                                    stride,
+                                    count,
+                                    col.as_ptr(),
+                                    k,
+                                    out.as_mut_ptr(),
+                                )
+                            };
+                            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                        };
+                        assert_eq!(
+                            run(got.vector_dot),
+                            run(want.vector_dot),
+                            "{} {dtype:?} k {k} rows {count}",
+                            level.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The F32 vector dot restated from ggml's description: a sum that
+    /// rounds each step is the sum of llama.cpp's build.
+    #[test]
+    fn the_f32_vector_dot_fuses_only_the_last_products_past_the_fours() {
+        // k = 32 + 6: values 32..36 rounded then added, 36 and 37 fused
+        let k = 38;
+        let row: Vec<f32> = (0..k).map(|i| 1.0 + i as f32 / 3.0).collect();
+        let col: Vec<f32> = (0..k).map(|i| 1.0 - i as f32 / 7.0).collect();
+        let mut acc = [[0f32; 8]; 4];
+        for v in 0..32 {
+            acc[v / 8][v % 8] = row[v].mul_add(col[v], acc[v / 8][v % 8]);
+        }
+        let s: [f32; 8] =
+            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+        let mut want = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        for v in 32..36 {
+            want += row[v] * col[v];
+        }
+        for v in 36..38 {
+            want = row[v].mul_add(col[v], want);
+        }
+        let bytes: Vec<u8> = row.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut got = 0f32;
+        // SAFETY: one row of k values, the column k.
+        unsafe { f32_dot_rows_portable(bytes.as_ptr(), 4 * k, 1, col.as_ptr(), k, &mut got) };
+        assert_eq!(got.to_bits(), want.to_bits());
+    }
+}
