@@ -49,6 +49,8 @@ const TILE_COLS: usize = 6;
 /// Row tiles a task takes before the columns move on: 64 rows, which stay
 /// in L2 while every column passes over them.
 const CHUNK_TILES: usize = 16;
+/// Bytes of rows the vector dots take before the columns move on.
+const VECTOR_CHUNK_BYTES: usize = 256 << 10;
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`: F32, F16 or BF16 rows,
 /// columns of F16 and BF16 rows holding values already rounded to F16
@@ -64,46 +66,59 @@ pub(crate) fn gemm(
     let n = b.0.len();
     let k = a.k;
     let kernels = Kernels::new(isa, a.dtype);
+    let row_bytes = (k * a.dtype.type_size()).max(1);
     match order(of, m, k, n) {
-        Order::EightLanes => par_ranges(m / TILE_ROWS, 4, |range| {
-            for chunk in range.clone().step_by(CHUNK_TILES) {
-                for j0 in (0..n).step_by(kernels.cols) {
-                    let nc = kernels.cols.min(n - j0);
-                    let cols: [*const f32; TILE_COLS] =
-                        std::array::from_fn(|c| b.0[j0 + c.min(nc - 1)] as *const f32);
-                    for t in chunk..(chunk + CHUNK_TILES).min(range.end) {
-                        let i0 = t * TILE_ROWS;
-                        let rows: [*const u8; TILE_ROWS] = std::array::from_fn(|r| a.row(i0 + r));
-                        // SAFETY: rows i0.. hold k values each, the columns
-                        // k values; k is a multiple of 8.
-                        let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
-                        for (c, col) in dots.iter().take(nc).enumerate() {
-                            for (r, &v) in col.iter().enumerate() {
-                                // SAFETY: output column j0 + c holds m
-                                // values; this task owns rows i0..i0 + 4.
-                                unsafe { *out.0[j0 + c].add(i0 + r) = v };
+        Order::EightLanes => {
+            par_ranges(m / TILE_ROWS, 4, |range| {
+                for chunk in range.clone().step_by(CHUNK_TILES) {
+                    for j0 in (0..n).step_by(kernels.cols) {
+                        let nc = kernels.cols.min(n - j0);
+                        let cols: [*const f32; TILE_COLS] =
+                            std::array::from_fn(|c| b.0[j0 + c.min(nc - 1)] as *const f32);
+                        for t in chunk..(chunk + CHUNK_TILES).min(range.end) {
+                            let i0 = t * TILE_ROWS;
+                            let rows: [*const u8; TILE_ROWS] =
+                                std::array::from_fn(|r| a.row(i0 + r));
+                            // SAFETY: rows i0.. hold k values each, the columns
+                            // k values; k is a multiple of 8.
+                            let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
+                            for (c, col) in dots.iter().take(nc).enumerate() {
+                                for (r, &v) in col.iter().enumerate() {
+                                    // SAFETY: output column j0 + c holds m
+                                    // values; this task owns rows i0..i0 + 4.
+                                    unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                                }
                             }
                         }
                     }
                 }
-            }
-        }),
-        Order::VectorDot => par_ranges(m, 16, |range| {
-            for (&col, &o) in b.0.iter().zip(&out.0) {
-                // SAFETY: the rows of range and the column hold k values;
-                // the outputs of range are this task's.
-                unsafe {
-                    (kernels.vector_dot)(
-                        a.row(range.start),
-                        a.stride,
-                        range.len(),
-                        col,
-                        k,
-                        o.add(range.start),
-                    )
-                };
-            }
-        }),
+            })
+        }
+        Order::VectorDot => {
+            // with several columns (a mul_mat_id's expert), a chunk of
+            // rows at a time, which stays in cache while every column
+            // passes over it
+            let chunk = (VECTOR_CHUNK_BYTES / row_bytes).max(1);
+            par_ranges(m, 16, |range| {
+                for c0 in range.clone().step_by(chunk) {
+                    let rows = c0..(c0 + chunk).min(range.end);
+                    for (&col, &o) in b.0.iter().zip(&out.0) {
+                        // SAFETY: the rows and the column hold k values;
+                        // the outputs of range are this task's.
+                        unsafe {
+                            (kernels.vector_dot)(
+                                a.row(rows.start),
+                                a.stride,
+                                rows.len(),
+                                col,
+                                k,
+                                o.add(rows.start),
+                            )
+                        };
+                    }
+                }
+            })
+        }
     }
 }
 
