@@ -180,8 +180,8 @@ pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
         .map(|r| r.path)
         .expect("the last rules take any float and any quantised weights");
     // the tiles are not an instruction-set level of their own: where they
-    // are asked for, they take BF16 products of more than the dot's
-    // columns, which then no longer sum in ggml's order
+    // are asked for, they take BF16 products of more than
+    // `TILES_ABOVE_N` columns, which then no longer sum in ggml's order
     #[cfg(target_arch = "x86_64")]
     if matches!(path, FloatPacked | FloatsInGgmlOrder)
         && n > TILES_ABOVE_N
