@@ -13,9 +13,9 @@
 //! - **the vector dot** (for one column, whatever tinyBLAS declines, and
 //!   every expert of a `mul_mat_id`): `ggml_vec_dot_f16` is
 //!   `kernels::half_dot`; `ggml_vec_dot_bf16` has the same four
-//!   accumulators and f64 tail, its lanes summed as the eight lanes are
-//!   ([`bf16_dot_rows`]); `ggml_vec_dot_f32` has half_dot's four
-//!   accumulators and sum, and a tail of its own ([`f32_dot_rows`]).
+//!   accumulators, its lanes summed as the eight lanes are and an f64
+//!   tail; `ggml_vec_dot_f32` half_dot's accumulators and sum and a tail of
+//!   its own ([`VectorDot`]).
 
 use ggraph_core::DType;
 
@@ -148,8 +148,8 @@ impl Kernels {
             }
         }
         let ((eight_lanes, cols), vector_dot) = match dtype {
-            DType::BF16 => (of::<Bf16>(isa), bf16_dot_rows(isa)),
-            DType::F32 => (of::<F32>(isa), f32_dot_rows(isa)),
+            DType::BF16 => (of::<Bf16>(isa), vector_dot_rows::<Bf16>(isa)),
+            DType::F32 => (of::<F32>(isa), vector_dot_rows::<F32>(isa)),
             _ => (of::<F16>(isa), half_dot_rows(isa)),
         };
         Kernels {
@@ -185,6 +185,17 @@ trait Weight {
     /// AVX-512 F, AVX2 and F16C; `low` and `high` hold eight values each.
     #[cfg(target_arch = "x86_64")]
     unsafe fn two_eights(low: *const u8, high: *const u8) -> std::arch::x86_64::__m512;
+
+    /// Sixteen values at `p` as f32.
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2 and F16C; `p` holds sixteen values.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn sixteen(p: *const u8) -> std::arch::x86_64::__m512 {
+        // SAFETY: caller's contract.
+        unsafe { Self::two_eights(p, p.add(8 * Self::BYTES)) }
+    }
 }
 
 struct F16;
@@ -277,6 +288,13 @@ impl Weight for F32 {
             _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, high))
         }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn sixteen(p: *const u8) -> std::arch::x86_64::__m512 {
+        // SAFETY: caller's contract.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(p as *const f32) }
+    }
 }
 
 /// Sixteen 16-bit values: eight at `low`, eight at `high`.
@@ -295,81 +313,77 @@ unsafe fn halves(low: *const u8, high: *const u8) -> std::arch::x86_64::__m256i 
     }
 }
 
-/// `ggml_vec_dot_bf16`'s dots of `count` rows `stride` bytes apart from
-/// `first` with `col`, the kernel of this instruction set.
-fn bf16_dot_rows(isa: Isa) -> HalfDotRows {
-    #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx512 {
-        return x86::bf16_dot_rows_avx512;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
-        return x86::bf16_dot_rows;
-    }
-    let _ = isa;
-    bf16_dot_rows_portable
+/// A weight type whose vector dot this module computes: ggml's four
+/// accumulators of eight lanes over the first `k - k % 32` products
+/// (value `t` in accumulator `t % 32 / 8`, lane `t % 8`) by `fma`, folded
+/// as `(a0 + a2) + (a1 + a3)`; each type then sums the eight lanes and
+/// adds the remaining products its own way.
+trait VectorDot: Weight {
+    /// The dot from the folded lanes `s` and the products of values
+    /// `np..k`.
+    ///
+    /// # Safety
+    /// The row and the column hold `k` values.
+    unsafe fn finish(s: [f32; 8], row: *const u8, col: *const f32, np: usize, k: usize) -> f32;
 }
 
-/// `ggml_vec_dot_bf16` on x86: the first `k - k % 32` products in four
-/// accumulators of eight lanes (value `t` in accumulator `t % 32 / 8`,
-/// lane `t % 8`), folded as `(a0 + a2) + (a1 + a3)`, its lanes summed as
-/// the eight lanes are, then the remaining products added in f64.
-///
-/// # Safety
-/// As for [`HalfDotRows`], the rows BF16.
-unsafe fn bf16_dot_rows_portable(
-    first: *const u8,
-    stride: usize,
-    count: usize,
-    col: *const f32,
-    k: usize,
-    out: *mut f32,
-) {
-    let np = k & !31;
-    for i in 0..count {
-        let row = first.wrapping_add(i * stride);
-        let mut acc = [[0f32; 8]; 4];
-        for v in 0..np {
-            // SAFETY: v < k.
-            let p = unsafe { Bf16::at(row, v) * *col.add(v) };
-            acc[v % 32 / 8][v % 8] += p;
-        }
-        let s: [f32; 8] =
-            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+impl VectorDot for Bf16 {
+    /// `ggml_vec_dot_bf16` on x86: the lanes summed as the eight lanes
+    /// are ([`hsum8`]), then the remaining products added in f64.
+    #[inline(always)]
+    unsafe fn finish(s: [f32; 8], row: *const u8, col: *const f32, np: usize, k: usize) -> f32 {
         let mut sum = hsum8(s) as f64;
         for v in np..k {
             // SAFETY: v < k.
             sum += unsafe { Bf16::at(row, v) * *col.add(v) } as f64;
         }
-        // SAFETY: out holds count values.
-        unsafe { *out.add(i) = sum as f32 };
+        sum as f32
     }
 }
 
-/// `ggml_vec_dot_f32`'s dots of `count` rows `stride` bytes apart from
-/// `first` with `col`, the kernel of this instruction set.
-fn f32_dot_rows(isa: Isa) -> HalfDotRows {
+impl VectorDot for F32 {
+    /// `ggml_vec_dot_f32` as llama.cpp's x86 build computes it: the lanes
+    /// summed as `((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7))`, then
+    /// the remaining products one by one in f32. Its compiler multiplied
+    /// those in fours, so the first `r - r % 4` of the `r` products are
+    /// rounded before they are added, and the last `r % 4` are fused.
+    #[inline(always)]
+    unsafe fn finish(s: [f32; 8], row: *const u8, col: *const f32, np: usize, k: usize) -> f32 {
+        let mut sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        let fused = np + (k - np) / 4 * 4;
+        for v in np..k {
+            // SAFETY: v < k.
+            let (w, x) = unsafe { (F32::at(row, v), *col.add(v)) };
+            sum = if v < fused {
+                sum + w * x
+            } else {
+                w.mul_add(x, sum)
+            };
+        }
+        sum
+    }
+}
+
+/// The vector dots of `W` rows, the kernel of this instruction set.
+fn vector_dot_rows<W: VectorDot>(isa: Isa) -> HalfDotRows {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx512 {
-        return x86::f32_dot_rows_avx512;
+        return x86::vector_dot_rows_avx512::<W>;
     }
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 {
-        return x86::f32_dot_rows;
+        return x86::vector_dot_rows::<W>;
     }
     let _ = isa;
-    f32_dot_rows_portable
+    vector_dot_rows_portable::<W>
 }
 
-/// `ggml_vec_dot_f32` as llama.cpp's x86 build computes it: the first `k
-/// - k % 32` products by `fma` in four accumulators of eight lanes (value
-/// `t` in accumulator `t % 32 / 8`, lane `t % 8`), folded as `(a0 + a2) +
-/// (a1 + a3)`, the lanes summed as `((s0 + s4) + (s1 + s5)) + ((s2 + s6)
-/// + (s3 + s7))`, then the rest by [`f32_tail`].
+/// `out[i]` = the vector dot (see [`VectorDot`]) of row `i` of `count`
+/// rows `stride` bytes apart from `first` with `col`.
 ///
 /// # Safety
-/// As for [`HalfDotRows`], the rows F32.
-unsafe fn f32_dot_rows_portable(
+/// As for [`HalfDotRows`], the rows of `W`.
+unsafe fn vector_dot_rows_portable<W: VectorDot>(
     first: *const u8,
     stride: usize,
     count: usize,
@@ -383,39 +397,14 @@ unsafe fn f32_dot_rows_portable(
         let mut acc = [[0f32; 8]; 4];
         for v in 0..np {
             // SAFETY: v < k.
-            let (w, x) = unsafe { (F32::at(row, v), *col.add(v)) };
+            let (w, x) = unsafe { (W::at(row, v), *col.add(v)) };
             let lane = &mut acc[v % 32 / 8][v % 8];
             *lane = w.mul_add(x, *lane);
         }
-        let s: [f32; 8] =
-            std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
-        let sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+        let s = std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
         // SAFETY: out holds count values; the row and column k.
-        unsafe { *out.add(i) = f32_tail(sum, row, col, np, k) };
+        unsafe { *out.add(i) = W::finish(s, row, col, np, k) };
     }
-}
-
-/// `sum` plus the products of values `np..k`, one by one in f32, as
-/// llama.cpp's build adds `ggml_vec_dot_f32`'s last values: its compiler
-/// multiplied them in fours, so the first `r - r % 4` of the `r` products
-/// are rounded before they are added, and the last `r % 4` are fused
-/// (`fma`).
-///
-/// # Safety
-/// The row (F32) and the column hold `k` values.
-#[inline(always)]
-unsafe fn f32_tail(mut sum: f32, row: *const u8, col: *const f32, np: usize, k: usize) -> f32 {
-    let fused = np + (k - np) / 4 * 4;
-    for v in np..k {
-        // SAFETY: v < k.
-        let (w, x) = unsafe { (F32::at(row, v), *col.add(v)) };
-        sum = if v < fused {
-            sum + w * x
-        } else {
-            w.mul_add(x, sum)
-        };
-    }
-    sum
 }
 
 fn hsum8(l: [f32; 8]) -> f32 {
@@ -450,7 +439,7 @@ unsafe fn eight_lanes_portable<W: Weight>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Bf16, TILE_COLS, TILE_ROWS, Weight};
+    use super::{TILE_COLS, TILE_ROWS, VectorDot, Weight};
     use crate::kernels::math::{hsum256, row_pair_sums};
 
     /// # Safety
@@ -516,123 +505,12 @@ mod x86 {
         unsafe { row_pair_sums(acc) }
     }
 
-    /// The four accumulators of `ggml_vec_dot_f32` folded and their lanes
-    /// summed as its AVX reduction does (`f32_dot_rows_portable`).
+    /// As `vector_dot_rows_portable`, a row at a time with AVX2.
     ///
     /// # Safety
-    /// AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn f32_fold(acc: [__m256; 4]) -> f32 {
-        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-        let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-        let h = _mm_hadd_ps(h, h);
-        _mm_cvtss_f32(_mm_hadd_ps(h, h))
-    }
-
-    /// `ggml_vec_dot_f32` (see `f32_dot_rows_portable`) with AVX2.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; as `HalfDotRows`, the rows F32.
+    /// AVX2, FMA and F16C; as `HalfDotRows`, the rows of `W`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn f32_dot_rows(
-        first: *const u8,
-        stride: usize,
-        count: usize,
-        col: *const f32,
-        k: usize,
-        out: *mut f32,
-    ) {
-        let np = k & !31;
-        for i in 0..count {
-            let row = first.wrapping_add(i * stride) as *const f32;
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for v in (0..np).step_by(32) {
-                for (q, acc) in acc.iter_mut().enumerate() {
-                    let at = v + 8 * q;
-                    // SAFETY: values at..at + 8 exist.
-                    unsafe {
-                        let w = _mm256_loadu_ps(row.add(at));
-                        *acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(at)), *acc);
-                    }
-                }
-            }
-            // SAFETY: AVX2 is enabled here; out holds count values.
-            unsafe {
-                let sum = f32_fold(acc);
-                *out.add(i) = super::f32_tail(sum, row as *const u8, col, np, k);
-            }
-        }
-    }
-
-    /// As [`f32_dot_rows`], four rows at a time, each row's four
-    /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`).
-    ///
-    /// # Safety
-    /// AVX-512 F, AVX2 and FMA; as `HalfDotRows`, the rows F32.
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn f32_dot_rows_avx512(
-        first: *const u8,
-        stride: usize,
-        count: usize,
-        col: *const f32,
-        k: usize,
-        out: *mut f32,
-    ) {
-        const R: usize = 4;
-        let np = k & !31;
-        let mut i = 0;
-        while i < count {
-            let rows = (count - i).min(R);
-            let row: [*const f32; R] = std::array::from_fn(|r| {
-                first.wrapping_add((i + r.min(rows - 1)) * stride) as *const f32
-            });
-            let mut acc = [[_mm512_setzero_ps(); 2]; R];
-            for v in (0..np).step_by(32) {
-                // SAFETY: values v..v + 32 of the rows and the column exist.
-                unsafe {
-                    let x = [
-                        _mm512_loadu_ps(col.add(v)),
-                        _mm512_loadu_ps(col.add(v + 16)),
-                    ];
-                    for (r, acc) in acc.iter_mut().enumerate() {
-                        for (h, a) in acc.iter_mut().enumerate() {
-                            let w = _mm512_loadu_ps(row[r].add(v + 16 * h));
-                            *a = _mm512_fmadd_ps(w, x[h], *a);
-                        }
-                    }
-                }
-            }
-            for (r, acc) in acc.iter().enumerate().take(rows) {
-                let quarter = |a: __m512, upper: bool| {
-                    if upper {
-                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)))
-                    } else {
-                        _mm512_castps512_ps256(a)
-                    }
-                };
-                let four = [
-                    quarter(acc[0], false),
-                    quarter(acc[0], true),
-                    quarter(acc[1], false),
-                    quarter(acc[1], true),
-                ];
-                // SAFETY: AVX2 is enabled here; out holds count values.
-                unsafe {
-                    let sum = f32_fold(four);
-                    *out.add(i + r) = super::f32_tail(sum, row[r] as *const u8, col, np, k);
-                }
-            }
-            i += rows;
-        }
-    }
-
-    /// `ggml_vec_dot_bf16` (see `bf16_dot_rows_portable`) with AVX2.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn bf16_dot_rows(
+    pub(super) unsafe fn vector_dot_rows<W: VectorDot>(
         first: *const u8,
         stride: usize,
         count: usize,
@@ -646,33 +524,28 @@ mod x86 {
             let mut acc = [_mm256_setzero_ps(); 4];
             for v in (0..np).step_by(32) {
                 for (q, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: values v + 8q.. v + 8q + 8 exist.
+                    let at = v + 8 * q;
+                    // SAFETY: values at..at + 8 exist.
                     unsafe {
-                        let x = Bf16::eight(row.add(2 * (v + 8 * q)));
-                        *acc = _mm256_fmadd_ps(x, _mm256_loadu_ps(col.add(v + 8 * q)), *acc);
+                        let w = W::eight(row.add(W::BYTES * at));
+                        *acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(col.add(at)), *acc);
                     }
                 }
             }
             let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-            // SAFETY: AVX2 is enabled here.
-            let mut sum = unsafe { hsum256(s) } as f64;
-            for v in np..k {
-                // SAFETY: v < k.
-                sum += unsafe { super::Bf16::at(row, v) * *col.add(v) } as f64;
-            }
-            // SAFETY: out holds count values.
-            unsafe { *out.add(i) = sum as f32 };
+            // SAFETY: the row and column hold k values, out count.
+            unsafe { *out.add(i) = W::finish(lanes(s), row, col, np, k) };
         }
     }
 
-    /// As [`bf16_dot_rows`], four rows at a time, each row's four
+    /// As [`vector_dot_rows`], four rows at a time, each row's four
     /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`, so
     /// that their sum's halves are `a0 + a2` and `a1 + a3`).
     ///
     /// # Safety
-    /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows BF16.
+    /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows of `W`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn bf16_dot_rows_avx512(
+    pub(super) unsafe fn vector_dot_rows_avx512<W: VectorDot>(
         first: *const u8,
         stride: usize,
         count: usize,
@@ -681,11 +554,6 @@ mod x86 {
         out: *mut f32,
     ) {
         let np = k & !31;
-        let sixteen = |p: *const u8| {
-            // SAFETY: the caller's row holds sixteen values at p.
-            let h = unsafe { _mm256_loadu_si256(p as *const __m256i) };
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
-        };
         let mut i = 0;
         while i < count {
             let rows = (count - i).min(4);
@@ -701,7 +569,8 @@ mod x86 {
                     ];
                     for (r, acc) in acc.iter_mut().enumerate() {
                         for (h, a) in acc.iter_mut().enumerate() {
-                            *a = _mm512_fmadd_ps(sixteen(row[r].add(2 * (v + 16 * h))), x[h], *a);
+                            let w = W::sixteen(row[r].add(W::BYTES * (v + 16 * h)));
+                            *a = _mm512_fmadd_ps(w, x[h], *a);
                         }
                     }
                 }
@@ -710,17 +579,21 @@ mod x86 {
                 let s = _mm512_add_ps(acc[0], acc[1]);
                 let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
                 let s = _mm256_add_ps(_mm512_castps512_ps256(s), high);
-                // SAFETY: AVX2 is enabled here.
-                let mut sum = unsafe { hsum256(s) } as f64;
-                for v in np..k {
-                    // SAFETY: v < k.
-                    sum += unsafe { super::Bf16::at(row[r], v) * *col.add(v) } as f64;
-                }
-                // SAFETY: out holds count values.
-                unsafe { *out.add(i + r) = sum as f32 };
+                // SAFETY: the row and column hold k values, out count.
+                unsafe { *out.add(i + r) = W::finish(lanes(s), row[r], col, np, k) };
             }
             i += rows;
         }
+    }
+
+    /// The eight lanes of `v`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes(v: __m256) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: out holds eight values.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+        out
     }
 }
 
@@ -873,7 +746,9 @@ mod tests {
         let bytes: Vec<u8> = row.iter().flat_map(|x| x.to_le_bytes()).collect();
         let mut got = 0f32;
         // SAFETY: one row of k values, the column k.
-        unsafe { f32_dot_rows_portable(bytes.as_ptr(), 4 * k, 1, col.as_ptr(), k, &mut got) };
+        unsafe {
+            vector_dot_rows_portable::<F32>(bytes.as_ptr(), 4 * k, 1, col.as_ptr(), k, &mut got)
+        };
         assert_eq!(got.to_bits(), want.to_bits());
     }
 }
