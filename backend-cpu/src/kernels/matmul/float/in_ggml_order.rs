@@ -22,6 +22,7 @@ use ggraph_core::DType;
 use crate::kernels::half_dot::{HalfDotRows, half_at, half_dot_rows};
 use crate::kernels::isa::Isa;
 use crate::kernels::matmul::operands::{Cols, ProductOf, WeightRows};
+use crate::kernels::matmul::row_streaming::SHORT_ROW_BYTES;
 use crate::kernels::parallel::par_ranges;
 
 /// Which of ggml's two orders sums the dots of `m` rows of `k` values
@@ -65,7 +66,7 @@ pub(crate) fn gemm(
 ) {
     let n = b.0.len();
     let k = a.k;
-    let kernels = Kernels::new(isa, a.dtype);
+    let kernels = Kernels::for_rows(isa, a.dtype, k * a.dtype.type_size());
     let row_bytes = (k * a.dtype.type_size()).max(1);
     match order(of, m, k, n) {
         Order::EightLanes => {
@@ -136,6 +137,29 @@ struct Kernels {
 }
 
 impl Kernels {
+    /// The kernels for rows of `row_bytes`: short rows take the vector dot
+    /// one row at a time with AVX2, one sequential stream with no software
+    /// prefetch (on the small model's 1-2 KiB rows, rows side by side or
+    /// prefetched gave 40% fewer tokens/s, docs/performance.md).
+    fn for_rows(isa: Isa, dtype: DType, row_bytes: usize) -> Kernels {
+        let kernels = Kernels::new(isa, dtype);
+        if row_bytes > SHORT_ROW_BYTES || isa < Isa::Avx2 {
+            return kernels;
+        }
+        #[cfg(target_arch = "x86_64")]
+        let vector_dot = match dtype {
+            DType::BF16 => x86::vector_dot_rows::<Bf16>,
+            DType::F32 => x86::vector_dot_rows::<F32>,
+            _ => x86::f16_rows_one_by_one as HalfDotRows,
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let vector_dot = kernels.vector_dot;
+        Kernels {
+            vector_dot,
+            ..kernels
+        }
+    }
+
     /// The kernels for `dtype` (F32, F16 or BF16) rows.
     fn new(isa: Isa, dtype: DType) -> Kernels {
         fn of<W: Weight>(isa: Isa) -> (EightLanes, usize) {
@@ -440,8 +464,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{TILE_COLS, TILE_ROWS, VectorDot, Weight};
+    use crate::kernels::half_dot::half_dot_avx2;
     use crate::kernels::math::{hsum256, row_pair_sums};
-    use crate::kernels::matmul::row_streaming::SHORT_ROW_BYTES;
 
     /// # Safety
     /// AVX2, FMA and F16C; as `eight_lanes_portable`.
@@ -539,9 +563,26 @@ mod x86 {
         }
     }
 
-    /// As [`vector_dot_rows`] with AVX-512: short rows one at a time, one
-    /// sequential stream (four side by side measured slower on the small
-    /// model's 2 KiB F32 rows), longer ones four at a time.
+    /// `ggml_vec_dot_f16` (`kernels::half_dot`) of each row in turn.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; as `HalfDotRows`, the rows F16.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f16_rows_one_by_one(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: *const f32,
+        k: usize,
+        out: *mut f32,
+    ) {
+        for i in 0..count {
+            // SAFETY: row i holds k values, out count.
+            unsafe { *out.add(i) = half_dot_avx2(first.wrapping_add(i * stride), col, k) };
+        }
+    }
+
+    /// As [`vector_dot_rows`], four rows at a time.
     ///
     /// # Safety
     /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows of `W`.
@@ -555,13 +596,7 @@ mod x86 {
         out: *mut f32,
     ) {
         // SAFETY: the caller's contract.
-        unsafe {
-            if k * W::BYTES <= SHORT_ROW_BYTES {
-                rows_side_by_side::<W, 1>(first, stride, count, col, k, out)
-            } else {
-                rows_side_by_side::<W, 4>(first, stride, count, col, k, out)
-            }
-        }
+        unsafe { rows_side_by_side::<W, 4>(first, stride, count, col, k, out) }
     }
 
     /// `R` rows at a time, each row's four accumulators in two 512-bit
