@@ -33,6 +33,7 @@ use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::Partner;
+use super::row_streaming::SHORT_ROW_BYTES;
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
@@ -118,7 +119,11 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                     })
                     .collect();
                 let bytes = a.dtype.type_size();
-                if let (1, Some(matvec)) = (n, tiles.matvec) {
+                let matvec = match short_rows_matvec(isa, a.dtype, order) {
+                    Some(one_by_one) if nb * bytes <= SHORT_ROW_BYTES => Some(one_by_one),
+                    _ => tiles.matvec,
+                };
+                if let (1, Some(matvec)) = (n, matvec) {
                     // the min terms of a chunk's rows while they are in
                     // cache, so with mins a chunk at a time
                     let chunk = if has_mins(a.dtype) {
@@ -339,6 +344,25 @@ struct Tiles {
 
 /// `out[i] = dot(row i, col)` for `count` rows `stride` bytes apart.
 type Matvec = unsafe fn(*const u8, usize, usize, Acts, usize, *mut f32);
+
+/// The one-column kernel for short rows in eight lanes: a row at a time
+/// with AVX2, one sequential stream.
+fn short_rows_matvec(isa: Isa, dtype: DType, order: Order) -> Option<Matvec> {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 && order == Order::EightLanes {
+        use x86::matvec_rows_avx2;
+        return Some(match dtype {
+            DType::Q8_0 => matvec_rows_avx2::<{ format::Q8_0 }>,
+            DType::Q5_0 => matvec_rows_avx2::<{ format::Q5_0 }>,
+            DType::Q4_1 => matvec_rows_avx2::<{ format::Q4_1 }>,
+            DType::Q5_1 => matvec_rows_avx2::<{ format::Q5_1 }>,
+            DType::IQ4_NL => matvec_rows_avx2::<{ format::IQ4_NL }>,
+            _ => matvec_rows_avx2::<{ format::Q4_0 }>,
+        });
+    }
+    let _ = (isa, dtype, order);
+    None
+}
 
 impl Tiles {
     fn new(isa: Isa, dtype: DType, order: Order) -> Tiles {
@@ -751,6 +775,44 @@ mod x86 {
         results::<WHOLE, C>(lanes, whole)
     }
 
+    /// AVX2, eight lanes, one column: `count` rows from `first` (`stride`
+    /// bytes apart) into `out`, one row at a time, one sequential stream
+    /// with no software prefetch (the short rows' mat-vec: four rows side
+    /// by side were slower there, docs/performance.md).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; the rows hold `nb` blocks of format `F`, the
+    /// column `nb` blocks, `out` `count` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn matvec_rows_avx2<const F: u8>(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: Acts,
+        nb: usize,
+        out: *mut f32,
+    ) {
+        let ones = _mm256_set1_epi16(1);
+        for i in 0..count {
+            let row = first.wrapping_add(i * stride);
+            let mut lanes = _mm256_setzero_ps();
+            for blk in 0..nb {
+                // SAFETY: block blk of the row and the column exists.
+                unsafe {
+                    let w = codes::<F, true>(row, blk);
+                    let x = _mm256_loadu_si256(col.codes.add(blk * 32) as *const __m256i);
+                    let pairs =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                    let p = _mm256_madd_epi16(pairs, ones);
+                    let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
+                    lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
+                }
+            }
+            // SAFETY: out holds count values; AVX2 is enabled here.
+            unsafe { *out.add(i) = hsum256(lanes) };
+        }
+    }
+
     /// AVX-512 VNNI: unsigned codes against signed activations in one
     /// `vpdpbusd` a lane group, each lane started at the column's `-o *
     /// sum(x)` so that it holds the signed sum; the scales' product is
@@ -988,6 +1050,38 @@ mod tests {
                             level.name()
                         );
                     }
+                }
+            }
+            // the one-column kernels, the rows laid one after another
+            let laid = rows.concat();
+            let order = Order::EightLanes;
+            // SAFETY: as above.
+            let want = unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..1], nb) }[0];
+            for level in isa::all_supported() {
+                let kernels = [
+                    Tiles::new(level, dtype, order).matvec,
+                    short_rows_matvec(level, dtype, order),
+                ];
+                for matvec in kernels.into_iter().flatten() {
+                    let mut got = [0f32; TILE_ROWS];
+                    // SAFETY: TILE_ROWS rows of nb blocks, the column nb
+                    // blocks; the level is supported here.
+                    unsafe {
+                        matvec(
+                            laid.as_ptr(),
+                            nb * bb,
+                            TILE_ROWS,
+                            cp[0],
+                            nb,
+                            got.as_mut_ptr(),
+                        )
+                    };
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{dtype} one column {}",
+                        level.name()
+                    );
                 }
             }
         }

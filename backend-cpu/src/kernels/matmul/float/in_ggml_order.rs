@@ -283,6 +283,17 @@ impl Weight for Bf16 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(both)))
         }
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn sixteen(p: *const u8) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        // SAFETY: caller's contract.
+        unsafe {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        }
+    }
 }
 
 impl Weight for F32 {
