@@ -593,7 +593,9 @@ mod x86 {
         }
     }
 
-    /// As [`vector_dot_rows`], four rows at a time.
+    /// As [`vector_dot_rows`], four rows at a time, each row's four
+    /// accumulators in two 512-bit registers (`a0 | a1` and `a2 | a3`, so
+    /// that their sum's halves are `a0 + a2` and `a1 + a3`).
     ///
     /// # Safety
     /// AVX-512 F, AVX2, FMA and F16C; as `HalfDotRows`, the rows of `W`.
@@ -606,26 +608,7 @@ mod x86 {
         k: usize,
         out: *mut f32,
     ) {
-        // SAFETY: the caller's contract.
-        unsafe { rows_side_by_side::<W, 4>(first, stride, count, col, k, out) }
-    }
-
-    /// `R` rows at a time, each row's four accumulators in two 512-bit
-    /// registers (`a0 | a1` and `a2 | a3`, so that their sum's halves are
-    /// `a0 + a2` and `a1 + a3`).
-    ///
-    /// # Safety
-    /// As for [`vector_dot_rows_avx512`].
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn rows_side_by_side<W: VectorDot, const R: usize>(
-        first: *const u8,
-        stride: usize,
-        count: usize,
-        col: *const f32,
-        k: usize,
-        out: *mut f32,
-    ) {
+        const R: usize = 4;
         let np = k & !31;
         let mut i = 0;
         while i < count {
