@@ -21,6 +21,8 @@ use ggraph_core::DType;
 
 use crate::kernels::half_dot::{HalfDotRows, half_at, half_dot_rows};
 use crate::kernels::isa::Isa;
+use std::ops::Range;
+
 use crate::kernels::matmul::operands::{Cols, ProductOf, WeightRows};
 use crate::kernels::matmul::row_streaming::SHORT_ROW_BYTES;
 use crate::kernels::parallel::par_ranges;
@@ -52,6 +54,11 @@ const TILE_COLS: usize = 6;
 const CHUNK_TILES: usize = 16;
 /// Bytes of rows the vector dots take before the columns move on.
 const VECTOR_CHUNK_BYTES: usize = 256 << 10;
+/// Most rows and columns per vector-dot tile: with AVX-512, two rows and
+/// six columns, each dot's four accumulators in two registers (24 of 32);
+/// with AVX2 one row and three columns (12 of 16).
+const DOT_TILE_ROWS: usize = 2;
+const DOT_TILE_COLS: usize = 6;
 
 /// `out[j][i] = dot(a row i, b[j])` for `i < m`: F32, F16 or BF16 rows,
 /// columns of F16 and BF16 rows holding values already rounded to F16
@@ -103,22 +110,59 @@ pub(crate) fn gemm(
             par_ranges(m, 16, |range| {
                 for c0 in range.clone().step_by(chunk) {
                     let rows = c0..(c0 + chunk).min(range.end);
-                    for (&col, &o) in b.0.iter().zip(&out.0) {
-                        // SAFETY: the rows and the column hold k values;
-                        // the outputs of range are this task's.
-                        unsafe {
-                            (kernels.vector_dot)(
-                                a.row(rows.start),
-                                a.stride,
-                                rows.len(),
-                                col,
-                                k,
-                                o.add(rows.start),
-                            )
-                        };
+                    match kernels.dot_tile {
+                        Some(tile) if n >= 2 => vector_dot_tiles(tile, a, rows, b, out),
+                        _ => {
+                            for (&col, &o) in b.0.iter().zip(&out.0) {
+                                // SAFETY: the rows and the column hold k
+                                // values; the outputs of range are this
+                                // task's.
+                                unsafe {
+                                    (kernels.vector_dot)(
+                                        a.row(rows.start),
+                                        a.stride,
+                                        rows.len(),
+                                        col,
+                                        k,
+                                        o.add(rows.start),
+                                    )
+                                };
+                            }
+                        }
                     }
                 }
             })
+        }
+    }
+}
+
+/// The vector dots of `rows` with every column of `b`, a tile of rows and
+/// columns at a time (each dot summed as the one-column kernel sums it).
+fn vector_dot_tiles(
+    tile: DotTile,
+    a: WeightRows,
+    rows: Range<usize>,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    for j0 in (0..n).step_by(tile.cols) {
+        let nc = tile.cols.min(n - j0);
+        let cols: [*const f32; DOT_TILE_COLS] =
+            std::array::from_fn(|c| b.0[j0 + c.min(nc - 1)] as *const f32);
+        for i0 in rows.clone().step_by(tile.rows) {
+            let nr = tile.rows.min(rows.end - i0);
+            let row: [*const u8; DOT_TILE_ROWS] =
+                std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
+            // SAFETY: the rows and columns hold k values each.
+            let dots = unsafe { (tile.kernel)(row, cols, a.k) };
+            for (c, col) in dots.iter().take(nc).enumerate() {
+                for (r, &v) in col.iter().take(nr).enumerate() {
+                    // SAFETY: output column j0 + c holds m values; the
+                    // caller's task owns these rows.
+                    unsafe { *out.0[j0 + c].add(i0 + r) = v };
+                }
+            }
         }
     }
 }
@@ -129,11 +173,31 @@ type EightLanes = unsafe fn(
     usize,
 ) -> [[f32; TILE_ROWS]; TILE_COLS];
 
+/// Vector dots of up to [`DOT_TILE_ROWS`] rows and [`DOT_TILE_COLS`]
+/// columns of `k` values: `out[c][r]`.
+type DotTileKernel = unsafe fn(
+    [*const u8; DOT_TILE_ROWS],
+    [*const f32; DOT_TILE_COLS],
+    usize,
+) -> [[f32; DOT_TILE_ROWS]; DOT_TILE_COLS];
+
+#[derive(Clone, Copy)]
+struct DotTile {
+    kernel: DotTileKernel,
+    /// The rows and columns `kernel` computes (the rest of its arrays are
+    /// copies).
+    rows: usize,
+    cols: usize,
+}
+
 struct Kernels {
     eight_lanes: EightLanes,
     /// Columns `eight_lanes` computes (the rest of its array are copies).
     cols: usize,
     vector_dot: HalfDotRows,
+    /// The vector dots of several columns at once, where this instruction
+    /// set has a tile.
+    dot_tile: Option<DotTile>,
 }
 
 impl Kernels {
@@ -171,15 +235,24 @@ impl Kernels {
                 _ => (eight_lanes_portable::<W> as EightLanes, 3),
             }
         }
-        let ((eight_lanes, cols), vector_dot) = match dtype {
-            DType::BF16 => (of::<Bf16>(isa), vector_dot_rows::<Bf16>(isa)),
-            DType::F32 => (of::<F32>(isa), vector_dot_rows::<F32>(isa)),
-            _ => (of::<F16>(isa), half_dot_rows(isa)),
+        let ((eight_lanes, cols), vector_dot, dot_tile) = match dtype {
+            DType::BF16 => (
+                of::<Bf16>(isa),
+                vector_dot_rows::<Bf16>(isa),
+                dot_tile::<Bf16>(isa),
+            ),
+            DType::F32 => (
+                of::<F32>(isa),
+                vector_dot_rows::<F32>(isa),
+                dot_tile::<F32>(isa),
+            ),
+            _ => (of::<F16>(isa), half_dot_rows(isa), dot_tile::<F16>(isa)),
         };
         Kernels {
             eight_lanes,
             cols,
             vector_dot,
+            dot_tile,
         }
     }
 }
@@ -376,6 +449,21 @@ impl VectorDot for Bf16 {
     }
 }
 
+impl VectorDot for F16 {
+    /// `ggml_vec_dot_f16` (`kernels::half_dot`): the lanes summed as
+    /// `((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7))`, then the
+    /// remaining products added in f64.
+    #[inline(always)]
+    unsafe fn finish(s: [f32; 8], row: *const u8, col: *const f32, np: usize, k: usize) -> f32 {
+        let mut sum = (((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]))) as f64;
+        for v in np..k {
+            // SAFETY: v < k.
+            sum += unsafe { F16::at(row, v) * *col.add(v) } as f64;
+        }
+        sum as f32
+    }
+}
+
 impl VectorDot for F32 {
     /// `ggml_vec_dot_f32` as llama.cpp's x86 build computes it: the lanes
     /// summed as `((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7))`, then
@@ -397,6 +485,28 @@ impl VectorDot for F32 {
         }
         sum
     }
+}
+
+/// The vector-dot tile of `W` rows for this instruction set.
+fn dot_tile<W: VectorDot>(isa: Isa) -> Option<DotTile> {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        return Some(DotTile {
+            kernel: x86::dot_tile_avx512::<W>,
+            rows: 2,
+            cols: 6,
+        });
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        return Some(DotTile {
+            kernel: x86::dot_tile_avx2::<W>,
+            rows: 1,
+            cols: 3,
+        });
+    }
+    let _ = isa;
+    None
 }
 
 /// The vector dots of `W` rows, the kernel of this instruction set.
@@ -474,7 +584,7 @@ unsafe fn eight_lanes_portable<W: Weight>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{TILE_COLS, TILE_ROWS, VectorDot, Weight};
+    use super::{DOT_TILE_COLS, DOT_TILE_ROWS, TILE_COLS, TILE_ROWS, VectorDot, Weight};
     use crate::kernels::half_dot::half_dot_avx2;
     use crate::kernels::math::{hsum256, row_pair_sums};
 
@@ -642,6 +752,94 @@ mod x86 {
         }
     }
 
+    /// The vector dots (see [`VectorDot`]) of two rows and six columns,
+    /// each dot's four accumulators in two 512-bit registers as in
+    /// [`vector_dot_rows_avx512`].
+    ///
+    /// # Safety
+    /// AVX-512 F, AVX2, FMA and F16C; the rows and columns hold `k` values.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn dot_tile_avx512<W: VectorDot>(
+        rows: [*const u8; DOT_TILE_ROWS],
+        cols: [*const f32; DOT_TILE_COLS],
+        k: usize,
+    ) -> [[f32; DOT_TILE_ROWS]; DOT_TILE_COLS] {
+        let np = k & !31;
+        // acc[h][c][r]: values v + 16h.. of each 32
+        let mut acc = [[[_mm512_setzero_ps(); DOT_TILE_ROWS]; DOT_TILE_COLS]; 2];
+        for v in (0..np).step_by(32) {
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let at = v + 16 * h;
+                // SAFETY: values at..at + 16 of the rows and columns exist.
+                unsafe {
+                    let w: [__m512; DOT_TILE_ROWS] =
+                        std::array::from_fn(|r| W::sixteen(rows[r].add(W::BYTES * at)));
+                    for (c, acc) in acc.iter_mut().enumerate() {
+                        let x = _mm512_loadu_ps(cols[c].add(at));
+                        for (a, w) in acc.iter_mut().zip(w) {
+                            *a = _mm512_fmadd_ps(w, x, *a);
+                        }
+                    }
+                }
+            }
+        }
+        // (a0 + a2) + (a1 + a3), a0 | a1 and a2 | a3 being the halves
+        let [low, high] = acc;
+        let mut folded = [[_mm256_setzero_ps(); DOT_TILE_ROWS]; DOT_TILE_COLS];
+        for ((f, low), high) in folded.iter_mut().zip(low).zip(high) {
+            for ((f, low), high) in f.iter_mut().zip(low).zip(high) {
+                let s = _mm512_add_ps(low, high);
+                let top = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+                *f = _mm256_add_ps(_mm512_castps512_ps256(s), top);
+            }
+        }
+        let mut out = [[0f32; DOT_TILE_ROWS]; DOT_TILE_COLS];
+        for (c, (out, folded)) in out.iter_mut().zip(folded).enumerate() {
+            for (r, (out, s)) in out.iter_mut().zip(folded).enumerate() {
+                // SAFETY: the row and column hold k values.
+                *out = unsafe { W::finish(lanes(s), rows[r], cols[c], np, k) };
+            }
+        }
+        out
+    }
+
+    /// As [`dot_tile_avx512`], one row and three columns, each dot's four
+    /// accumulators in four 256-bit registers as in [`vector_dot_rows`].
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; the rows and columns hold `k` values.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_tile_avx2<W: VectorDot>(
+        rows: [*const u8; DOT_TILE_ROWS],
+        cols: [*const f32; DOT_TILE_COLS],
+        k: usize,
+    ) -> [[f32; DOT_TILE_ROWS]; DOT_TILE_COLS] {
+        const C: usize = 3;
+        let np = k & !31;
+        // acc[q][c]: values v + 8q.. of each 32
+        let mut acc = [[_mm256_setzero_ps(); C]; 4];
+        for v in (0..np).step_by(32) {
+            for (q, acc) in acc.iter_mut().enumerate() {
+                let at = v + 8 * q;
+                // SAFETY: values at..at + 8 of the row and columns exist.
+                unsafe {
+                    let w = W::eight(rows[0].add(W::BYTES * at));
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(w, _mm256_loadu_ps(cols[c].add(at)), *a);
+                    }
+                }
+            }
+        }
+        let [a0, a1, a2, a3] = acc;
+        let mut out = [[0f32; DOT_TILE_ROWS]; DOT_TILE_COLS];
+        for c in 0..C {
+            let s = _mm256_add_ps(_mm256_add_ps(a0[c], a2[c]), _mm256_add_ps(a1[c], a3[c]));
+            // SAFETY: the row and column hold k values.
+            out[c][0] = unsafe { W::finish(lanes(s), rows[0], cols[c], np, k) };
+        }
+        out
+    }
+
     /// The eight lanes of `v`.
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -773,6 +971,43 @@ mod tests {
                             "{} {dtype:?} k {k} rows {count}",
                             level.name()
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_vector_dot_tiles_sum_each_dot_as_the_one_column_kernel() {
+        for level in crate::kernels::isa::all_supported() {
+            for dtype in TYPES {
+                let kernels = Kernels::new(level, dtype);
+                let Some(tile) = kernels.dot_tile else {
+                    continue;
+                };
+                for k in (0..=35).chain([64, 100, 1000]) {
+                    let rows: Vec<Vec<u8>> = (0..DOT_TILE_ROWS)
+                        .map(|r| row_bytes(dtype, k, 20 + r as u32))
+                        .collect();
+                    let cols: Vec<Vec<f32>> = (0..DOT_TILE_COLS)
+                        .map(|c| values(k, 40 + c as u32, dtype != DType::F32))
+                        .collect();
+                    let rp: [*const u8; DOT_TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
+                    let cp: [*const f32; DOT_TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
+                    // SAFETY: rows and columns of k values.
+                    let got = unsafe { (tile.kernel)(rp, cp, k) };
+                    for c in 0..tile.cols {
+                        for r in 0..tile.rows {
+                            let mut want = 0f32;
+                            // SAFETY: one row of k values, the column k.
+                            unsafe { (kernels.vector_dot)(rp[r], 0, 1, cp[c], k, &mut want) };
+                            assert_eq!(
+                                got[c][r].to_bits(),
+                                want.to_bits(),
+                                "{} {dtype:?} k {k} row {r} column {c}",
+                                level.name()
+                            );
+                        }
                     }
                 }
             }
