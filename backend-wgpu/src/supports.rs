@@ -12,10 +12,12 @@ use crate::kernels::{attention_max_dv, max_sort_row, writes};
 const MAX_ELEMENTS: usize = 1 << 31;
 
 /// Bytes the kernels address a type's elements at: words for 32-bit
-/// types, halves for 16-bit ones and for the f16 scales of blocks.
+/// types, halves for 16-bit ones and for the f16 scales of blocks, bytes
+/// for MXFP4's blocks of 17 (read a byte at a time).
 fn unit(dtype: DType) -> usize {
     match dtype {
         DType::F32 | DType::I32 => 4,
+        DType::MXFP4 => 1,
         _ => 2,
     }
 }

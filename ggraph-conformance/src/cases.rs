@@ -22,6 +22,7 @@ fn bound_for(dtype: DType) -> f64 {
         DType::Q5_0 | DType::Q5_1 | DType::Q5_K => 5e-4,
         DType::Q6_K => 5e-4,
         DType::IQ4_NL | DType::IQ4_XS => 3e-3,
+        DType::MXFP4 => 3e-2,
         DType::Q3_K => 2e-2,
         DType::Q2_K => 6e-2,
     }

@@ -65,11 +65,15 @@ pub enum DType {
     /// IQ4_NL's table in super-blocks of 256 with a 6-bit scale per 32
     /// values: 136 bytes, 4.25 bits per value.
     IQ4_XS,
+    /// OCP microscaling FP4: blocks of 32 E2M1 codes (indices into
+    /// [`MXFP4_VALUES`](crate::quant::MXFP4_VALUES)) and a shared E8M0
+    /// exponent byte: 17 bytes, 4.25 bits per value (gpt-oss's experts).
+    MXFP4,
 }
 
 impl DType {
     /// Every type ggraph knows, in ggml id order.
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 17] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -86,13 +90,14 @@ impl DType {
         DType::IQ4_XS,
         DType::I32,
         DType::BF16,
+        DType::MXFP4,
     ];
 
     /// The floating-point types that elementwise ops read and write.
     pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
     /// The block-quantised types.
-    pub const QUANTIZED: [DType; 12] = [
+    pub const QUANTIZED: [DType; 13] = [
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
@@ -105,6 +110,7 @@ impl DType {
         DType::Q6_K,
         DType::IQ4_NL,
         DType::IQ4_XS,
+        DType::MXFP4,
     ];
 
     /// Values per block.
@@ -113,7 +119,7 @@ impl DType {
             DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
             DType::Q8_0 => QK8_0,
             DType::Q4_0 => QK4_0,
-            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => QK32,
+            DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL | DType::MXFP4 => QK32,
             DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => {
                 QK_K
             }
@@ -149,6 +155,8 @@ impl DType {
             DType::IQ4_NL => 2 + QK32 / 2,
             // f16 d, u16 high scale bits, 4 bytes of low scale bits, 128 bytes of nibbles
             DType::IQ4_XS => 2 + 2 + QK_K / 64 + QK_K / 2,
+            // E8M0 exponent, 16 bytes of E2M1 nibbles
+            DType::MXFP4 => 1 + QK32 / 2,
         }
     }
 
@@ -216,6 +224,7 @@ impl DType {
             DType::Q5_K => "Q5_K",
             DType::IQ4_NL => "IQ4_NL",
             DType::IQ4_XS => "IQ4_XS",
+            DType::MXFP4 => "MXFP4",
         }
     }
 
@@ -238,6 +247,7 @@ impl DType {
             DType::IQ4_XS => 23,
             DType::I32 => 26,
             DType::BF16 => 30,
+            DType::MXFP4 => 39,
         }
     }
 
@@ -328,6 +338,8 @@ mod tests {
         assert_eq!(DType::Q5_K.type_size(), 176);
         assert_eq!(DType::IQ4_NL.type_size(), 18);
         assert_eq!(DType::IQ4_XS.type_size(), 136);
+        assert_eq!(DType::MXFP4.type_size(), 17);
+        assert_eq!(DType::from_ggml_id(39), Some(DType::MXFP4));
         assert_eq!(DType::Q4_K.row_size(4096), Some(16 * 144));
         assert_eq!(DType::Q4_0.row_size(33), None);
         assert_eq!(DType::F16.row_size(3), Some(6));

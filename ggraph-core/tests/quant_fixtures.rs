@@ -36,6 +36,7 @@ fn quantisation_matches_gguf_byte_for_byte() {
         DType::Q4_1,
         DType::Q5_0,
         DType::Q5_1,
+        DType::MXFP4,
     ] {
         let input = f32s(&fixture(&format!("{t}.in.f32")));
         let want_bytes = fixture(&format!("{t}.bytes"));

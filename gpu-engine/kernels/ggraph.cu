@@ -45,6 +45,7 @@ typedef long long i64;
 #define T_IQ4_XS 23
 #define T_I32 26
 #define T_BF16 30
+#define T_MXFP4 39
 
 // error flags written by kernels that read indices (read back by the host
 // when the stream synchronises)
@@ -139,7 +140,8 @@ __device__ __forceinline__ int block_size(int type) {
     case T_Q4_1:
     case T_Q5_0:
     case T_Q5_1:
-    case T_IQ4_NL: return 32;
+    case T_IQ4_NL:
+    case T_MXFP4: return 32;
     case T_Q2_K:
     case T_Q3_K:
     case T_Q4_K:
@@ -164,6 +166,7 @@ __device__ __forceinline__ int type_size(int type) {
     case T_Q5_0: return 22;
     case T_Q5_1: return 24;
     case T_IQ4_NL: return 18;
+    case T_MXFP4: return 17;
     case T_Q2_K: return 84;
     case T_Q3_K: return 110;
     case T_Q4_K: return 144;
@@ -243,6 +246,12 @@ __device__ __forceinline__ u32 rd32(const char *p) {
 // The values IQ4_NL and IQ4_XS codes index (ggraph_core::quant::IQ4_VALUES).
 __device__ const i8 IQ4_TABLE[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+// MXFP4's values, E2M1 doubled (ggraph_core::quant::MXFP4_VALUES).
+__device__ const i8 MXFP4_TABLE[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale 2^(e - 127), as ggml forms its bits.
+__device__ __forceinline__ float e8m0_half(u8 e) { return bits_to_f32(e < 2 ? 0x00200000u << e : (u32)(e - 1) << 23); }
+
 // Code l (0..31) of 16 bytes of nibbles holding value l in the low nibble
 // of byte l and value l + 16 in the high one (the 32-value blocks, IQ4_XS).
 __device__ __forceinline__ int nibble32(const u8 *qs, int l) { return l < 16 ? (qs[l] & 15) : (qs[l - 16] >> 4); }
@@ -292,6 +301,10 @@ __device__ float deq1(int type, const char *row, i64 i0) {
     case T_IQ4_NL: {
         const char *blk = row + (i0 / 32) * 18;
         return h2f(rd16(blk)) * (float)IQ4_TABLE[nibble32((const u8 *)blk + 2, (int)(i0 % 32))];
+    }
+    case T_MXFP4: {
+        const u8 *blk = (const u8 *)row + (i0 / 32) * 17;
+        return (float)MXFP4_TABLE[nibble32(blk + 1, (int)(i0 % 32))] * e8m0_half(blk[0]);
     }
     case T_Q2_K: {
         const char *blk = row + (i0 / 256) * 84;
@@ -406,6 +419,12 @@ __device__ void dequant_unit(int type, const char *__restrict__ row, i64 nb0, i6
         const char *blk = row + u * 18;
         float d = h2f(rd16(blk));
         for (int l = 0; l < 32; ++l) w[l] = d * (float)IQ4_TABLE[nibble32((const u8 *)blk + 2, l)];
+        break;
+    }
+    case T_MXFP4: {
+        const u8 *blk = (const u8 *)row + u * 17;
+        float d = e8m0_half(blk[0]);
+        for (int l = 0; l < 32; ++l) w[l] = (float)MXFP4_TABLE[nibble32(blk + 1, l)] * d;
         break;
     }
     case T_Q2_K: {

@@ -18,6 +18,7 @@ fn kernels_read(d: DType) -> bool {
         DType::F32 | DType::F16 | DType::BF16 | DType::I32 => true,
         DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => true,
         DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K | DType::IQ4_XS => true,
+        DType::MXFP4 => true,
     }
 }
 
@@ -28,7 +29,7 @@ fn kernels_write(d: DType) -> bool {
         DType::F32 | DType::F16 | DType::BF16 | DType::I32 => true,
         DType::Q8_0 | DType::Q4_0 | DType::Q4_K | DType::Q6_K => true,
         DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4_NL => false,
-        DType::Q2_K | DType::Q3_K | DType::Q5_K | DType::IQ4_XS => false,
+        DType::Q2_K | DType::Q3_K | DType::Q5_K | DType::IQ4_XS | DType::MXFP4 => false,
     }
 }
 

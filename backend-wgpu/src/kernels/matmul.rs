@@ -60,7 +60,8 @@ fn subgroup_fits(rec: &Recorder, d: &TArg, a: &TArg, b: &TArg) -> bool {
         DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q3_K | DType::Q6_K | DType::IQ4_NL => {
             aligned(a, 2)
         }
-        DType::I32 => false,
+        // blocks of 17 bytes: the generic kernel reads them a byte at a time
+        DType::I32 | DType::MXFP4 => false,
     };
     rec.gpu.subgroups_of_8()
         && rows_aligned
@@ -464,7 +465,7 @@ fn sg_load(dtype: DType, t: u32) -> String {
                 s += &format!("        let s{t}_{i} = A[sb{t} + 2u + 4u * c{t} + {i}u];\n");
             }
         }
-        DType::I32 => {}
+        DType::I32 | DType::MXFP4 => {}
     }
     s
 }
@@ -529,7 +530,7 @@ fn sg_decode(dtype: DType, t: u32, q: u32) -> String {
         ),
         DType::IQ4_NL => format!("iq4x4({}) * d{t}", nibbles(t, q)),
         DType::IQ4_XS => format!("iq4x4({}) * dl{t}", nibbles(t, q)),
-        DType::I32 => "vec4<f32>(0.0)".into(),
+        DType::I32 | DType::MXFP4 => "vec4<f32>(0.0)".into(),
     }
 }
 

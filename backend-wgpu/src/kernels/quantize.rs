@@ -290,6 +290,7 @@ pub(crate) fn quant_block(dtype: DType) -> Option<&'static str> {
         | DType::Q3_K
         | DType::Q5_K
         | DType::IQ4_NL
-        | DType::IQ4_XS => None,
+        | DType::IQ4_XS
+        | DType::MXFP4 => None,
     }
 }

@@ -17,7 +17,7 @@
 //! types, `X_put_bytes(b0, n, bytes)`.
 
 use ggraph_core::DType;
-use ggraph_core::quant::IQ4_VALUES;
+use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES};
 
 /// The part every kernel shares: parameters and conversions.
 pub(crate) const PRELUDE: &str = r#"
@@ -265,6 +265,18 @@ fn at_fn(x: &str, dtype: DType) -> String {
 "#,
             iq4 = iq4_value_fn(x)
         ),
+        DType::MXFP4 => format!(
+            r#"{fp4}fn {x}_at(rowb: u32, i0: u32) -> f32 {{
+    let blk = rowb + (i0 >> 5u) * 17u;
+    let j = i0 & 31u;
+    let e = {x}_u8(blk);
+    let byte = {x}_u8(blk + 1u + (j & 15u));
+    let d = bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
+    return {x}_fp4(select(byte & 15u, byte >> 4u, j >= 16u)) * d;
+}}
+"#,
+            fp4 = table_value_fn(x, "fp4", &MXFP4_VALUES)
+        ),
     }
 }
 
@@ -298,22 +310,26 @@ fn k_scale_min_fn(x: &str) -> String {
 
 /// The IQ4 table as four words of signed bytes (entry q in byte q % 4 of
 /// word q / 4).
-pub(crate) fn iq4_table_words() -> [u32; 4] {
-    std::array::from_fn(|w| {
-        u32::from_le_bytes(std::array::from_fn(|b| IQ4_VALUES[4 * w + b] as u8))
-    })
+/// A table of sixteen signed bytes as four little-endian words.
+fn table_words(table: &[i8; 16]) -> [u32; 4] {
+    std::array::from_fn(|w| u32::from_le_bytes(std::array::from_fn(|b| table[4 * w + b] as u8)))
 }
 
-/// `X_iq4(q)`: entry q (0..16) of the IQ4 table.
-fn iq4_value_fn(x: &str) -> String {
-    let [w0, w1, w2, w3] = iq4_table_words();
+/// `X_{name}(q)`: entry q (0..16) of `table`.
+fn table_value_fn(x: &str, name: &str, table: &[i8; 16]) -> String {
+    let [w0, w1, w2, w3] = table_words(table);
     format!(
-        r#"fn {x}_iq4(q: u32) -> f32 {{
+        r#"fn {x}_{name}(q: u32) -> f32 {{
     let w = select(select({w0:#x}u, {w1:#x}u, q >= 4u), select({w2:#x}u, {w3:#x}u, q >= 12u), q >= 8u);
     return f32(sext8(w >> (8u * (q & 3u))));
 }}
 "#
     )
+}
+
+/// `X_iq4(q)`: entry q of the IQ4 table.
+fn iq4_value_fn(x: &str) -> String {
+    table_value_fn(x, "iq4", &IQ4_VALUES)
 }
 
 fn store_fns(x: &str, dtype: DType, atomic: bool) -> String {

@@ -7,6 +7,7 @@
 mod fit;
 mod float;
 mod iq4;
+mod mxfp4;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -20,6 +21,7 @@ mod q8_0;
 
 pub use float::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use iq4::IQ4_VALUES;
+pub use mxfp4::{MXFP4_VALUES, e8m0_to_f32_half};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -75,6 +77,7 @@ pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q5_K => q5_k::dequantize(src, dst),
         DType::IQ4_NL => iq4::dequantize_nl(src, dst),
         DType::IQ4_XS => iq4::dequantize_xs(src, dst),
+        DType::MXFP4 => mxfp4::dequantize(src, dst),
     }
     Ok(())
 }
@@ -117,6 +120,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
         DType::Q5_K => q5_k::quantize(src, dst),
         DType::IQ4_NL => iq4::quantize_nl(src, dst),
         DType::IQ4_XS => iq4::quantize_xs(src, dst),
+        DType::MXFP4 => mxfp4::quantize(src, dst),
     }
     Ok(())
 }
@@ -183,6 +187,7 @@ mod tests {
             (DType::Q5_K, 1.5e-3),
             (DType::IQ4_NL, 6e-3),
             (DType::IQ4_XS, 6e-3),
+            (DType::MXFP4, 3e-2),
         ] {
             let q = quantize(t, &x).unwrap();
             let y = dequantize(t, &q, x.len()).unwrap();

@@ -1,4 +1,4 @@
-//! Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1 rows in GGUF's layout times
+//! Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, Q4_1 and Q5_1 rows in GGUF's layout times
 //! activations quantised to Q8_0 (Q8_1 for Q4_1 and Q5_1), each dot summed as ggml's x86 kernels sum it, so that every
 //! output equals llama.cpp's bit for bit. The integer sums are exact
 //! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
@@ -13,12 +13,18 @@
 //!   exact in f32); the lanes are then summed as `((l0 + l4) + (l2 + l6))
 //!   + ((l1 + l5) + (l3 + l7))`;
 //! - **whole blocks** (ggml's repacked Q4_0 kernels, which it runs for
-//!   every Q4_0 and IQ4_NL matrix of whole groups of eight rows): each block's whole
-//!   integer sum, `acc = fma(sum, dw * dx, acc)` from the first block on.
+//!   every Q4_0, IQ4_NL and MXFP4 matrix of whole groups of eight rows):
+//!   each block's whole integer sum, `acc = fma(sum, dw * dx, acc)` from
+//!   the first block on;
+//! - **paired lanes** (`ggml_vec_dot_mxfp4_q8_0`, for MXFP4 matrices ggml
+//!   does not repack): eight lanes as above, the even blocks in one set
+//!   of accumulators and the odd in another, the two added lane by lane
+//!   before the lanes are summed; an odd last block's whole sum then
+//!   `fma(sum, dw * dx, dot)`.
 //!
 //! Q4_0's codes are its nibbles less 8, Q5_0's its nibbles and high bits
 //! less 16, IQ4_NL's the IQ4 table's values at its nibbles, signed as
-//! Q8_0's. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
+//! Q8_0's, MXFP4's its table's (E2M1 doubled) with the E8M0 scale halved. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
 //! for more (tinyBLAS, the same order), and never repacks it. Q4_1's and
 //! Q5_1's codes are their nibbles (and high bits), unsigned, in eight
 //! lanes too (`vec_dot` for every column count); their mins take one sum
@@ -28,7 +34,7 @@
 use std::cell::RefCell;
 
 use ggraph_core::DType;
-use ggraph_core::quant::{IQ4_VALUES, f16_to_f32};
+use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES, e8m0_to_f32_half, f16_to_f32};
 
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
@@ -44,6 +50,7 @@ use crate::team;
 pub(crate) enum Order {
     EightLanes,
     WholeBlocks,
+    PairedLanes,
 }
 
 /// The order ggml sums a product of `m` rows of `dtype` in, where it is
@@ -55,6 +62,8 @@ pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
         // rows
         DType::Q4_0 | DType::IQ4_NL if m % 8 == 0 => Some(Order::WholeBlocks),
         DType::Q4_0 | DType::IQ4_NL => Some(Order::EightLanes),
+        DType::MXFP4 if m % 8 == 0 => Some(Order::WholeBlocks),
+        DType::MXFP4 => Some(Order::PairedLanes),
         _ => None,
     }
 }
@@ -357,7 +366,8 @@ fn short_rows_matvec(isa: Isa, dtype: DType, order: Order) -> Option<Matvec> {
             DType::Q4_1 => matvec_rows_avx2::<{ format::Q4_1 }>,
             DType::Q5_1 => matvec_rows_avx2::<{ format::Q5_1 }>,
             DType::IQ4_NL => matvec_rows_avx2::<{ format::IQ4_NL }>,
-            _ => matvec_rows_avx2::<{ format::Q4_0 }>,
+            DType::Q4_0 => matvec_rows_avx2::<{ format::Q4_0 }>,
+            _ => return None,
         });
     }
     let _ = (isa, dtype, order);
@@ -371,18 +381,20 @@ impl Tiles {
                 macro_rules! of {
                     ($c:literal) => {
                         match (dtype, order) {
-                            (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, false, $c>,
-                            (DType::Q5_0, _) => $kernel::<{ format::Q5_0 }, false, $c>,
-                            (DType::Q4_1, _) => $kernel::<{ format::Q4_1 }, false, $c>,
-                            (DType::Q5_1, _) => $kernel::<{ format::Q5_1 }, false, $c>,
-                            (DType::IQ4_NL, Order::EightLanes) => {
-                                $kernel::<{ format::IQ4_NL }, false, $c>
-                            }
+                            (DType::Q8_0, _) => $kernel::<{ format::Q8_0 }, EIGHT, $c>,
+                            (DType::Q5_0, _) => $kernel::<{ format::Q5_0 }, EIGHT, $c>,
+                            (DType::Q4_1, _) => $kernel::<{ format::Q4_1 }, EIGHT, $c>,
+                            (DType::Q5_1, _) => $kernel::<{ format::Q5_1 }, EIGHT, $c>,
                             (DType::IQ4_NL, Order::WholeBlocks) => {
-                                $kernel::<{ format::IQ4_NL }, true, $c>
+                                $kernel::<{ format::IQ4_NL }, WHOLE, $c>
                             }
-                            (_, Order::EightLanes) => $kernel::<{ format::Q4_0 }, false, $c>,
-                            (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, true, $c>,
+                            (DType::IQ4_NL, _) => $kernel::<{ format::IQ4_NL }, EIGHT, $c>,
+                            (DType::MXFP4, Order::WholeBlocks) => {
+                                $kernel::<{ format::MXFP4 }, WHOLE, $c>
+                            }
+                            (DType::MXFP4, _) => $kernel::<{ format::MXFP4 }, PAIRED, $c>,
+                            (_, Order::WholeBlocks) => $kernel::<{ format::Q4_0 }, WHOLE, $c>,
+                            _ => $kernel::<{ format::Q4_0 }, EIGHT, $c>,
                         }
                     };
                 }
@@ -414,7 +426,7 @@ impl Tiles {
                     };
                 }
                 return match (dtype, order) {
-                    (_, Order::WholeBlocks) => pick!(tile_vnni),
+                    (_, Order::WholeBlocks | Order::PairedLanes) => pick!(tile_vnni),
                     (DType::Q8_0, _) => wide!(format::Q8_0),
                     (DType::Q5_0, _) => wide!(format::Q5_0),
                     (DType::Q4_1, _) => wide!(format::Q4_1),
@@ -498,7 +510,13 @@ mod format {
     pub(super) const Q5_0: u8 = 3;
     pub(super) const Q4_1: u8 = 4;
     pub(super) const Q5_1: u8 = 5;
+    pub(super) const MXFP4: u8 = 6;
 }
+
+/// The orders as the kernels' parameter.
+const EIGHT: u8 = 0;
+const WHOLE: u8 = 1;
+const PAIRED: u8 = 2;
 
 /// Bytes of a block of format `F`.
 const fn block_bytes(f: u8) -> usize {
@@ -507,6 +525,7 @@ const fn block_bytes(f: u8) -> usize {
         format::Q5_0 => 22,
         format::Q4_1 => 20,
         format::Q5_1 => 24,
+        format::MXFP4 => 17,
         _ => 18,
     }
 }
@@ -518,6 +537,7 @@ const fn codes_at(f: u8) -> usize {
         format::Q5_0 => 6,
         format::Q4_1 => 4,
         format::Q5_1 => 8,
+        format::MXFP4 => 1,
         _ => 2,
     }
 }
@@ -543,6 +563,10 @@ const fn five_bits(f: u8) -> bool {
 /// The row holds block `blk` of format `F`.
 #[inline(always)]
 unsafe fn weight_scale<const F: u8>(row: *const u8, blk: usize) -> f32 {
+    if F == format::MXFP4 {
+        // SAFETY: caller's contract.
+        return e8m0_to_f32_half(unsafe { *row.add(blk * block_bytes(F)) });
+    }
     // SAFETY: caller's contract.
     f16_to_f32(unsafe { (row.add(blk * block_bytes(F)) as *const u16).read_unaligned() })
 }
@@ -576,6 +600,8 @@ unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 
         }
         if F == format::IQ4_NL {
             IQ4_VALUES[nibble as usize] as i32
+        } else if F == format::MXFP4 {
+            MXFP4_VALUES[nibble as usize] as i32
         } else {
             nibble as i32 - 8
         }
@@ -585,15 +611,17 @@ unsafe fn weight_code<const F: u8>(row: *const u8, blk: usize, v: usize) -> i32 
 /// # Safety
 /// Rows hold `nb` blocks of format `F`, columns `32 * nb` codes and `nb`
 /// scales.
-unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
+unsafe fn tile_portable<const F: u8, const O: u8, const C: usize>(
     rows: [*const u8; TILE_ROWS],
     cols: [Acts; C],
     nb: usize,
 ) -> [[f32; TILE_ROWS]; C] {
     std::array::from_fn(|c| {
         std::array::from_fn(|r| {
-            let mut lanes = [0f32; 8];
+            // even blocks' lanes, and (paired) the odd blocks'
+            let mut lanes = [[0f32; 8]; 2];
             let mut acc = 0f32;
+            let mut tail = None;
             for blk in 0..nb {
                 // SAFETY: block blk of the row and of the column exist.
                 unsafe {
@@ -604,21 +632,31 @@ unsafe fn tile_portable<const F: u8, const WHOLE: bool, const C: usize>(
                             .map(|v| weight_code::<F>(rows[r], blk, v) * *x.add(v) as i32)
                             .sum()
                     };
-                    if WHOLE {
+                    if O == WHOLE {
                         let sum: i32 = (0..8).map(lane).sum();
                         acc = (sum as f32).mul_add(d, acc);
+                    } else if O == PAIRED && blk == nb - 1 && nb % 2 == 1 {
+                        tail = Some(((0..8).map(lane).sum::<i32>() as f32, d));
                     } else {
-                        for (t, l) in lanes.iter_mut().enumerate() {
+                        let set = if O == PAIRED { blk % 2 } else { 0 };
+                        for (t, l) in lanes[set].iter_mut().enumerate() {
                             *l = d.mul_add(lane(t) as f32, *l);
                         }
                     }
                 }
             }
-            if WHOLE {
-                acc
+            if O == WHOLE {
+                return acc;
+            }
+            let l: [f32; 8] = if O == PAIRED {
+                std::array::from_fn(|t| lanes[0][t] + lanes[1][t])
             } else {
-                ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
-                    + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
+                lanes[0]
+            };
+            let sum = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+            match tail {
+                Some((s, d)) => s.mul_add(d, sum),
+                None => sum,
             }
         })
     })
@@ -629,14 +667,18 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
-        Acts, IQ4_VALUES, TILE_ROWS, block_bytes, codes_at, five_bits, format, high_bits_at,
-        unsigned,
+        Acts, IQ4_VALUES, MXFP4_VALUES, PAIRED, TILE_ROWS, WHOLE, block_bytes, codes_at,
+        e8m0_to_f32_half, five_bits, format, high_bits_at, unsigned,
     };
     use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
 
     /// The scale of block `blk` of `row`, with F16C.
     #[inline(always)]
     unsafe fn weight_scale<const F: u8>(row: *const u8, blk: usize) -> f32 {
+        if F == format::MXFP4 {
+            // SAFETY: caller's contract: the row holds the block.
+            return e8m0_to_f32_half(unsafe { *row.add(blk * block_bytes(F)) });
+        }
         // SAFETY: caller's contract: the row holds the block; F16C.
         unsafe { f16_at(row.add(blk * block_bytes(F))) }
     }
@@ -683,8 +725,13 @@ mod x86 {
                     u
                 };
             }
-            if F == format::IQ4_NL {
-                let values = _mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i);
+            if F == format::IQ4_NL || F == format::MXFP4 {
+                let table = if F == format::IQ4_NL {
+                    &IQ4_VALUES
+                } else {
+                    &MXFP4_VALUES
+                };
+                let values = _mm_loadu_si128(table.as_ptr() as *const __m128i);
                 let values = _mm256_broadcastsi128_si256(values);
                 let w = _mm256_shuffle_epi8(values, nibbles);
                 return if SIGNED {
@@ -711,24 +758,45 @@ mod x86 {
     }
 
     /// The tile's results from its accumulators: eight lanes a dot summed
-    /// as ggml sums them, or the whole-block sums as they are.
+    /// as ggml sums them (paired: the even and odd blocks' lanes added
+    /// first, and an odd last block's whole sum `tail` times its scale
+    /// added last), or the whole-block sums as they are.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    fn results<const WHOLE: bool, const C: usize>(
-        lanes: [[__m256; TILE_ROWS]; C],
+    #[target_feature(enable = "avx2,fma")]
+    fn results<const O: u8, const C: usize>(
+        lanes: [[[__m256; TILE_ROWS]; C]; 2],
         whole: [__m128; C],
+        tail: Option<[(__m128, __m128); C]>,
     ) -> [[f32; TILE_ROWS]; C] {
-        if WHOLE {
-            let mut out = [[0f32; TILE_ROWS]; C];
+        let mut out = [[0f32; TILE_ROWS]; C];
+        if O == WHOLE {
             for (o, w) in out.iter_mut().zip(whole) {
                 // SAFETY: four floats into four.
                 unsafe { _mm_storeu_ps(o.as_mut_ptr(), w) };
             }
-            out
-        } else {
-            // SAFETY: AVX2 is enabled here.
-            lanes.map(|col| col.map(|v| unsafe { hsum256(v) }))
+            return out;
         }
+        let [even, odd] = lanes;
+        for (c, o) in out.iter_mut().enumerate() {
+            for (r, o) in o.iter_mut().enumerate() {
+                let l = if O == PAIRED {
+                    _mm256_add_ps(even[c][r], odd[c][r])
+                } else {
+                    even[c][r]
+                };
+                // SAFETY: AVX2 is enabled here.
+                *o = unsafe { hsum256(l) };
+            }
+            if let Some(tail) = tail {
+                let (s, d) = tail[c];
+                // SAFETY: four floats from and into four.
+                unsafe {
+                    let sums = _mm_fmadd_ps(s, d, _mm_loadu_ps(o.as_ptr()));
+                    _mm_storeu_ps(o.as_mut_ptr(), sums)
+                };
+            }
+        }
+        out
     }
 
     /// AVX2: signed codes, each lane `|w| * (x with w's sign)` as
@@ -737,15 +805,18 @@ mod x86 {
     /// # Safety
     /// AVX2, FMA and F16C; as `tile_portable`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tile_avx2<const F: u8, const WHOLE: bool, const C: usize>(
+    pub(super) unsafe fn tile_avx2<const F: u8, const O: u8, const C: usize>(
         rows: [*const u8; TILE_ROWS],
         cols: [Acts; C],
         nb: usize,
     ) -> [[f32; TILE_ROWS]; C] {
-        let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; C];
+        let mut lanes = [[[_mm256_setzero_ps(); TILE_ROWS]; C]; 2];
         let mut whole = [_mm_setzero_ps(); C];
+        let mut tail = None;
         let ones = _mm256_set1_epi16(1);
         for blk in 0..nb {
+            let last_odd = O == PAIRED && blk == nb - 1 && nb % 2 == 1;
+            let mut tails = [(_mm_setzero_ps(), _mm_setzero_ps()); C];
             // SAFETY: block blk of every row and column exists.
             unsafe {
                 let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F, true>(row, blk));
@@ -758,21 +829,30 @@ mod x86 {
                         let pairs = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(x, w[r]));
                         _mm256_madd_epi16(pairs, ones)
                     });
-                    if WHOLE {
+                    if O == WHOLE || last_odd {
                         let d =
                             _mm_mul_ps(_mm_setr_ps(dw[0], dw[1], dw[2], dw[3]), _mm_set1_ps(dx));
                         let s = _mm_cvtepi32_ps(block_sums(p));
-                        whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                        if O == WHOLE {
+                            whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                        } else {
+                            tails[c] = (s, d);
+                        }
                     } else {
+                        let set = if O == PAIRED { blk % 2 } else { 0 };
                         for r in 0..TILE_ROWS {
                             let d = _mm256_set1_ps(dw[r] * dx);
-                            lanes[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
+                            let l = &mut lanes[set][c][r];
+                            *l = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), *l);
                         }
                     }
                 }
             }
+            if last_odd {
+                tail = Some(tails);
+            }
         }
-        results::<WHOLE, C>(lanes, whole)
+        results::<O, C>(lanes, whole, tail)
     }
 
     /// AVX2, eight lanes, one column: `count` rows from `first` (`stride`
@@ -821,14 +901,17 @@ mod x86 {
     /// # Safety
     /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as `tile_portable`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-    pub(super) unsafe fn tile_vnni<const F: u8, const WHOLE: bool, const C: usize>(
+    pub(super) unsafe fn tile_vnni<const F: u8, const O: u8, const C: usize>(
         rows: [*const u8; TILE_ROWS],
         cols: [Acts; C],
         nb: usize,
     ) -> [[f32; TILE_ROWS]; C] {
-        let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; C];
+        let mut lanes = [[[_mm256_setzero_ps(); TILE_ROWS]; C]; 2];
         let mut whole = [_mm_setzero_ps(); C];
+        let mut tail = None;
         for blk in 0..nb {
+            let last_odd = O == PAIRED && blk == nb - 1 && nb % 2 == 1;
+            let mut tails = [(_mm_setzero_ps(), _mm_setzero_ps()); C];
             // SAFETY: block blk of every row and column exists.
             unsafe {
                 let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F, false>(row, blk));
@@ -839,7 +922,7 @@ mod x86 {
                     let dx = _mm256_set1_ps(*cols[c].scales.add(blk));
                     let p: [__m256i; TILE_ROWS] =
                         std::array::from_fn(|r| _mm256_dpbusd_epi32(bias, w[r], x));
-                    if WHOLE {
+                    if O == WHOLE || last_odd {
                         let d = _mm_mul_ps(
                             _mm_setr_ps(
                                 _mm256_cvtss_f32(dw[0]),
@@ -850,17 +933,26 @@ mod x86 {
                             _mm256_castps256_ps128(dx),
                         );
                         let s = _mm_cvtepi32_ps(block_sums(p));
-                        whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                        if O == WHOLE {
+                            whole[c] = _mm_fmadd_ps(s, d, whole[c]);
+                        } else {
+                            tails[c] = (s, d);
+                        }
                     } else {
+                        let set = if O == PAIRED { blk % 2 } else { 0 };
                         for r in 0..TILE_ROWS {
                             let d = _mm256_mul_ps(dw[r], dx);
-                            lanes[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), lanes[c][r]);
+                            let l = &mut lanes[set][c][r];
+                            *l = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p[r]), *l);
                         }
                     }
                 }
             }
+            if last_odd {
+                tail = Some(tails);
+            }
         }
-        results::<WHOLE, C>(lanes, whole)
+        results::<O, C>(lanes, whole, tail)
     }
 
     /// AVX-512 VNNI, eight lanes, one column: `count` rows from `first`
@@ -976,7 +1068,12 @@ mod tests {
 
     #[test]
     fn every_instruction_set_sums_as_the_portable_kernel() {
-        let nb = 9;
+        for nb in [8, 9] {
+            every_kernel_sums_as_the_portable_one(nb);
+        }
+    }
+
+    fn every_kernel_sums_as_the_portable_one(nb: usize) {
         let mut s = 7u32;
         for (dtype, bb) in [
             (DType::Q8_0, 34),
@@ -985,6 +1082,7 @@ mod tests {
             (DType::IQ4_NL, 18),
             (DType::Q4_1, 20),
             (DType::Q5_1, 24),
+            (DType::MXFP4, 17),
         ] {
             let rows: Vec<Vec<u8>> = (0..TILE_ROWS)
                 .map(|_| {
@@ -992,7 +1090,12 @@ mod tests {
                     for blk in row.chunks_exact_mut(bb) {
                         let d = ggraph_core::quant::f32_to_f16((lcg(&mut s) % 1000) as f32 * 1e-5);
                         blk[..2].copy_from_slice(&d.to_le_bytes());
-                        for v in &mut blk[2..] {
+                        if dtype == DType::MXFP4 {
+                            // E8M0 exponents about 2^-8..2^8
+                            blk[0] = 120 + (lcg(&mut s) % 16) as u8;
+                        }
+                        let codes = if dtype == DType::MXFP4 { 1 } else { 2 };
+                        for v in &mut blk[codes..] {
                             // Q8_0 codes in ggml's range, -127..=127
                             *v = ((lcg(&mut s) % 255) as i32 - 127) as u8;
                         }
@@ -1032,8 +1135,9 @@ mod tests {
                     sums: std::ptr::null(),
                 })
                 .collect();
-            for order in [Order::EightLanes, Order::WholeBlocks] {
-                if order == Order::WholeBlocks && order != super::order(dtype, 8).unwrap() {
+            let orders = [super::order(dtype, 8), super::order(dtype, 4)].map(Option::unwrap);
+            for (i, &order) in orders.iter().enumerate() {
+                if i == 1 && order == orders[0] {
                     continue;
                 }
                 for n in 1..=8 {
@@ -1046,7 +1150,7 @@ mod tests {
                         assert_eq!(
                             got.map(|c| c.map(f32::to_bits)),
                             want.map(|c| c.map(f32::to_bits)),
-                            "{dtype} {order:?} {n} columns {}",
+                            "{dtype} {order:?} {n} columns {nb} blocks {}",
                             level.name()
                         );
                     }
@@ -1054,7 +1158,7 @@ mod tests {
             }
             // the one-column kernels, the rows laid one after another
             let laid = rows.concat();
-            let order = Order::EightLanes;
+            let order = super::order(dtype, 4).unwrap();
             // SAFETY: as above.
             let want = unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..1], nb) }[0];
             for level in isa::all_supported() {

@@ -23,8 +23,8 @@ use Weights::{Float, Only, Quantized};
 pub(super) enum Path {
     /// Rows of no values: every output is zero.
     Zeros,
-    /// Q8_0, Q4_0, Q5_0 and IQ4_NL rows, each dot summed in ggml's order
-    /// (`blocks_in_ggml_order`).
+    /// Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, Q4_1 and Q5_1 rows, each dot
+    /// summed in ggml's order (`blocks_in_ggml_order`).
     BlocksInGgmlOrder,
     /// Q6_K and Q4_K rows, each dot summed in ggml's order
     /// (`kquants_in_ggml_order`).
@@ -104,6 +104,7 @@ const IN_ORDER: &[DType] = &[
     DType::IQ4_NL,
     DType::Q4_1,
     DType::Q5_1,
+    DType::MXFP4,
 ];
 /// The K-quant formats (and IQ4_XS) summed in ggml's order.
 const K_IN_ORDER: &[DType] = &[

@@ -132,6 +132,49 @@ fn ggml_dot(dtype: DType, row: &[u8], x: &[f32], m: usize, n: usize) -> f32 {
                 hsum8(lanes)
             }
         }
+        DType::MXFP4 => {
+            let (codes, scales) = q8_0_column(x);
+            let blocks: Vec<(f32, [i32; 8])> = row
+                .chunks_exact(17)
+                .enumerate()
+                .map(|(b, block)| {
+                    let d = scales[b] * quant::e8m0_to_f32_half(block[0]);
+                    let lanes = std::array::from_fn(|l| {
+                        (4 * l..4 * l + 4)
+                            .map(|v| {
+                                let byte = block[1 + v % 16];
+                                let nibble = if v < 16 { byte & 15 } else { byte >> 4 };
+                                quant::MXFP4_VALUES[nibble as usize] as i32
+                                    * codes[32 * b + v] as i32
+                            })
+                            .sum()
+                    });
+                    (d, lanes)
+                })
+                .collect();
+            if m % 8 == 0 {
+                // the repacked GEMV and GEMM: a block's whole sum, one step
+                blocks.iter().fold(0f32, |acc, (d, l)| {
+                    (l.iter().sum::<i32>() as f32).mul_add(*d, acc)
+                })
+            } else {
+                // ggml_vec_dot_mxfp4_q8_0: pairs of blocks, the even
+                // blocks' lanes in one set and the odd in another; an odd
+                // last block's whole sum added after the lanes
+                let pairs = blocks.len() / 2 * 2;
+                let mut sets = [[0f32; 8]; 2];
+                for (b, (d, l)) in blocks[..pairs].iter().enumerate() {
+                    for (lane, p) in sets[b % 2].iter_mut().zip(l) {
+                        *lane = d.mul_add(*p as f32, *lane);
+                    }
+                }
+                let sum = hsum8(std::array::from_fn(|t| sets[0][t] + sets[1][t]));
+                match blocks.get(pairs) {
+                    Some((d, l)) => (l.iter().sum::<i32>() as f32).mul_add(*d, sum),
+                    None => sum,
+                }
+            }
+        }
         _ => unreachable!("no fixed order for {dtype}"),
     }
 }
@@ -219,7 +262,13 @@ fn shapes(dtype: DType) -> Vec<(usize, usize, usize)> {
 fn every_path_gives_ggml_s_bits() {
     let mut failures = Vec::new();
     for isa in isa::all_supported() {
-        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL] {
+        for dtype in [
+            DType::F16,
+            DType::Q8_0,
+            DType::Q4_0,
+            DType::IQ4_NL,
+            DType::MXFP4,
+        ] {
             for (m, n, k) in shapes(dtype) {
                 let (bytes, x, want) = case(dtype, m, n, k);
                 let mut got = vec![f32::NAN; n * m];
@@ -413,6 +462,7 @@ fn a_mul_mat_id_sums_each_column_as_a_product_of_it_alone() {
         DType::Q5_K,
         DType::Q6_K,
         DType::IQ4_XS,
+        DType::MXFP4,
     ];
     for isa in isa::all_supported() {
         for dtype in types {
