@@ -24,6 +24,7 @@ pub fn cpu_supports(graph: &Graph, node: TensorId) -> bool {
         Op::Cpy | Op::Cont | Op::SetRows | Op::Concat { .. } => true,
         Op::ArgSort { .. } | Op::TopK { .. } => float(src(0)),
         Op::FlashAttnExt { .. } => true,
+        Op::AddId => true,
         Op::SsmConv | Op::SsmScan | Op::GatedDeltaNet => true,
     }
 }

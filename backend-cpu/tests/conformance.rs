@@ -88,6 +88,31 @@ fn out_of_range_indices_are_errors_at_compute_time() {
     }
 }
 
+/// An expert id outside add_id's bias rows is an error when the graph
+/// runs, naming the op, the id and the range.
+#[test]
+fn an_add_id_expert_out_of_range_is_an_error() {
+    use ggraph_core::{DType, GraphBuilder, exec};
+    let dev = CpuDevice::new();
+    let mut b = GraphBuilder::new();
+    let a = b.input("a", DType::F32, &[8, 2, 3]).unwrap();
+    let bias = b.input("bias", DType::F32, &[8, 4]).unwrap();
+    let ids = b.input("ids", DType::I32, &[2, 3]).unwrap();
+    let out = b.add_id(a, bias, ids).unwrap();
+    b.set_output(out).unwrap();
+    let mut g = b.build();
+    let _mem = exec::alloc_one_buffer(&mut g, &dev.buffer_type()).unwrap();
+    g.write_f32(a, &[0.5; 48]).unwrap();
+    g.write_f32(bias, &[1.0; 32]).unwrap();
+    g.write_bytes(ids, &[0i32, 1, 2, 3, 4, 0].map(i32::to_le_bytes).concat())
+        .unwrap();
+    let e = exec::compute_on(dev.as_ref(), &g).unwrap_err().to_string();
+    assert!(
+        e.contains("add_id") && e.contains("index 4") && e.contains("outside 0..4"),
+        "{e}"
+    );
+}
+
 /// A sequence id outside ssm_scan's states is an error when the graph
 /// runs, naming the op; nothing is read out of bounds.
 #[test]

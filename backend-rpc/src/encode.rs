@@ -2,7 +2,7 @@
 //! ggml's order. ggraph's IR has ggml's semantics, so this is mostly a
 //! renaming; the exceptions are written out where they occur.
 
-use ggraph_core::ir::{BinaryOp, Graph, Op, SortOrder, TensorId, UnaryOp};
+use ggraph_core::ir::{BinaryOp, GluOp, Graph, Op, SortOrder, TensorId, UnaryOp};
 
 use crate::op_table::{GgmlOp, OpTable};
 
@@ -14,8 +14,8 @@ pub(crate) struct Encoded {
     /// ggml's op number in the server's version.
     pub op: u32,
     pub params: [i32; 16],
-    /// Sources in ggml's slot order.
-    pub srcs: Vec<TensorId>,
+    /// Sources in ggml's slot order (`None`: a slot ggml leaves empty).
+    pub srcs: Vec<Option<TensorId>>,
     /// ggml's cast: a copy whose src[1] is the result itself.
     pub self_as_src1: bool,
 }
@@ -24,7 +24,9 @@ pub(crate) struct Encoded {
 /// has no such op.
 pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Encoded> {
     let t = graph.tensor(id);
-    let src = t.src.to_vec();
+    let src: Vec<Option<TensorId>> = t.src.iter().copied().map(Some).collect();
+    // soft_max's and flash_attn_ext's slots: the mask, then the sinks
+    let (mask, sinks) = t.mask_and_sinks();
     let mut params = [0i32; 16];
     let f = |x: f32| x.to_bits() as i32;
     let mut self_as_src1 = false;
@@ -69,8 +71,13 @@ pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Enc
         Op::Glu { op, swapped } => {
             params[0] = table.glu(*op)?;
             params[1] = *swapped as i32;
+            if let GluOp::SwigluOai { alpha, limit } = op {
+                params[2] = f(*alpha);
+                params[3] = f(*limit);
+            }
             (GgmlOp::Glu, src)
         }
+        Op::AddId => (GgmlOp::AddId, src),
         Op::MulMat => (GgmlOp::MulMat, src),
         Op::MulMatId => (GgmlOp::MulMatId, src),
         Op::RmsNorm { eps } => {
@@ -93,13 +100,15 @@ pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Enc
             params[10] = f(p.beta_slow);
             (GgmlOp::Rope, src)
         }
-        Op::SoftMax { scale, max_bias } => {
+        Op::SoftMax {
+            scale, max_bias, ..
+        } => {
             params[0] = f(*scale);
             params[1] = f(*max_bias);
-            (GgmlOp::SoftMax, src)
+            (GgmlOp::SoftMax, vec![src[0], mask, sinks])
         }
         Op::Cpy => (GgmlOp::Cpy, src),
-        Op::Cont if graph.tensor(*src.first()?).dtype == t.dtype => (GgmlOp::Cont, src),
+        Op::Cont if graph.tensor(*t.src.first()?).dtype == t.dtype => (GgmlOp::Cont, src),
         Op::Cont => {
             self_as_src1 = true;
             (GgmlOp::Cpy, src)
@@ -138,12 +147,16 @@ pub(crate) fn encode(table: &OpTable, graph: &Graph, id: TensorId) -> Option<Enc
             scale,
             max_bias,
             softcap,
+            ..
         } => {
             params[0] = f(*scale);
             params[1] = f(*max_bias);
             params[2] = f(*softcap);
             params[3] = PREC_F32;
-            (GgmlOp::FlashAttnExt, src)
+            (
+                GgmlOp::FlashAttnExt,
+                vec![src[0], src[1], src[2], mask, sinks],
+            )
         }
     };
     Some(Encoded {

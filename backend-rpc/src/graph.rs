@@ -72,7 +72,7 @@ pub(crate) fn serialize(
         let e = encode(table, graph, id).ok_or_else(|| unsupported(id))?;
         stack.push((id, true));
         let base = graph.tensor(id).view.map(|v| v.base);
-        for &s in e.srcs.iter().chain(base.iter()).rev() {
+        for &s in e.srcs.iter().flatten().chain(base.iter()).rev() {
             if encoded.get(s.index()).is_some_and(|e| e.is_none()) {
                 stack.push((s, false));
             }
@@ -121,8 +121,10 @@ pub(crate) fn serialize(
         if is_node[id.index()] {
             w.flags |= FLAG_COMPUTE;
         }
-        for (slot, &s) in w.src.iter_mut().zip(&e.srcs) {
-            *slot = wire_id(s);
+        for (slot, s) in w.src.iter_mut().zip(&e.srcs) {
+            if let Some(s) = s {
+                *slot = wire_id(*s);
+            }
         }
         if e.self_as_src1 {
             w.src[1] = wire_id(id);

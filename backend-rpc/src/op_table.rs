@@ -12,6 +12,7 @@ use crate::protocol::ProtocolVersion;
 pub(crate) enum GgmlOp {
     None,
     Add,
+    AddId,
     Sub,
     Mul,
     Div,
@@ -62,8 +63,13 @@ impl OpTable {
         self.unary.iter().find(|(o, _)| *o == op).map(|&(_, n)| n)
     }
 
+    /// The GLU's number (its parameters, as swiglu_oai's, go apart).
     pub fn glu(&self, op: GluOp) -> Option<i32> {
-        self.glu.iter().find(|(o, _)| *o == op).map(|&(_, n)| n)
+        let kind = std::mem::discriminant(&op);
+        self.glu
+            .iter()
+            .find(|(o, _)| std::mem::discriminant(o) == kind)
+            .map(|&(_, n)| n)
     }
 }
 
@@ -78,6 +84,7 @@ static V7_0_0: OpTable = OpTable {
     ops: &[
         (GgmlOp::None, 0),
         (GgmlOp::Add, 2),
+        (GgmlOp::AddId, 3),
         (GgmlOp::Sub, 6),
         (GgmlOp::Mul, 7),
         (GgmlOp::Div, 8),
@@ -119,7 +126,11 @@ static V7_0_0: OpTable = OpTable {
         (UnaryOp::Exp, 13),
         (UnaryOp::Softplus, 15),
     ],
-    glu: &[(GluOp::Geglu, 1), (GluOp::Swiglu, 2)],
+    glu: &[
+        (GluOp::Geglu, 1),
+        (GluOp::Swiglu, 2),
+        (GluOp::SWIGLU_OAI, 3),
+    ],
 };
 
 /// Every version the client speaks, oldest first.

@@ -5,7 +5,7 @@
 //! ggraph's definitions.
 
 use ggraph_core::DType;
-use ggraph_core::ir::{Graph, Op, TensorId};
+use ggraph_core::ir::{GluOp, Graph, Op, TensorId};
 
 use crate::encode::encode;
 use crate::op_table::OpTable;
@@ -56,6 +56,15 @@ pub(crate) fn supports(table: &OpTable, graph: &Graph, node: TensorId) -> bool {
         }
         // on strided rows ggml's unary ops read the wrong elements
         Op::Unary(_) => float(dtype(0)) && same_contiguous(0),
+        // ggml's CPU swiglu_oai reads F32 only
+        Op::Glu {
+            op: GluOp::SwigluOai { .. },
+            ..
+        } => {
+            dtype(0) == Some(DType::F32)
+                && same_contiguous(0)
+                && (t.src.len() == 1 || (dtype(1) == dtype(0) && contiguous(1)))
+        }
         Op::Glu { .. } => {
             matches!(dtype(0), Some(DType::F32 | DType::F16))
                 && same_contiguous(0)
@@ -81,11 +90,16 @@ pub(crate) fn supports(table: &OpTable, graph: &Graph, node: TensorId) -> bool {
                 && t.src.get(2).is_none_or(|_| dtype(2) == Some(DType::F32))
         }
         Op::SoftMax { .. } => {
+            let mask = t.mask_and_sinks().0.map(|m| graph.tensor(m).dtype);
+            f32_in_out && contiguous(0) && mask.is_none_or(|m| float(Some(m)) && m != DType::BF16)
+        }
+        // ggml's add_id: F32 rows and I32 ids
+        Op::AddId => {
             f32_in_out
-                && contiguous(0)
-                && t.src
-                    .get(1)
-                    .is_none_or(|_| float(dtype(1)) && dtype(1) != Some(DType::BF16))
+                && dtype(1) == Some(DType::F32)
+                && dtype(2) == Some(DType::I32)
+                && packed_rows(0)
+                && packed_rows(1)
         }
         Op::Cpy | Op::Cont => {
             let (from, to) = (dtype(0), t.dtype);
@@ -124,11 +138,12 @@ pub(crate) fn supports(table: &OpTable, graph: &Graph, node: TensorId) -> bool {
                 && contiguous(1)
         }
         Op::FlashAttnExt { .. } => {
+            let mask = t.mask_and_sinks().0.map(|m| graph.tensor(m).dtype);
             dtype(0) == Some(DType::F32)
                 && packed_rows(0)
                 && packed_rows(1)
                 && packed_rows(2)
-                && t.src.get(3).is_none_or(|_| dtype(3) == Some(DType::F16))
+                && mask.is_none_or(|m| m == DType::F16)
         }
     }
 }

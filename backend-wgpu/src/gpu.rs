@@ -217,11 +217,16 @@ impl Gpu {
         if words[0] == 0 {
             return Ok(());
         }
-        let kinds: Vec<&str> = [(1, "get_rows"), (2, "set_rows"), (4, "mul_mat_id")]
-            .iter()
-            .filter(|(bit, _)| words[0] & bit != 0)
-            .map(|(_, name)| *name)
-            .collect();
+        let kinds: Vec<&str> = [
+            (1, "get_rows"),
+            (2, "set_rows"),
+            (4, "mul_mat_id"),
+            (8, "add_id"),
+        ]
+        .iter()
+        .filter(|(bit, _)| words[0] & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
         Err(Error::InvalidArgument(format!(
             "{}: {} met index {} outside 0..{}; the results of that compute are not valid",
             self.name,

@@ -71,6 +71,9 @@ pub(crate) fn supports(gpu: &Gpu, graph: &Graph, node: TensorId) -> bool {
         }
         Op::Glu { .. } => t.src.iter().all(|s| float(graph.tensor(*s).dtype)) && float(t.dtype),
         Op::MulMat => src(0).dtype != DType::I32 && float(src(1).dtype),
+        Op::AddId => {
+            src(0).dtype == DType::F32 && src(1).dtype == DType::F32 && src(2).dtype == DType::I32
+        }
         Op::MulMatId => {
             src(0).dtype != DType::I32 && float(src(1).dtype) && src(2).dtype == DType::I32
         }

@@ -199,7 +199,7 @@ fn unary_cases(c: &mut Cases) {
             cb.b.unary(u, p)
         });
     }
-    for op in [GluOp::Swiglu, GluOp::Geglu] {
+    for op in [GluOp::Swiglu, GluOp::Geglu, GluOp::SWIGLU_OAI] {
         for t in [DType::F32, DType::F16] {
             for swapped in [false, true] {
                 let name = format!("glu[{op:?},{t},swapped={swapped}]");
@@ -215,6 +215,31 @@ fn unary_cases(c: &mut Cases) {
                 cb.b.glu_split(op, a, b)
             });
         }
+    }
+    // swiglu_oai's clamps: gates and values past its limit of 7
+    c.add(
+        OpKind::Glu,
+        "glu_split[swiglu_oai,F32,clamped]".into(),
+        bound_for(DType::F32),
+        |cb| {
+            let a = cb.filled(DType::F32, &[45, 5, 2], Fill::Uniform(-12.0, 12.0))?;
+            let b = cb.filled(DType::F32, &[45, 5, 2], Fill::Uniform(-12.0, 12.0))?;
+            cb.b.swiglu_oai(a, b)
+        },
+    );
+    // add_id: each (slot, token)'s bias row picked by its expert id
+    for (n, n_used, n_tokens, n_expert) in [(33usize, 2usize, 5usize, 4usize), (64, 4, 1, 32)] {
+        c.add(
+            OpKind::AddId,
+            format!("add_id[n={n},used={n_used},tokens={n_tokens},experts={n_expert}]"),
+            bound_for(DType::F32),
+            move |cb| {
+                let a = cb.input(DType::F32, &[n, n_used, n_tokens])?;
+                let b = cb.input(DType::F32, &[n, n_expert])?;
+                let ids = cb.filled(DType::I32, &[n_used, n_tokens], Fill::Indices(n_expert))?;
+                cb.b.add_id(a, b, ids)
+            },
+        );
     }
 }
 
@@ -476,6 +501,25 @@ fn rope_cases(c: &mut Cases) {
 }
 
 fn soft_max_cases(c: &mut Cases) {
+    // attention sinks (gpt-oss): one logit per head, with and without a
+    // mask, some rows wholly masked
+    for masked in [false, true] {
+        c.add(
+            OpKind::SoftMax,
+            format!("soft_max[F32,sinks,mask={masked}]"),
+            1e-6,
+            move |cb| {
+                let a = cb.filled(DType::F32, &[21, 6, 4], Fill::Uniform(-5.0, 5.0))?;
+                let sinks = cb.filled(DType::F32, &[4], Fill::Uniform(-3.0, 6.0))?;
+                let m = if masked {
+                    Some(cb.filled(DType::F16, &[21, 6], Fill::Causal { n_kv: 21, n_q: 24 })?)
+                } else {
+                    None
+                };
+                cb.b.soft_max_ext_sinks(a, m, sinks, 0.125, 0.0)
+            },
+        );
+    }
     for t in DType::FLOATS {
         c.add(
             OpKind::SoftMax,
@@ -828,6 +872,30 @@ fn misc_cases(c: &mut Cases) {
 }
 
 fn flash_attn_cases(c: &mut Cases) {
+    // attention sinks (gpt-oss): one query, a few, a tile and more, keys
+    // split over the threads, F16 and F32 caches, with and without a mask
+    for (kv, n_q, n_kv, masked) in [
+        (DType::F16, 1usize, 40usize, true),
+        (DType::F16, 5, 64, true),
+        (DType::F16, 70, 90, true),
+        (DType::F16, 1, 600, false),
+        (DType::F32, 9, 50, true),
+        (DType::F32, 3, 30, false),
+    ] {
+        let name = format!("flash_attn_ext[{kv},sinks,n_q={n_q},n_kv={n_kv},mask={masked}]");
+        c.add(OpKind::FlashAttnExt, name, 5e-4, move |cb| {
+            let q = cb.input(DType::F32, &[64, n_q, 4, 1])?;
+            let k = cb.input(kv, &[64, n_kv, 2, 1])?;
+            let v = cb.input(kv, &[64, n_kv, 2, 1])?;
+            let sinks = cb.filled(DType::F32, &[4], Fill::Uniform(-2.0, 4.0))?;
+            let m = if masked {
+                Some(cb.filled(DType::F16, &[n_kv, n_q], Fill::Causal { n_kv, n_q })?)
+            } else {
+                None
+            };
+            cb.b.flash_attn_ext_sinks(q, k, v, m, sinks, 0.125)
+        });
+    }
     let kv_types = [
         DType::F16,
         DType::F32,

@@ -169,6 +169,24 @@ impl Evaluation<'_> {
         let ne = t.ne;
         let out: Vec<f64> = match &t.op {
             Op::Leaf | Op::View | Op::Reshape | Op::Permute(_) | Op::Transpose => return Ok(()),
+            Op::AddId => {
+                let (a, b, ids) = (src(0), src(1), src(2));
+                let n_expert = g.tensor(b).ne[1];
+                let mut out = Vec::with_capacity(t.nelements());
+                for r in 0..t.nrows() {
+                    let [_, i1, i2, i3] = row_index(ne, r);
+                    let e = self.get(ids, [i1, i2, 0, 0]);
+                    if e < 0.0 || e as usize >= n_expert {
+                        return Err(bad_index("add_id", e, n_expert));
+                    }
+                    for i0 in 0..ne[0] {
+                        out.push(
+                            self.get(a, [i0, i1, i2, i3]) + self.get(b, [i0, e as usize, 0, 0]),
+                        );
+                    }
+                }
+                out
+            }
             Op::GetRows => {
                 let (a, idx) = (src(0), src(1));
                 let ta = g.tensor(a);
@@ -208,19 +226,18 @@ impl Evaluation<'_> {
                 self.map_indexed(ne, |ev, i| u.eval(ev.get(a, i)))
             }
             Op::Glu { op, swapped } => {
-                let act = |x: f64| match op {
-                    ggraph_core::ir::GluOp::Swiglu => ggraph_core::ir::UnaryOp::Silu.eval(x),
-                    ggraph_core::ir::GluOp::Geglu => ggraph_core::ir::UnaryOp::Gelu.eval(x),
-                };
                 if t.src.len() == 2 {
                     let (a, b) = (src(0), src(1));
-                    self.map_indexed(ne, |ev, i| act(ev.get(a, i)) * ev.get(b, i))
+                    self.map_indexed(ne, |ev, i| op.eval(ev.get(a, i), ev.get(b, i)))
                 } else {
                     let a = src(0);
                     let n = ne[0];
                     let (xo, go) = if *swapped { (n, 0) } else { (0, n) };
                     self.map_indexed(ne, |ev, [i0, i1, i2, i3]| {
-                        act(ev.get(a, [i0 + xo, i1, i2, i3])) * ev.get(a, [i0 + go, i1, i2, i3])
+                        op.eval(
+                            ev.get(a, [i0 + xo, i1, i2, i3]),
+                            ev.get(a, [i0 + go, i1, i2, i3]),
+                        )
                     })
                 }
             }
@@ -316,9 +333,11 @@ impl Evaluation<'_> {
                     x
                 })
             }
-            Op::SoftMax { scale, max_bias } => {
+            Op::SoftMax {
+                scale, max_bias, ..
+            } => {
                 let a = src(0);
-                let mask = t.src.get(1).copied();
+                let (mask, sinks) = t.mask_and_sinks();
                 let n_head = ne[2];
                 self.map_rows(ne, |ev, [_, i1, i2, i3]| {
                     let slope = alibi_slope(*max_bias, n_head, i2);
@@ -332,7 +351,8 @@ impl Evaluation<'_> {
                             v
                         })
                         .collect();
-                    softmax(&x)
+                    let sink = sinks.map(|s| ev.get(s, [i2, 0, 0, 0]));
+                    softmax_with_sink(&x, sink)
                 })
             }
             Op::Cpy => {
@@ -427,9 +447,10 @@ impl Evaluation<'_> {
                 scale,
                 max_bias,
                 softcap,
+                ..
             } => {
                 let (q, k, v) = (src(0), src(1), src(2));
-                let mask = t.src.get(3).copied();
+                let (mask, sinks) = t.mask_and_sinks();
                 let (tq, tk) = (g.tensor(q), g.tensor(k));
                 let d = tq.ne[0];
                 let n_kv = tk.ne[1];
@@ -455,7 +476,7 @@ impl Evaluation<'_> {
                             s
                         })
                         .collect();
-                    let p = softmax(&scores);
+                    let p = softmax_with_sink(&scores, sinks.map(|s| ev.get(s, [h, 0, 0, 0])));
                     (0..ne[0])
                         .map(|c| (0..n_kv).map(|j| p[j] * ev.get(v, [c, j, hk, is])).sum())
                         .collect()
@@ -610,12 +631,18 @@ fn broadcast(i: [usize; 4], ne: [usize; 4]) -> [usize; 4] {
 }
 
 /// Softmax of a row; a row with no finite value gives zeros.
-fn softmax(x: &[f64]) -> Vec<f64> {
-    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+/// softmax of `x`, with an attention sink's logit (where there is one) in
+/// the maximum and the sum but taking no probability.
+fn softmax_with_sink(x: &[f64], sink: Option<f64>) -> Vec<f64> {
+    let max = x
+        .iter()
+        .copied()
+        .chain(sink)
+        .fold(f64::NEG_INFINITY, f64::max);
     if max == f64::NEG_INFINITY {
         return vec![0.0; x.len()];
     }
     let e: Vec<f64> = x.iter().map(|v| (v - max).exp()).collect();
-    let sum: f64 = e.iter().sum();
+    let sum: f64 = e.iter().sum::<f64>() + sink.map_or(0.0, |s| (s - max).exp());
     e.into_iter().map(|v| v / sum).collect()
 }

@@ -61,6 +61,43 @@ fn wrong_types_are_errors() {
     type_err(b.mul_mat(i, a));
 }
 
+/// gpt-oss's ops: sinks one F32 value per head, add_id's shapes and types.
+#[test]
+fn sinks_and_add_id_refuse_what_does_not_fit() {
+    let mut b = GraphBuilder::new();
+    let scores = b.input("scores", DType::F32, &[16, 4, 8]).unwrap();
+    let q = b.input("q", DType::F32, &[64, 4, 8]).unwrap();
+    let k = b.input("k", DType::F16, &[64, 16, 2]).unwrap();
+    let sinks = b.input("sinks", DType::F32, &[8]).unwrap();
+    let short = b.input("short", DType::F32, &[7]).unwrap();
+    let half = b.input("half", DType::F16, &[8]).unwrap();
+    let n_before = b.graph().n_tensors();
+    shape_err(
+        b.soft_max_ext_sinks(scores, None, short, 1.0, 0.0),
+        "per head",
+    );
+    type_err(b.soft_max_ext_sinks(scores, None, half, 1.0, 0.0));
+    shape_err(
+        b.flash_attn_ext_sinks(q, k, k, None, short, 0.125),
+        "per head",
+    );
+    type_err(b.flash_attn_ext_sinks(q, k, k, None, half, 0.125));
+    assert_eq!(b.graph().n_tensors(), n_before, "failed ops add nothing");
+    assert!(b.soft_max_ext_sinks(scores, None, sinks, 1.0, 0.0).is_ok());
+    assert!(b.flash_attn_ext_sinks(q, k, k, None, sinks, 0.125).is_ok());
+
+    let a = b.input("a", DType::F32, &[32, 2, 5]).unwrap();
+    let bias = b.input("bias", DType::F32, &[32, 4]).unwrap();
+    let ids = b.input("ids", DType::I32, &[2, 5]).unwrap();
+    let wrong_ids = b.input("wrong_ids", DType::I32, &[3, 5]).unwrap();
+    let narrow = b.input("narrow", DType::F32, &[16, 4]).unwrap();
+    let float_ids = b.input("float_ids", DType::F32, &[2, 5]).unwrap();
+    shape_err(b.add_id(a, bias, wrong_ids), "n_used");
+    shape_err(b.add_id(a, narrow, ids), "n_expert");
+    type_err(b.add_id(a, bias, float_ids));
+    assert!(b.add_id(a, bias, ids).is_ok());
+}
+
 fn b_view(b: &mut GraphBuilder, a: TensorId) -> TensorId {
     b.reshape(a, &[64, 1, 8]).unwrap()
 }

@@ -53,6 +53,7 @@ typedef long long i64;
 #define ERR_SET_ROWS 2
 #define ERR_MUL_MAT_ID 4
 #define ERR_SSM_SCAN 8
+#define ERR_ADD_ID 16
 #define SSM_MAX_STATE 256
 #define DELTA_MAX_STATE 256
 
@@ -935,7 +936,9 @@ extern "C" __global__ void k_unary(Tensor dst, Tensor a, int op) {
 // act(x) * g; op 0 swiglu (silu), 1 geglu (gelu). With b: x from a, g
 // from b. Without: x and g are the two halves of a's rows (exchanged when
 // swapped).
-extern "C" __global__ void k_glu(Tensor dst, Tensor a, Tensor b, int has_b, int op, int swapped) {
+// op 0 swiglu, 1 geglu, 2 swiglu_oai (gpt-oss: the gate clamped above and
+// the value on both sides at `limit`, the sigmoid's slope `alpha`)
+extern "C" __global__ void k_glu(Tensor dst, Tensor a, Tensor b, int has_b, int op, int swapped, float alpha, float limit) {
     i64 n = nelements(dst);
     i64 n0 = dst.ne[0];
     i64 xo = swapped ? n0 : 0, go = swapped ? 0 : n0;
@@ -950,8 +953,15 @@ extern "C" __global__ void k_glu(Tensor dst, Tensor a, Tensor b, int has_b, int 
             x = load_f(a, i[0] + xo, i[1], i[2], i[3]);
             g = load_f(a, i[0] + go, i[1], i[2], i[3]);
         }
-        float act = op == 0 ? silu_f(x) : gelu_f(x);
-        store_scalar(dst.type, elem_ptr(dst, i[0], i[1], i[2], i[3]), act * g);
+        float out;
+        if (op == 2) {
+            float xc = limit < x ? limit : x;
+            float gc = g < -limit ? -limit : (limit < g ? limit : g);
+            out = xc / (1.0f + expf(alpha * -xc)) * (gc + 1.0f);
+        } else {
+            out = (op == 0 ? silu_f(x) : gelu_f(x)) * g;
+        }
+        store_scalar(dst.type, elem_ptr(dst, i[0], i[1], i[2], i[3]), out);
     }
 }
 
@@ -1256,8 +1266,10 @@ __device__ __forceinline__ float soft_max_in(const Tensor &a, const Tensor &mask
 
 // softmax(a * scale + mask * slope) along rows; a row with no finite value
 // gives zeros.
-extern "C" __global__ void k_soft_max(Tensor dst, Tensor a, Tensor mask, int has_mask, float scale, float max_bias, float m0,
-                                      float m1, int n_head_log2) {
+// With sinks (F32, one per head i2), the head's sink joins each row's
+// maximum and sum of exponentials.
+extern "C" __global__ void k_soft_max(Tensor dst, Tensor a, Tensor mask, int has_mask, Tensor sinks, int has_sinks,
+                                      float scale, float max_bias, float m0, float m1, int n_head_log2) {
     __shared__ float sh[32];
     i64 i1, i2, i3;
     row_coords(blockIdx.x, dst.ne, &i1, &i2, &i3);
@@ -1267,11 +1279,14 @@ extern "C" __global__ void k_soft_max(Tensor dst, Tensor a, Tensor mask, int has
     for (i64 i0 = threadIdx.x; i0 < n0; i0 += blockDim.x)
         mx = fmaxf(mx, soft_max_in(a, mask, has_mask, scale, slope, i0, i1, i2, i3));
     mx = block_max(mx, sh);
+    float sink = has_sinks ? ((const float *)sinks.data)[i2] : 0.0f;
+    if (has_sinks && sink > mx) mx = sink;
     float s = 0.0f;
     if (mx != -inf_f())
         for (i64 i0 = threadIdx.x; i0 < n0; i0 += blockDim.x)
             s += expf(soft_max_in(a, mask, has_mask, scale, slope, i0, i1, i2, i3) - mx);
     s = block_sum(s, sh);
+    if (has_sinks) s += expf(sink - mx);
     float inv = (mx == -inf_f() || s == 0.0f) ? 0.0f : 1.0f / s;
     // each thread rewrites only the values it reads here, after every
     // thread is done with the reductions, so an in-place dst is safe
@@ -1635,8 +1650,9 @@ extern "C" __global__ void k_mul_mat_id(Tensor dst, Tensor as, Tensor b, Tensor 
 // flash_attn_ext: one warp per (query, head, sequence) with an online
 // softmax over the keys; head dims up to 32 * FA_MAX_PER_LANE.
 // grid (n_q, n_head, n_seq), block 32. dst [dv, n_head, n_q, n_seq].
-extern "C" __global__ void k_flash_attn(Tensor dst, Tensor q, Tensor k, Tensor v, Tensor mask, int has_mask, float scale,
-                                        float max_bias, float softcap, float m0, float m1, int n_head_log2) {
+extern "C" __global__ void k_flash_attn(Tensor dst, Tensor q, Tensor k, Tensor v, Tensor mask, int has_mask, Tensor sinks,
+                                        int has_sinks, float scale, float max_bias, float softcap, float m0, float m1,
+                                        int n_head_log2) {
     int lane = threadIdx.x % WARP;
     i64 iq = blockIdx.x, h = blockIdx.y, is = blockIdx.z;
     i64 d = q.ne[0], dv = v.ne[0], n_kv = k.ne[1];
@@ -1675,9 +1691,37 @@ extern "C" __global__ void k_flash_attn(Tensor dst, Tensor q, Tensor k, Tensor v
             if (c < dv) acc[r] += p * load_f(v, c, j, hk, is);
         }
     }
+    if (has_sinks) {
+        // the head's sink joins the maximum and the sum, and adds no value
+        float sk = ((const float *)sinks.data)[h];
+        if (sk > mx) {
+            float c = expf(mx - sk);
+            for (int r = 0; r < FA_MAX_PER_LANE; ++r) acc[r] *= c;
+            sum *= c;
+            mx = sk;
+        }
+        sum += expf(sk - mx);
+    }
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     for (int r = 0; r < FA_MAX_PER_LANE; ++r) {
         i64 c = lane + (i64)WARP * r;
         if (c < dv) *(float *)elem_ptr(dst, c, h, iq, is) = acc[r] * inv;
+    }
+}
+
+// add_id: dst[:, e, t] = a[:, e, t] + b[:, ids[e, t]] (a bias per selected
+// expert); an id outside b's rows sets ERR_ADD_ID and leaves the row.
+extern "C" __global__ void k_add_id(Tensor dst, Tensor a, Tensor b, Tensor ids, int *err) {
+    i64 n = nelements(dst);
+    for (i64 k = global_id(); k < n; k += global_stride()) {
+        i64 i[4];
+        unflat(k, dst.ne, i);
+        int e = *(const int *)elem_ptr(ids, i[1], i[2], 0, 0);
+        if (e < 0 || e >= b.ne[1]) {
+            ATOMIC_OR(err, ERR_ADD_ID);
+            continue;
+        }
+        float v = load_f(a, i[0], i[1], i[2], i[3]) + load_f(b, i[0], e, 0, 0);
+        *(float *)elem_ptr(dst, i[0], i[1], i[2], i[3]) = v;
     }
 }

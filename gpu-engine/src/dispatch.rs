@@ -81,6 +81,13 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
     let kt = |s: &KernelQueue, i: TensorId| -> Result<KTensor> {
         Ok(ktensor(graph.tensor(i), s.address(graph, i)?))
     };
+    // an optional operand and whether it is there (the kernels' `has_*`)
+    let optional = |s: &KernelQueue, i: Option<TensorId>| -> Result<(KTensor, i32)> {
+        Ok(match i {
+            Some(i) => (kt(s, i)?, 1),
+            None => (absent(), 0),
+        })
+    };
     let src = |i: usize| t.src[i];
     let dst = kt(s, id)?;
     let n = t.nelements() as u64;
@@ -144,9 +151,10 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                 Some(&b) => (kt(s, b)?, 1),
                 None => (absent(), 0),
             };
-            let code = match op {
-                ggraph_core::ir::GluOp::Swiglu => 0,
-                ggraph_core::ir::GluOp::Geglu => 1,
+            let (code, alpha, limit) = match *op {
+                ggraph_core::ir::GluOp::Swiglu => (0, 0.0, 0.0),
+                ggraph_core::ir::GluOp::Geglu => (1, 0.0, 0.0),
+                ggraph_core::ir::GluOp::SwigluOai { alpha, limit } => (2, alpha, limit),
             };
             s.launch(
                 "k_glu",
@@ -160,7 +168,20 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                     Arg::I(has_b),
                     Arg::I(code),
                     Arg::I(*swapped as i32),
+                    Arg::F(alpha),
+                    Arg::F(limit),
                 ],
+            )
+        }
+        Op::AddId => {
+            let (a, b, ids) = (kt(s, src(0))?, kt(s, src(1))?, kt(s, src(2))?);
+            let err = s.err_ptr();
+            s.launch(
+                "k_add_id",
+                elementwise_grid(n),
+                block,
+                0,
+                &[Arg::T(dst), Arg::T(a), Arg::T(b), Arg::T(ids), Arg::P(err)],
             )
         }
         Op::Cpy | Op::Cont => {
@@ -264,12 +285,13 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                 &[Arg::T(dst), Arg::T(a)],
             )
         }
-        Op::SoftMax { scale, max_bias } => {
+        Op::SoftMax {
+            scale, max_bias, ..
+        } => {
             let a = kt(s, src(0))?;
-            let (mask, has_mask) = match t.src.get(1) {
-                Some(&m) => (kt(s, m)?, 1),
-                None => (absent(), 0),
-            };
+            let (mask, sinks) = t.mask_and_sinks();
+            let (mask, has_mask) = optional(s, mask)?;
+            let (sinks, has_sinks) = optional(s, sinks)?;
             let alibi = AlibiBases::new(*max_bias, t.ne[2]);
             s.launch(
                 "k_soft_max",
@@ -281,6 +303,8 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                     Arg::T(a),
                     Arg::T(mask),
                     Arg::I(has_mask),
+                    Arg::T(sinks),
+                    Arg::I(has_sinks),
                     Arg::F(*scale),
                     Arg::F(*max_bias),
                     Arg::F(alibi.m0),
@@ -366,12 +390,12 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
             scale,
             max_bias,
             softcap,
+            ..
         } => {
             let (q, k, v) = (kt(s, src(0))?, kt(s, src(1))?, kt(s, src(2))?);
-            let (mask, has_mask) = match t.src.get(3) {
-                Some(&m) => (kt(s, m)?, 1),
-                None => (absent(), 0),
-            };
+            let (mask, sinks) = t.mask_and_sinks();
+            let (mask, has_mask) = optional(s, mask)?;
+            let (sinks, has_sinks) = optional(s, sinks)?;
             let tq = graph.tensor(src(0));
             let alibi = AlibiBases::new(*max_bias, tq.ne[2]);
             let grid = [
@@ -391,6 +415,8 @@ pub(crate) fn run_node(s: &mut KernelQueue, graph: &Graph, id: TensorId) -> Resu
                     Arg::T(v),
                     Arg::T(mask),
                     Arg::I(has_mask),
+                    Arg::T(sinks),
+                    Arg::I(has_sinks),
                     Arg::F(*scale),
                     Arg::F(*max_bias),
                     Arg::F(*softcap),

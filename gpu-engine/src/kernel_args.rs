@@ -37,3 +37,4 @@ pub const ERR_GET_ROWS: i32 = 1;
 pub const ERR_SET_ROWS: i32 = 2;
 pub const ERR_MUL_MAT_ID: i32 = 4;
 pub const ERR_SSM_SCAN: i32 = 8;
+pub const ERR_ADD_ID: i32 = 16;

@@ -11,7 +11,9 @@ use ggraph_core::{Error, Result};
 
 use crate::buffer::GpuBuffer;
 use crate::gpu::Gpu;
-use crate::kernel_args::{Arg, ERR_GET_ROWS, ERR_MUL_MAT_ID, ERR_SET_ROWS, ERR_SSM_SCAN, KTensor};
+use crate::kernel_args::{
+    Arg, ERR_ADD_ID, ERR_GET_ROWS, ERR_MUL_MAT_ID, ERR_SET_ROWS, ERR_SSM_SCAN, KTensor,
+};
 use crate::runtime::{DevPtr, Gemm, RawStream};
 
 /// Kernel launches in order on one stream of one device.
@@ -172,6 +174,9 @@ impl KernelQueue {
         }
         if flags & ERR_SSM_SCAN != 0 {
             ops.push("ssm_scan");
+        }
+        if flags & ERR_ADD_ID != 0 {
+            ops.push("add_id");
         }
         Err(Error::InvalidArgument(format!(
             "{}: an index was outside its tensor in {} (those rows were left as zeros or unwritten)",

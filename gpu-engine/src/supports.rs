@@ -86,6 +86,7 @@ pub fn gpu_supports(graph: &Graph, node: TensorId) -> bool {
         Op::SsmScan => src(0).ne[0] <= MAX_SSM_STATE,
         // a thread keeps a state column in local memory (ggraph.cu)
         Op::GatedDeltaNet => src(2).ne[0] <= MAX_DELTA_STATE,
+        Op::AddId => true,
         Op::FlashAttnExt { .. } => {
             src(0).ne[0] <= MAX_FA_HEAD
                 && src(2).ne[0] <= MAX_FA_HEAD

@@ -4,12 +4,14 @@
 //! that aliases its source (in-place) is safe. The scratch is the
 //! thread's own, kept between calls (`scratch::with_rows`).
 
+use ggraph_core::Result;
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
 use super::isa::{Isa, active};
 use super::math;
 use super::parallel::par_ranges;
 use super::scratch::with_rows;
+use crate::kernels::indices::check_indices;
 use crate::kernels::tensor_ref::TRef;
 
 const MIN_ROWS: usize = 4;
@@ -148,11 +150,21 @@ pub fn unary(dst: TRef, a: TRef, u: UnaryOp) {
     map_rows(dst, a, |x| x.iter_mut().for_each(|v| *v = f(*v)));
 }
 
-pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
-    let act = match op {
-        GluOp::Swiglu => math::ggml_silu,
-        GluOp::Geglu => gelu,
+/// ggml's `swiglu_oai` of gate `x` and value `y`: `std::min`, `std::clamp`
+/// and libm's `expf`, in its order.
+fn swiglu_oai(x: f32, y: f32, alpha: f32, limit: f32) -> f32 {
+    let x = if limit < x { limit } else { x };
+    let y = if y < -limit {
+        -limit
+    } else if limit < y {
+        limit
+    } else {
+        y
     };
+    x / (1.0 + (alpha * -x).exp()) * (y + 1.0)
+}
+
+pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
     let n0 = dst.ne[0];
     let na = a.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
@@ -179,7 +191,12 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
                     }
                     GluOp::Geglu => {
                         for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
-                            *o = act(*xv) * gv;
+                            *o = gelu(*xv) * gv;
+                        }
+                    }
+                    GluOp::SwigluOai { alpha, limit } => {
+                        for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
+                            *o = swiglu_oai(*xv, *gv, alpha, limit);
                         }
                     }
                 }
@@ -188,4 +205,29 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
             }
         });
     });
+}
+
+/// `a[:, e, t] + b[:, ids[e, t]]` (ggml's `add_id`: a bias per selected
+/// expert); an id outside b's rows is an error and nothing is written.
+pub fn add_id(dst: TRef, a: TRef, b: TRef, ids: TRef) -> Result<()> {
+    check_indices("add_id", ids, b.ne[1])?;
+    let n = dst.ne[0];
+    par_ranges(dst.nrows(), MIN_ROWS, |rows| {
+        with_rows(2 * n, |buf| {
+            let (x, bias) = buf.split_at_mut(n);
+            for r in rows {
+                let (i1, i2, i3) = dst.row_coords(r);
+                // SAFETY: rows in bounds and the id checked; this task
+                // owns dst row r.
+                unsafe {
+                    a.load_row(i1, i2, i3, x);
+                    let e = ids.get_i32([i1, i2, 0, 0]) as usize;
+                    b.load_row(e, 0, 0, bias);
+                    x.iter_mut().zip(&*bias).for_each(|(v, w)| *v += w);
+                    dst.store_row(i1, i2, i3, x);
+                }
+            }
+        });
+    });
+    Ok(())
 }

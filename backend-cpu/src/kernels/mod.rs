@@ -30,10 +30,17 @@ mod ssm;
 pub(crate) mod tensor_ref;
 
 use ggraph_core::Result;
-use ggraph_core::ir::{Graph, Op, TensorId};
+use ggraph_core::ir::{Graph, Op, Tensor, TensorId};
 use smallvec::SmallVec;
 
 use crate::kernels::tensor_ref::TRef;
+
+/// A soft_max's or flash_attn_ext's mask and sinks among `src` (the
+/// node's sources resolved).
+fn extras(t: &Tensor, src: &[TRef]) -> (Option<TRef>, Option<TRef>) {
+    let (mask, sinks) = t.mask_and_sinks_at();
+    (mask.map(|i| src[i]), sinks.map(|i| src[i]))
+}
 
 /// Computes one node. `resolve` gives the memory of any tensor of the graph.
 pub(crate) fn run_node(
@@ -83,10 +90,14 @@ pub(crate) fn run_node(
             rope::rope(dst, src[0], src[1], src.get(2).copied(), p);
             Ok(())
         }
-        Op::SoftMax { scale, max_bias } => {
-            norm::soft_max(dst, src[0], src.get(1).copied(), *scale, *max_bias);
+        Op::SoftMax {
+            scale, max_bias, ..
+        } => {
+            let (mask, sinks) = extras(t, &src);
+            norm::soft_max(dst, src[0], mask, sinks, *scale, *max_bias);
             Ok(())
         }
+        Op::AddId => elementwise::add_id(dst, src[0], src[1], src[2]),
         Op::Cpy => {
             copy::copy_values(dst, src[0]);
             Ok(())
@@ -146,17 +157,17 @@ pub(crate) fn run_node(
             scale,
             max_bias,
             softcap,
+            ..
         } => {
-            attention::flash_attn_ext(
-                dst,
-                src[0],
-                src[1],
-                src[2],
-                src.get(3).copied(),
-                *scale,
-                *max_bias,
-                *softcap,
-            );
+            let (mask, sinks) = extras(t, &src);
+            let ops = attention::Operands {
+                q: src[0],
+                k: src[1],
+                v: src[2],
+                mask,
+                sinks,
+            };
+            attention::flash_attn_ext(dst, ops, *scale, *max_bias, *softcap);
             Ok(())
         }
     }

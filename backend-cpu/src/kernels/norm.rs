@@ -71,22 +71,28 @@ pub fn norm(dst: TRef, a: TRef, eps: f32) {
 /// group's sum (its lanes paired as ggml's horizontal add pairs them)
 /// added in f64, the rest from libm one by one, and every value times the
 /// f32 of the f64 reciprocal. A row with no finite value becomes zeros.
-pub fn softmax_row(x: &mut [f32]) {
+/// With a `sink` (an attention sink's logit), the sink joins the row's
+/// maximum and its sum of exponentials, as ggml's soft_max adds it.
+pub fn softmax_row(x: &mut [f32], sink: Option<f32>) {
     #[cfg(target_arch = "x86_64")]
     if super::isa::active() >= super::isa::Isa::Avx2 {
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn fma(x: &mut [f32]) {
-            softmax_row_body(x)
+        unsafe fn fma(x: &mut [f32], sink: Option<f32>) {
+            softmax_row_body(x, sink)
         }
         // SAFETY: the AVX2 level includes FMA (checked by `active`).
-        return unsafe { fma(x) };
+        return unsafe { fma(x, sink) };
     }
-    softmax_row_body(x)
+    softmax_row_body(x, sink)
 }
 
 #[inline(always)]
-fn softmax_row_body(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+fn softmax_row_body(x: &mut [f32], sink: Option<f32>) {
+    let mut max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if let Some(sink) = sink {
+        // ggml's MAX(max, sink)
+        max = if max > sink { max } else { sink };
+    }
     if max == f32::NEG_INFINITY {
         x.fill(0.0);
         return;
@@ -102,11 +108,23 @@ fn softmax_row_body(x: &mut [f32]) {
         *v = (*v - max).exp();
         sum += *v as f64;
     }
+    if let Some(sink) = sink {
+        sum += (sink - max).exp() as f64;
+    }
     let inv = (1.0 / sum) as f32;
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
-pub fn soft_max(dst: TRef, a: TRef, mask: Option<TRef>, scale: f32, max_bias: f32) {
+/// softmax(a * scale + mask * slope) along rows, with `sinks` (F32, one
+/// per head `i2`) joining each row's maximum and sum.
+pub fn soft_max(
+    dst: TRef,
+    a: TRef,
+    mask: Option<TRef>,
+    sinks: Option<TRef>,
+    scale: f32,
+    max_bias: f32,
+) {
     let n_head = dst.ne[2];
     let n0 = dst.ne[0];
     rows(dst, a, |x, (i1, i2, i3)| {
@@ -126,6 +144,8 @@ pub fn soft_max(dst: TRef, a: TRef, mask: Option<TRef>, scale: f32, max_bias: f3
                     .for_each(|(v, mv)| *v = slope.mul_add(*mv, *v));
             }
         }
-        softmax_row(x);
+        // SAFETY: one packed value per head (checked by the builder).
+        let sink = sinks.map(|s| unsafe { *(s.ptr as *const f32).add(i2) });
+        softmax_row(x, sink);
     });
 }

@@ -29,23 +29,39 @@ pub fn flash_attn_ext(
     let q = bind(gpu, graph, t.src[0])?;
     let k = bind(gpu, graph, t.src[1])?;
     let v = bind(gpu, graph, t.src[2])?;
-    let mask = t.src.get(3).map(|&m| bind(gpu, graph, m)).transpose()?;
+    let (mask, sinks) = t.mask_and_sinks();
+    let mask = mask.map(|m| bind(gpu, graph, m)).transpose()?;
+    let sinks = sinks.map(|s| bind(gpu, graph, s)).transpose()?;
     let rows = d.nrows();
     if rows == 0 || d.is_empty() {
         return Ok(());
     }
     let key = format!(
-        "flash_attn|q={},k={},v={},mask={:?}",
+        "flash_attn|q={},k={},v={},mask={:?},sinks={}",
         q.dtype,
         k.dtype,
         v.dtype,
-        mask.as_ref().map(|m| m.dtype)
+        mask.as_ref().map(|m| m.dtype),
+        sinks.is_some()
     );
-    let p = pipeline(gpu, &key, 4 + mask.is_some() as usize, || {
+    let bindings = 4 + mask.is_some() as usize + sinks.is_some() as usize;
+    let p = pipeline(gpu, &key, bindings, || {
         let mask_value = if mask.is_some() {
             "E_get(j, iq, h % E_ne(2u), is % E_ne(3u))"
         } else {
             "0.0"
+        };
+        // the head's sink joins the maximum and the sum, and adds no value
+        let sink = if sinks.is_some() {
+            r#"    let sk = F_get(h, 0u, 0u, 0u);
+    let sink_max = max(run_max, sk);
+    var sink_corr = 0.0;
+    if (!is_neg_inf(run_max)) { sink_corr = exp(run_max - sink_max); }
+    run_sum = run_sum * sink_corr + exp(sk - sink_max);
+    for (var qq = 0u; qq < 8u; qq++) { acc[qq] = acc[qq] * sink_corr; }
+"#
+        } else {
+            ""
         };
         let code = format!(
             r#"    if (gi >= op_u(31u)) {{ return; }}
@@ -104,7 +120,7 @@ pub fn flash_attn_ext(
         workgroupBarrier();
         run_max = new_max;
     }}
-    for (var qq = 0u; qq < 8u; qq++) {{
+{sink}    for (var qq = 0u; qq < 8u; qq++) {{
         let c = lid + 64u * qq;
         if (c < dv) {{
             var o = 0.0;
@@ -122,6 +138,9 @@ pub fn flash_attn_ext(
         if let Some(m) = &mask {
             sh = sh.tensor("E", 4, m.dtype, Access::Read);
         }
+        if let Some(s) = &sinks {
+            sh = sh.tensor("F", 4 + mask.is_some() as usize, s.dtype, Access::Read);
+        }
         sh.code(REDUCE)
             .code("var<workgroup> probs: array<f32, 64>;\n")
             .code(&entry(64, &code))
@@ -138,8 +157,7 @@ pub fn flash_attn_ext(
         .setf(5, softcap)
         .set(31, rows as u32);
     let mut tensors = vec![&d, &q, &k, &v];
-    if let Some(m) = &mask {
-        tensors.push(m);
-    }
+    tensors.extend(mask.as_ref());
+    tensors.extend(sinks.as_ref());
     rec.dispatch(p, &tensors, params, rows)
 }

@@ -1,8 +1,8 @@
 //! Elementwise ops, one thread per result element: binary ops with
 //! broadcasting, scale, the unary ops and the gated linear units.
 
-use ggraph_core::Result;
 use ggraph_core::ir::{BinaryOp, GluOp, Graph, TensorId, UnaryOp};
+use ggraph_core::{DType, Result};
 
 use super::args::{Params, WG, bind};
 use super::pipeline::pipeline;
@@ -176,13 +176,17 @@ pub fn glu(
     swapped: bool,
 ) -> Result<()> {
     let t = graph.tensor(node);
-    let act = match op {
-        GluOp::Swiglu => unary_expr(UnaryOp::Silu),
-        GluOp::Geglu => unary_expr(UnaryOp::Gelu),
+    // the unit of gate x and value g
+    let unit = match op {
+        GluOp::Swiglu => format!("({}) * g", unary_expr(UnaryOp::Silu)),
+        GluOp::Geglu => format!("({}) * g", unary_expr(UnaryOp::Gelu)),
+        GluOp::SwigluOai { alpha, limit } => format!(
+            "min(x, {limit:?}) / (1.0 + exp({alpha:?} * -min(x, {limit:?}))) * (clamp(g, -{limit:?}, {limit:?}) + 1.0)"
+        ),
     };
     if t.src.len() == 2 {
         let body = format!(
-            "    let x = A_get(i0, i1, i2, i3);\n    D_set(i0, i1, i2, i3, ({act}) * B_get(i0, i1, i2, i3));\n"
+            "    let x = A_get(i0, i1, i2, i3);\n    let g = B_get(i0, i1, i2, i3);\n    D_set(i0, i1, i2, i3, {unit});\n"
         );
         return run(
             rec,
@@ -200,7 +204,7 @@ pub fn glu(
     let mut p = Params::new();
     p.set(0, xo).set(1, go);
     let body = format!(
-        "    let x = A_get(i0 + op_u(0u), i1, i2, i3);\n    D_set(i0, i1, i2, i3, ({act}) * A_get(i0 + op_u(1u), i1, i2, i3));\n"
+        "    let x = A_get(i0 + op_u(0u), i1, i2, i3);\n    let g = A_get(i0 + op_u(1u), i1, i2, i3);\n    D_set(i0, i1, i2, i3, {unit});\n"
     );
     run(
         rec,
@@ -210,5 +214,52 @@ pub fn glu(
         &[t.src[0]],
         &body,
         p,
+    )
+}
+
+/// `a[:, e, t] + b[:, ids[e, t]]` (ggml's `add_id`); an id outside b's
+/// rows writes 0 and is reported by the next synchronize.
+pub fn add_id(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Result<()> {
+    let gpu = rec.gpu;
+    let t = graph.tensor(node);
+    let d = bind(gpu, graph, node)?;
+    let a = bind(gpu, graph, t.src[0])?;
+    let b = bind(gpu, graph, t.src[1])?;
+    let ids = bind(gpu, graph, t.src[2])?;
+    let n = d.nelements();
+    if n == 0 {
+        return Ok(());
+    }
+    let key = format!("add_id|{}+{}", a.dtype, b.dtype);
+    let p = pipeline(gpu, &key, 5, || {
+        let code = format!(
+            r#"    if (idx >= op_u(31u)) {{ return; }}
+{}    let e = bitcast<i32>(C_bits(C_row(i2, 0u, 0u) + i1 * C_nb(0u)));
+    if (e < 0 || e >= i32(B_ne(1u))) {{
+        D_set(i0, i1, i2, i3, 0.0);
+        bad_index(8u, e, B_ne(1u));
+        return;
+    }}
+    D_set(i0, i1, i2, i3, A_get(i0, i1, i2, i3) + B_get(i0, u32(e), 0u, 0u));
+"#,
+            unravel("idx", "D", "i")
+        );
+        Shader::new()
+            .tensor("D", 0, d.dtype, Access::Write)
+            .tensor("A", 1, a.dtype, Access::Read)
+            .tensor("B", 2, b.dtype, Access::Read)
+            .tensor("C", 3, DType::I32, Access::Read)
+            .status(4)
+            .code(&entry(WG, &code))
+            .finish()
+    })?;
+    let status = rec.status();
+    let mut params = Params::new();
+    params.set(31, n as u32);
+    rec.dispatch(
+        p,
+        &[&d, &a, &b, &ids, &status],
+        params,
+        n.div_ceil(WG as u64),
     )
 }

@@ -49,7 +49,10 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
         Op::RmsNorm { eps } => norm::rows(rec, graph, node, norm::RowOp::RmsNorm(*eps)),
         Op::Norm { eps } => norm::rows(rec, graph, node, norm::RowOp::Norm(*eps)),
         Op::SumRows => norm::rows(rec, graph, node, norm::RowOp::SumRows),
-        Op::SoftMax { scale, max_bias } => norm::soft_max(rec, graph, node, *scale, *max_bias),
+        Op::SoftMax {
+            scale, max_bias, ..
+        } => norm::soft_max(rec, graph, node, *scale, *max_bias),
+        Op::AddId => elementwise::add_id(rec, graph, node),
         Op::Rope(p) => rope::rope(rec, graph, node, p),
         Op::Cpy | Op::Cont => copy::copy(rec, graph, node),
         Op::SetRows => copy::set_rows(rec, graph, node),
@@ -60,6 +63,7 @@ pub(crate) fn encode(rec: &mut Recorder, graph: &Graph, node: TensorId) -> Resul
             scale,
             max_bias,
             softcap,
+            ..
         } => attention::flash_attn_ext(rec, graph, node, *scale, *max_bias, *softcap),
         Op::SsmConv => ssm::ssm_conv(rec, graph, node),
         Op::SsmScan => ssm::ssm_scan(rec, graph, node),

@@ -120,18 +120,35 @@ pub fn soft_max(
     let t = graph.tensor(node);
     let d = bind(gpu, graph, node)?;
     let a = bind(gpu, graph, t.src[0])?;
-    let mask = t.src.get(1).map(|&m| bind(gpu, graph, m)).transpose()?;
+    let (mask, sinks) = t.mask_and_sinks();
+    let mask = mask.map(|m| bind(gpu, graph, m)).transpose()?;
+    let sinks = sinks.map(|s| bind(gpu, graph, s)).transpose()?;
     let rows = a.nrows();
     if rows == 0 || d.is_empty() {
         return Ok(());
     }
     let mask_type = mask.as_ref().map(|m| m.dtype);
-    let key = format!("soft_max|{}>{}|mask={mask_type:?}", a.dtype, d.dtype);
-    let p = pipeline(gpu, &key, 2 + mask.is_some() as usize, || {
+    let key = format!(
+        "soft_max|{}>{}|mask={mask_type:?}|sinks={}",
+        a.dtype,
+        d.dtype,
+        sinks.is_some()
+    );
+    let bindings = 2 + mask.is_some() as usize + sinks.is_some() as usize;
+    let p = pipeline(gpu, &key, bindings, || {
         let mask_term = if mask.is_some() {
             " + slope * B_get(i, i1, i2 % B_ne(2u), i3 % B_ne(3u))"
         } else {
             ""
+        };
+        // the head's sink joins the maximum and the sum
+        let (sink_max, sink_sum) = if sinks.is_some() {
+            (
+                "    let mx = max(row_max, S_get(i2, 0u, 0u, 0u));\n",
+                " + exp(S_get(i2, 0u, 0u, 0u) - mx)",
+            )
+        } else {
+            ("    let mx = row_max;\n", "")
         };
         let body = format!(
             r#"    var slope = 1.0;
@@ -142,13 +159,13 @@ pub fn soft_max(
     }}
     var m = neg_inf();
     for (var i = lid; i < n; i += 64u) {{ m = max(m, A_get(i, i1, i2, i3) * op_f(0u){mask_term}); }}
-    let mx = reduce_max(m, lid);
-    var s = 0.0;
+    let row_max = reduce_max(m, lid);
+{sink_max}    var s = 0.0;
     for (var i = lid; i < n; i += 64u) {{
         let v = A_get(i, i1, i2, i3) * op_f(0u){mask_term};
         s += select(exp(v - mx), 0.0, is_neg_inf(v));
     }}
-    let total = reduce_sum(s, lid);
+    let total = reduce_sum(s, lid){sink_sum};
     for (var i = lid; i < n; i += 64u) {{
         let v = A_get(i, i1, i2, i3) * op_f(0u){mask_term};
         var p = 0.0;
@@ -166,6 +183,9 @@ pub fn soft_max(
         if let Some(m) = &mask {
             sh = sh.tensor("B", 2, m.dtype, Access::Read);
         }
+        if let Some(s) = &sinks {
+            sh = sh.tensor("S", 2 + mask.is_some() as usize, s.dtype, Access::Read);
+        }
         sh.code(REDUCE)
             .code(&entry(RW, &format!("{ROW}{body}")))
             .finish()
@@ -180,8 +200,7 @@ pub fn soft_max(
         .set(4, alibi.n_head_log2)
         .set(31, rows as u32);
     let mut tensors = vec![&d, &a];
-    if let Some(m) = &mask {
-        tensors.push(m);
-    }
+    tensors.extend(mask.as_ref());
+    tensors.extend(sinks.as_ref());
     rec.dispatch(p, &tensors, params, rows)
 }

@@ -398,7 +398,7 @@ fn {x}_put_bytes(b0: u32, n: u32, bytes: ptr<function, array<u32, 212>>) {{
 
 /// The status word in slot `{slot}`: `bad_index(kind, value, limit)`
 /// records an index outside its tensor (kind bits: 1 get_rows, 2
-/// set_rows, 4 mul_mat_id).
+/// set_rows, 4 mul_mat_id, 8 add_id).
 pub(crate) const STATUS: &str = r#"@group(0) @binding({binding}) var<storage, read_write> STATUS: array<atomic<u32>>;
 fn bad_index(kind: u32, value: i32, limit: u32) {
     atomicOr(&STATUS[0], kind);

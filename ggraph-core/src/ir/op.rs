@@ -81,12 +81,51 @@ impl UnaryOp {
 }
 
 /// Gated linear units: act(a) * b.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum GluOp {
     /// silu(a) * b
     Swiglu,
     /// gelu(a) * b
     Geglu,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with `x = min(a,
+    /// limit)`, `x * sigmoid(alpha * x) * (clamp(b, -limit, limit) + 1)`.
+    SwigluOai {
+        /// The sigmoid's slope (gpt-oss: 1.702).
+        alpha: f32,
+        /// Where the gate and the value are clamped (gpt-oss: 7).
+        limit: f32,
+    },
+}
+
+impl GluOp {
+    /// gpt-oss's [`GluOp::SwigluOai`], with the constants llama.cpp
+    /// builds it with.
+    pub const SWIGLU_OAI: GluOp = GluOp::SwigluOai {
+        alpha: 1.702,
+        limit: 7.0,
+    };
+
+    /// The unit of gate `a` and value `b`, in f64 (the reference's
+    /// precision).
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            GluOp::Swiglu => UnaryOp::Silu.eval(a) * b,
+            GluOp::Geglu => UnaryOp::Gelu.eval(a) * b,
+            GluOp::SwigluOai { alpha, limit } => {
+                let (alpha, limit) = (alpha as f64, limit as f64);
+                // std::min and std::clamp: a NaN stays
+                let x = if limit < a { limit } else { a };
+                let y = if b < -limit {
+                    -limit
+                } else if limit < b {
+                    limit
+                } else {
+                    b
+                };
+                x / (1.0 + (alpha * -x).exp()) * (y + 1.0)
+            }
+        }
+    }
 }
 
 /// Rotary embedding layouts.
@@ -274,6 +313,10 @@ pub enum Op {
         /// ALiBi maximum bias; 0 gives every head slope 1 (see
         /// [`alibi_slope`](crate::ir::alibi_slope)).
         max_bias: f32,
+        /// Whether the last source is the attention sinks (gpt-oss): F32
+        /// `[ne2]`, one logit per head (row `i2`) that joins each row's
+        /// maximum and sum of exponentials but takes no probability.
+        sinks: bool,
     },
     /// `cpy(a, b)`: a's values written into b (converting type); the result
     /// is a view of b.
@@ -315,7 +358,15 @@ pub enum Op {
         /// When not 0, scores become `softcap * tanh(score / softcap)`
         /// before the mask is added (Gemma 2); 0 disables capping.
         softcap: f32,
+        /// Whether the last source is the attention sinks (gpt-oss): F32
+        /// `[n_head]`, one logit per head that joins the softmax's
+        /// maximum and sum but adds no value.
+        sinks: bool,
     },
+    /// `add_id(a, b, ids)`, a bias per selected expert (ggml's): a F32
+    /// [n, n_used, n_tokens], b F32 [n, n_expert], ids I32 [n_used,
+    /// n_tokens] → `a[:, e, t] + b[:, ids[e, t]]`.
+    AddId,
     /// `ssm_conv(sx, c)`, a short causal convolution per channel (ggml's,
     /// for Mamba's and LFM2's convolution layers): sx F32
     /// [d_conv - 1 + n_t, d_inner, n_s] (each channel's row the previous
@@ -382,7 +433,7 @@ pub enum OpKind {
     Scale,
     /// [`Op::Unary`], any [`UnaryOp`].
     Unary,
-    /// [`Op::Glu`], either [`GluOp`].
+    /// [`Op::Glu`], any [`GluOp`].
     Glu,
     /// [`Op::MulMat`].
     MulMat,
@@ -412,6 +463,8 @@ pub enum OpKind {
     TopK,
     /// [`Op::FlashAttnExt`].
     FlashAttnExt,
+    /// [`Op::AddId`].
+    AddId,
     /// [`Op::SsmConv`].
     SsmConv,
     /// [`Op::SsmScan`].
@@ -453,6 +506,7 @@ impl OpKind {
             OpKind::ArgSort => "ARGSORT",
             OpKind::TopK => "TOP_K",
             OpKind::FlashAttnExt => "FLASH_ATTN_EXT",
+            OpKind::AddId => "ADD_ID",
             OpKind::SsmConv => "SSM_CONV",
             OpKind::SsmScan => "SSM_SCAN",
             OpKind::GatedDeltaNet => "GATED_DELTA_NET",
@@ -499,6 +553,7 @@ impl Op {
             Op::ArgSort { .. } => OpKind::ArgSort,
             Op::TopK { .. } => OpKind::TopK,
             Op::FlashAttnExt { .. } => OpKind::FlashAttnExt,
+            Op::AddId => OpKind::AddId,
             Op::SsmConv => OpKind::SsmConv,
             Op::SsmScan => OpKind::SsmScan,
             Op::GatedDeltaNet => OpKind::GatedDeltaNet,

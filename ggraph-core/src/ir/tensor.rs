@@ -116,6 +116,28 @@ impl Tensor {
         }
     }
 
+    /// A soft_max's or flash_attn_ext's optional sources: its mask and its
+    /// attention sinks, where it has them (`None` for other ops).
+    pub fn mask_and_sinks(&self) -> (Option<TensorId>, Option<TensorId>) {
+        let (mask, sinks) = self.mask_and_sinks_at();
+        (mask.map(|i| self.src[i]), sinks.map(|i| self.src[i]))
+    }
+
+    /// As [`Tensor::mask_and_sinks`], their positions among the sources.
+    pub fn mask_and_sinks_at(&self) -> (Option<usize>, Option<usize>) {
+        let (first, sinks) = match self.op {
+            Op::SoftMax { sinks, .. } => (1, sinks),
+            Op::FlashAttnExt { sinks, .. } => (3, sinks),
+            _ => return (None, None),
+        };
+        match (sinks, self.src.len().saturating_sub(first)) {
+            (true, 2) => (Some(first), Some(first + 1)),
+            (true, 1) => (None, Some(first)),
+            (false, 1) => (Some(first), None),
+            _ => (None, None),
+        }
+    }
+
     /// Number of elements, the product of `ne` (ggml's `ggml_nelements`).
     pub fn nelements(&self) -> usize {
         self.ne.iter().product()

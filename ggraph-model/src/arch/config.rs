@@ -11,7 +11,7 @@ use crate::gguf::{ArrayValues, GgufHeader, meta_error};
 
 /// How a layer's feed-forward network is made (when it is not a mixture
 /// of experts: a model with experts always routes them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum FfnKind {
     /// `ffn_gate` and `ffn_up`, the gate's activation times up, `ffn_down`.
     Split(GluOp),

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 
 use super::super::isa::{Isa, active};
 use super::super::math::exp_nonpositive as exp;
-use super::primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use super::primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, join_sink, prefetch_row};
 use crate::kernels::tensor_ref::TRef;
 use crate::team;
 
@@ -116,7 +116,7 @@ pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p
         for h in 0..n_head {
             for i in 0..n_q {
                 let at = |part: usize| ((is * parts + part) * n_head + h) * n_q + i;
-                let max = (0..parts)
+                let mut max = (0..parts)
                     .map(|t| partial[at(t) * state + dv])
                     .fold(f32::NEG_INFINITY, f32::max);
                 row.fill(0.0);
@@ -128,6 +128,9 @@ pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p
                         sum += s[dv + 1] * w;
                         row.iter_mut().zip(&s[..dv]).for_each(|(o, a)| *o += a * w);
                     }
+                }
+                if let Some(s) = p.sink(h) {
+                    join_sink(s, &mut max, &mut sum, &mut row);
                 }
                 let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
                 row.iter_mut().for_each(|o| *o *= inv);

@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 use ggraph_core::quant::{f16_to_f32, f32_to_f16};
 
-use super::primitives::Params;
+use super::primitives::{Params, join_sink};
 use crate::kernels::alibi::alibi_slope;
 use crate::kernels::half_dot::{HalfDot, half_dot};
 use crate::kernels::isa::{Isa, active};
@@ -71,6 +71,8 @@ struct Call {
     max_bias: f32,
     dot: HalfDot,
     isa: Isa,
+    /// The call's parameters as given (its sinks).
+    params: Params,
 }
 
 /// One query's attention over some keys, not yet divided by its sum: the
@@ -98,6 +100,7 @@ pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<
         max_bias: p.max_bias,
         dot: half_dot(isa),
         isa,
+        params: p,
     };
     if n_q == 1 && n_seq == 1 && n_kv >= SPLIT_KV_MIN {
         return keys_split(dst, &call);
@@ -109,7 +112,7 @@ pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<
                 let (tile, h, is) = (t % tiles, t / tiles % n_head, t / (tiles * n_head));
                 let rows = tile * TILE_Q..((tile + 1) * TILE_Q).min(n_q);
                 for (iq, part) in rows.clone().zip(tiled(&call, rows, h, is)) {
-                    finish(dst, part, h, iq, is);
+                    finish(dst, with_sink(&call, part, h), h, iq, is);
                 }
             }
         });
@@ -118,9 +121,18 @@ pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<
         for r in range {
             let (iq, h, is) = (r % n_q, r / n_q % n_head, r / (n_q * n_head));
             let part = one_query(&call, iq, h, is, 0..n_kv);
-            finish(dst, part, h, iq, is);
+            finish(dst, with_sink(&call, part, h), h, iq, is);
         }
     });
+}
+
+/// Head `h`'s sink, where the call has sinks, joined to a query's partial
+/// after its keys (in ggml's split over the keys, to the first share's).
+fn with_sink(c: &Call, mut part: Partial, h: usize) -> Partial {
+    if let Some(s) = c.params.sink(h) {
+        join_sink(s, &mut part.max, &mut part.sum, &mut part.values);
+    }
+    part
 }
 
 /// Divides a query's values by its sum and stores them: dst row (h, iq,
@@ -480,7 +492,8 @@ fn keys_split(dst: TRef, c: &Call) {
             return;
         }
         for (h, o) in out.iter_mut().enumerate() {
-            *o = Some(one_query(c, 0, h, 0, keys.clone()));
+            let part = one_query(c, 0, h, 0, keys.clone());
+            *o = Some(if s == 0 { with_sink(c, part, h) } else { part });
         }
     });
     for h in 0..n_head {

@@ -36,7 +36,7 @@ use super::isa::{Isa, active};
 use super::math::exp_nonpositive as exp;
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
-use primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, prefetch_row};
+use primitives::{ACC_W, Fused, MulAdd, Params, Separate, dot, join_sink, prefetch_row};
 
 /// Query rows per tile (the lanes of the wide loop).
 const TILE_Q: usize = 32;
@@ -45,16 +45,24 @@ const BLOCK_K: usize = 64;
 /// Tiles of at least this many queries take the wide loop.
 const WIDE_MIN: usize = 8;
 
-pub fn flash_attn_ext(
-    dst: TRef,
-    q: TRef,
-    k: TRef,
-    v: TRef,
-    mask: Option<TRef>,
-    scale: f32,
-    max_bias: f32,
-    softcap: f32,
-) {
+/// The attention's tensors, as the node holds them: q, k, v, and the
+/// optional mask and sinks.
+pub struct Operands {
+    pub q: TRef,
+    pub k: TRef,
+    pub v: TRef,
+    pub mask: Option<TRef>,
+    pub sinks: Option<TRef>,
+}
+
+pub fn flash_attn_ext(dst: TRef, ops: Operands, scale: f32, max_bias: f32, softcap: f32) {
+    let Operands {
+        q,
+        k,
+        v,
+        mask,
+        sinks,
+    } = ops;
     let n_q = q.ne[1];
     let n_head = q.ne[2];
     let n_seq = q.ne[3];
@@ -65,6 +73,7 @@ pub fn flash_attn_ext(
         scale,
         max_bias,
         softcap,
+        sinks,
     };
     if in_ggml_order::takes(q, k, v) {
         return in_ggml_order::flash_attn_ext(dst, q, k, v, mask, params);
@@ -251,6 +260,10 @@ fn run_tile(
         step.run(isa, wide, sc);
     }
     for (i, iq) in rows.enumerate() {
+        if let Some(s) = p.sink(h) {
+            let values = &mut sc.acc[i * dv..(i + 1) * dv];
+            join_sink(s, &mut sc.max[i], &mut sc.sum[i], values);
+        }
         let inv = if sc.sum[i] > 0.0 {
             1.0 / sc.sum[i]
         } else {

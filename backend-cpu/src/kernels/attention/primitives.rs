@@ -6,12 +6,38 @@ use crate::kernels::tensor_ref::TRef;
 /// Value columns accumulated in registers at once.
 pub(super) const ACC_W: usize = 64;
 
-/// The scalar parameters of one call.
+/// The scalar parameters of one call, and its attention sinks.
 #[derive(Clone, Copy)]
 pub(super) struct Params {
     pub(super) scale: f32,
     pub(super) max_bias: f32,
     pub(super) softcap: f32,
+    /// One logit per query head (gpt-oss), where the call has them.
+    pub(super) sinks: Option<TRef>,
+}
+
+impl Params {
+    /// Head `h`'s attention sink, where the call has sinks.
+    pub(super) fn sink(&self, h: usize) -> Option<f32> {
+        // SAFETY: one packed F32 value per head (checked by the builder).
+        self.sinks.map(|s| unsafe { *(s.ptr as *const f32).add(h) })
+    }
+}
+
+/// A sink's logit `s` joined to one query's online softmax (its running
+/// maximum, sum of exponentials and weighted values), as ggml joins it
+/// after the keys: it raises the maximum or adds its exponential to the
+/// sum, and adds no value.
+pub(super) fn join_sink(s: f32, max: &mut f32, sum: &mut f32, values: &mut [f32]) {
+    let (mut ms, mut vs) = (1f32, 1f32);
+    if s > *max {
+        ms = (*max - s).exp();
+        *max = s;
+        values.iter_mut().for_each(|v| *v *= ms);
+    } else {
+        vs = (s - *max).exp();
+    }
+    *sum = sum.mul_add(ms, vs);
 }
 
 /// Starts loading row (i1, i2, i3) of `t` into the cache.

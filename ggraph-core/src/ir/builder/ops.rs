@@ -154,6 +154,12 @@ impl GraphBuilder {
         self.glu(GluOp::Swiglu, a, false)
     }
 
+    /// gpt-oss's clamped SwiGLU of gate `a` and value `b`, of the same
+    /// shape, with llama.cpp's constants ([`GluOp::SWIGLU_OAI`]).
+    pub fn swiglu_oai(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
+        self.glu_split(GluOp::SWIGLU_OAI, a, b)
+    }
+
     /// silu(a) * b, `a` and `b` of the same shape (see
     /// [`GraphBuilder::glu_split`]).
     pub fn swiglu_split(&mut self, a: TensorId, b: TensorId) -> Result<TensorId> {
@@ -342,6 +348,31 @@ impl GraphBuilder {
         scale: f32,
         max_bias: f32,
     ) -> Result<TensorId> {
+        self.soft_max_with(a, mask, None, scale, max_bias)
+    }
+
+    /// [`GraphBuilder::soft_max_ext`] with attention sinks (ggml's
+    /// `soft_max_add_sinks`, gpt-oss): F32 `[a.ne[2]]`, one logit per head
+    /// that joins each row's maximum and sum but takes no probability.
+    pub fn soft_max_ext_sinks(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: TensorId,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
+        self.soft_max_with(a, mask, Some(sinks), scale, max_bias)
+    }
+
+    fn soft_max_with(
+        &mut self,
+        a: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
+        scale: f32,
+        max_bias: f32,
+    ) -> Result<TensorId> {
         const OP: &str = "soft_max";
         let ta = self.float(OP, "a", a)?.clone();
         let mut src: SmallVec<[TensorId; 4]> = SmallVec::from_slice(&[a]);
@@ -358,7 +389,34 @@ impl GraphBuilder {
                 "soft_max: max_bias (ALiBi) needs a mask".into(),
             ));
         }
-        self.node(Op::SoftMax { scale, max_bias }, ta.dtype, ta.ne, &src)
+        if let Some(s) = sinks {
+            self.check_sinks(OP, s, ta.ne[2])?;
+            src.push(s);
+        }
+        let op = Op::SoftMax {
+            scale,
+            max_bias,
+            sinks: sinks.is_some(),
+        };
+        self.node(op, ta.dtype, ta.ne, &src)
+    }
+
+    /// Attention sinks: F32, one packed value per head.
+    fn check_sinks(&self, op: &'static str, sinks: TensorId, heads: usize) -> Result<()> {
+        let t = self.graph.get(sinks)?;
+        if t.dtype != DType::F32 {
+            return Err(Error::dtype(op, "sinks", t.dtype, "F32"));
+        }
+        if t.ne != [heads, 1, 1, 1] || !t.is_contiguous() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "sinks {} must be one packed value per head: [{heads}]",
+                    t.shape_str()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Writes `a`'s values into `b` (converting type); the result is a
@@ -758,7 +816,49 @@ impl GraphBuilder {
         max_bias: f32,
         softcap: f32,
     ) -> Result<TensorId> {
+        let scores = Scores {
+            scale,
+            max_bias,
+            softcap,
+        };
+        self.flash_attn_with(q, k, v, mask, None, scores)
+    }
+
+    /// [`GraphBuilder::flash_attn_ext`] with attention sinks (ggml's
+    /// `flash_attn_ext_add_sinks`, gpt-oss): F32 `[n_head]`, one logit per
+    /// head that joins the softmax's maximum and sum but adds no value.
+    pub fn flash_attn_ext_sinks(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        sinks: TensorId,
+        scale: f32,
+    ) -> Result<TensorId> {
+        let scores = Scores {
+            scale,
+            max_bias: 0.0,
+            softcap: 0.0,
+        };
+        self.flash_attn_with(q, k, v, mask, Some(sinks), scores)
+    }
+
+    fn flash_attn_with(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        mask: Option<TensorId>,
+        sinks: Option<TensorId>,
+        scores: Scores,
+    ) -> Result<TensorId> {
         const OP: &str = "flash_attn_ext";
+        let Scores {
+            scale,
+            max_bias,
+            softcap,
+        } = scores;
         let tq = self.float(OP, "q", q)?.clone();
         let tk = self.graph.get(k)?.clone();
         let tv = self.graph.get(v)?.clone();
@@ -812,16 +912,66 @@ impl GraphBuilder {
                 "flash_attn_ext: max_bias (ALiBi) needs a mask".into(),
             ));
         }
+        if let Some(s) = sinks {
+            self.check_sinks(OP, s, tq.ne[2])?;
+            src.push(s);
+        }
         let ne = [tv.ne[0], tq.ne[2], tq.ne[1], tq.ne[3]];
         self.node(
             Op::FlashAttnExt {
                 scale,
                 max_bias,
                 softcap,
+                sinks: sinks.is_some(),
             },
             DType::F32,
             ne,
             &src,
         )
     }
+
+    /// `a[:, e, t] + b[:, ids[e, t]]` (ggml's `add_id`: a bias per selected
+    /// expert): a F32 [n, n_used, n_tokens], b F32 [n, n_expert], ids I32
+    /// [n_used, n_tokens]. An id outside b's rows is an error when the
+    /// graph runs.
+    pub fn add_id(&mut self, a: TensorId, b: TensorId, ids: TensorId) -> Result<TensorId> {
+        const OP: &str = "add_id";
+        let ta = self.graph.get(a)?.clone();
+        let tb = self.graph.get(b)?.clone();
+        let ti = self.i32(OP, "ids", ids)?.clone();
+        for (name, t) in [("a", &ta), ("b", &tb)] {
+            if t.dtype != DType::F32 {
+                return Err(Error::dtype(OP, name, t.dtype, "F32"));
+            }
+        }
+        if tb.ne[0] != ta.ne[0]
+            || tb.ne[2] * tb.ne[3] != 1
+            || ti.ne[0] != ta.ne[1]
+            || ti.ne[1] != ta.ne[2]
+            || ta.ne[3] * ti.ne[2] * ti.ne[3] != 1
+        {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a {}, b {}, ids {}: need a [n, n_used, n_tokens], b [n, n_expert], ids [n_used, n_tokens]",
+                    ta.shape_str(),
+                    tb.shape_str(),
+                    ti.shape_str()
+                ),
+            ));
+        }
+        if !ta.has_contiguous_rows() || !tb.has_contiguous_rows() {
+            return Err(Error::shape(OP, "a and b need packed rows"));
+        }
+        self.node(Op::AddId, DType::F32, ta.ne, &[a, b, ids])
+    }
+}
+
+/// How attention scores are formed: `scale`, ALiBi's `max_bias` and the
+/// soft cap (see [`Op::FlashAttnExt`]).
+#[derive(Clone, Copy)]
+struct Scores {
+    scale: f32,
+    max_bias: f32,
+    softcap: f32,
 }
