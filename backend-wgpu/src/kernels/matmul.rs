@@ -60,8 +60,9 @@ fn subgroup_fits(rec: &Recorder, d: &TArg, a: &TArg, b: &TArg) -> bool {
         DType::Q8_0 | DType::Q4_0 | DType::Q5_0 | DType::Q3_K | DType::Q6_K | DType::IQ4_NL => {
             aligned(a, 2)
         }
-        // blocks of 17 bytes: the generic kernel reads them a byte at a time
-        DType::I32 | DType::MXFP4 => false,
+        // blocks of 17 bytes at any byte: the loads shift them into place
+        DType::MXFP4 => true,
+        DType::I32 => false,
     };
     rec.gpu.subgroups_of_8()
         && rows_aligned
@@ -283,6 +284,12 @@ fn iq4x4(w: u32) -> vec4<f32> {
 }
 "#;
 
+const SG_FP4: &str = r#"
+fn fp4x4(w: u32) -> vec4<f32> {
+    return vec4<f32>(A_fp4(w & 15u), A_fp4((w >> 8u) & 15u), A_fp4((w >> 16u) & 15u), A_fp4((w >> 24u) & 15u));
+}
+"#;
+
 /// Code that loads the raw storage of row t's current chunk of 32 values
 /// (chunk index `ch`, row start byte `ar{t}`), and the expression that
 /// decodes values 4q..4q+4 of it as a vec4<f32>.
@@ -465,7 +472,28 @@ fn sg_load(dtype: DType, t: u32) -> String {
                 s += &format!("        let s{t}_{i} = A[sb{t} + 2u + 4u * c{t} + {i}u];\n");
             }
         }
-        DType::I32 | DType::MXFP4 => {}
+        DType::MXFP4 => {
+            // 17-byte blocks at any byte: five words from the codes' word,
+            // shifted down to the codes' first byte
+            s += &format!(
+                r#"        let b{t} = ar{t} + ch * 17u;
+        let c{t} = b{t} + 1u;
+        let sh{t} = (c{t} & 3u) * 8u;
+        let e{t} = (A[b{t} >> 2u] >> ((b{t} & 3u) * 8u)) & 0xffu;
+        let d{t} = bitcast<f32>(select((e{t} - 1u) << 23u, 0x00200000u << e{t}, e{t} < 2u));
+"#
+            );
+            for i in 0..5 {
+                s += &format!("        let w{t}_{i} = A[(c{t} >> 2u) + {i}u];\n");
+            }
+            for i in 0..4 {
+                s += &format!(
+                    "        let s{t}_{i} = select((w{t}_{i} >> sh{t}) | (w{t}_{j} << (32u - sh{t})), w{t}_{i}, sh{t} == 0u);\n",
+                    j = i + 1
+                );
+            }
+        }
+        DType::I32 => {}
     }
     s
 }
@@ -530,7 +558,8 @@ fn sg_decode(dtype: DType, t: u32, q: u32) -> String {
         ),
         DType::IQ4_NL => format!("iq4x4({}) * d{t}", nibbles(t, q)),
         DType::IQ4_XS => format!("iq4x4({}) * dl{t}", nibbles(t, q)),
-        DType::I32 | DType::MXFP4 => "vec4<f32>(0.0)".into(),
+        DType::MXFP4 => format!("fp4x4({}) * d{t}", nibbles(t, q)),
+        DType::I32 => "vec4<f32>(0.0)".into(),
     }
 }
 
@@ -682,6 +711,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         sh = sh.code(SG_HELPERS);
         if matches!(dt, DType::IQ4_NL | DType::IQ4_XS) {
             sh = sh.code(SG_IQ4);
+        }
+        if dt == DType::MXFP4 {
+            sh = sh.code(SG_FP4);
         }
         sh.code(&code).finish()
     })?;
