@@ -45,6 +45,7 @@ const EXACT: &[&str] = &[
     "qwen2",
     "qwen3",
     "qwen3moe",
+    "qwen3moe_mxfp4",
     "phi3",
     "granitehybrid_f16",
     "granitehybrid_q8_0",
@@ -305,6 +306,13 @@ fn qwen3_matches_llama_cpp() {
 #[test]
 fn qwen3moe_matches_llama_cpp() {
     check("qwen3moe");
+}
+
+/// Every matrix MXFP4, the experts through mul_mat_id: llama.cpp's
+/// repacked kernels' order (a block's whole sum a step).
+#[test]
+fn qwen3moe_in_mxfp4_matches_llama_cpp() {
+    check_fixture("qwen3moe_mxfp4", "qwen3moe");
 }
 
 #[test]
