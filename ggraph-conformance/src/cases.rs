@@ -502,7 +502,7 @@ fn rope_cases(c: &mut Cases) {
 
 fn soft_max_cases(c: &mut Cases) {
     // attention sinks (gpt-oss): one logit per head, with and without a
-    // mask, some rows wholly masked
+    // causal mask
     for masked in [false, true] {
         c.add(
             OpKind::SoftMax,
@@ -512,7 +512,7 @@ fn soft_max_cases(c: &mut Cases) {
                 let a = cb.filled(DType::F32, &[21, 6, 4], Fill::Uniform(-5.0, 5.0))?;
                 let sinks = cb.filled(DType::F32, &[4], Fill::Uniform(-3.0, 6.0))?;
                 let m = if masked {
-                    Some(cb.filled(DType::F16, &[21, 6], Fill::Causal { n_kv: 21, n_q: 24 })?)
+                    Some(cb.filled(DType::F16, &[21, 6], Fill::Causal { n_kv: 21, n_q: 6 })?)
                 } else {
                     None
                 };
