@@ -1,17 +1,17 @@
-//! Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, Q4_1 and Q5_1 rows in GGUF's layout times
-//! activations quantised to Q8_0 (Q8_1 for Q4_1 and Q5_1), each dot summed as ggml's x86 kernels sum it, so that every
-//! output equals llama.cpp's bit for bit. The integer sums are exact
-//! whichever instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2,
-//! `vpdpbusd` with VNNI); ggml fixes the float steps, in one of two
-//! orders:
+//! Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4, Q4_1 and Q5_1 rows in GGUF's layout
+//! times activations quantised to Q8_0 (Q8_1 for Q4_1 and Q5_1), each dot
+//! summed as ggml's x86 kernels sum it, so that every output equals
+//! llama.cpp's bit for bit. The integer sums are exact whichever
+//! instructions form them (`vpmaddubsw`/`vpmaddwd` on AVX2, `vpdpbusd`
+//! with VNNI); ggml fixes the float steps, in one of three orders:
 //!
 //! - **eight lanes** (`ggml_vec_dot_q8_0_q8_0` and its Q4_0 twin for one
 //!   column, tinyBLAS for more: the same order): in each block the 32 code
 //!   products go to eight integer lanes, lane `t` holding values `4t..4t +
 //!   4`; each lane is a float accumulator, `acc = fma(dw * dx, lane, acc)`
-//!   from the first block on (`dw * dx`, a product of two f16 values, is
-//!   exact in f32); the lanes are then summed as `((l0 + l4) + (l2 + l6))
-//!   + ((l1 + l5) + (l3 + l7))`;
+//!   from the first block on (`dw * dx`, a product of two f16 values, or
+//!   of an f16 and a power of two, is exact in f32); the lanes are then
+//!   summed as `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`;
 //! - **whole blocks** (ggml's repacked Q4_0 kernels, which it runs for
 //!   every Q4_0, IQ4_NL and MXFP4 matrix of whole groups of eight rows):
 //!   each block's whole integer sum, `acc = fma(sum, dw * dx, acc)` from
@@ -24,7 +24,8 @@
 //!
 //! Q4_0's codes are its nibbles less 8, Q5_0's its nibbles and high bits
 //! less 16, IQ4_NL's the IQ4 table's values at its nibbles, signed as
-//! Q8_0's, MXFP4's its table's (E2M1 doubled) with the E8M0 scale halved. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
+//! Q8_0's, MXFP4's its table's (E2M1's values doubled) with the E8M0 scale
+//! halved. ggml sums Q5_0 in eight lanes for one column (`vec_dot`) and
 //! for more (tinyBLAS, the same order), and never repacks it. Q4_1's and
 //! Q5_1's codes are their nibbles (and high bits), unsigned, in eight
 //! lanes too (`vec_dot` for every column count); their mins take one sum
