@@ -4,9 +4,11 @@
 //! The binary is `GGRAPH_RPC_SERVER` if set, else the one
 //! `scripts/rpc-server` builds (`~/.cache/ggraph-llama/rpc-build/bin/`).
 
+use std::collections::BTreeSet;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A running `ggml-rpc-server` process on 127.0.0.1, killed when dropped.
@@ -40,6 +42,7 @@ impl LocalServer {
         threads: usize,
         cache_dir: Option<&Path>,
     ) -> std::io::Result<LocalServer> {
+        reserve(port);
         let binary = server_binary();
         let mut cmd = Command::new(&binary);
         cmd.args([
@@ -102,7 +105,16 @@ impl LocalServer {
                     "ggml-rpc-server exited at start: {status}"
                 )));
             }
-            if TcpStream::connect(&self.endpoint).is_ok() {
+            if TcpStream::connect(&self.endpoint).is_ok_and(|s| !connected_to_itself(&s)) {
+                // the listener may be another process's on the same
+                // port, if this one failed to bind and is exiting
+                std::thread::sleep(Duration::from_millis(20));
+                if let Some(status) = self.child.try_wait()? {
+                    return Err(std::io::Error::other(format!(
+                        "ggml-rpc-server exited at start: {status} ({} taken?)",
+                        self.endpoint
+                    )));
+                }
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -121,6 +133,39 @@ impl Drop for LocalServer {
     }
 }
 
+/// Whether a connection to a port with no listener met itself: TCP's
+/// simultaneous open, when the OS picks the destination port as the
+/// source port (the server's port is in the ephemeral range).
+fn connected_to_itself(stream: &TcpStream) -> bool {
+    match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(peer)) => local == peer,
+        _ => true,
+    }
+}
+
+/// Ports this process has started servers on. A killed server's port
+/// stays here for its restart ([`LocalServer::start_on`]): tests run in
+/// parallel, and another test's server taking that port would answer
+/// the restarted one's clients, then vanish with its test.
+static PORTS_IN_USE: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+fn reserve(port: u16) {
+    PORTS_IN_USE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(port);
+}
+
+/// A port the OS says is free and this process has not used before.
 fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    for _ in 0..64 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut used = PORTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+        if used.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other(
+        "no free port on 127.0.0.1 that this process has not used",
+    ))
 }
