@@ -130,7 +130,7 @@ pub(super) fn decode(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<TRef>, p
                     }
                 }
                 if let Some(s) = p.sink(h) {
-                    join_sink(s, &mut max, &mut sum, &mut row);
+                    join_sink::<Fused>(s, &mut max, &mut sum, &mut row);
                 }
                 let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
                 row.iter_mut().for_each(|o| *o *= inv);

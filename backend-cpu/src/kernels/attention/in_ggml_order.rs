@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use ggraph_core::DType;
 use ggraph_core::quant::{f16_to_f32, f32_to_f16};
 
-use super::primitives::{Params, join_sink};
+use super::primitives::{Fused, MulAdd, Params, Separate, join_sink};
 use crate::kernels::alibi::alibi_slope;
 use crate::kernels::half_dot::{HalfDot, half_dot};
 use crate::kernels::isa::{Isa, active};
@@ -112,7 +112,7 @@ pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<
                 let (tile, h, is) = (t % tiles, t / tiles % n_head, t / (tiles * n_head));
                 let rows = tile * TILE_Q..((tile + 1) * TILE_Q).min(n_q);
                 for (iq, part) in rows.clone().zip(tiled(&call, rows, h, is)) {
-                    finish(dst, with_sink(&call, part, h), h, iq, is);
+                    finish(dst, with_sink::<Fused>(&call, part, h), h, iq, is);
                 }
             }
         });
@@ -121,16 +121,17 @@ pub(super) fn flash_attn_ext(dst: TRef, q: TRef, k: TRef, v: TRef, mask: Option<
         for r in range {
             let (iq, h, is) = (r % n_q, r / n_q % n_head, r / (n_q * n_head));
             let part = one_query(&call, iq, h, is, 0..n_kv);
-            finish(dst, with_sink(&call, part, h), h, iq, is);
+            finish(dst, with_sink::<Separate>(&call, part, h), h, iq, is);
         }
     });
 }
 
 /// Head `h`'s sink, where the call has sinks, joined to a query's partial
-/// after its keys (in ggml's split over the keys, to the first share's).
-fn with_sink(c: &Call, mut part: Partial, h: usize) -> Partial {
+/// after its keys (in ggml's split over the keys, to the first share's),
+/// the sum rescaled as `M` says ([`join_sink`]).
+fn with_sink<M: MulAdd>(c: &Call, mut part: Partial, h: usize) -> Partial {
     if let Some(s) = c.params.sink(h) {
-        join_sink(s, &mut part.max, &mut part.sum, &mut part.values);
+        join_sink::<M>(s, &mut part.max, &mut part.sum, &mut part.values);
     }
     part
 }
@@ -493,7 +494,11 @@ fn keys_split(dst: TRef, c: &Call) {
         }
         for (h, o) in out.iter_mut().enumerate() {
             let part = one_query(c, 0, h, 0, keys.clone());
-            *o = Some(if s == 0 { with_sink(c, part, h) } else { part });
+            *o = Some(if s == 0 {
+                with_sink::<Separate>(c, part, h)
+            } else {
+                part
+            });
         }
     });
     for h in 0..n_head {

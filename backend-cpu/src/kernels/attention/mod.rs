@@ -262,7 +262,7 @@ fn run_tile(
     for (i, iq) in rows.enumerate() {
         if let Some(s) = p.sink(h) {
             let values = &mut sc.acc[i * dv..(i + 1) * dv];
-            join_sink(s, &mut sc.max[i], &mut sc.sum[i], values);
+            join_sink::<Fused>(s, &mut sc.max[i], &mut sc.sum[i], values);
         }
         let inv = if sc.sum[i] > 0.0 {
             1.0 / sc.sum[i]

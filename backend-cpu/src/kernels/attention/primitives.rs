@@ -27,8 +27,9 @@ impl Params {
 /// A sink's logit `s` joined to one query's online softmax (its running
 /// maximum, sum of exponentials and weighted values), as ggml joins it
 /// after the keys: it raises the maximum or adds its exponential to the
-/// sum, and adds no value.
-pub(super) fn join_sink(s: f32, max: &mut f32, sum: &mut f32, values: &mut [f32]) {
+/// sum, and adds no value. `M` rescales the sum: ggml's compiler fuses
+/// that step in its tiled kernel and not after its one-query loop.
+pub(super) fn join_sink<M: MulAdd>(s: f32, max: &mut f32, sum: &mut f32, values: &mut [f32]) {
     let (mut ms, mut vs) = (1f32, 1f32);
     if s > *max {
         ms = (*max - s).exp();
@@ -37,7 +38,7 @@ pub(super) fn join_sink(s: f32, max: &mut f32, sum: &mut f32, values: &mut [f32]
     } else {
         vs = (s - *max).exp();
     }
-    *sum = sum.mul_add(ms, vs);
+    *sum = M::mul_add(*sum, ms, vs);
 }
 
 /// Starts loading row (i1, i2, i3) of `t` into the cache.
