@@ -58,7 +58,7 @@ impl TensorSpec {
         self.shape.len() == 2
             && self.shape[1] > 1
             && !self.name.contains("token_embd")
-            && !ModelConfig::is_block_parameter(&self.name)
+            && !ModelConfig::is_table(&self.name)
     }
 }
 

@@ -200,6 +200,10 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
             Value::F32(1.0 / c.rope_freq_scale),
         );
     }
+    if c.rope_ext_factor != 0.0 {
+        w.kv(key("rope.scaling.type"), "yarn")
+            .kv(key("rope.scaling.original_context_length"), u(c.n_ctx_orig));
+    }
     if c.is_moe() {
         w.kv(key("expert_count"), u(c.n_expert))
             .kv(key("expert_used_count"), u(c.n_expert_used))

@@ -119,8 +119,9 @@ impl Default for PlacementOptions {
     }
 }
 
-/// The expert tensors of mixture-of-experts layers.
-const EXPERTS: &str = r"\.ffn_(up|down|gate)_exps\.weight$";
+/// The expert tensors of mixture-of-experts layers, their biases
+/// included (llama.cpp's `LLM_FFN_EXPS_REGEX`).
+const EXPERTS: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
 
 impl PlacementOptions {
     /// Keeps every MoE expert tensor on the host (llama.cpp's `--cpu-moe`).

@@ -106,6 +106,99 @@ fn architecture_keys_are_read_as_llama_cpp_reads_them() {
     assert_eq!(c.rope(0).attn_factor, 1.19);
     let desc = ModelDesc::from_header(&h, None).unwrap();
     assert!(desc.tensor("rope_factors_long.weight").is_some());
+
+    // gpt-oss: pattern 2 by default (the even layers slide), YaRN over
+    // the original context with llama.cpp's attention factor (exactly 1
+    // for a factor of 32), the same rope on both kinds of layer, scores
+    // scaled by the rotated dimensions
+    let c = config("gpt-oss");
+    assert_eq!(c.swa_layers, [true, false, true, false]);
+    assert_eq!(c.n_swa, 8);
+    assert_eq!((c.n_expert, c.n_expert_used, c.n_ff_expert), (8, 4, 32));
+    assert_eq!((c.rope_freq_scale, c.rope_ext_factor), (1.0 / 32.0, 1.0));
+    let rope = c.rope(0);
+    assert_eq!((rope.n_ctx_orig, rope.attn_factor), (4096, 1.0));
+    assert_eq!((rope.ext_factor, rope.freq_base), (1.0, 150000.0));
+    assert_eq!(c.rope(0), c.rope(1));
+    assert_eq!(c.attention_scale, 0.25);
+}
+
+/// `rope.scaling.type` as llama.cpp reads it: "none" never scales, "yarn"
+/// turns YaRN on, a type llama.cpp does not know is refused by name.
+#[test]
+fn the_rope_scaling_type_is_read_as_llama_cpp_reads_it() {
+    let with_type = |arch: &str, ty: &str| {
+        let key = format!("{arch}.rope.scaling.type");
+        let mut kv: Vec<(String, Value)> = header(arch)
+            .kv()
+            .iter()
+            .filter(|(k, _)| *k != key)
+            .cloned()
+            .collect();
+        kv.push((key, Value::from(ty)));
+        kv.push((format!("{arch}.rope.scaling.factor"), Value::F32(4.0)));
+        let h = header(arch);
+        GgufHeader::new(h.version(), kv, h.tensors().to_vec()).unwrap()
+    };
+    let c = read_config(&with_type("llama", "linear")).unwrap();
+    assert_eq!((c.rope_freq_scale, c.rope_ext_factor), (0.25, 0.0));
+    let c = read_config(&with_type("llama", "none")).unwrap();
+    assert_eq!((c.rope_freq_scale, c.rope_ext_factor), (1.0, 0.0));
+    let c = read_config(&with_type("llama", "yarn")).unwrap();
+    assert_eq!((c.rope_freq_scale, c.rope_ext_factor), (0.25, 1.0));
+    // YaRN's mscale for 4, divided back out in f32 as llama.cpp does
+    let m = 0.1f32 * 4f32.ln() + 1.0;
+    assert_eq!(c.rope(0).attn_factor, m * (1.0 / (1.0 + 0.1 * 4f32.ln())));
+    // a gpt-oss file without the key has no YaRN
+    let c = read_config(&rebuilt(
+        &header("gpt-oss"),
+        |k, v| (k != "gpt-oss.rope.scaling.type").then(|| v.clone()),
+        |t| Some(t.clone()),
+    ))
+    .unwrap();
+    assert_eq!(c.rope_ext_factor, 0.0);
+    let e = read_config(&with_type("llama", "dynamic"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("llama.rope.scaling.type") && e.contains("dynamic"),
+        "{e}"
+    );
+}
+
+/// gpt-oss's own tensors are required by name: a layer's sinks, its
+/// experts' biases; a router for another expert count is a shape error
+/// naming both shapes.
+#[test]
+fn gpt_oss_sinks_biases_and_router_are_checked_by_name() {
+    for name in [
+        "blk.2.attn_sinks.weight",
+        "blk.1.ffn_down_exps.bias",
+        "blk.0.ffn_gate_inp.bias",
+        "blk.3.attn_output.bias",
+    ] {
+        let h = rebuilt(
+            &header("gpt-oss"),
+            |_, v| Some(v.clone()),
+            |t| (t.name != name).then(|| t.clone()),
+        );
+        let e = refused(&h);
+        assert!(e.contains(name) && e.contains("missing"), "{e}");
+    }
+    let router = "blk.1.ffn_gate_inp.weight";
+    let h = rebuilt(
+        &header("gpt-oss"),
+        |_, v| Some(v.clone()),
+        |t| {
+            Some(if t.name == router {
+                TensorInfo::new(&t.name, t.ggml_type, vec![64, 7], t.offset).unwrap()
+            } else {
+                t.clone()
+            })
+        },
+    );
+    let e = refused(&h);
+    assert!(e.contains(router) && e.contains("[64, 8]"), "{e}");
 }
 
 #[test]

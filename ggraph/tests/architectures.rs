@@ -54,6 +54,9 @@ const EXACT: &[&str] = &[
     "qwen35_f16",
     "qwen35_q8_0",
     "qwen35moe_q8_0",
+    "gpt-oss",
+    "gpt-oss_f16",
+    "gpt-oss_mxfp4",
 ];
 
 fn fixture_dir() -> PathBuf {
@@ -421,6 +424,22 @@ fn qwen35moe_in_q8_0_matches_llama_cpp() {
 /// which the main pass never runs: read as the five-layer model, the
 /// prediction layer's tensors not loaded; llama.cpp's logits equal the
 /// file without it.
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    check("gpt-oss");
+}
+
+#[test]
+fn gpt_oss_in_f16_matches_llama_cpp() {
+    check_fixture("gpt-oss_f16", "gpt-oss");
+}
+
+/// As gpt-oss ships: experts in MXFP4, the other matrices in Q8_0.
+#[test]
+fn gpt_oss_with_mxfp4_experts_matches_llama_cpp() {
+    check_fixture("gpt-oss_mxfp4", "gpt-oss");
+}
+
 #[test]
 fn qwen35_with_a_prediction_layer_runs_the_main_model() {
     let desc = open("qwen35_mtp");

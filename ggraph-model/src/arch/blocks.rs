@@ -8,7 +8,7 @@
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
 
-use super::config::{FfnKind, ModelConfig};
+use super::config::{ExpertRouting, FfnKind, ModelConfig};
 use super::shape::{Attention, BuildShape};
 use super::weights::Tensors;
 use crate::kv::CacheSource;
@@ -224,6 +224,10 @@ pub fn self_attention(
             )));
         }
     };
+    let sinks = match c.arch.attention_sinks {
+        true => Some(weights.req(b, &format!("blk.{il}.attn_sinks.weight"))?),
+        false => None,
+    };
     let qp = b.permute(q, [0, 2, 1, 3])?;
     let attn = match shape.attention {
         Attention::Standard => {
@@ -236,7 +240,10 @@ pub fn self_attention(
                 scale = 1.0;
             }
             b.set_name(kq, &format!("kq-{il}"))?;
-            let kq = b.soft_max_ext(kq, Some(mask), scale, 0.0)?;
+            let kq = match sinks {
+                Some(sinks) => b.soft_max_ext_sinks(kq, Some(mask), sinks, scale, 0.0)?,
+                None => b.soft_max_ext(kq, Some(mask), scale, 0.0)?,
+            };
             b.set_name(kq, &format!("kq_soft_max-{il}"))?;
             let kqv = b.mul_mat(v_all, kq)?;
             b.set_name(kqv, &format!("kqv-{il}"))?;
@@ -245,15 +252,27 @@ pub fn self_attention(
             b.reshape(merged, &[n_head * hd, n_tokens])?
         }
         Attention::Flash => {
-            let o = b.flash_attn_ext(
-                qp,
-                k_all,
-                v_all,
-                Some(mask),
-                c.attention_scale,
-                0.0,
-                c.attn_softcap,
-            )?;
+            let o = match sinks {
+                // no architecture has both sinks and a soft-cap
+                Some(sinks) if c.attn_softcap == 0.0 => {
+                    b.flash_attn_ext_sinks(qp, k_all, v_all, Some(mask), sinks, c.attention_scale)?
+                }
+                Some(_) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: attention sinks with a soft-cap are not built",
+                        c.arch.name
+                    )));
+                }
+                None => b.flash_attn_ext(
+                    qp,
+                    k_all,
+                    v_all,
+                    Some(mask),
+                    c.attention_scale,
+                    0.0,
+                    c.attn_softcap,
+                )?,
+            };
             b.reshape(o, &[n_head * hd, n_tokens])?
         }
     };
@@ -302,9 +321,9 @@ pub fn ffn(
     b.mul_mat(down, h)
 }
 
-/// Mixture of experts: route each token to its top experts by softmax
-/// probability, weight their gated outputs by those (renormalised)
-/// probabilities, and sum.
+/// Mixture of experts: route each token to its top experts (as the
+/// architecture's [`ExpertRouting`] says), weight their gated outputs,
+/// and sum.
 fn moe_ffn(
     b: &mut GraphBuilder,
     c: &ModelConfig,
@@ -326,31 +345,70 @@ fn moe_ffn(
         b.set_name(t, &format!("{what}-{il}"))?;
         Ok(t)
     };
-    let logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
+    // the bias of the router or of an expert product, where the
+    // architecture has them and the weights hold them
+    let bias = |b: &mut GraphBuilder, weights: &mut Tensors<'_>, what: &str| match c.arch.moe_biases
+    {
+        true => weights.opt(b, &format!("blk.{il}.{what}.bias")),
+        false => Ok(None),
+    };
+    let mut logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
     named(b, logits, "ffn_moe_logits")?;
-    let probs = b.soft_max(logits)?;
-    named(b, probs, "ffn_moe_probs")?;
-    let selected = b.top_k(probs, k)?; // [k, n_tokens]
-    let probs3 = b.reshape(probs, &[1, x, n_tokens])?;
-    let picked = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
-    let weights2 = b.reshape(picked, &[k, n_tokens])?;
-    let sum = b.sum_rows(weights2)?; // [1, n_tokens]
-    named(b, sum, "ffn_moe_weights_sum")?;
-    let weights2 = b.div(weights2, sum)?;
-    named(b, weights2, "ffn_moe_weights_norm")?;
+    if let Some(bias) = bias(b, weights, "ffn_gate_inp")? {
+        logits = b.add(logits, bias)?;
+        named(b, logits, "ffn_moe_logits_biased")?;
+    }
+    let (selected, weights2) = match c.arch.routing {
+        ExpertRouting::SoftmaxThenTopK => {
+            let probs = b.soft_max(logits)?;
+            named(b, probs, "ffn_moe_probs")?;
+            let selected = b.top_k(probs, k)?; // [k, n_tokens]
+            let probs3 = b.reshape(probs, &[1, x, n_tokens])?;
+            let picked = b.get_rows(probs3, selected)?; // [1, k, n_tokens]
+            let weights2 = b.reshape(picked, &[k, n_tokens])?;
+            let sum = b.sum_rows(weights2)?; // [1, n_tokens]
+            named(b, sum, "ffn_moe_weights_sum")?;
+            let weights2 = b.div(weights2, sum)?;
+            named(b, weights2, "ffn_moe_weights_norm")?;
+            (selected, weights2)
+        }
+        ExpertRouting::TopKThenSoftmax => {
+            let selected = b.top_k(logits, k)?; // [k, n_tokens]
+            let logits3 = b.reshape(logits, &[1, x, n_tokens])?;
+            let picked = b.get_rows(logits3, selected)?; // [1, k, n_tokens]
+            let picked = b.reshape(picked, &[k, n_tokens])?;
+            let weights2 = b.soft_max(picked)?;
+            named(b, weights2, "ffn_moe_weights_softmax")?;
+            (selected, weights2)
+        }
+    };
     let expert_weights = b.reshape(weights2, &[1, k, n_tokens])?;
 
+    // each selected expert's product, plus that expert's bias row
+    let product = |b: &mut GraphBuilder,
+                   weights: &mut Tensors<'_>,
+                   w: TensorId,
+                   x: TensorId,
+                   what: &str|
+     -> Result<TensorId> {
+        let y = b.mul_mat_id(w, x, selected)?;
+        named(b, y, &format!("ffn_moe_{what}"))?;
+        match bias(b, weights, &format!("ffn_{what}_exps"))? {
+            Some(bias) => {
+                let y = b.add_id(y, bias, selected)?;
+                named(b, y, &format!("ffn_moe_{what}_biased"))
+            }
+            None => Ok(y),
+        }
+    };
     let cur3 = b.reshape(cur, &[e, 1, n_tokens])?;
-    let g = b.mul_mat_id(gate_exps, cur3, selected)?; // [f, k, n_tokens]
-    named(b, g, "ffn_moe_gate")?;
-    let u = b.mul_mat_id(up_exps, cur3, selected)?;
-    named(b, u, "ffn_moe_up")?;
+    let g = product(b, weights, gate_exps, cur3, "gate")?; // [f, k, n_tokens]
+    let u = product(b, weights, up_exps, cur3, "up")?;
     let op = match c.arch.ffn {
         FfnKind::Split(op) | FfnKind::Fused(op) => op,
     };
     let h = b.glu_split(op, g, u)?;
-    let experts = b.mul_mat_id(down_exps, h, selected)?; // [e, k, n_tokens]
-    named(b, experts, "ffn_moe_down")?;
+    let experts = product(b, weights, down_exps, h, "down")?; // [e, k, n_tokens]
     let experts = b.mul(experts, expert_weights)?;
     named(b, experts, "ffn_moe_weighted")?;
     // sum over the k selected experts

@@ -20,6 +20,20 @@ pub enum FfnKind {
     Fused(GluOp),
 }
 
+/// How a mixture of experts' router picks a token's experts and weighs
+/// their outputs (llama.cpp's `llama_expert_gating_func_type` with its
+/// `norm_w`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertRouting {
+    /// Softmax over every expert's logit, the top `expert_used_count`
+    /// probabilities, renormalised to sum to one (qwen3moe, qwen35moe,
+    /// granite's experts).
+    SoftmaxThenTopK,
+    /// The top `expert_used_count` logits, softmax over those only
+    /// (gpt-oss's `SOFTMAX_WEIGHT`).
+    TopKThenSoftmax,
+}
+
 /// The block of an architecture's recurrent layers (the layers a GGUF
 /// gives no KV heads), whose state the context keeps per sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +105,21 @@ pub struct ArchSpec {
     /// The name of the norm before the FFN (`ffn_norm`; Qwen3.5's is
     /// `post_attention_norm`).
     pub ffn_norm: &'static str,
+    /// One learned logit per attention head (`attn_sinks`) joins each
+    /// softmax's maximum and sum with no value row (gpt-oss).
+    pub attention_sinks: bool,
+    /// Its models carry a bias on the attention's output projection
+    /// (gpt-oss; a file of another architecture may still hold one).
+    pub output_bias: bool,
+    /// How the experts' router weighs them (in a model with experts).
+    pub routing: ExpertRouting,
+    /// The router and every expert's three products carry biases
+    /// (`ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`; gpt-oss).
+    pub moe_biases: bool,
+    /// The output positions' rows are picked after the last layer, not
+    /// before its FFN (gpt-oss): the last FFN runs on every token, as in
+    /// llama.cpp, whose products' summing order can follow the batch.
+    pub outputs_after_layers: bool,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -199,6 +228,9 @@ pub struct ModelConfig {
     /// The magnitude of the rope's cos and sin (`rope.scaling.attn_factor`,
     /// LongRoPE models; 1 for the rest).
     pub rope_attn_factor: f32,
+    /// YaRN's mix of extrapolated angles (`rope.scaling.type` "yarn": 1,
+    /// else 0), over the context `n_ctx_orig` with ggml's default betas.
+    pub rope_ext_factor: f32,
     /// Per layer: whether it is one of the architecture's recurrent
     /// layers ([`ArchSpec::recurrent`]) rather than an attention layer.
     pub recurrent_layers: Vec<bool>,
@@ -278,6 +310,7 @@ impl ModelConfig {
             attention_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
             n_ctx_orig: 4096,
             rope_attn_factor: 1.0,
+            rope_ext_factor: 0.0,
             recurrent_layers: vec![false; n_layer],
             shortconv_l_cache: 0,
             ssm_d_conv: 0,
@@ -426,7 +459,26 @@ impl ModelConfig {
             .freq_base(base)
             .freq_scale(scale);
         rope.attn_factor = self.rope_attn_factor;
+        if self.rope_ext_factor != 0.0 {
+            rope.ext_factor = self.rope_ext_factor;
+            rope.n_ctx_orig = self.n_ctx_orig;
+            rope.attn_factor = self.yarn_attn_factor() * self.rope_attn_factor;
+        }
         rope
+    }
+
+    /// The rope's magnitude factor under YaRN, as llama.cpp's context sets
+    /// it (`yarn_attn_factor`, f32): YaRN's mscale for the model's scale
+    /// factor, divided back out because ggml's rope multiplies it in
+    /// again, so about 1.
+    fn yarn_attn_factor(&self) -> f32 {
+        let factor = 1.0 / self.rope_freq_scale;
+        let mscale = if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        };
+        mscale * (1.0 / (1.0 + 0.1 * factor.ln()))
     }
 
     /// Checks that the numbers fit together.
@@ -531,6 +583,12 @@ impl ModelConfig {
             if !(x.is_finite() && x >= 0.0) {
                 return bad(format!("{what} {x} must be finite and not negative"));
             }
+        }
+        if !(0.0..=1.0).contains(&self.rope_ext_factor) {
+            return bad(format!(
+                "YaRN's extrapolation mix {} must be in 0..=1",
+                self.rope_ext_factor
+            ));
         }
         if !(self.rope_attn_factor.is_finite() && self.rope_attn_factor > 0.0) {
             return bad(format!(
@@ -648,7 +706,11 @@ impl ModelConfig {
             }
             if !self.is_recurrent(i) {
                 add(p("attn_output.weight"), vec![q, e], Required);
-                add(p("attn_output.bias"), vec![e], Optional);
+                let out_bias = if a.output_bias { Required } else { Optional };
+                add(p("attn_output.bias"), vec![e], out_bias);
+                if a.attention_sinks {
+                    add(p("attn_sinks.weight"), vec![self.n_head], Required);
+                }
             }
             if a.post_norms {
                 add(p("post_attention_norm.weight"), vec![e], Required);
@@ -660,6 +722,12 @@ impl ModelConfig {
                 add(p("ffn_gate_exps.weight"), vec![e, f, x], Required);
                 add(p("ffn_up_exps.weight"), vec![e, f, x], Required);
                 add(p("ffn_down_exps.weight"), vec![f, e, x], Required);
+                if a.moe_biases {
+                    add(p("ffn_gate_inp.bias"), vec![x], Required);
+                    add(p("ffn_gate_exps.bias"), vec![f, x], Required);
+                    add(p("ffn_up_exps.bias"), vec![f, x], Required);
+                    add(p("ffn_down_exps.bias"), vec![e, x], Required);
+                }
                 if self.n_ff_shexp > 0 {
                     let f = self.n_ff_shexp;
                     add(p("ffn_gate_shexp.weight"), vec![e, f], Required);
@@ -702,11 +770,20 @@ impl ModelConfig {
             .collect()
     }
 
-    /// Whether weight `name` stays F32 in every file: the MoE router and
-    /// the small convolution kernels, which llama.cpp's converter writes
-    /// and its quantizer leaves in F32 (its `ssm_conv` takes F32 only).
+    /// Whether weight `name` stays F32 in every file: the MoE router,
+    /// biases (the experts' are tables of rows, one per expert) and the
+    /// small convolution kernels, which llama.cpp's converter writes and
+    /// its quantizer leaves in F32 (its `ssm_conv` takes F32 only).
     pub fn stays_f32(name: &str) -> bool {
-        name.ends_with("ffn_gate_inp.weight") || Self::is_block_parameter(name)
+        name.ends_with("ffn_gate_inp.weight") || Self::is_table(name)
+    }
+
+    /// Whether weight `name` is a table of rows picked or added whole,
+    /// not a matrix a product reads: a recurrent block's parameters
+    /// ([`ModelConfig::is_block_parameter`]) or a bias (the experts' are
+    /// one row per expert). Its rows are never split across devices.
+    pub fn is_table(name: &str) -> bool {
+        name.ends_with(".bias") || Self::is_block_parameter(name)
     }
 
     /// The range a random model draws weight `name` of `shape` from:

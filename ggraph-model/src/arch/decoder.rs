@@ -223,6 +223,7 @@ pub fn build_graph(
         };
         b.set_name(cur, &format!("attn_out-{il}"))?;
         if il == c.n_layer - 1
+            && !c.arch.outputs_after_layers
             && let Some(ids) = out_ids
         {
             cur = b.get_rows(cur, ids)?;
@@ -250,7 +251,7 @@ pub fn build_graph(
         b.set_name(inp, &format!("l_out-{il}"))?;
         layer_outputs.push(inp);
     }
-    if c.n_layer == 0
+    if (c.n_layer == 0 || c.arch.outputs_after_layers)
         && let Some(ids) = out_ids
     {
         inp = b.get_rows(inp, ids)?;

@@ -6,7 +6,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
 use super::gemma2::gemma_attention_scale;
 use crate::gguf::GgufHeader;
 
@@ -26,6 +26,11 @@ pub static GEMMA3: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

@@ -9,7 +9,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig, RecurrentBlock};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, RecurrentBlock};
 use crate::gguf::{GgufHeader, meta_error};
 
 /// granitehybrid: Mamba-2 and attention layers, chosen per layer.
@@ -27,6 +27,11 @@ pub static GRANITEHYBRID: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

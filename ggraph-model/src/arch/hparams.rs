@@ -118,6 +118,21 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     c.final_softcap = 0.0;
     c.rope_freq_base = h.opt_hparam_f32("rope.freq_base")?.unwrap_or(10000.0);
     c.rope_freq_scale = scale.map_or(1.0, |f| 1.0 / f);
+    // llama.cpp's scaling types: "none" never scales, YaRN mixes in
+    // extrapolated angles; the others scale linearly (LongRoPE by its
+    // factor tables besides)
+    let scaling_key = h.arch_key("rope.scaling.type")?;
+    c.rope_ext_factor = 0.0;
+    match h.opt_str(&scaling_key)?.unwrap_or("linear") {
+        "none" => c.rope_freq_scale = 1.0,
+        "yarn" => c.rope_ext_factor = 1.0,
+        "linear" | "longrope" => {}
+        other => {
+            return Err(meta_error(format!(
+                "'{scaling_key}' is '{other}'; llama.cpp knows none, linear, yarn and longrope"
+            )));
+        }
+    }
     c.rope_freq_base_swa = 10000.0;
     c.rope_freq_scale_swa = 1.0;
     c.n_rot = h

@@ -8,7 +8,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig, RecurrentBlock};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, RecurrentBlock};
 use crate::gguf::{GgufHeader, meta_error};
 
 /// lfm2: short-convolution and attention layers, chosen per layer.
@@ -26,6 +26,11 @@ pub static LFM2: ArchSpec = ArchSpec {
     output_norm: "token_embd_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

@@ -5,7 +5,7 @@
 
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, no_keys_of_its_own};
 
 /// llama (llama 1-3, mistral, mixtral): pre-norm layers, separate Q, K and
 /// V, SwiGLU or a mixture of experts, normal rope.
@@ -23,6 +23,11 @@ pub static LLAMA: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read: no_keys_of_its_own,
     defaults,
 };

@@ -16,6 +16,7 @@ mod decoder;
 mod delta_net;
 mod gemma2;
 mod gemma3;
+mod gpt_oss;
 mod granitehybrid;
 mod hparams;
 mod lfm2;
@@ -36,6 +37,7 @@ pub use config::{ArchSpec, FfnKind, ModelConfig, Presence, RecurrentBlock, Weigh
 pub use decoder::{GraphInputs, ModelGraph, build_graph, causal_mask};
 pub use gemma2::GEMMA2;
 pub use gemma3::GEMMA3;
+pub use gpt_oss::GPT_OSS;
 pub use granitehybrid::GRANITEHYBRID;
 pub use hparams::{MAX_LAYERS, check_tensors, read_config};
 pub use lfm2::LFM2;

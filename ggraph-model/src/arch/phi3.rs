@@ -8,7 +8,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
 use crate::gguf::GgufHeader;
 
 /// phi3: fused QKV and gate/up matrices, a NeoX rope over part of each
@@ -27,6 +27,11 @@ pub static PHI3: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

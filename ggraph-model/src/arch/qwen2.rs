@@ -2,7 +2,7 @@
 
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig, no_keys_of_its_own};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, no_keys_of_its_own};
 
 /// qwen2: llama's layers with Q, K and V biases and the NeoX rope.
 pub static QWEN2: ArchSpec = ArchSpec {
@@ -19,6 +19,11 @@ pub static QWEN2: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read: no_keys_of_its_own,
     defaults,
 };

@@ -3,7 +3,7 @@
 
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, no_keys_of_its_own};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, no_keys_of_its_own};
 use super::qwen2;
 
 /// qwen3: llama's layers with per-head Q and K RMS norms and the NeoX rope.
@@ -21,6 +21,11 @@ pub static QWEN3: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read: no_keys_of_its_own,
     defaults: qwen2::defaults,
 };

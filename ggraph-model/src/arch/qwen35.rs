@@ -9,7 +9,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig, RecurrentBlock};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, RecurrentBlock};
 use crate::gguf::{ArrayValues, GgufHeader, meta_error};
 
 /// qwen35: Gated DeltaNet and gated attention layers.
@@ -27,6 +27,11 @@ pub static QWEN35: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: true,
     ffn_norm: "post_attention_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

@@ -5,7 +5,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, FfnKind, ModelConfig};
+use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
 use super::qwen2;
 use crate::gguf::{GgufHeader, meta_error};
 
@@ -25,6 +25,11 @@ pub static QWEN3MOE: ArchSpec = ArchSpec {
     output_norm: "output_norm",
     gated_attention: false,
     ffn_norm: "ffn_norm",
+    attention_sinks: false,
+    output_bias: false,
+    routing: ExpertRouting::SoftmaxThenTopK,
+    moe_biases: false,
+    outputs_after_layers: false,
     read,
     defaults,
 };

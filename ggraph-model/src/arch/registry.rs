@@ -5,6 +5,7 @@
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
+use super::gpt_oss::GPT_OSS;
 use super::granitehybrid::GRANITEHYBRID;
 use super::lfm2::LFM2;
 use super::llama::LLAMA;
@@ -15,7 +16,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 11] = [
+pub static ARCHITECTURES: [&ArchSpec; 12] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -27,6 +28,7 @@ pub static ARCHITECTURES: [&ArchSpec; 11] = [
     &GRANITEHYBRID,
     &QWEN35,
     &QWEN35MOE,
+    &GPT_OSS,
 ];
 
 /// The architecture named `name`, if ggraph builds it.
