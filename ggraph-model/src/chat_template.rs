@@ -190,6 +190,13 @@ impl ChatTemplate {
         self
     }
 
+    /// Whether the template is gpt-oss's Harmony format (llama.cpp's
+    /// gpt-oss handler): the answer comes in channels, which
+    /// [`crate::harmony::HarmonySplitter`] splits.
+    pub fn is_harmony(&self) -> bool {
+        self.gpt_oss
+    }
+
     /// Whether the template reads a system message's content; when it does
     /// not, a leading system message is merged into the next one.
     pub fn supports_system_role(&self) -> bool {

@@ -69,6 +69,7 @@ pub mod desc;
 pub mod estimate;
 pub mod generation;
 pub mod gguf;
+pub mod harmony;
 pub mod kv;
 pub mod loaded;
 pub mod make;

@@ -15,6 +15,7 @@ use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
+use ggraph::model::harmony::{Channel, HarmonySplitter, Segment};
 use ggraph::model::loaded::Model as LoadedModel;
 use ggraph::model::sampling::{GrammarVocab, ModelSampling, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
@@ -77,6 +78,11 @@ struct Cli {
     /// (tokenizer.chat_template) and answered until an end-of-turn token
     #[arg(long, value_name = "MSG", allow_hyphen_values = true)]
     chat: Option<String>,
+    /// With --chat on a Harmony model (gpt-oss): print the analysis
+    /// channel (the model's reasoning) before the answer; without it only
+    /// the final channel is printed
+    #[arg(long, requires = "chat")]
+    reasoning: bool,
     /// A system message before the --chat message
     #[arg(
         long,
@@ -155,14 +161,80 @@ fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
+/// A Harmony answer's channels as they stream to `out`: the final one,
+/// and the others (the reasoning) too with `--reasoning`, each under its
+/// name.
+struct Channels<W: std::io::Write> {
+    splitter: HarmonySplitter,
+    reasoning: bool,
+    /// The channel printed last, under its name (with `--reasoning`).
+    current: Option<Channel>,
+    out: W,
+}
+
+impl<W: std::io::Write> Channels<W> {
+    fn new(reasoning: bool, out: W) -> Channels<W> {
+        Channels {
+            splitter: HarmonySplitter::new(),
+            reasoning,
+            current: None,
+            out,
+        }
+    }
+
+    /// Text on `out` now, not at the next newline (a closed stdout is
+    /// not an error of the run).
+    fn emit(&mut self, text: &str) {
+        let _ = self
+            .out
+            .write_all(text.as_bytes())
+            .and_then(|_| self.out.flush());
+    }
+
+    /// Prints what a token's piece (special tokens written out) completes.
+    fn push(&mut self, piece: &[u8]) {
+        let segments = self.splitter.push(piece);
+        self.show(segments);
+    }
+
+    fn finish(&mut self) {
+        let segments = self.splitter.finish();
+        self.show(segments);
+    }
+
+    fn show(&mut self, segments: Vec<Segment>) {
+        for seg in segments {
+            if !self.reasoning {
+                if seg.channel == Channel::Final {
+                    self.emit(&seg.text);
+                }
+                continue;
+            }
+            if self.current.as_ref() != Some(&seg.channel) {
+                let name = match &seg.channel {
+                    Channel::Analysis => "analysis",
+                    Channel::Final => "final",
+                    Channel::Commentary => "commentary",
+                    Channel::Other(n) => n,
+                };
+                let gap = if self.current.is_some() { "\n\n" } else { "" };
+                self.emit(&format!("{gap}[{name}]\n"));
+                self.current = Some(seg.channel.clone());
+            }
+            self.emit(&seg.text);
+        }
+    }
+}
+
 /// The --chat prompt: the model's chat template around the messages,
-/// with the assistant's turn opened.
+/// with the assistant's turn opened, and whether the template is
+/// Harmony's (its answers come in channels).
 fn chat_prompt(
     model: &LoadedModel,
     tokenizer: Option<&Tokenizer>,
     system: Option<&str>,
     user: &str,
-) -> Result<String, String> {
+) -> Result<(String, bool), String> {
     let tokenizer = tokenizer.ok_or("--chat needs the model's vocabulary")?;
     let template = model
         .chat_template(tokenizer)
@@ -172,9 +244,10 @@ fn chat_prompt(
         messages.push(ChatMessage::new("system", s));
     }
     messages.push(ChatMessage::new("user", user));
-    template
+    let text = template
         .render(&messages, true)
-        .map_err(|e| format!("the chat template: {e}"))
+        .map_err(|e| format!("the chat template: {e}"))?;
+    Ok((text, template.is_harmony()))
 }
 
 fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
@@ -209,15 +282,18 @@ fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
         Err(e) if wants_text => return Err(format!("{e} (--prompt-ids takes token ids)")),
         Err(_) => None,
     };
-    let chat_prompt = match &a.chat {
-        Some(msg) => Some(chat_prompt(
-            &model,
-            tokenizer.as_ref(),
-            a.system.as_deref(),
-            msg,
-        )?),
-        None => None,
+    let (chat_prompt, harmony) = match &a.chat {
+        Some(msg) => {
+            let (text, harmony) =
+                chat_prompt(&model, tokenizer.as_ref(), a.system.as_deref(), msg)?;
+            (Some(text), harmony)
+        }
+        None => (None, false),
     };
+    if a.reasoning && !harmony {
+        eprintln!("llama: --reasoning: the model's chat template has no channels (not Harmony)");
+    }
+    let mut channels = harmony.then(|| Channels::new(a.reasoning, std::io::stdout()));
     let n_vocab = model.config.n_vocab;
     let mut ctx = Context::new(Arc::new(model), params).map_err(|e| e.to_string())?;
     let text_prompt = a.prompt.as_deref().or(chat_prompt.as_deref());
@@ -282,7 +358,13 @@ fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
     let hooks = Hooks {
         on_prompt: Box::new(|done, total| progress.update(done, total)),
         on_token: Box::new(|t| {
-            emit(t.text);
+            match (&mut channels, &tokenizer) {
+                // the channels are read from the tokens with their
+                // special ones written out; held text comes at the end
+                (Some(ch), Some(tk)) if t.id >= 0 => ch.push(tk.piece(t.id, true).unwrap_or(&[])),
+                (Some(_), _) => {}
+                (None, _) => emit(t.text),
+            }
             if !t.probs.is_empty() {
                 probs.push((t.id, t.probs.to_vec()));
             }
@@ -330,6 +412,9 @@ fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
         Err(e) => return Err(e.to_string()),
     };
     progress.finish();
+    if let Some(ch) = &mut channels {
+        ch.finish();
+    }
     if tokenizer.is_some() {
         println!();
     }
@@ -385,6 +470,49 @@ mod tests {
 
     fn parse(a: &[&str]) -> Result<Cli, clap::Error> {
         tool::try_parse_from(std::iter::once("llama").chain(a.iter().copied()))
+    }
+
+    /// gpt-oss's answer, token by token, with its special tokens.
+    const HARMONY: [&str; 12] = [
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "Capital of France.",
+        "<|end|>",
+        "<|start|>",
+        "assistant",
+        "<|channel|>",
+        "final",
+        "<|message|>",
+        "Paris.",
+        "<|return|>",
+    ];
+
+    fn printed(reasoning: bool) -> String {
+        let mut ch = Channels::new(reasoning, Vec::new());
+        for piece in HARMONY {
+            ch.push(piece.as_bytes());
+        }
+        ch.finish();
+        String::from_utf8(ch.out).unwrap()
+    }
+
+    #[test]
+    fn a_harmony_answer_prints_its_final_channel_and_with_reasoning_its_analysis() {
+        assert_eq!(printed(false), "Paris.");
+        assert_eq!(
+            printed(true),
+            "[analysis]\nCapital of France.\n\n[final]\nParis."
+        );
+        assert!(
+            parse(&["m.gguf", "--reasoning"]).is_err(),
+            "--reasoning needs --chat"
+        );
+        assert!(
+            parse(&["m.gguf", "--chat", "hi", "--reasoning"])
+                .unwrap()
+                .reasoning
+        );
     }
 
     #[test]

@@ -24,10 +24,12 @@ pub struct MakeArgs {
     #[arg(value_name = "OUT.gguf")]
     pub out: String,
     /// The architecture (llama, qwen2, qwen3, qwen3moe, gemma2, gemma3,
-    /// phi3, lfm2, granitehybrid, qwen35, qwen35moe), with its defaults (gemma's
-    /// sliding window and soft-caps, qwen3moe's experts, phi3's partial
-    /// rope, lfm2's short convolutions, granitehybrid's Mamba-2 layers and
-    /// qwen35's Gated DeltaNet layers, with attention every fourth layer)
+    /// phi3, lfm2, granitehybrid, qwen35, qwen35moe, gpt-oss), with its
+    /// defaults (gemma's sliding window and soft-caps, qwen3moe's experts,
+    /// phi3's partial rope, lfm2's short convolutions, granitehybrid's
+    /// Mamba-2 layers, qwen35's Gated DeltaNet layers with attention every
+    /// fourth layer, gpt-oss's sinks, biased experts, alternating window
+    /// of 128 and YaRN)
     #[arg(long, value_name = "ARCH", default_value = "llama",
           value_parser = PossibleValuesParser::new(arch_names()))]
     pub arch: String,

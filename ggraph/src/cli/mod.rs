@@ -48,7 +48,7 @@ pub enum ModelCommand {
     ///
     /// Writes a GGUF of any architecture ggraph builds (--arch: llama,
     /// qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, lfm2, granitehybrid,
-    /// qwen35, qwen35moe) and any shape, with
+    /// qwen35, qwen35moe, gpt-oss) and any shape, with
     /// random weights and a vocabulary the runner's tokenizer round-trips,
     /// for tests, benches and splitting experiments.
     MakeModel(make::MakeArgs),
