@@ -551,6 +551,12 @@ fn a_client_that_goes_away_frees_its_slot_and_bad_requests_name_the_field() {
         ),
         ("/v1/completions", json!({"prompt": [999999]}), "'prompt'"),
         (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}],
+                   "reasoning_format": "thoughts"}),
+            "'reasoning_format'",
+        ),
+        (
             "/v1/completions",
             json!({"prompt": "x", "logit_bias": {"abc": 1}}),
             "'logit_bias'",

@@ -70,6 +70,10 @@ pub struct GenRequest {
     /// llama-server's `/completion`: list the generated ids in the
     /// answer (`return_tokens`).
     pub return_tokens: bool,
+    /// A chat answer in Harmony's channels (gpt-oss): the analysis goes
+    /// to `reasoning_content`, the final channel to `content`, as
+    /// llama-server's default `reasoning_format` does.
+    pub harmony_reasoning: bool,
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -329,6 +333,7 @@ fn common(
         ignore_eos: boolean(o, "ignore_eos")?.unwrap_or(false),
         cache_prompt: boolean(o, "cache_prompt")?.unwrap_or(true),
         return_tokens: boolean(o, "return_tokens")?.unwrap_or(false),
+        harmony_reasoning: false,
     })
 }
 
@@ -441,6 +446,22 @@ pub fn chat(
         }
         req.logprobs = Some(top as usize);
     }
+    // llama-server's reasoning formats: every one but "none" takes the
+    // reasoning out of the content (the streaming deltas included)
+    let splits = match o.get("reasoning_format") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(f)) => match f.as_str() {
+            "none" => false,
+            "auto" | "deepseek" | "deepseek-legacy" => true,
+            other => {
+                return Err(ApiError::bad(format!(
+                    "'reasoning_format' is '{other}': none, auto, deepseek or deepseek-legacy"
+                )));
+            }
+        },
+        Some(v) => return Err(ApiError::bad(format!("'reasoning_format' is {v}"))),
+    };
+    req.harmony_reasoning = splits && template.is_harmony();
     Ok(req)
 }
 

@@ -15,6 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::{self, Stream};
+use ggraph_model::harmony::{Channel, HarmonySplitter, Segment};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -451,6 +452,7 @@ async fn generate(server: Server, body: Result<Bytes, BytesRejection>, kind: Kin
         model: server.inner.model_name.clone(),
         logprobs: req.logprobs,
         tokenizer,
+        harmony: req.harmony_reasoning,
     };
     let timeout = server.inner.options.timeout;
     if req.stream {
@@ -468,9 +470,42 @@ struct Answer {
     model: String,
     logprobs: Option<usize>,
     tokenizer: std::sync::Arc<ggraph_model::tokenizer::Tokenizer>,
+    /// The answer is split into Harmony's channels (`reasoning_content`
+    /// and `content`) from its tokens.
+    harmony: bool,
+}
+
+/// A Harmony answer's text so far, by where it goes in the message.
+#[derive(Default)]
+struct ChannelText {
+    content: String,
+    reasoning: String,
+}
+
+impl ChannelText {
+    /// The analysis is the reasoning; the final channel and any other
+    /// (commentary, without tools) the content.
+    fn add(&mut self, segments: Vec<Segment>) {
+        for seg in segments {
+            match seg.channel {
+                Channel::Analysis => self.reasoning.push_str(&seg.text),
+                _ => self.content.push_str(&seg.text),
+            }
+        }
+    }
 }
 
 impl Answer {
+    /// Token `id`'s text through `splitter` (its special tokens written
+    /// out, as the channels are marked by them).
+    fn channels(&self, splitter: &mut HarmonySplitter, id: i32) -> ChannelText {
+        let mut text = ChannelText::default();
+        if id >= 0 {
+            text.add(splitter.push(self.tokenizer.piece(id, true).unwrap_or(&[])));
+        }
+        text
+    }
+
     fn piece(&self, id: i32) -> String {
         piece(&self.tokenizer, id)
     }
@@ -514,6 +549,32 @@ impl Answer {
                "choices": [choice]})
     }
 
+    /// A Harmony chat chunk's choice: the delta's `content` and
+    /// `reasoning_content` where the token gave them text; `None` when
+    /// there is nothing to send (a header's token, no log-probabilities,
+    /// not the last chunk).
+    fn channel_choice(
+        &self,
+        part: &ChannelText,
+        finish: Option<&Finish>,
+        logprobs: Option<Value>,
+    ) -> Option<Value> {
+        let mut delta = json!({});
+        if !part.content.is_empty() {
+            delta["content"] = json!(part.content);
+        }
+        if !part.reasoning.is_empty() {
+            delta["reasoning_content"] = json!(part.reasoning);
+        }
+        if delta.as_object().is_some_and(|d| d.is_empty()) && logprobs.is_none() && finish.is_none()
+        {
+            return None;
+        }
+        Some(json!({"index": 0, "delta": delta,
+                    "logprobs": logprobs.map(|l| json!({"content": [l]})),
+                    "finish_reason": finish.map(Finish::as_str)}))
+    }
+
     fn text_choice(&self, text: &str, finish: Option<&Finish>, logprobs: Option<Value>) -> Value {
         let finish = finish.map(Finish::as_str);
         match self.kind {
@@ -532,6 +593,8 @@ async fn whole_answer(
     timeout: Duration,
 ) -> Response {
     let mut text = String::new();
+    let mut splitter = answer.harmony.then(HarmonySplitter::new);
+    let mut channels = ChannelText::default();
     let mut logprobs = Vec::new();
     loop {
         let ev = match next_event(&mut rx, timeout).await {
@@ -546,7 +609,14 @@ async fn whole_answer(
                 p,
                 probs,
             } => {
-                text.push_str(&t);
+                match &mut splitter {
+                    Some(sp) => {
+                        let part = answer.channels(sp, id);
+                        channels.content.push_str(&part.content);
+                        channels.reasoning.push_str(&part.reasoning);
+                    }
+                    None => text.push_str(&t),
+                }
                 if answer.logprobs.is_some() {
                     logprobs.push(answer.logprob(id, p, &probs));
                 }
@@ -556,11 +626,23 @@ async fn whole_answer(
                 tail,
                 timings,
             } => {
-                text.push_str(&tail);
+                let mut message = json!({"role": "assistant"});
+                match &mut splitter {
+                    Some(sp) => {
+                        channels.add(sp.finish());
+                        message["content"] = json!(channels.content);
+                        if !channels.reasoning.is_empty() {
+                            message["reasoning_content"] = json!(channels.reasoning);
+                        }
+                    }
+                    None => {
+                        text.push_str(&tail);
+                        message["content"] = json!(text);
+                    }
+                }
                 let lp = answer.logprobs.map(|_| json!({"content": logprobs}));
                 let choice = match answer.kind {
-                    Kind::Chat => json!({"index": 0,
-                        "message": {"role": "assistant", "content": text},
+                    Kind::Chat => json!({"index": 0, "message": message,
                         "logprobs": lp, "finish_reason": finish.as_str()}),
                     Kind::Completion | Kind::Native => {
                         json!({"index": 0, "text": text, "logprobs": lp,
@@ -606,18 +688,19 @@ fn stream_answer(
                             "logprobs": null, "finish_reason": null}),
         )
     });
-    let state = (answer, rx, first, Vec::<SseEvent>::new(), false);
+    let splitter = answer.harmony.then(HarmonySplitter::new);
+    let state = (answer, rx, first, Vec::<SseEvent>::new(), false, splitter);
     let events = stream::unfold(
         state,
-        move |(answer, mut rx, mut first, mut queued, mut done)| async move {
+        move |(answer, mut rx, mut first, mut queued, mut done, mut splitter)| async move {
             loop {
                 if let Some(f) = first.take() {
                     let ev = SseEvent::default().data(f.to_string());
-                    return Some((Ok(ev), (answer, rx, first, queued, done)));
+                    return Some((Ok(ev), (answer, rx, first, queued, done, splitter)));
                 }
                 if !queued.is_empty() {
                     let ev = queued.remove(0);
-                    return Some((Ok(ev), (answer, rx, first, queued, done)));
+                    return Some((Ok(ev), (answer, rx, first, queued, done, splitter)));
                 }
                 if done {
                     return None;
@@ -626,14 +709,33 @@ fn stream_answer(
                 match next_event(&mut rx, timeout).await {
                     Wait::Event(Event::Token { id, text, p, probs }) => {
                         let lp = answer.logprobs.map(|_| answer.logprob(id, p, &probs));
-                        queued.push(data(answer.chunk(answer.text_choice(&text, None, lp))));
+                        let choice = match &mut splitter {
+                            Some(sp) => {
+                                let part = answer.channels(sp, id);
+                                answer.channel_choice(&part, None, lp)
+                            }
+                            None => Some(answer.text_choice(&text, None, lp)),
+                        };
+                        if let Some(choice) = choice {
+                            queued.push(data(answer.chunk(choice)));
+                        }
                     }
                     Wait::Event(Event::Done {
                         finish,
                         tail,
                         timings,
                     }) => {
-                        let mut last = answer.chunk(answer.text_choice(&tail, Some(&finish), None));
+                        let choice = match &mut splitter {
+                            Some(sp) => {
+                                let mut rest = ChannelText::default();
+                                rest.add(sp.finish());
+                                answer.channel_choice(&rest, Some(&finish), None)
+                            }
+                            None => None,
+                        };
+                        let choice = choice
+                            .unwrap_or_else(|| answer.text_choice(&tail, Some(&finish), None));
+                        let mut last = answer.chunk(choice);
                         last["timings"] = Answer::timings(&timings);
                         queued.push(data(last));
                         if include_usage {
@@ -665,4 +767,133 @@ fn stream_answer(
         },
     );
     Sse::new(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ggraph_model::make::{make_vocab, vocab_header};
+    use ggraph_model::tokenizer::Tokenizer;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    use super::*;
+
+    /// gpt-oss's answer as token ids of a small vocabulary whose last
+    /// tokens are Harmony's markers and a few words.
+    fn harmony_answer() -> (Arc<Tokenizer>, Vec<i32>) {
+        let words = [
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "analysis",
+            "final",
+            "<|message|>",
+            "<|end|>",
+            "<|return|>",
+            "Think.",
+            "Paris.",
+        ];
+        let mut tokens = make_vocab(300);
+        tokens.extend(words.iter().map(|w| w.to_string()));
+        let tokenizer = Tokenizer::from_header(&vocab_header(tokens).unwrap()).unwrap();
+        let id = |w: &str| 300 + words.iter().position(|x| *x == w).unwrap() as i32;
+        let ids = [
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "Think.",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+            "<|channel|>",
+            "final",
+            "<|message|>",
+            "Paris.",
+        ]
+        .map(id)
+        .to_vec();
+        (Arc::new(tokenizer), ids)
+    }
+
+    fn answer(tokenizer: Arc<Tokenizer>, harmony: bool) -> Answer {
+        Answer {
+            kind: Kind::Chat,
+            id: "chatcmpl-1".into(),
+            created: 0,
+            model: "m".into(),
+            logprobs: None,
+            tokenizer,
+            harmony,
+        }
+    }
+
+    fn events(ids: &[i32]) -> UnboundedReceiver<Event> {
+        let (tx, rx) = unbounded_channel();
+        for &id in ids {
+            let _ = tx.send(Event::Token {
+                id,
+                text: String::new(),
+                p: 0.0,
+                probs: Vec::new(),
+            });
+        }
+        let _ = tx.send(Event::Done {
+            finish: Finish::Eos,
+            tail: String::new(),
+            timings: Timings::default(),
+        });
+        rx
+    }
+
+    async fn body(r: Response) -> Value {
+        let bytes = axum::body::to_bytes(r.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_harmony_answer_puts_its_analysis_in_reasoning_content() {
+        let (tokenizer, ids) = harmony_answer();
+        let r = whole_answer(
+            answer(tokenizer, true),
+            events(&ids),
+            Duration::from_secs(5),
+        )
+        .await;
+        let message = &body(r).await["choices"][0]["message"];
+        assert_eq!(message["content"], "Paris.");
+        assert_eq!(message["reasoning_content"], "Think.");
+    }
+
+    #[tokio::test]
+    async fn a_streamed_harmony_answer_sends_reasoning_and_content_deltas() {
+        let (tokenizer, ids) = harmony_answer();
+        let sse = stream_answer(
+            answer(tokenizer, true),
+            events(&ids),
+            false,
+            Duration::from_secs(5),
+        );
+        let text = String::from_utf8(
+            axum::body::to_bytes(sse.into_response().into_body(), usize::MAX)
+                .await
+                .unwrap()
+                .to_vec(),
+        )
+        .unwrap();
+        let chunks: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+        // the role, the reasoning, the answer, the finish
+        assert_eq!(deltas.len(), 4, "{deltas:?}");
+        assert_eq!(deltas[1]["reasoning_content"], "Think.");
+        assert_eq!(deltas[2]["content"], "Paris.");
+        assert_eq!(chunks[3]["choices"][0]["finish_reason"], "stop");
+    }
 }
