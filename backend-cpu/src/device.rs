@@ -111,7 +111,7 @@ impl Device for CpuDevice {
         self.buffer_type.clone()
     }
 
-    /// `CPU_REPACK` (Q4_0, Q8_0, Q4_K and IQ4_NL matrices interleaved),
+    /// `CPU_REPACK` (Q4_0, Q8_0, Q4_K, IQ4_NL and MXFP4 matrices interleaved),
     /// where this processor gets it.
     fn layout_buffer_types(&self) -> Vec<Arc<dyn BufferType>> {
         self.repack

@@ -1,5 +1,5 @@
 //! The CPU's layout buffer type, `CPU_REPACK` as in ggml: host memory in
-//! which Q4_0, Q4_K and IQ4_NL weight matrices are kept in the
+//! which Q4_0, Q4_K, IQ4_NL and MXFP4 weight matrices are kept in the
 //! interleaved layout of `kernels::interleave`. Writes convert from ggml's layout and reads
 //! convert back, so a loader writes GGUF's bytes and any device can copy
 //! the weight out. The memory is not plain host memory (`is_host` is
@@ -29,7 +29,7 @@ pub(crate) fn offered() -> bool {
     isa::active() >= Isa::Avx2 && std::env::var("GGRAPH_CPU_REPACK").as_deref() != Ok("0")
 }
 
-/// Host memory with Q4_0, Q4_K and IQ4_NL matrices of whole groups
+/// Host memory with Q4_0, Q4_K, IQ4_NL and MXFP4 matrices of whole groups
 /// of eight rows interleaved; other weights are kept as they are.
 #[derive(Debug, Default)]
 pub struct RepackBufferType {

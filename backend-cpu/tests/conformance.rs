@@ -35,7 +35,7 @@ fn cpu_with_three_threads_passes_the_conformance_suite() {
     report.check().unwrap();
 }
 
-/// Every case with a Q4_0, Q4_K or IQ4_NL matrix of whole groups of
+/// Every case with a Q4_0, Q4_K, IQ4_NL or MXFP4 matrix of whole groups of
 /// rows, with those matrices interleaved in `CPU_REPACK`: products of 1 to
 /// 33 columns, batches, stacks of matrices and experts, row lookups, and a
 /// view and a conversion (which read ggml's bytes back). Three threads, so

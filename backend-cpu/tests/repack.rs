@@ -75,7 +75,7 @@ fn decode(model: Model, steps: usize) -> (Vec<i32>, Vec<f32>, String) {
 /// rounding, and the scheduler shows where the weights live.
 #[test]
 fn repacked_weights_give_the_tokens_of_gguf_s_layout() {
-    let models = [DType::Q4_0, DType::Q4_K, DType::IQ4_NL]
+    let models = [DType::Q4_0, DType::Q4_K, DType::IQ4_NL, DType::MXFP4]
         .into_iter()
         .flat_map(|t| [(t, desc(t)), (t, moe_desc(t))]);
     for (weights, d) in models {

@@ -254,7 +254,13 @@ fn weight_types() -> impl Iterator<Item = DType> {
 /// experts, row lookups, and a view and a conversion of such a weight,
 /// which read it in ggml's layout.
 fn weight_layout_cases(c: &mut Cases) {
-    for w in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::IQ4_NL] {
+    for w in [
+        DType::Q4_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::IQ4_NL,
+        DType::MXFP4,
+    ] {
         // whole blocks: Q4_K's rows take super-blocks of 256
         let row = move |k: usize| k.div_ceil(w.block_size()) * w.block_size();
         for (m, n, k) in [

@@ -4,16 +4,18 @@
 //! codes of each of eight rows, the panel `block_gemm_avx2` otherwise
 //! builds from ggml's rows on every call.
 //!
-//! A block of one row is a few 2-byte head units (its f16 scales: `d`, and
-//! Q4_K's `dmin`) and then 4-byte chunks (Q4_K's 12 bytes of packed scales
-//! and mins, then the codes). Group `g`, block `b` of a matrix of `nblk`
-//! blocks a row sits at `(g * nblk + b) * 8 * block_bytes`: head unit `u`
-//! of the eight rows side by side (`[u][row]`), then every chunk of the
-//! eight rows side by side (`[chunk][row][4]`). So one 256-bit load of
-//! chunk `j` holds chunk `j` of each row in its own 32-bit lane:
+//! A block of one row is a few head units (its scales: f16 `d`, and
+//! Q4_K's `dmin`, 2 bytes each; MXFP4's E8M0 exponent, 1 byte) and then
+//! 4-byte chunks (Q4_K's 12 bytes of packed scales and mins, then the
+//! codes). Group `g`, block `b` of a matrix of `nblk` blocks a row sits at
+//! `(g * nblk + b) * 8 * block_bytes`: head unit `u` of the eight rows side
+//! by side (`[u][row]`), then every chunk of the eight rows side by side
+//! (`[chunk][row][4]`). So one 256-bit load of chunk `j` holds chunk `j`
+//! of each row in its own 32-bit lane:
 //!
-//! - Q4_0 and IQ4_NL: bytes `4j..4j + 4` of the nibbles: low nibbles are
-//!   codes `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j + 4`.
+//! - Q4_0, IQ4_NL and MXFP4: bytes `4j..4j + 4` of the nibbles: low
+//!   nibbles are codes `4j..4j + 4`, high nibbles codes `16 + 4j..16 + 4j
+//!   + 4` (IQ4_NL's and MXFP4's index their tables).
 //! - Q4_K: chunks 0..3 are the packed scales and mins, chunk `3 + c` the
 //!   nibble bytes `4c..4c + 4`: low nibbles are codes `64 (c / 8) + 4 (c %
 //!   8)..+4` (sub-block `2 (c / 8)`), high nibbles the same step of
@@ -23,6 +25,7 @@
 //! and a fill is the same in both.
 
 use ggraph_core::DType;
+use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES};
 
 /// Rows per group.
 pub(crate) const GROUP_ROWS: usize = 8;
@@ -39,12 +42,15 @@ pub(crate) enum Interleaved {
     /// IQ4_NL blocks (18 bytes, as Q4_0's: an f16 scale, 16 bytes of
     /// nibbles that index the IQ4 table).
     IQ4_NL,
+    /// MXFP4 blocks (17 bytes: an E8M0 exponent, 16 bytes of nibbles that
+    /// index E2M1's values, doubled).
+    MXFP4,
 }
 
 impl Interleaved {
     /// The layout for a weight of `dtype` and `shape`, if it has one: a
     /// matrix or a stack of them (experts: no fourth dimension above 1) of
-    /// Q4_0, Q4_K or IQ4_NL with whole groups of rows. A stack is
+    /// Q4_0, Q4_K, IQ4_NL or MXFP4 with whole groups of rows. A stack is
     /// laid out as one matrix of all its rows: its matrices start on group
     /// bounds.
     pub(crate) fn of(dtype: DType, shape: &[usize]) -> Option<Interleaved> {
@@ -52,6 +58,7 @@ impl Interleaved {
             DType::Q4_0 => Interleaved::Q4_0,
             DType::Q4_K => Interleaved::Q4_K,
             DType::IQ4_NL => Interleaved::IQ4_NL,
+            DType::MXFP4 => Interleaved::MXFP4,
             _ => return None,
         };
         let rows = *shape.get(1)?;
@@ -67,6 +74,7 @@ impl Interleaved {
             Interleaved::Q4_0 => DType::Q4_0,
             Interleaved::Q4_K => DType::Q4_K,
             Interleaved::IQ4_NL => DType::IQ4_NL,
+            Interleaved::MXFP4 => DType::MXFP4,
         }
     }
 
@@ -80,30 +88,49 @@ impl Interleaved {
         GROUP_ROWS * self.block_bytes()
     }
 
-    /// The 2-byte units at the start of a block.
+    /// The head units at the start of a block.
     fn head_units(self) -> usize {
         match self {
-            Interleaved::Q4_0 | Interleaved::IQ4_NL => 1,
+            Interleaved::Q4_0 | Interleaved::IQ4_NL | Interleaved::MXFP4 => 1,
             Interleaved::Q4_K => 2,
+        }
+    }
+
+    /// Bytes of one head unit: an f16, or MXFP4's exponent byte.
+    fn unit_bytes(self) -> usize {
+        match self {
+            Interleaved::MXFP4 => 1,
+            _ => 2,
         }
     }
 
     /// The 4-byte chunks after them.
     fn chunks(self) -> usize {
-        (self.block_bytes() - 2 * self.head_units()) / 4
+        (self.block_bytes() - self.unit_bytes() * self.head_units()) / 4
     }
 
     /// Where, in a group's block, the chunks start.
     pub(crate) fn chunks_at(self) -> usize {
-        2 * GROUP_ROWS * self.head_units()
+        self.unit_bytes() * GROUP_ROWS * self.head_units()
+    }
+
+    /// The table a code indexes (IQ4_NL's, MXFP4's); `None` where the
+    /// code is the value.
+    pub(crate) fn code_table(self) -> Option<&'static [i8; 16]> {
+        match self {
+            Interleaved::IQ4_NL => Some(&IQ4_VALUES),
+            Interleaved::MXFP4 => Some(&MXFP4_VALUES),
+            Interleaved::Q4_0 | Interleaved::Q4_K => None,
+        }
     }
 
     /// Converts whole groups from ggml's rows (`src`, rows of `row_bytes`)
     /// into the interleaved layout (`dst`, as long).
     pub(crate) fn pack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
         match self {
-            Interleaved::Q4_0 | Interleaved::IQ4_NL => pack_as::<18, 1>(src, dst, row_bytes),
-            Interleaved::Q4_K => pack_as::<144, 2>(src, dst, row_bytes),
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => pack_as::<18, 1, 2>(src, dst, row_bytes),
+            Interleaved::Q4_K => pack_as::<144, 2, 2>(src, dst, row_bytes),
+            Interleaved::MXFP4 => pack_as::<17, 1, 1>(src, dst, row_bytes),
         }
     }
 
@@ -111,8 +138,9 @@ impl Interleaved {
     /// ggml's rows of `row_bytes` (`dst`, as long).
     pub(crate) fn unpack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
         match self {
-            Interleaved::Q4_0 | Interleaved::IQ4_NL => unpack_as::<18, 1>(src, dst, row_bytes),
-            Interleaved::Q4_K => unpack_as::<144, 2>(src, dst, row_bytes),
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => unpack_as::<18, 1, 2>(src, dst, row_bytes),
+            Interleaved::Q4_K => unpack_as::<144, 2, 2>(src, dst, row_bytes),
+            Interleaved::MXFP4 => unpack_as::<17, 1, 1>(src, dst, row_bytes),
         }
     }
 
@@ -131,22 +159,26 @@ impl Interleaved {
     /// Calls `copy(offset in the row's block, offset in the group's block,
     /// len)` for each head unit and chunk of row `r`'s block.
     fn move_block(self, r: usize, mut copy: impl FnMut(usize, usize, usize)) {
-        let head = self.head_units();
+        let (head, unit) = (self.head_units(), self.unit_bytes());
         for u in 0..head {
-            copy(2 * u, (u * GROUP_ROWS + r) * 2, 2);
+            copy(unit * u, (u * GROUP_ROWS + r) * unit, unit);
         }
         let at = self.chunks_at();
         for j in 0..self.chunks() {
-            copy(2 * head + 4 * j, at + (j * GROUP_ROWS + r) * 4, 4);
+            copy(unit * head + 4 * j, at + (j * GROUP_ROWS + r) * 4, 4);
         }
     }
 }
 
 /// [`Interleaved::pack`] for blocks of `BB` bytes that start with `HEAD`
-/// 2-byte units. The sizes are constants, so every move is one load and
-/// one store of a known width at a known offset (loading a model is
-/// mostly this loop).
-fn pack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_bytes: usize) {
+/// units of `UNIT` bytes. The sizes are constants, so every move is one
+/// load and one store of a known width at a known offset (loading a model
+/// is mostly this loop).
+fn pack_as<const BB: usize, const HEAD: usize, const UNIT: usize>(
+    src: &[u8],
+    dst: &mut [u8],
+    row_bytes: usize,
+) {
     let group_bytes = GROUP_ROWS * row_bytes;
     for (plain, inter) in src
         .chunks_exact(group_bytes)
@@ -156,11 +188,11 @@ fn pack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_b
             for r in 0..GROUP_ROWS {
                 let row = &plain[r * row_bytes + b * BB..][..BB];
                 for u in 0..HEAD {
-                    let at = (u * GROUP_ROWS + r) * 2;
-                    out[at..at + 2].copy_from_slice(&row[2 * u..2 * u + 2]);
+                    let at = (u * GROUP_ROWS + r) * UNIT;
+                    out[at..at + UNIT].copy_from_slice(&row[UNIT * u..UNIT * (u + 1)]);
                 }
-                for (j, chunk) in row[2 * HEAD..].chunks_exact(4).enumerate() {
-                    let at = 2 * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
+                for (j, chunk) in row[UNIT * HEAD..].chunks_exact(4).enumerate() {
+                    let at = UNIT * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
                     out[at..at + 4].copy_from_slice(chunk);
                 }
             }
@@ -169,7 +201,11 @@ fn pack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_b
 }
 
 /// [`Interleaved::unpack`], as [`pack_as`].
-fn unpack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row_bytes: usize) {
+fn unpack_as<const BB: usize, const HEAD: usize, const UNIT: usize>(
+    src: &[u8],
+    dst: &mut [u8],
+    row_bytes: usize,
+) {
     let group_bytes = GROUP_ROWS * row_bytes;
     for (inter, plain) in src
         .chunks_exact(group_bytes)
@@ -179,15 +215,43 @@ fn unpack_as<const BB: usize, const HEAD: usize>(src: &[u8], dst: &mut [u8], row
             for r in 0..GROUP_ROWS {
                 let row = &mut plain[r * row_bytes + b * BB..][..BB];
                 for u in 0..HEAD {
-                    let at = (u * GROUP_ROWS + r) * 2;
-                    row[2 * u..2 * u + 2].copy_from_slice(&block[at..at + 2]);
+                    let at = (u * GROUP_ROWS + r) * UNIT;
+                    row[UNIT * u..UNIT * (u + 1)].copy_from_slice(&block[at..at + UNIT]);
                 }
-                for (j, chunk) in row[2 * HEAD..].chunks_exact_mut(4).enumerate() {
-                    let at = 2 * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
+                for (j, chunk) in row[UNIT * HEAD..].chunks_exact_mut(4).enumerate() {
+                    let at = UNIT * GROUP_ROWS * HEAD + (j * GROUP_ROWS + r) * 4;
                     chunk.copy_from_slice(&block[at..at + 4]);
                 }
             }
         }
+    }
+}
+
+/// The eight rows' scales of a Q4_0, IQ4_NL or MXFP4 group block at
+/// `block`, one row a lane: the f16 `d`s, or MXFP4's exponents as ggml's
+/// `E8M0_TO_FP32_HALF` (`2^(e - 128)`, exactly).
+///
+/// # Safety
+/// AVX2 and F16C; `block` holds a group block of `layout`, not Q4_K.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn block_scales(
+    layout: Interleaved,
+    block: *const u8,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // SAFETY: caller's contract: the block starts with its eight rows'
+    // head units.
+    unsafe {
+        if layout != Interleaved::MXFP4 {
+            return _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i));
+        }
+        let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(block as *const __m128i));
+        // e >= 2: (e - 1) << 23; e < 2: the subnormals 2^-128 and 2^-127
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let below_two = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, small, below_two))
     }
 }
 
@@ -270,7 +334,12 @@ mod tests {
     /// the kernels read them.
     #[test]
     fn packing_round_trips_and_puts_scales_and_codes_in_place() {
-        for layout in [Interleaved::Q4_0, Interleaved::Q4_K, Interleaved::IQ4_NL] {
+        for layout in [
+            Interleaved::Q4_0,
+            Interleaved::Q4_K,
+            Interleaved::IQ4_NL,
+            Interleaved::MXFP4,
+        ] {
             let (bb, nblk) = (layout.block_bytes(), 3);
             let row_bytes = bb * nblk;
             let plain: Vec<u8> = (0..2 * GROUP_ROWS * row_bytes)
@@ -292,11 +361,12 @@ mod tests {
             // row 3's block 1: its scale, then its second chunk
             let inter = layout.group_block_bytes();
             let plain_block = 3 * row_bytes + bb;
+            let unit = layout.unit_bytes();
             assert_eq!(
-                packed[inter + 6..inter + 8],
-                plain[plain_block..plain_block + 2]
+                packed[inter + 3 * unit..inter + 4 * unit],
+                plain[plain_block..plain_block + unit]
             );
-            let head = 2 * layout.head_units();
+            let head = unit * layout.head_units();
             let chunk1 = inter + layout.chunks_at() + (GROUP_ROWS + 3) * 4;
             assert_eq!(
                 packed[chunk1..chunk1 + 4],
@@ -305,8 +375,34 @@ mod tests {
         }
     }
 
+    /// MXFP4's exponents become ggml's `E8M0_TO_FP32_HALF`, the
+    /// subnormal ones and 255 included.
+    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn only_matrices_of_whole_groups_of_q4_0_q4_k_and_iq4_nl_rows_are_laid_out() {
+    fn mxfp4_scales_are_e8m0_halves() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        for first in (0..=255u8).step_by(8) {
+            let mut block = [0u8; 136];
+            for (r, e) in block[..8].iter_mut().enumerate() {
+                *e = first.wrapping_add(r as u8);
+            }
+            let mut got = [0f32; 8];
+            // SAFETY: AVX2 and F16C checked; the block is whole.
+            unsafe {
+                let v = block_scales(Interleaved::MXFP4, block.as_ptr());
+                std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), v);
+            }
+            for (r, g) in got.iter().enumerate() {
+                let want = ggraph_core::quant::e8m0_to_f32_half(block[r]);
+                assert_eq!(g.to_bits(), want.to_bits(), "e = {}", block[r]);
+            }
+        }
+    }
+
+    #[test]
+    fn only_matrices_of_whole_groups_of_q4_0_q4_k_iq4_nl_and_mxfp4_rows_are_laid_out() {
         assert_eq!(
             Interleaved::of(DType::Q4_0, &[64, 16]),
             Some(Interleaved::Q4_0)
@@ -328,6 +424,10 @@ mod tests {
         assert_eq!(
             Interleaved::of(DType::IQ4_NL, &[64, 8]),
             Some(Interleaved::IQ4_NL)
+        );
+        assert_eq!(
+            Interleaved::of(DType::MXFP4, &[64, 8, 4]),
+            Some(Interleaved::MXFP4)
         );
         assert_eq!(Interleaved::of(DType::Q6_K, &[256, 16]), None);
         assert_eq!(Interleaved::of(DType::IQ4_XS, &[256, 16]), None);

@@ -266,7 +266,9 @@ type TileFn = unsafe fn(usize, usize, *const u8, *const f32, *const f32, &Acts, 
 fn tile_fn(dtype: DType) -> (TileFn, usize) {
     match dtype {
         // signed codes: widen every step
-        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => (x86::tile::<1, true, false, false>, 8),
+        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS | DType::MXFP4 => {
+            (x86::tile::<1, true, false, false>, 8)
+        }
         // codes below 16: a 32-value block's eight steps in 16 bits
         DType::Q4_0 => (x86::tile::<8, false, true, false>, 1),
         DType::Q4_1 | DType::Q4_K => (x86::tile::<8, false, false, true>, 1),
@@ -284,10 +286,8 @@ fn tile_fn(dtype: DType) -> (TileFn, usize) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use ggraph_core::quant::IQ4_VALUES;
-
     use super::{Acts, C, Interleaved, Panel, R};
-    use crate::kernels::interleave::q4_k_scales;
+    use crate::kernels::interleave::{block_scales, q4_k_scales};
 
     /// The tile kernel. A block is `groups` groups of `GROUP` four-value
     /// steps, after each of which the 16-bit pair sums are widened.
@@ -372,8 +372,9 @@ mod x86 {
 
     /// Packs `nb` blocks of an interleaved group (`kernels::interleave`)
     /// from `w` into a panel: the codes as they are (Q8_0) or split into
-    /// low and high nibbles (Q4_0 and IQ4_NL: steps `j` and `j + 4` of the
-    /// block, IQ4_NL's then looked up in its table; Q4_K: the same step of
+    /// low and high nibbles (Q4_0, IQ4_NL and MXFP4: steps `j` and `j + 4`
+    /// of the block, IQ4_NL's and MXFP4's then looked up in their tables;
+    /// Q4_K: the same step of
     /// two sub-blocks), and the scales (and Q4_K's mins) as floats.
     ///
     /// # Safety
@@ -395,8 +396,9 @@ mod x86 {
         // SAFETY: caller's contract; the slices are long enough (checked).
         unsafe {
             let low = _mm256_set1_epi8(0x0f);
-            let iq4 =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
+            let lookup = layout.code_table().unwrap_or(&[0; 16]);
+            let table =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(lookup.as_ptr() as *const __m128i));
             let out = codes.as_mut_ptr();
             let split = |v: __m256i, lo: *mut u8, hi: *mut u8| {
                 _mm256_storeu_si256(lo as *mut __m256i, _mm256_and_si256(v, low));
@@ -408,20 +410,20 @@ mod x86 {
                 let src = w.add(b * block);
                 let dst = out.add(b * values * R);
                 match layout {
-                    Interleaved::Q4_0 | Interleaved::IQ4_NL => {
-                        let scales = _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i));
+                    Interleaved::Q4_0 | Interleaved::IQ4_NL | Interleaved::MXFP4 => {
+                        let scales = block_scales(layout, src);
                         _mm256_storeu_ps(dw.as_mut_ptr().add(b * R), scales);
                         for j in 0..4 {
                             let v = _mm256_loadu_si256(src.add(at + 32 * j) as *const __m256i);
                             split(v, dst.add(32 * j), dst.add(32 * (j + 4)));
                         }
-                        if layout == Interleaved::IQ4_NL {
-                            // the panel holds IQ4's signed values
+                        if layout.code_table().is_some() {
+                            // the panel holds the table's signed values
                             for j in 0..8 {
                                 let p = dst.add(32 * j) as *mut __m256i;
                                 _mm256_storeu_si256(
                                     p,
-                                    _mm256_shuffle_epi8(iq4, _mm256_loadu_si256(p)),
+                                    _mm256_shuffle_epi8(table, _mm256_loadu_si256(p)),
                                 );
                             }
                         }

@@ -298,9 +298,13 @@ fn every_repacked_kernel_gives_ggml_s_bits() {
     let kernels = Kernels::ALL
         .into_iter()
         .filter(|k| k.isa() <= isa::detected());
-    for (kernels, layout) in
-        kernels.flat_map(|k| [(k, Interleaved::Q4_0), (k, Interleaved::IQ4_NL)])
-    {
+    for (kernels, layout) in kernels.flat_map(|k| {
+        [
+            (k, Interleaved::Q4_0),
+            (k, Interleaved::IQ4_NL),
+            (k, Interleaved::MXFP4),
+        ]
+    }) {
         let dtype = layout.dtype();
         // past the VNNI panel's chunk of 4096 values too; and blocks whose
         // sums are at their largest, where `sum * dw` is not exact in f32
@@ -500,7 +504,12 @@ fn a_mul_mat_id_sums_each_column_as_a_product_of_it_alone() {
             .into_iter()
             .filter(|k| k.isa() <= isa::detected())
         {
-            for layout in [Interleaved::Q4_0, Interleaved::IQ4_NL, Interleaved::Q4_K] {
+            for layout in [
+                Interleaved::Q4_0,
+                Interleaved::IQ4_NL,
+                Interleaved::Q4_K,
+                Interleaved::MXFP4,
+            ] {
                 let dtype = layout.dtype();
                 let (m, n, k) = (16, 6, 512);
                 let w = values(m * k, 11);

@@ -10,7 +10,7 @@
 //!   their products equal llama.cpp's bit for bit (F32, F16 and BF16
 //!   weights: `float::in_ggml_order`; Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1:
 //!   `blocks_in_ggml_order`; the K-quants and IQ4_XS:
-//!   `kquants_in_ggml_order`; Q4_0, Q4_K and IQ4_NL in the CPU's
+//!   `kquants_in_ggml_order`; Q4_0, Q4_K, IQ4_NL and MXFP4 in the CPU's
 //!   interleaved layout, which bypasses `dispatch`: `interleaved_gemm`);
 //!   the others take the float paths (`float`), the integer ones
 //!   (`quant_dot`, `block_gemm_avx2`) or `dequantized`;

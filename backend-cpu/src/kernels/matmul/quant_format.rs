@@ -11,11 +11,11 @@
 //! `x = dx * q` is an activation quantised to 8 bits (`activation_quant`).
 //!
 //! The `_1` formats' min `m` is added, so their `mw` is `-m`. The IQ4
-//! formats' codes index a table of signed values; `u` is the value plus
-//! 128, as Q8_0's codes are.
+//! formats' and MXFP4's codes index a table of signed values; `u` is the
+//! value plus 128, as Q8_0's codes are.
 
 use ggraph_core::DType;
-use ggraph_core::quant::IQ4_VALUES;
+use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES};
 
 /// The 8-bit type ggml quantises the activations to for a weight type (its
 /// `vec_dot_type`): ggraph rounds them the same way, so that its integer
@@ -62,7 +62,7 @@ pub(crate) struct Format {
 
 pub(crate) fn format(dtype: DType) -> Option<Format> {
     let (qb, offset, has_min) = match dtype {
-        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => (32, 128, false),
+        DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS | DType::MXFP4 => (32, 128, false),
         DType::Q4_0 => (32, 8, false),
         DType::Q5_0 => (32, 16, false),
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => (32, 0, true),
@@ -89,15 +89,20 @@ pub(crate) fn format(dtype: DType) -> Option<Format> {
 }
 
 /// The IQ4 table as codes: each value plus 128.
-pub(crate) const IQ4_CODES: [u8; 16] = {
+pub(crate) const IQ4_CODES: [u8; 16] = as_codes(&IQ4_VALUES);
+
+/// MXFP4's table (E2M1's values doubled) as codes: each value plus 128.
+pub(crate) const MXFP4_CODES: [u8; 16] = as_codes(&MXFP4_VALUES);
+
+const fn as_codes(values: &[i8; 16]) -> [u8; 16] {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
-        t[i] = (IQ4_VALUES[i] as i32 + 128) as u8;
+        t[i] = (values[i] as i32 + 128) as u8;
         i += 1;
     }
     t
-};
+}
 
 /// The 6-bit scales and mins of a Q4_K super-block's 8 sub-blocks, as four
 /// words of four bytes: scales 0..4, scales 4..8, mins 0..4, mins 4..8.

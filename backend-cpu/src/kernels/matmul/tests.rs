@@ -285,7 +285,12 @@ fn interleaved_error(
 #[test]
 fn every_interleaved_kernel_matches_the_reference_product() -> ggraph_core::Result<()> {
     use super::interleaved_gemm::Kernels;
-    let layouts = [Interleaved::Q4_0, Interleaved::Q4_K, Interleaved::IQ4_NL];
+    let layouts = [
+        Interleaved::Q4_0,
+        Interleaved::Q4_K,
+        Interleaved::IQ4_NL,
+        Interleaved::MXFP4,
+    ];
     for kernels in Kernels::ALL
         .into_iter()
         .filter(|k| k.isa() <= isa::detected())
@@ -354,7 +359,12 @@ fn the_panel_gemm_on_amx_tiles_matches_the_reference_product() -> ggraph_core::R
     }
     for kernel in kernels {
         // the CPU's interleaved layout, whose panels are filled from it
-        for layout in [Interleaved::Q4_0, Interleaved::Q4_K, Interleaved::IQ4_NL] {
+        for layout in [
+            Interleaved::Q4_0,
+            Interleaved::Q4_K,
+            Interleaved::IQ4_NL,
+            Interleaved::MXFP4,
+        ] {
             let Some(f) = format(layout.dtype()) else {
                 continue;
             };

@@ -3,10 +3,8 @@
 
 use std::arch::x86_64::*;
 
-use ggraph_core::quant::IQ4_VALUES;
-
 use super::{Acts, Q4kSums, lane_bytes, prefetch_ahead, q4_k_pair_min_words, q4_k_pair_mins};
-use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved, block_scales, q4_k_scale_words};
 
 /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks
 /// of an interleaved group from `w`, `T` columns of activations.
@@ -46,7 +44,8 @@ pub(super) unsafe fn tile<const T: usize>(
         match layout {
             Interleaved::Q4_0 => q4_0::<T>(nb, w, x, init),
             Interleaved::Q4_K => unreachable!("Q4_K takes its two sums above"),
-            Interleaved::IQ4_NL => iq4_nl::<T>(nb, w, x, init),
+            Interleaved::IQ4_NL => looked_up::<T, false>(nb, w, x, init),
+            Interleaved::MXFP4 => looked_up::<T, true>(nb, w, x, init),
         }
     };
     for (s, a) in sums.iter_mut().zip(acc) {
@@ -186,36 +185,42 @@ unsafe fn q4_k<const T: usize>(
     }
 }
 
-/// IQ4_NL: Q4_0's nibbles, looked up in the IQ4 table (signed values),
-/// then as Q8_0's signed codes: each step `|w|` against the
-/// activations with `w`'s sign, widened every step.
+/// IQ4_NL and MXFP4 (`MX`): Q4_0's nibbles, looked up in the type's
+/// table (signed values), then as Q8_0's signed codes: each step `|w|`
+/// against the activations with `w`'s sign, widened every step.
 ///
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq4_nl<const T: usize>(
+unsafe fn looked_up<const T: usize, const MX: bool>(
     nb: usize,
     w: *const u8,
     x: &Acts,
     acc: [__m256; T],
 ) -> [__m256; T] {
+    let layout = if MX {
+        Interleaved::MXFP4
+    } else {
+        Interleaved::IQ4_NL
+    };
+    let (bytes, at) = (layout.group_block_bytes(), layout.chunks_at());
     // SAFETY: caller's contract.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let low = _mm256_set1_epi8(0x0f);
-        let table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_VALUES.as_ptr() as *const __m128i));
+        let values = layout.code_table().unwrap_or(&[0; 16]);
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(values.as_ptr() as *const __m128i));
         let mut acc = acc;
         let mut wp = w;
         let mut xp = x.codes as *const i32;
         for blk in 0..nb {
             if T == 1 {
-                prefetch_ahead(wp, Interleaved::IQ4_NL.group_block_bytes());
+                prefetch_ahead(wp, bytes);
             }
-            let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+            let d = block_scales(layout, wp);
             let mut block = [_mm256_setzero_si256(); T];
             for j in 0..4 {
-                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                let v = _mm256_loadu_si256(wp.add(at + 32 * j) as *const __m256i);
                 let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, low));
                 let hi =
                     _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(v), low));
@@ -232,7 +237,7 @@ unsafe fn iq4_nl<const T: usize>(
                 let dx = _mm256_set1_ps(*x.d.add(blk * T + c));
                 *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
             }
-            wp = wp.add(Interleaved::IQ4_NL.group_block_bytes());
+            wp = wp.add(bytes);
             xp = xp.add(8 * T);
         }
         acc

@@ -12,8 +12,8 @@
 use std::arch::x86_64::*;
 
 use super::{Acts, Q4kSums, prefetch_ahead, q4_k_pair_min_words, q4_k_pair_mins};
-use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scale_words};
-use crate::kernels::matmul::quant_format::IQ4_CODES;
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved, block_scales, q4_k_scale_words};
+use crate::kernels::matmul::quant_format::{IQ4_CODES, MXFP4_CODES};
 
 /// `sums[c][r] += dot(row r of the group, column c)` over `nb` blocks of
 /// an interleaved group from `w`, `T` columns of activations quantised
@@ -53,8 +53,9 @@ pub(super) unsafe fn tile<const T: usize>(
     // SAFETY: caller's contract.
     let acc = unsafe {
         match layout {
-            Interleaved::Q4_0 => nibbles::<T, false>(nb, w, x, init),
-            Interleaved::IQ4_NL => nibbles::<T, true>(nb, w, x, init),
+            Interleaved::Q4_0 => nibbles::<T, PLAIN>(nb, w, x, init),
+            Interleaved::IQ4_NL => nibbles::<T, IQ4>(nb, w, x, init),
+            Interleaved::MXFP4 => nibbles::<T, MX>(nb, w, x, init),
             Interleaved::Q4_K => unreachable!("Q4_K takes its two sums above"),
         }
     };
@@ -68,9 +69,11 @@ pub(super) unsafe fn tile<const T: usize>(
 /// scales, added to `acc`.
 ///
 /// # Safety
-/// As for [`tile`]; `block` is the block's index, `wp` its group block.
+/// As for [`tile`]; `block` is the block's index, `wp` its group block of
+/// `layout` (not Q4_K).
 #[inline(always)]
 unsafe fn add_block<const T: usize>(
+    layout: Interleaved,
     acc: &mut [__m256; T],
     sums: [__m256i; T],
     wp: *const u8,
@@ -80,7 +83,7 @@ unsafe fn add_block<const T: usize>(
     // SAFETY: caller's contract: the block's scales and the columns' lie
     // in their arrays.
     unsafe {
-        let d = _mm256_cvtph_ps(_mm_loadu_si128(wp as *const __m128i));
+        let d = block_scales(layout, wp);
         for (c, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
             let dx = _mm256_set1_ps(*x.d.add(block * T + c));
             *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, dx), *a);
@@ -88,29 +91,36 @@ unsafe fn add_block<const T: usize>(
     }
 }
 
-/// Q4_0 and IQ4_NL: each chunk's low nibbles are one step, its high
-/// nibbles the step 16 values on. Q4_0's nibbles are its codes; IQ4_NL's
-/// index the IQ4 table, shifted up by 128 to be unsigned.
+/// The nibble formats [`nibbles`] reads: Q4_0's codes, or indices into
+/// IQ4_NL's or MXFP4's table.
+const PLAIN: u8 = 0;
+const IQ4: u8 = 1;
+const MX: u8 = 2;
+
+/// Q4_0, IQ4_NL and MXFP4: each chunk's low nibbles are one step, its
+/// high nibbles the step 16 values on. Q4_0's nibbles are its codes;
+/// IQ4_NL's and MXFP4's index their tables, shifted up by 128 to be
+/// unsigned.
 ///
 /// # Safety
 /// As for [`tile`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn nibbles<const T: usize, const IQ4: bool>(
+unsafe fn nibbles<const T: usize, const F: u8>(
     nb: usize,
     w: *const u8,
     x: &Acts,
     acc: [__m256; T],
 ) -> [__m256; T] {
-    let layout = if IQ4 {
-        Interleaved::IQ4_NL
-    } else {
-        Interleaved::Q4_0
+    let (layout, codes) = match F {
+        IQ4 => (Interleaved::IQ4_NL, &IQ4_CODES),
+        MX => (Interleaved::MXFP4, &MXFP4_CODES),
+        _ => (Interleaved::Q4_0, &IQ4_CODES),
     };
+    let at = layout.chunks_at();
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
-        let table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(codes.as_ptr() as *const __m128i));
         let mut acc = acc;
         let mut wp = w;
         let mut xp = x.codes as *const i32;
@@ -121,10 +131,10 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
             let mut sums: [__m256i; T] =
                 std::array::from_fn(|c| _mm256_set1_epi32(*x.bias.add(blk * T + c)));
             for j in 0..4 {
-                let v = _mm256_loadu_si256(wp.add(16 + 32 * j) as *const __m256i);
+                let v = _mm256_loadu_si256(wp.add(at + 32 * j) as *const __m256i);
                 let mut lo = _mm256_and_si256(v, low);
                 let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                if IQ4 {
+                if F != PLAIN {
                     lo = _mm256_shuffle_epi8(table, lo);
                     hi = _mm256_shuffle_epi8(table, hi);
                 }
@@ -134,7 +144,7 @@ unsafe fn nibbles<const T: usize, const IQ4: bool>(
                     *s = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(*s, lo, xl), hi, xh);
                 }
             }
-            add_block(&mut acc, sums, wp, x, blk);
+            add_block(layout, &mut acc, sums, wp, x, blk);
             wp = wp.add(layout.group_block_bytes());
             xp = xp.add(8 * T);
         }

@@ -4,8 +4,8 @@
 use std::arch::x86_64::*;
 
 use super::operands::{PANEL_C, PANEL_R};
-use crate::kernels::interleave::{GROUP_ROWS, Interleaved, q4_k_scales};
-use crate::kernels::matmul::quant_format::{Format, IQ4_CODES};
+use crate::kernels::interleave::{GROUP_ROWS, Interleaved, block_scales, q4_k_scales};
+use crate::kernels::matmul::quant_format::{Format, IQ4_CODES, MXFP4_CODES};
 
 /// The panel kernel: 32 interleaved rows times PANEL_C columns over
 /// `nb` blocks, added block by block to `tile[c][r]`.
@@ -83,8 +83,8 @@ pub(super) unsafe fn panel_vnni(
 /// 8`), null past the matrix, and `nb` counts the panel's blocks of 32
 /// values. A group's chunk already holds four codes of each of its eight
 /// rows: one step of the panel for Q8_0, two (low and high nibbles) for
-/// the others. IQ4_NL's codes are its table's values plus 128, as
-/// `quant_format` decodes them; Q4_K's sub-block scales and mins go to
+/// the others. IQ4_NL's and MXFP4's codes are their tables' values plus
+/// 128, as `quant_format` decodes them; Q4_K's sub-block scales and mins go to
 /// `dw` and `mw`, a super-block's low nibbles to its even sub-blocks and
 /// its high nibbles to the odd ones.
 ///
@@ -104,8 +104,13 @@ pub(super) unsafe fn interleaved_panel(
     // SAFETY: caller's contract.
     unsafe {
         let low = _mm256_set1_epi8(0x0f);
+        let codes_of = if layout == Interleaved::MXFP4 {
+            &MXFP4_CODES
+        } else {
+            &IQ4_CODES
+        };
         let table =
-            _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4_CODES.as_ptr() as *const __m128i));
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(codes_of.as_ptr() as *const __m128i));
         let step = |b: usize, j: usize, g: usize| {
             codes.add(((b * 8 + j) * PANEL_R + g * GROUP_ROWS) * 4) as *mut __m256i
         };
@@ -150,18 +155,16 @@ pub(super) unsafe fn interleaved_panel(
                 }
                 continue;
             }
+            let at = layout.chunks_at();
             for b in 0..nb {
                 let block = p.add(b * layout.group_block_bytes());
-                _mm256_storeu_ps(
-                    rows_of(dw, b, g),
-                    _mm256_cvtph_ps(_mm_loadu_si128(block as *const __m128i)),
-                );
-                let chunk = |j: usize| _mm256_loadu_si256(block.add(16 + 32 * j) as *const __m256i);
+                _mm256_storeu_ps(rows_of(dw, b, g), block_scales(layout, block));
+                let chunk = |j: usize| _mm256_loadu_si256(block.add(at + 32 * j) as *const __m256i);
                 for j in 0..4 {
                     let v = chunk(j);
                     let mut lo = _mm256_and_si256(v, low);
                     let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                    if layout == Interleaved::IQ4_NL {
+                    if layout.code_table().is_some() {
                         lo = _mm256_shuffle_epi8(table, lo);
                         hi = _mm256_shuffle_epi8(table, hi);
                     }
