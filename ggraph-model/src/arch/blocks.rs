@@ -224,9 +224,10 @@ pub fn self_attention(
             )));
         }
     };
-    let sinks = match c.arch.attention_sinks {
-        true => Some(weights.req(b, &format!("blk.{il}.attn_sinks.weight"))?),
-        false => None,
+    let sinks = if c.arch.attention_sinks {
+        Some(weights.req(b, &format!("blk.{il}.attn_sinks.weight"))?)
+    } else {
+        None
     };
     let qp = b.permute(q, [0, 2, 1, 3])?;
     let attn = match shape.attention {
@@ -347,10 +348,12 @@ fn moe_ffn(
     };
     // the bias of the router or of an expert product, where the
     // architecture has them and the weights hold them
-    let bias = |b: &mut GraphBuilder, weights: &mut Tensors<'_>, what: &str| match c.arch.moe_biases
-    {
-        true => weights.opt(b, &format!("blk.{il}.{what}.bias")),
-        false => Ok(None),
+    let bias = |b: &mut GraphBuilder, weights: &mut Tensors<'_>, what: &str| {
+        if c.arch.moe_biases {
+            weights.opt(b, &format!("blk.{il}.{what}.bias"))
+        } else {
+            Ok(None)
+        }
     };
     let mut logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
     named(b, logits, "ffn_moe_logits")?;
