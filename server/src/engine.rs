@@ -46,6 +46,9 @@ pub struct Job {
     /// Keep the slot's cells for the next request (llama-server's
     /// `cache_prompt`): its prompt may start with these tokens.
     pub cache_prompt: bool,
+    /// The text writes special tokens out (gpt-oss's Harmony markers,
+    /// which split its answer into channels); stop strings apply to it.
+    pub special_text: bool,
     /// Where the tokens go; dropping the receiver cancels the job.
     pub events: UnboundedSender<Event>,
 }
@@ -781,7 +784,7 @@ impl Runner {
         self.counters
             .generated_tokens
             .fetch_add(1, Ordering::Relaxed);
-        let piece = self.tokenizer.piece(id, false).unwrap_or(&[]);
+        let piece = self.tokenizer.piece(id, t.job.special_text).unwrap_or(&[]);
         let (text, stopped) = t.text.push(piece, &t.job.stop);
         // llama-server's log probabilities: of the raw logits
         let (p, probs) = if t.job.n_probs > 0 {

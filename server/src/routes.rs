@@ -471,7 +471,7 @@ struct Answer {
     logprobs: Option<usize>,
     tokenizer: std::sync::Arc<ggraph_model::tokenizer::Tokenizer>,
     /// The answer is split into Harmony's channels (`reasoning_content`
-    /// and `content`) from its tokens.
+    /// and `content`) from its text, special tokens written out.
     harmony: bool,
 }
 
@@ -495,17 +495,18 @@ impl ChannelText {
     }
 }
 
-impl Answer {
-    /// Token `id`'s text through `splitter` (its special tokens written
-    /// out, as the channels are marked by them).
-    fn channels(&self, splitter: &mut HarmonySplitter, id: i32) -> ChannelText {
-        let mut text = ChannelText::default();
-        if id >= 0 {
-            text.add(splitter.push(self.tokenizer.piece(id, true).unwrap_or(&[])));
-        }
-        text
+impl ChannelText {
+    /// A token's text (its special tokens written out, as the engine
+    /// gives a Harmony answer's: they mark the channels) through
+    /// `splitter`.
+    fn of(splitter: &mut HarmonySplitter, text: &str) -> ChannelText {
+        let mut out = ChannelText::default();
+        out.add(splitter.push(text.as_bytes()));
+        out
     }
+}
 
+impl Answer {
     fn piece(&self, id: i32) -> String {
         piece(&self.tokenizer, id)
     }
@@ -610,11 +611,7 @@ async fn whole_answer(
                 probs,
             } => {
                 match &mut splitter {
-                    Some(sp) => {
-                        let part = answer.channels(sp, id);
-                        channels.content.push_str(&part.content);
-                        channels.reasoning.push_str(&part.reasoning);
-                    }
+                    Some(sp) => channels.add(sp.push(t.as_bytes())),
                     None => text.push_str(&t),
                 }
                 if answer.logprobs.is_some() {
@@ -629,6 +626,7 @@ async fn whole_answer(
                 let mut message = json!({"role": "assistant"});
                 match &mut splitter {
                     Some(sp) => {
+                        channels.add(sp.push(tail.as_bytes()));
                         channels.add(sp.finish());
                         message["content"] = json!(channels.content);
                         if !channels.reasoning.is_empty() {
@@ -711,7 +709,7 @@ fn stream_answer(
                         let lp = answer.logprobs.map(|_| answer.logprob(id, p, &probs));
                         let choice = match &mut splitter {
                             Some(sp) => {
-                                let part = answer.channels(sp, id);
+                                let part = ChannelText::of(sp, &text);
                                 answer.channel_choice(&part, None, lp)
                             }
                             None => Some(answer.text_choice(&text, None, lp)),
@@ -727,7 +725,7 @@ fn stream_answer(
                     }) => {
                         let choice = match &mut splitter {
                             Some(sp) => {
-                                let mut rest = ChannelText::default();
+                                let mut rest = ChannelText::of(sp, &tail);
                                 rest.add(sp.finish());
                                 answer.channel_choice(&rest, Some(&finish), None)
                             }
@@ -828,12 +826,15 @@ mod tests {
         }
     }
 
-    fn events(ids: &[i32]) -> UnboundedReceiver<Event> {
+    /// The engine's events for `ids`: each token's text with its special
+    /// tokens written out, as for a Harmony request.
+    fn events(tokenizer: &Tokenizer, ids: &[i32]) -> UnboundedReceiver<Event> {
         let (tx, rx) = unbounded_channel();
         for &id in ids {
+            let piece = tokenizer.piece(id, true).unwrap();
             let _ = tx.send(Event::Token {
                 id,
-                text: String::new(),
+                text: String::from_utf8(piece.to_vec()).unwrap(),
                 p: 0.0,
                 probs: Vec::new(),
             });
@@ -856,12 +857,8 @@ mod tests {
     #[tokio::test]
     async fn a_harmony_answer_puts_its_analysis_in_reasoning_content() {
         let (tokenizer, ids) = harmony_answer();
-        let r = whole_answer(
-            answer(tokenizer, true),
-            events(&ids),
-            Duration::from_secs(5),
-        )
-        .await;
+        let rx = events(&tokenizer, &ids);
+        let r = whole_answer(answer(tokenizer, true), rx, Duration::from_secs(5)).await;
         let message = &body(r).await["choices"][0]["message"];
         assert_eq!(message["content"], "Paris.");
         assert_eq!(message["reasoning_content"], "Think.");
@@ -870,12 +867,8 @@ mod tests {
     #[tokio::test]
     async fn a_streamed_harmony_answer_sends_reasoning_and_content_deltas() {
         let (tokenizer, ids) = harmony_answer();
-        let sse = stream_answer(
-            answer(tokenizer, true),
-            events(&ids),
-            false,
-            Duration::from_secs(5),
-        );
+        let rx = events(&tokenizer, &ids);
+        let sse = stream_answer(answer(tokenizer, true), rx, false, Duration::from_secs(5));
         let text = String::from_utf8(
             axum::body::to_bytes(sse.into_response().into_body(), usize::MAX)
                 .await
