@@ -205,47 +205,50 @@ fn one_query_body<const AVX2: bool>(
 ) -> Partial {
     let (dk, dv) = (c.q.ne[0], c.v.ne[0]);
     let (hk, hv) = kv_heads(c, h);
-    ROWS.with_borrow_mut(|(query, mask)| {
-        query.resize(dk, 0.0);
-        // SAFETY: query rows in bounds (checked by the builder).
-        unsafe { c.q.load_row(iq, h, is, query) };
-        // the keys' dot takes the query in F16
-        query
-            .iter_mut()
-            .for_each(|x| *x = f16_to_f32(f32_to_f16(*x)));
-        let masked = mask_row(c, iq, h, is, mask);
-        let mut acc = vec![0f32; dv];
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-        for ic in keys {
-            let mv = if masked { mask[ic] } else { 0.0 };
-            if mv == f32::NEG_INFINITY {
-                continue;
-            }
-            // SAFETY: key row ic holds dk F16 values, the query dk.
-            let mut s = unsafe { dot::<AVX2>(c, c.k.row_ptr(ic, hk, is), query.as_ptr(), dk) };
-            s *= c.scale;
-            if c.softcap != 0.0 {
-                s = c.softcap * s.tanh();
-            }
-            s += mv;
-            let (mut ms, mut vs) = (1f32, 1f32);
-            if s > max {
-                ms = (max - s).exp();
-                max = s;
-                scale_half::<AVX2>(&mut acc, ms);
-            } else {
-                vs = (s - max).exp();
-            }
-            // SAFETY: value row ic holds dv F16 values.
-            unsafe { add_half::<AVX2>(&mut acc, c.v.row_ptr(ic, hv, is), vs) };
-            sum = sum.mul_add(ms, vs);
+    // the rows are taken out of the thread's scratch and put back, so that
+    // the loop runs here, in the caller's instruction set, not in a
+    // closure compiled without it (where the kernels below are calls)
+    let (mut query, mut mask) = ROWS.with_borrow_mut(std::mem::take);
+    query.resize(dk, 0.0);
+    // SAFETY: query rows in bounds (checked by the builder).
+    unsafe { c.q.load_row(iq, h, is, &mut query) };
+    // the keys' dot takes the query in F16
+    query
+        .iter_mut()
+        .for_each(|x| *x = f16_to_f32(f32_to_f16(*x)));
+    let masked = mask_row(c, iq, h, is, &mut mask);
+    let mut acc = vec![0f32; dv];
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for ic in keys {
+        let mv = if masked { mask[ic] } else { 0.0 };
+        if mv == f32::NEG_INFINITY {
+            continue;
         }
-        Partial {
-            max,
-            sum,
-            values: acc,
+        // SAFETY: key row ic holds dk F16 values, the query dk.
+        let mut s = unsafe { dot::<AVX2>(c, c.k.row_ptr(ic, hk, is), query.as_ptr(), dk) };
+        s *= c.scale;
+        if c.softcap != 0.0 {
+            s = c.softcap * s.tanh();
         }
-    })
+        s += mv;
+        let (mut ms, mut vs) = (1f32, 1f32);
+        if s > max {
+            ms = (max - s).exp();
+            max = s;
+            scale_half::<AVX2>(&mut acc, ms);
+        } else {
+            vs = (s - max).exp();
+        }
+        // SAFETY: value row ic holds dv F16 values.
+        unsafe { add_half::<AVX2>(&mut acc, c.v.row_ptr(ic, hv, is), vs) };
+        sum = sum.mul_add(ms, vs);
+    }
+    ROWS.with_borrow_mut(|rows| *rows = (query, mask));
+    Partial {
+        max,
+        sum,
+        values: acc,
+    }
 }
 
 /// A key's score: the AVX2 kernel inlined, or the call's kernel.
