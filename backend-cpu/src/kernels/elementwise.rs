@@ -4,6 +4,8 @@
 //! that aliases its source (in-place) is safe. The scratch is the
 //! thread's own, kept between calls (`scratch::with_rows`).
 
+use std::sync::OnceLock;
+
 use ggraph_core::Result;
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
@@ -121,10 +123,33 @@ pub fn softplus(x: f32) -> f32 {
     if x > 20.0 { x } else { (1.0 + x.exp()).ln() }
 }
 
+/// GELU's tanh form in f32, as ggml writes it (`ggml_gelu_f32`) and its
+/// compiler contracts it with FMA: `1 + a*x*x` in one rounding.
+#[inline]
+fn gelu_f32(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let inner = (0.044715 * x).mul_add(x, 1.0);
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh())
+}
+
+/// GELU as ggml's CPU backend computes it (`GGML_GELU_FP16`): 0 at or
+/// below -10, `x` at or above 10, and between them the f16 table of
+/// `gelu_f32` at `x` rounded to f16.
 #[inline]
 pub fn gelu(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+    static TABLE: OnceLock<Box<[half::f16]>> = OnceLock::new();
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let table = TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| half::f16::from_f32(gelu_f32(half::f16::from_bits(bits).to_f32())))
+            .collect()
+    });
+    table[half::f16::from_f32(x).to_bits() as usize].to_f32()
 }
 
 pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
