@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ggraph_core::DType;
 use ggraph_core::backend::Device;
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
-use ggraph_model::arch::{ARCHITECTURES, Attention, ModelConfig};
+use ggraph_model::arch::{ARCHITECTURES, Attention, GEMMA4, HeadShape, ModelConfig};
 use ggraph_model::context::{Context, ContextParams};
 use ggraph_model::desc::ModelDesc;
 use ggraph_model::estimate::exact::{FitRequest, check_fits, exact_estimate, fit};
@@ -72,6 +72,23 @@ fn the_estimate_equals_what_loading_and_reserving_allocate() {
         let config = ModelConfig::new(arch, 512, 128, 4, 4, 2, 256);
         estimate_equals_allocation(&gguf_of(&format!("equal-{}", arch.name), config));
     }
+    // Gemma 4 as the E models are: sliding layers with heads of their own
+    // sizes, the last layers reading earlier layers' caches, per-layer
+    // inputs, FFNs of two widths
+    let mut config = ModelConfig::new(&GEMMA4, 512, 128, 6, 4, 1, 256).with_head_dim(64);
+    config.n_rot = 64;
+    config.attention_scale = 1.0;
+    config.n_swa = 16;
+    config.swa_layers = vec![true, true, true, false, true, false];
+    config.swa_heads = Some(HeadShape {
+        head_dim: 32,
+        n_head_kv: 2,
+        n_rot: 32,
+    });
+    config.n_kv_shared = 2;
+    config.n_embd_per_layer = 16;
+    config.n_ff_layers = vec![256, 256, 256, 256, 512, 512];
+    estimate_equals_allocation(&gguf_of("equal-gemma4-e", config));
 }
 
 fn estimate_equals_allocation(path: &TempGguf) {

@@ -133,22 +133,36 @@ pub fn bpe_vocab_header(pre: &str) -> Result<GgufHeader> {
     GgufHeader::new(3, kv, vec![]).map_err(Error::InvalidArgument)
 }
 
-/// `attention.head_count_kv`: one number, or one per layer (0 for a
-/// recurrent layer) when the model has recurrent layers its files mark so.
+/// `attention.head_count_kv`: one number, or one per layer when the
+/// model has recurrent layers its files mark so (0 for those) or
+/// sliding-window layers with KV heads of their own.
 fn head_count_kv(c: &ModelConfig) -> Value {
-    if c.has_recurrent() && c.arch.recurrent.is_some_and(|r| r.marked_by_kv_heads()) {
+    let marked = c.has_recurrent() && c.arch.recurrent.is_some_and(|r| r.marked_by_kv_heads());
+    let per_kind = c.swa_heads.is_some_and(|h| h.n_head_kv != c.n_head_kv);
+    if marked || per_kind {
         let per_layer = (0..c.n_layer)
             .map(|il| {
-                if c.is_recurrent(il) {
+                if marked && c.is_recurrent(il) {
                     0
                 } else {
-                    c.n_head_kv as u32
+                    c.heads(il).n_head_kv as u32
                 }
             })
             .collect();
         Value::from(ArrayValues::U32(per_layer))
     } else {
         Value::U32(c.n_head_kv as u32)
+    }
+}
+
+/// `feed_forward_length`: one number, or one per layer where the widths
+/// differ.
+fn feed_forward_length(c: &ModelConfig) -> Value {
+    if c.n_ff_layers.is_empty() {
+        Value::U32(c.n_ff as u32)
+    } else {
+        let widths = c.n_ff_layers.iter().map(|&w| w as u32).collect();
+        Value::from(ArrayValues::U32(widths))
     }
 }
 
@@ -176,7 +190,7 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
         .kv(key("block_count"), u(c.n_layer))
         .kv(key("context_length"), u(c.n_ctx_orig))
         .kv(key("embedding_length"), u(c.n_embd))
-        .kv(key("feed_forward_length"), u(c.n_ff))
+        .kv(key("feed_forward_length"), feed_forward_length(c))
         .kv(key("attention.head_count"), u(c.n_head))
         .kv(key("attention.head_count_kv"), head_count_kv(c))
         .kv(key("attention.key_length"), u(c.head_dim))
@@ -257,10 +271,25 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     if c.n_ff_shexp > 0 {
         w.kv(key("expert_shared_feed_forward_length"), u(c.n_ff_shexp));
     }
+    if let Some(h) = c.swa_heads {
+        w.kv(key("attention.key_length_swa"), u(h.head_dim))
+            .kv(key("attention.value_length_swa"), u(h.head_dim))
+            .kv(key("rope.dimension_count_swa"), u(h.n_rot));
+    }
+    if c.arch.per_layer_inputs {
+        w.kv(
+            key("embedding_length_per_layer_input"),
+            u(c.n_embd_per_layer),
+        );
+    }
+    if c.n_kv_shared > 0 {
+        w.kv(key("attention.shared_kv_layers"), u(c.n_kv_shared));
+    }
     if c.attn_softcap > 0.0 {
         w.kv(key("attn_logit_softcapping"), Value::F32(c.attn_softcap));
     }
-    if c.final_softcap > 0.0 {
+    // gemma's architectures cap at 30 when the key is absent: 0 is written
+    if c.final_softcap > 0.0 || c.arch.post_norms {
         w.kv(key("final_logit_softcapping"), Value::F32(c.final_softcap));
     }
     for (k, v) in vocab_kv(tokens) {

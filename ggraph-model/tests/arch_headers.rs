@@ -201,6 +201,86 @@ fn gpt_oss_sinks_biases_and_router_are_checked_by_name() {
     assert!(e.contains(router) && e.contains("[64, 8]"), "{e}");
 }
 
+/// Gemma 4's keys as llama.cpp reads them: heads, KV heads and rotated
+/// dimensions per kind of layer, the rope bases, the shared caches, the
+/// per-layer inputs, FFN widths per layer, unscaled scores and the logits'
+/// cap of 30 when the file has no key.
+#[test]
+fn gemma4_keys_are_read_as_llama_cpp_reads_them() {
+    let c = config("gemma4");
+    assert_eq!(c.swa_layers, [true, true, true, false, true, false]);
+    assert_eq!((c.head_dim, c.n_head_kv, c.n_rot), (32, 1, 32));
+    let swa = c.heads(0);
+    assert_eq!((swa.head_dim, swa.n_head_kv, swa.n_rot), (16, 2, 16));
+    assert_eq!((c.n_embd_kv_of(0), c.n_embd_kv_of(3)), (32, 32));
+    assert_eq!((c.rope(0).freq_base, c.rope(3).freq_base), (10000.0, 1e6));
+    assert_eq!((c.rope(0).n_dims, c.rope(3).n_dims), (16, 32));
+    // layers 4 and 5 read the caches of 2 (sliding) and 3 (full)
+    assert_eq!((c.kv_source(4), c.kv_source(5)), (2, 3));
+    assert!(c.has_kv(3) && !c.has_kv(4) && !c.has_kv(5));
+    assert_eq!(c.n_embd_per_layer, 8);
+    assert_eq!((c.n_ff_of(0), c.n_ff_of(4)), (128, 256));
+    assert_eq!((c.attention_scale, c.final_softcap), (1.0, 30.0));
+    let c = config("gemma4moe");
+    assert_eq!((c.n_expert, c.n_expert_used, c.n_ff_expert), (8, 2, 32));
+    assert_eq!((c.n_kv_shared, c.n_embd_per_layer), (0, 0));
+}
+
+/// A malformed Gemma 4 header: no per-layer pattern, KV heads that differ
+/// within a kind of layer, a layer that keeps its own cache without K,
+/// shared caches whose source is not llama.cpp's, a missing router scale.
+#[test]
+fn a_malformed_gemma4_header_is_refused_naming_what_is_wrong() {
+    let without_key = |key: &'static str| {
+        rebuilt(
+            &header("gemma4"),
+            move |k, v| (k != key).then(|| v.clone()),
+            |t| Some(t.clone()),
+        )
+    };
+    let e = refused(&without_key("gemma4.attention.sliding_window_pattern"));
+    assert!(e.contains("gemma4.attention.sliding_window_pattern"), "{e}");
+    let e = refused(&without_key("gemma4.attention.key_length_swa"));
+    assert!(e.contains("key_length_swa"), "{e}");
+    let e = refused(&without_key("gemma4.embedding_length_per_layer_input"));
+    assert!(e.contains("embedding_length_per_layer_input"), "{e}");
+
+    let with_kv = |key: &'static str, value: Value| {
+        rebuilt(
+            &header("gemma4"),
+            move |k, v| Some(if k == key { value.clone() } else { v.clone() }),
+            |t| Some(t.clone()),
+        )
+    };
+    let kv_heads = Value::from(ggraph_model::gguf::ArrayValues::U32(vec![2, 2, 1, 1, 2, 1]));
+    let e = refused(&with_kv("gemma4.attention.head_count_kv", kv_heads));
+    assert!(
+        e.contains("differs between layers") && e.contains("layer 2"),
+        "{e}"
+    );
+    // three shared layers: layer 3 would read layer 1's cache, a sliding one
+    let e = refused(&with_kv("gemma4.attention.shared_kv_layers", Value::U32(3)));
+    assert!(e.contains("share an earlier layer's cache"), "{e}");
+
+    for name in ["blk.1.attn_k.weight", "blk.0.attn_k_norm.weight"] {
+        let h = rebuilt(
+            &header("gemma4"),
+            |_, v| Some(v.clone()),
+            |t| (t.name != name).then(|| t.clone()),
+        );
+        let e = refused(&h);
+        assert!(e.contains(name) && e.contains("missing"), "{e}");
+    }
+    let scale = "blk.2.ffn_gate_inp.scale";
+    let h = rebuilt(
+        &header("gemma4moe"),
+        |_, v| Some(v.clone()),
+        |t| (t.name != scale).then(|| t.clone()),
+    );
+    let e = refused(&h);
+    assert!(e.contains(scale) && e.contains("missing"), "{e}");
+}
+
 #[test]
 fn a_missing_key_is_named() {
     for a in ARCHITECTURES {

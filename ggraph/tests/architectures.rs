@@ -46,6 +46,9 @@ const EXACT: &[&str] = &[
     "qwen3",
     "qwen3moe",
     "qwen3moe_mxfp4",
+    "gemma2",
+    "gemma3",
+    "gemma3_sliding",
     "phi3",
     "granitehybrid_f16",
     "granitehybrid_q8_0",
@@ -57,6 +60,11 @@ const EXACT: &[&str] = &[
     "gpt-oss",
     "gpt-oss_f16",
     "gpt-oss_mxfp4",
+    "gemma4",
+    "gemma4_f16",
+    "gemma4_q8_0",
+    "gemma4moe",
+    "gemma4moe_q8_0",
 ];
 
 fn fixture_dir() -> PathBuf {
@@ -420,10 +428,6 @@ fn qwen35moe_in_q8_0_matches_llama_cpp() {
     check_fixture("qwen35moe_q8_0", "qwen35moe");
 }
 
-/// A Qwen3.5 file with a multi-token prediction layer (the sixth block),
-/// which the main pass never runs: read as the five-layer model, the
-/// prediction layer's tensors not loaded; llama.cpp's logits equal the
-/// file without it.
 #[test]
 fn gpt_oss_matches_llama_cpp() {
     check("gpt-oss");
@@ -440,6 +444,41 @@ fn gpt_oss_with_mxfp4_experts_matches_llama_cpp() {
     check_fixture("gpt-oss_mxfp4", "gpt-oss");
 }
 
+/// Gemma 4 as the E models are: sliding and full layers with heads of
+/// their own sizes, proportional rope, V from K's projection in a layer
+/// without `attn_v`, the last two layers reading earlier layers' caches,
+/// per-layer inputs, scaled layer outputs.
+#[test]
+fn gemma4_matches_llama_cpp() {
+    check("gemma4");
+}
+
+#[test]
+fn gemma4_in_f16_matches_llama_cpp() {
+    check_fixture("gemma4_f16", "gemma4");
+}
+
+#[test]
+fn gemma4_in_q8_0_matches_llama_cpp() {
+    check_fixture("gemma4_q8_0", "gemma4");
+}
+
+/// Gemma 4's MoE form: experts (gate and up in one tensor, a scale each)
+/// beside the dense FFN in every layer.
+#[test]
+fn gemma4_with_experts_matches_llama_cpp() {
+    check_fixture("gemma4moe", "gemma4");
+}
+
+#[test]
+fn gemma4_with_experts_in_q8_0_matches_llama_cpp() {
+    check_fixture("gemma4moe_q8_0", "gemma4");
+}
+
+/// A Qwen3.5 file with a multi-token prediction layer (the sixth block),
+/// which the main pass never runs: read as the five-layer model, the
+/// prediction layer's tensors not loaded; llama.cpp's logits equal the
+/// file without it.
 #[test]
 fn qwen35_with_a_prediction_layer_runs_the_main_model() {
     let desc = open("qwen35_mtp");

@@ -6,7 +6,7 @@
 //! [`ArchSpec`]: super::config::ArchSpec
 
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::{GraphBuilder, TensorId, UnaryOp};
+use ggraph_core::ir::{GluOp, GraphBuilder, TensorId, UnaryOp};
 
 use super::config::{ExpertRouting, FfnKind, ModelConfig};
 use super::shape::{Attention, BuildShape};
@@ -54,9 +54,19 @@ pub fn softcap(b: &mut GraphBuilder, x: TensorId, cap: f32) -> Result<TensorId> 
     b.scale(t, cap)
 }
 
-/// Q [hd, n_head, T] and K [hd, n_head_kv, T] (roped, normalised per head
-/// where the architecture does) and V [n_embd_kv, T] of layer `il`, and
-/// with gated attention the gate [hd * n_head, T].
+/// A layer's projections for attention.
+struct Projected {
+    /// Q [hd, n_head, T].
+    q: TensorId,
+    /// K [hd, n_head_kv, T] and V [n_embd_kv, T], where the layer keeps
+    /// its own ([`ModelConfig::has_kv`]).
+    kv: Option<(TensorId, TensorId)>,
+    /// With gated attention, the gate [hd * n_head, T].
+    gate: Option<TensorId>,
+}
+
+/// Layer `il`'s Q, K and V (roped, normalised per head where the
+/// architecture does) and gate.
 fn qkv(
     b: &mut GraphBuilder,
     c: &ModelConfig,
@@ -65,11 +75,12 @@ fn qkv(
     cur: TensorId,
     positions: TensorId,
     rope_freqs: Option<TensorId>,
-) -> Result<(TensorId, TensorId, TensorId, Option<TensorId>)> {
-    let (hd, n_tokens) = (c.head_dim, b.tensor(cur)?.ne[1]);
-    let (nq, nkv) = (c.n_head * hd, c.n_embd_kv());
+) -> Result<Projected> {
+    let heads = c.heads(il);
+    let (hd, n_tokens) = (heads.head_dim, b.tensor(cur)?.ne[1]);
+    let (nq, nkv) = (c.n_head * hd, c.n_embd_kv_of(il));
     let name = |s: &str| format!("blk.{il}.{s}");
-    let (q, k, v) = if c.fused_qkv {
+    let (q, kv) = if c.fused_qkv {
         let w = weights.req(b, &name("attn_qkv.weight"))?;
         let qkv = linear(b, weights, w, cur, &name("attn_qkv.bias"))?;
         let row = b.tensor(qkv)?.nb[1];
@@ -77,16 +88,28 @@ fn qkv(
             let v = b.view_2d(qkv, width, n_tokens, row, offset * 4)?;
             b.cont(v)
         };
-        (part(b, nq, 0)?, part(b, nkv, nq)?, part(b, nkv, nq + nkv)?)
+        let kv = match c.has_kv(il) {
+            true => Some((part(b, nkv, nq)?, part(b, nkv, nq + nkv)?)),
+            false => None,
+        };
+        (part(b, nq, 0)?, kv)
     } else {
         let wq = weights.req(b, &name("attn_q.weight"))?;
-        let wk = weights.req(b, &name("attn_k.weight"))?;
-        let wv = weights.req(b, &name("attn_v.weight"))?;
-        (
-            linear(b, weights, wq, cur, &name("attn_q.bias"))?,
-            linear(b, weights, wk, cur, &name("attn_k.bias"))?,
-            linear(b, weights, wv, cur, &name("attn_v.bias"))?,
-        )
+        let q = linear(b, weights, wq, cur, &name("attn_q.bias"))?;
+        let kv = if c.has_kv(il) {
+            let wk = weights.req(b, &name("attn_k.weight"))?;
+            let k = linear(b, weights, wk, cur, &name("attn_k.bias"))?;
+            // without `attn_v` (Gemma 4), V is K's projection
+            let v = match weights.opt(b, &name("attn_v.weight"))? {
+                Some(wv) => linear(b, weights, wv, cur, &name("attn_v.bias"))?,
+                None if c.arch.value_norm => k,
+                None => weights.req(b, &name("attn_v.weight"))?,
+            };
+            Some((k, v))
+        } else {
+            None
+        };
+        (q, kv)
     };
     // gated attention: each head's query, then its gate
     let (mut q, gate) = if c.arch.gated_attention {
@@ -98,25 +121,42 @@ fn qkv(
     } else {
         (b.reshape(q, &[hd, c.n_head, n_tokens])?, None)
     };
-    let mut k = b.reshape(k, &[hd, c.n_head_kv, n_tokens])?;
     if c.arch.qk_norm {
         q = layer_norm(b, c, weights, il, "attn_q_norm", q)?;
-        k = layer_norm(b, c, weights, il, "attn_k_norm", k)?;
     }
-    let (q, k) = if c.use_rope {
-        let rope = c.rope(il);
-        (
-            b.rope_ext(q, positions, rope_freqs, rope)?,
-            b.rope_ext(k, positions, rope_freqs, rope)?,
-        )
-    } else {
-        (q, k)
+    // the full layers' frequency factors only, where the architecture says
+    let rope_freqs = match c.arch.freq_factors_full_only && c.is_swa(il) {
+        true => None,
+        false => rope_freqs,
     };
+    let rope = c.use_rope.then(|| c.rope(il));
+    if let Some(rope) = rope {
+        q = b.rope_ext(q, positions, rope_freqs, rope)?;
+    }
     // llama.cpp's names, so that the two compare tensor by tensor
     b.set_name(q, &format!("Qcur-{il}"))?;
+    let Some((k, mut v)) = kv else {
+        return Ok(Projected { q, kv: None, gate });
+    };
+    let mut k = b.reshape(k, &[hd, heads.n_head_kv, n_tokens])?;
+    if c.arch.qk_norm {
+        k = layer_norm(b, c, weights, il, "attn_k_norm", k)?;
+    }
+    if c.arch.value_norm {
+        let v3 = b.reshape(v, &[hd, heads.n_head_kv, n_tokens])?;
+        let normed = b.rms_norm(v3, c.rms_eps)?;
+        v = b.reshape(normed, &[nkv, n_tokens])?;
+    }
+    if let Some(rope) = rope {
+        k = b.rope_ext(k, positions, rope_freqs, rope)?;
+    }
     b.set_name(k, &format!("Kcur-{il}"))?;
     b.set_name(v, &format!("Vcur-{il}"))?;
-    Ok((q, k, v, gate))
+    Ok(Projected {
+        q,
+        kv: Some((k, v)),
+        gate,
+    })
 }
 
 /// The graph inputs attention reads besides Q, K and V.
@@ -148,20 +188,36 @@ pub fn self_attention(
     il: usize,
     cur: TensorId,
     caches: &mut Vec<(TensorId, TensorId)>,
+    attended: &mut [Option<(TensorId, TensorId)>],
 ) -> Result<TensorId> {
-    let (hd, n_head, n_head_kv) = (c.head_dim, c.n_head, c.n_head_kv);
-    let (n_tokens, n_embd_kv) = (shape.n_tokens, c.n_embd_kv());
+    let heads = c.heads(il);
+    let (hd, n_head, n_head_kv) = (heads.head_dim, c.n_head, heads.n_head_kv);
+    let (n_tokens, n_embd_kv) = (shape.n_tokens, c.n_embd_kv_of(il));
     let transposed_v = shape.attention == Attention::Standard;
-    let (q, k, v, gate) = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
+    let Projected {
+        q,
+        kv: kv_new,
+        gate,
+    } = qkv(b, c, weights, il, cur, inputs.positions, inputs.rope_freqs)?;
 
     // a sliding-window layer with a cache of its own reads that one
     let (n_kv, kv, k_idx, v_idx) = match shape.swa {
         Some(s) if c.is_swa(il) => (s.n_kv, Some(s.kv), inputs.k_idx_swa, inputs.v_idx_swa),
         _ => (shape.n_kv, shape.kv, inputs.k_idx, inputs.v_idx),
     };
-    // keys and values the attention reads: [hd, n_kv, n_head_kv]
-    let (k_all, v_all) = match (&kv, k_idx, v_idx) {
-        (Some(kv), Some(ki), Some(vi)) => {
+    // keys and values the attention reads: [hd, n_kv, n_head_kv]; a layer
+    // without K and V of its own reads those of the layer whose cache it
+    // shares, written earlier in the graph
+    let (k_all, v_all) = match (kv_new, &kv, k_idx, v_idx) {
+        (None, ..) => {
+            let source = c.kv_source(il);
+            attended.get(source).copied().flatten().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "layer {il} reads the keys and values of layer {source}, which has none"
+                ))
+            })?
+        }
+        (Some((k, v)), Some(kv), Some(ki), Some(vi)) => {
             let (kc, vc) = cache.layer_cache(b, il, kv, n_embd_kv)?;
             caches.push((kc, vc));
             let k2 = b.reshape(k, &[n_embd_kv, n_tokens])?;
@@ -203,7 +259,7 @@ pub fn self_attention(
             };
             (k_view, v_view)
         }
-        _ => {
+        (Some((k, v)), ..) => {
             let kp = b.permute(k, [0, 2, 1, 3])?;
             let v3 = b.reshape(v, &[hd, n_head_kv, n_tokens])?;
             let vp = if transposed_v {
@@ -215,6 +271,9 @@ pub fn self_attention(
             (kp, vp)
         }
     };
+    if let Some(slot) = attended.get_mut(il) {
+        *slot = Some((k_all, v_all));
+    }
     let mask = match (inputs.kq_mask_swa, inputs.kq_mask) {
         (Some(m), _) if c.is_swa(il) => m,
         (_, Some(m)) => m,
@@ -299,8 +358,19 @@ pub fn ffn(
     cur: TensorId,
 ) -> Result<TensorId> {
     if c.is_moe() {
-        return moe_ffn(b, c, weights, il, cur);
+        return moe_ffn(b, c, weights, il, cur, cur);
     }
+    dense_ffn(b, c, weights, il, cur)
+}
+
+/// Layer `il`'s dense feed-forward network on the normalised `cur`.
+fn dense_ffn(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    il: usize,
+    cur: TensorId,
+) -> Result<TensorId> {
     let name = |s: &str| format!("blk.{il}.{s}.weight");
     let h = match c.arch.ffn {
         FfnKind::Split(op) => {
@@ -322,22 +392,49 @@ pub fn ffn(
     b.mul_mat(down, h)
 }
 
-/// Mixture of experts: route each token to its top experts (as the
-/// architecture's [`ExpertRouting`] says), weight their gated outputs,
-/// and sum.
+/// Layer `il`'s feed-forward block where the experts run beside the
+/// dense FFN (Gemma 4), on the layer's un-normalised input `x`: the dense
+/// FFN between its norms, the experts between theirs (routed from the
+/// unweighted norm of `x` scaled by 1/sqrt(n_embd) and the router's
+/// `ffn_gate_inp.scale`), summed.
+pub fn dense_beside_experts(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    il: usize,
+    x: TensorId,
+) -> Result<TensorId> {
+    let dense_in = layer_norm(b, c, weights, il, c.arch.ffn_norm, x)?;
+    let dense = dense_ffn(b, c, weights, il, dense_in)?;
+    let dense = layer_norm(b, c, weights, il, "post_ffw_norm_1", dense)?;
+    b.set_name(dense, &format!("ffn_mlp-{il}"))?;
+    let experts_in = layer_norm(b, c, weights, il, "pre_ffw_norm_2", x)?;
+    let router_scale = weights.req(b, &format!("blk.{il}.ffn_gate_inp.scale"))?;
+    let router_in = b.rms_norm(x, c.rms_eps)?;
+    let router_in = b.scale(router_in, 1.0 / (c.n_embd as f32).sqrt())?;
+    let router_in = b.mul(router_in, router_scale)?;
+    let experts = moe_ffn(b, c, weights, il, experts_in, router_in)?;
+    let experts = layer_norm(b, c, weights, il, "post_ffw_norm_2", experts)?;
+    b.set_name(experts, &format!("ffn_moe-{il}"))?;
+    b.add(dense, experts)
+}
+
+/// Mixture of experts on `cur`, routed from `router_in`: each token to its
+/// top experts (as the architecture's [`ExpertRouting`] says), their gated
+/// outputs weighted and summed.
 fn moe_ffn(
     b: &mut GraphBuilder,
     c: &ModelConfig,
     weights: &mut Tensors<'_>,
     il: usize,
     cur: TensorId,
+    router_in: TensorId,
 ) -> Result<TensorId> {
     let name = |s: &str| format!("blk.{il}.{s}.weight");
     let (e, x, k) = (c.n_embd, c.n_expert, c.n_expert_used);
     let n_tokens = b.tensor(cur)?.ne[1];
     let gate_inp = weights.req(b, &name("ffn_gate_inp"))?;
-    let gate_exps = weights.req(b, &name("ffn_gate_exps"))?;
-    let up_exps = weights.req(b, &name("ffn_up_exps"))?;
+    let gate_up_exps = weights.opt(b, &name("ffn_gate_up_exps"))?;
     let down_exps = weights.req(b, &name("ffn_down_exps"))?;
 
     // llama.cpp's names (its `build_moe_ffn`), so that a decode can be
@@ -355,7 +452,7 @@ fn moe_ffn(
             Ok(None)
         }
     };
-    let mut logits = b.mul_mat(gate_inp, cur)?; // [x, n_tokens]
+    let mut logits = b.mul_mat(gate_inp, router_in)?; // [x, n_tokens]
     named(b, logits, "ffn_moe_logits")?;
     if let Some(bias) = bias(b, weights, "ffn_gate_inp")? {
         logits = b.add(logits, bias)?;
@@ -405,13 +502,43 @@ fn moe_ffn(
         }
     };
     let cur3 = b.reshape(cur, &[e, 1, n_tokens])?;
-    let g = product(b, weights, gate_exps, cur3, "gate")?; // [f, k, n_tokens]
-    let u = product(b, weights, up_exps, cur3, "up")?;
+    let (g, u) = match gate_up_exps {
+        Some(w) => {
+            // the gate's rows, then up's
+            let gu = product(b, weights, w, cur3, "gate_up")?; // [2f, k, n_tokens]
+            let f = c.n_ff_expert;
+            let (row, plane) = (b.tensor(gu)?.nb[1], b.tensor(gu)?.nb[2]);
+            let g = b.view_3d(gu, [f, k, n_tokens], row, plane, 0)?;
+            let u = b.view_3d(gu, [f, k, n_tokens], row, plane, f * 4)?;
+            (g, u)
+        }
+        None => {
+            let gate_exps = weights.req(b, &name("ffn_gate_exps"))?;
+            let up_exps = weights.req(b, &name("ffn_up_exps"))?;
+            let g = product(b, weights, gate_exps, cur3, "gate")?; // [f, k, n_tokens]
+            (g, product(b, weights, up_exps, cur3, "up")?)
+        }
+    };
     let op = match c.arch.ffn {
         FfnKind::Split(op) | FfnKind::Fused(op) => op,
     };
     let h = b.glu_split(op, g, u)?;
-    let experts = product(b, weights, down_exps, h, "down")?; // [e, k, n_tokens]
+    let glu_name = match op {
+        GluOp::Swiglu => "ffn_moe_swiglu",
+        GluOp::Geglu => "ffn_moe_geglu",
+        GluOp::SwigluOai { .. } => "ffn_moe_swiglu_oai",
+    };
+    named(b, h, glu_name)?;
+    let mut experts = product(b, weights, down_exps, h, "down")?; // [e, k, n_tokens]
+    if let Some(scale) = weights.opt(b, &format!("blk.{il}.ffn_down_exps.scale"))? {
+        // each selected expert's own scale, before the router's weight
+        let picked = b.reshape(selected, &[k * n_tokens])?;
+        let table = b.reshape(scale, &[1, x])?;
+        let scales = b.get_rows(table, picked)?; // [1, k * n_tokens]
+        let scales = b.reshape(scales, &[1, k, n_tokens])?;
+        experts = b.mul(experts, scales)?;
+        named(b, experts, "ffn_moe_down_scaled")?;
+    }
     let experts = b.mul(experts, expert_weights)?;
     named(b, experts, "ffn_moe_weighted")?;
     // sum over the k selected experts

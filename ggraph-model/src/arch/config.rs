@@ -120,6 +120,24 @@ pub struct ArchSpec {
     /// before its FFN (gpt-oss): the last FFN runs on every token, as in
     /// llama.cpp, whose products' summing order can follow the batch.
     pub outputs_after_layers: bool,
+    /// V RMS-normalised per head without a weight, and taken from K's
+    /// projection (before K's norm) where a layer has no `attn_v` (Gemma
+    /// 4).
+    pub value_norm: bool,
+    /// A mixture-of-experts layer keeps its dense FFN beside the experts,
+    /// each branch with its own norms, the router reading the unweighted
+    /// norm of the layer's input scaled by `ffn_gate_inp.scale` (Gemma 4).
+    pub experts_beside_dense: bool,
+    /// The rope's frequency factors (`rope_freqs.weight`) apply to the
+    /// full-attention layers only, the sliding-window ones rotating plainly
+    /// (Gemma 4's proportional rope).
+    pub freq_factors_full_only: bool,
+    /// Each layer's output may be scaled by a learned scalar
+    /// (`layer_output_scale.weight`, Gemma 4).
+    pub layer_output_scale: bool,
+    /// Its files give each layer an input of its own
+    /// (`embedding_length_per_layer_input`, 0 for none: Gemma 4).
+    pub per_layer_inputs: bool,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -269,6 +287,31 @@ pub struct ModelConfig {
     /// Width of the shared expert's FFN beside the routed ones
     /// (`{arch}.expert_shared_feed_forward_length`; 0: none).
     pub n_ff_shexp: usize,
+    /// The sliding-window layers' heads where they differ from the full
+    /// layers' (Gemma 4: `attention.key_length_swa`, its own KV heads and
+    /// rotated dimensions); None: the same.
+    pub swa_heads: Option<HeadShape>,
+    /// Per layer, the dense FFN's width where it differs between layers
+    /// (`feed_forward_length` as an array); empty: `n_ff` for every layer.
+    pub n_ff_layers: Vec<usize>,
+    /// The last layers that keep no KV of their own but read an earlier
+    /// layer's cache ([`ModelConfig::kv_source`]; `attention.
+    /// shared_kv_layers`, Gemma 4).
+    pub n_kv_shared: usize,
+    /// Width of each layer's per-layer input (`embedding_length_per_layer_input`,
+    /// Gemma 4's per-layer embeddings; 0: none).
+    pub n_embd_per_layer: usize,
+}
+
+/// The heads of a kind of attention layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadShape {
+    /// Per-head dimension of K, V and Q.
+    pub head_dim: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Rotated dimensions per head.
+    pub n_rot: usize,
 }
 
 impl ModelConfig {
@@ -326,6 +369,10 @@ impl ModelConfig {
             n_layer_extra: 0,
             shexp_gate: false,
             n_ff_shexp: 0,
+            swa_heads: None,
+            n_ff_layers: Vec::new(),
+            n_kv_shared: 0,
+            n_embd_per_layer: 0,
         };
         (arch.defaults)(&mut c);
         c
@@ -385,9 +432,51 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// K (and V) row width of one layer: head_dim * n_head_kv.
+    /// K (and V) row width of a full-attention layer: head_dim * n_head_kv.
     pub fn n_embd_kv(&self) -> usize {
         self.head_dim * self.n_head_kv
+    }
+
+    /// The heads of layer `il`: the sliding-window layers' own where they
+    /// have them.
+    pub fn heads(&self, il: usize) -> HeadShape {
+        match self.swa_heads {
+            Some(h) if self.is_swa(il) => h,
+            _ => HeadShape {
+                head_dim: self.head_dim,
+                n_head_kv: self.n_head_kv,
+                n_rot: self.n_rot,
+            },
+        }
+    }
+
+    /// K (and V) row width of layer `il`.
+    pub fn n_embd_kv_of(&self, il: usize) -> usize {
+        let h = self.heads(il);
+        h.head_dim * h.n_head_kv
+    }
+
+    /// The dense FFN width of layer `il`.
+    pub fn n_ff_of(&self, il: usize) -> usize {
+        self.n_ff_layers.get(il).copied().unwrap_or(self.n_ff)
+    }
+
+    /// The layer whose KV cache layer `il` attends over: its own, or for
+    /// one of the last [`ModelConfig::n_kv_shared`] layers, the last layer
+    /// with a cache (a full-attention layer) or the one before it (a
+    /// sliding-window layer), as llama.cpp maps them.
+    pub fn kv_source(&self, il: usize) -> usize {
+        let n_kv = self.n_layer - self.n_kv_shared.min(self.n_layer);
+        match il < n_kv {
+            true => il,
+            false if self.is_swa(il) => n_kv.saturating_sub(2),
+            false => n_kv.saturating_sub(1),
+        }
+    }
+
+    /// Whether layer `il` writes K and V to a cache of its own.
+    pub fn has_kv(&self, il: usize) -> bool {
+        !self.is_recurrent(il) && self.kv_source(il) == il
     }
 
     /// Whether the layers route tokens to experts (`n_expert > 0`) rather
@@ -455,7 +544,7 @@ impl ModelConfig {
         } else {
             (self.rope_freq_base, self.rope_freq_scale)
         };
-        let mut rope = RopeParams::new(self.n_rot, self.arch.rope)
+        let mut rope = RopeParams::new(self.heads(il).n_rot, self.arch.rope)
             .freq_base(base)
             .freq_scale(scale);
         rope.attn_factor = self.rope_attn_factor;
@@ -496,6 +585,38 @@ impl ModelConfig {
                 "n_rot {} must be even and at most head_dim {}",
                 self.n_rot, self.head_dim
             ));
+        }
+        if let Some(h) = self.swa_heads
+            && (h.head_dim == 0
+                || h.n_head_kv == 0
+                || self.n_head % h.n_head_kv != 0
+                || h.n_rot > h.head_dim
+                || h.n_rot % 2 != 0)
+        {
+            return bad(format!(
+                "the sliding-window layers' head_dim {}, n_head_kv {} (dividing n_head {}) and \
+                 n_rot {} (even, at most head_dim) do not fit",
+                h.head_dim, h.n_head_kv, self.n_head, h.n_rot
+            ));
+        }
+        if !self.n_ff_layers.is_empty() && self.n_ff_layers.len() != self.n_layer {
+            return bad(format!(
+                "{} FFN widths for {} layers",
+                self.n_ff_layers.len(),
+                self.n_layer
+            ));
+        }
+        if self.n_kv_shared > 0 {
+            let n_kv = self.n_layer.saturating_sub(self.n_kv_shared);
+            // llama.cpp's mapping: the last layer with a cache is a full
+            // one and the one before it slides
+            if n_kv < 2 || self.is_swa(n_kv - 1) || (self.has_swa() && !self.is_swa(n_kv - 2)) {
+                return bad(format!(
+                    "{} layers share an earlier layer's cache: the layers before them must \
+                     end with a sliding-window layer, then a full one",
+                    self.n_kv_shared
+                ));
+            }
         }
         if self.n_embd == 0 || self.n_vocab == 0 || self.head_dim == 0 {
             return bad("n_embd, n_vocab and head_dim must be positive".into());
@@ -610,12 +731,7 @@ impl ModelConfig {
     pub fn weights(&self) -> Vec<WeightDecl> {
         use Presence::*;
         let a = self.arch;
-        let (e, hd, q, kv) = (
-            self.n_embd,
-            self.head_dim,
-            self.n_head * self.head_dim,
-            self.n_embd_kv(),
-        );
+        let e = self.n_embd;
         let mut w = Vec::new();
         let mut add = |name: String, shape: Vec<usize>, presence: Presence| {
             w.push(WeightDecl {
@@ -626,7 +742,13 @@ impl ModelConfig {
         };
         let bias = if a.qkv_bias { Usual } else { Optional };
         add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
-        add("rope_freqs.weight".into(), vec![self.n_rot / 2], Optional);
+        // the full layers' proportional rope (Gemma 4) needs its factors
+        let full_layers = (0..self.n_layer).any(|il| !self.is_swa(il));
+        let freqs = match a.freq_factors_full_only && full_layers {
+            true => Required,
+            false => Optional,
+        };
+        add("rope_freqs.weight".into(), vec![self.n_rot / 2], freqs);
         // LongRoPE (phi-3.5): per-pair factors inside and past n_ctx_orig
         add(
             "rope_factors_long.weight".into(),
@@ -638,8 +760,31 @@ impl ModelConfig {
             vec![self.n_rot / 2],
             Optional,
         );
+        let (per_layer, n_layer) = (self.n_embd_per_layer, self.n_layer);
+        if per_layer > 0 {
+            add(
+                "per_layer_token_embd.weight".into(),
+                vec![per_layer * n_layer, self.n_vocab],
+                Required,
+            );
+            add(
+                "per_layer_model_proj.weight".into(),
+                vec![e, per_layer * n_layer],
+                Required,
+            );
+            add(
+                "per_layer_proj_norm.weight".into(),
+                vec![per_layer],
+                Required,
+            );
+        }
         for i in 0..self.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
+            let hd = self.heads(i).head_dim;
+            let (q, kv) = (self.n_head * hd, self.n_embd_kv_of(i));
+            // a layer that reads another's cache may still hold K and V
+            let own_kv = if self.has_kv(i) { Required } else { Optional };
+            let v_presence = if a.value_norm { Optional } else { own_kv };
             add(p("attn_norm.weight"), vec![e], Required);
             if let (true, Some(block)) = (self.is_recurrent(i), a.recurrent) {
                 match block {
@@ -694,15 +839,15 @@ impl ModelConfig {
             } else {
                 let q_rows = if a.gated_attention { 2 * q } else { q };
                 add(p("attn_q.weight"), vec![e, q_rows], Required);
-                add(p("attn_k.weight"), vec![e, kv], Required);
-                add(p("attn_v.weight"), vec![e, kv], Required);
+                add(p("attn_k.weight"), vec![e, kv], own_kv);
+                add(p("attn_v.weight"), vec![e, kv], v_presence);
                 add(p("attn_q.bias"), vec![q], bias);
                 add(p("attn_k.bias"), vec![kv], bias);
                 add(p("attn_v.bias"), vec![kv], bias);
             }
             if a.qk_norm && !self.is_recurrent(i) {
                 add(p("attn_q_norm.weight"), vec![hd], Required);
-                add(p("attn_k_norm.weight"), vec![hd], Required);
+                add(p("attn_k_norm.weight"), vec![hd], own_kv);
             }
             if !self.is_recurrent(i) {
                 add(p("attn_output.weight"), vec![q, e], Required);
@@ -716,11 +861,23 @@ impl ModelConfig {
                 add(p("post_attention_norm.weight"), vec![e], Required);
             }
             add(p(&format!("{}.weight", a.ffn_norm)), vec![e], Required);
+            let dense = !self.is_moe() || a.experts_beside_dense;
             if self.is_moe() {
                 let (f, x) = (self.n_ff_expert, self.n_expert);
                 add(p("ffn_gate_inp.weight"), vec![e, x], Required);
-                add(p("ffn_gate_exps.weight"), vec![e, f, x], Required);
-                add(p("ffn_up_exps.weight"), vec![e, f, x], Required);
+                let mut apart = Required;
+                if a.experts_beside_dense {
+                    add(p("ffn_gate_inp.scale"), vec![e], Required);
+                    for norm in ["pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2"] {
+                        add(p(&format!("{norm}.weight")), vec![e], Required);
+                    }
+                    // gate and up in one matrix, the gate's rows first (or apart)
+                    add(p("ffn_gate_up_exps.weight"), vec![e, 2 * f, x], Usual);
+                    add(p("ffn_down_exps.scale"), vec![x], Optional);
+                    apart = Optional;
+                }
+                add(p("ffn_gate_exps.weight"), vec![e, f, x], apart);
+                add(p("ffn_up_exps.weight"), vec![e, f, x], apart);
                 add(p("ffn_down_exps.weight"), vec![f, e, x], Required);
                 if a.moe_biases {
                     add(p("ffn_gate_inp.bias"), vec![x], Required);
@@ -737,8 +894,9 @@ impl ModelConfig {
                         add(p("ffn_gate_inp_shexp.weight"), vec![e], Required);
                     }
                 }
-            } else {
-                let f = self.n_ff;
+            }
+            if dense {
+                let f = self.n_ff_of(i);
                 match a.ffn {
                     FfnKind::Split(_) => {
                         add(p("ffn_gate.weight"), vec![e, f], Required);
@@ -750,6 +908,14 @@ impl ModelConfig {
             }
             if a.post_norms {
                 add(p("post_ffw_norm.weight"), vec![e], Required);
+            }
+            if per_layer > 0 {
+                add(p("inp_gate.weight"), vec![e, per_layer], Required);
+                add(p("proj.weight"), vec![per_layer, e], Required);
+                add(p("post_norm.weight"), vec![e], Required);
+            }
+            if a.layer_output_scale {
+                add(p("layer_output_scale.weight"), vec![1], Optional);
             }
         }
         add(format!("{}.weight", a.output_norm), vec![e], Required);
@@ -783,7 +949,7 @@ impl ModelConfig {
     /// ([`ModelConfig::is_block_parameter`]) or a bias (the experts' are
     /// one row per expert). Its rows are never split across devices.
     pub fn is_table(name: &str) -> bool {
-        name.ends_with(".bias") || Self::is_block_parameter(name)
+        name.ends_with(".bias") || name.ends_with(".scale") || Self::is_block_parameter(name)
     }
 
     /// The range a random model draws weight `name` of `shape` from:

@@ -8,7 +8,9 @@ use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 
-use super::blocks::{AttentionInputs, ffn, layer_norm, rms_norm, self_attention, softcap};
+use super::blocks::{
+    AttentionInputs, dense_beside_experts, ffn, layer_norm, rms_norm, self_attention, softcap,
+};
 use super::config::{ModelConfig, RecurrentBlock};
 use super::delta_net::gated_delta_net;
 use super::mamba2::mamba2;
@@ -188,7 +190,13 @@ pub fn build_graph(
     if c.embedding_scale != 0.0 {
         inp = b.scale(inp, c.embedding_scale)?;
     }
+    let per_layer_inputs = if c.n_embd_per_layer > 0 {
+        Some(per_layer_inputs(&mut b, c, weights, tokens, inp)?)
+    } else {
+        None
+    };
     let mut caches = Vec::new();
+    let mut attended = vec![None; c.n_layer];
     let mut layer_outputs = Vec::new();
 
     for il in 0..c.n_layer {
@@ -219,6 +227,7 @@ pub fn build_graph(
                 il,
                 cur,
                 &mut caches,
+                &mut attended,
             )?,
         };
         b.set_name(cur, &format!("attn_out-{il}"))?;
@@ -237,9 +246,13 @@ pub fn build_graph(
         }
         let ffn_inp = b.add(cur, inp)?;
         b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
-        let cur = layer_norm(&mut b, c, weights, il, c.arch.ffn_norm, ffn_inp)?;
-        b.set_name(cur, &format!("ffn_norm-{il}"))?;
-        let mut cur = ffn(&mut b, c, weights, il, cur)?;
+        let mut cur = if c.arch.experts_beside_dense && c.is_moe() {
+            dense_beside_experts(&mut b, c, weights, il, ffn_inp)?
+        } else {
+            let cur = layer_norm(&mut b, c, weights, il, c.arch.ffn_norm, ffn_inp)?;
+            b.set_name(cur, &format!("ffn_norm-{il}"))?;
+            ffn(&mut b, c, weights, il, cur)?
+        };
         b.set_name(cur, &format!("ffn_out-{il}"))?;
         if c.arch.post_norms {
             cur = layer_norm(&mut b, c, weights, il, "post_ffw_norm", cur)?;
@@ -248,6 +261,12 @@ pub fn build_graph(
             cur = b.scale(cur, c.residual_scale)?;
         }
         inp = b.add(cur, ffn_inp)?;
+        if let Some(all) = per_layer_inputs {
+            inp = add_per_layer_input(&mut b, c, weights, il, inp, all)?;
+        }
+        if let Some(scale) = weights.opt(&mut b, &format!("blk.{il}.layer_output_scale.weight"))? {
+            inp = b.mul(inp, scale)?;
+        }
         b.set_name(inp, &format!("l_out-{il}"))?;
         layer_outputs.push(inp);
     }
@@ -293,6 +312,68 @@ pub fn build_graph(
         caches,
         layer_outputs,
     })
+}
+
+/// Gemma 4's per-layer inputs `[n_embd_per_layer, n_tokens, n_layer]`:
+/// each token's row of `per_layer_token_embd` (times sqrt of its width)
+/// plus the RMS-normed projection of the scaled embeddings `embd` (times
+/// 1/sqrt(n_embd)), times 1/sqrt(2), as llama.cpp computes them.
+fn per_layer_inputs(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    tokens: TensorId,
+    embd: TensorId,
+) -> Result<TensorId> {
+    let (p, n_tokens) = (c.n_embd_per_layer, b.tensor(tokens)?.ne[0]);
+    let table = weights.req(b, "per_layer_token_embd.weight")?;
+    let own = b.get_rows(table, tokens)?;
+    let own = b.reshape(own, &[p, c.n_layer, n_tokens])?;
+    let own = b.scale(own, (p as f32).sqrt())?;
+    let proj_w = weights.req(b, "per_layer_model_proj.weight")?;
+    let proj = b.mul_mat(proj_w, embd)?;
+    let proj = b.scale(proj, 1.0 / (c.n_embd as f32).sqrt())?;
+    let proj = b.reshape(proj, &[p, c.n_layer, n_tokens])?;
+    let norm = weights.req(b, "per_layer_proj_norm.weight")?;
+    let proj = rms_norm(b, proj, norm, c.rms_eps)?;
+    let sum = b.add(proj, own)?;
+    let sum = b.scale(sum, 1.0 / 2f32.sqrt())?;
+    b.set_name(sum, "inp_per_layer")?;
+    let by_layer = b.permute(sum, [0, 2, 1, 3])?;
+    b.cont(by_layer)
+}
+
+/// Layer `il`'s output `x` plus its per-layer input (of `all`, from
+/// [`per_layer_inputs`]): gelu of `inp_gate` · x, times the layer's
+/// input, projected back by `proj`, RMS-normed.
+fn add_per_layer_input(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    il: usize,
+    x: TensorId,
+    all: TensorId,
+) -> Result<TensorId> {
+    let (p, n_rows) = (c.n_embd_per_layer, b.tensor(x)?.ne[1]);
+    let t = b.tensor(all)?;
+    let (row, plane, n_tokens) = (t.nb[1], t.nb[2], t.ne[1]);
+    // every row: an architecture with per-layer inputs picks the output
+    // rows after the layers
+    if n_rows != n_tokens {
+        return Err(Error::InvalidArgument(format!(
+            "layer {il} has {n_rows} of the ubatch's {n_tokens} rows for its per-layer input"
+        )));
+    }
+    let own = b.view_2d(all, p, n_tokens, row, il * plane)?;
+    let gate_w = weights.req(b, &format!("blk.{il}.inp_gate.weight"))?;
+    let gate = b.mul_mat(gate_w, x)?;
+    let gate = b.gelu(gate)?;
+    let gated = b.mul(gate, own)?;
+    let proj_w = weights.req(b, &format!("blk.{il}.proj.weight"))?;
+    let out = b.mul_mat(proj_w, gated)?;
+    let out = layer_norm(b, c, weights, il, "post_norm", out)?;
+    b.set_name(out, &format!("per_layer_embd_out-{il}"))?;
+    b.add(x, out)
 }
 
 /// Fills a causal mask for tokens at `positions` attending to cells at

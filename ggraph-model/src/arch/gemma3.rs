@@ -31,6 +31,11 @@ pub static GEMMA3: ArchSpec = ArchSpec {
     routing: ExpertRouting::SoftmaxThenTopK,
     moe_biases: false,
     outputs_after_layers: false,
+    value_norm: false,
+    experts_beside_dense: false,
+    freq_factors_full_only: false,
+    layer_output_scale: false,
+    per_layer_inputs: false,
     read,
     defaults,
 };

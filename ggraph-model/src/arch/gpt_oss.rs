@@ -31,6 +31,11 @@ pub static GPT_OSS: ArchSpec = ArchSpec {
     routing: ExpertRouting::TopKThenSoftmax,
     moe_biases: true,
     outputs_after_layers: true,
+    value_norm: false,
+    experts_beside_dense: false,
+    freq_factors_full_only: false,
+    layer_output_scale: false,
+    per_layer_inputs: false,
     read,
     defaults,
 };

@@ -70,21 +70,18 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
             key("attention.head_count_kv")
         )));
     }
-    let n_head_kv = match &kv_heads {
-        Some(v) => {
-            let attending: Vec<u32> = v.iter().copied().filter(|&n| n > 0).collect();
-            if attending.is_empty() {
-                n_head
-            } else {
-                uniform(&key("attention.head_count_kv"), &attending)?
-            }
-        }
+    // KV heads that differ between layers must differ as the layers'
+    // kinds do (checked once the architecture has read its kinds)
+    let n_head_kv = match kv_heads.iter().flatten().find(|&&n| n > 0) {
+        Some(&n) => n as usize,
         None => n_head,
     };
-    let n_ff = match h.opt_layer_u32s("feed_forward_length", n_layer)? {
-        Some(v) => uniform(&key("feed_forward_length"), &v)?,
-        None => 0,
-    };
+    let ff_widths = h.opt_layer_u32s("feed_forward_length", n_layer)?;
+    let n_ff = ff_widths
+        .as_ref()
+        .and_then(|v| v.first())
+        .copied()
+        .unwrap_or(0) as usize;
     let head_dim = match h.opt_hparam_u32("attention.key_length")? {
         Some(k) => k as usize,
         None if n_head > 0 => n_embd / n_head,
@@ -151,7 +148,22 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     };
     c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     c.recurrent_layers = recurrent_layers;
+    if let Some(v) = ff_widths.filter(|v| v.iter().any(|&w| w as usize != n_ff)) {
+        c.n_ff_layers = v.iter().map(|&w| w as usize).collect();
+    }
     (arch.read)(h, &mut c)?;
+    if let Some(v) = &kv_heads
+        && let Some(il) =
+            (0..n_layer).find(|&il| v[il] > 0 && v[il] as usize != c.heads(il).n_head_kv)
+    {
+        return Err(meta_error(format!(
+            "'{}' differs between layers: layer {il} has {} KV heads, other layers of its kind \
+             {}; ggraph's graphs need one value per kind of layer",
+            key("attention.head_count_kv"),
+            v[il],
+            c.heads(il).n_head_kv
+        )));
+    }
     // Q, K and V in one matrix where the file's first attention layer has
     // it (a recurrent layer's `attn_qkv` is its own)
     if let Some(il) = (0..n_layer).find(|&il| !c.is_recurrent(il)) {

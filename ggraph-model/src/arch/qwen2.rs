@@ -24,6 +24,11 @@ pub static QWEN2: ArchSpec = ArchSpec {
     routing: ExpertRouting::SoftmaxThenTopK,
     moe_biases: false,
     outputs_after_layers: false,
+    value_norm: false,
+    experts_beside_dense: false,
+    freq_factors_full_only: false,
+    layer_output_scale: false,
+    per_layer_inputs: false,
     read: no_keys_of_its_own,
     defaults,
 };

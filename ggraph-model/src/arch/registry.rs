@@ -5,6 +5,7 @@
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
+use super::gemma4::GEMMA4;
 use super::gpt_oss::GPT_OSS;
 use super::granitehybrid::GRANITEHYBRID;
 use super::lfm2::LFM2;
@@ -16,7 +17,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 12] = [
+pub static ARCHITECTURES: [&ArchSpec; 13] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -29,6 +30,7 @@ pub static ARCHITECTURES: [&ArchSpec; 12] = [
     &QWEN35,
     &QWEN35MOE,
     &GPT_OSS,
+    &GEMMA4,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

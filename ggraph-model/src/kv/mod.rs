@@ -29,6 +29,8 @@ pub struct LayerKv {
     pub v: TensorData,
     /// The buffer type both live in.
     pub buffer_type: String,
+    /// Values per K (and V) row of this layer.
+    pub n_embd_kv: usize,
 }
 
 /// A KV cache: cells plus K and V for every layer.
@@ -40,7 +42,6 @@ pub struct KvCache {
     /// V stored transposed (one row per embedding element, one column per
     /// cell), as standard attention reads it.
     transposed_v: bool,
-    n_embd_kv: usize,
     /// Per model layer: its K and V, for the layers this cache holds.
     layers: Vec<Option<LayerKv>>,
     buffers: OwnedBuffers,
@@ -48,7 +49,7 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache of `layout.kv_size` cells for the layers `holds` picks of
-    /// `n_layer`, K and V rows of `n_embd_kv` values, each layer in the
+    /// `n_layer`, layer `il`'s K and V rows of `n_embd_kv(il)` values, each layer in the
     /// buffer type `layer_buft` picks (one allocation per buffer type),
     /// zeroed. With a sliding window `n_swa` > 0 its cells hold only the
     /// sliding-window layers' keys: a cell out of the window of its
@@ -56,7 +57,7 @@ impl KvCache {
     pub fn new(
         n_layer: usize,
         holds: &dyn Fn(usize) -> bool,
-        n_embd_kv: usize,
+        n_embd_kv: &dyn Fn(usize) -> usize,
         layout: KvLayout,
         transposed_v: bool,
         n_seq_max: usize,
@@ -79,22 +80,22 @@ impl KvCache {
                 layout.v_type
             )));
         }
-        let k_row = layout.k_type.row_size(n_embd_kv).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "K rows of {n_embd_kv} values are not whole {} blocks",
-                layout.k_type
+        // bytes of a layer's K and V
+        let bytes = |il: usize| -> Result<(u64, u64)> {
+            let width = n_embd_kv(il);
+            let row = |what: &str, t: DType| {
+                t.row_size(width).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "{what} rows of {width} values are not whole {t} blocks"
+                    ))
+                })
+            };
+            let (k_row, v_row) = (row("K", layout.k_type)?, row("V", layout.v_type)?);
+            Ok((
+                (k_row * layout.kv_size) as u64,
+                (v_row * layout.kv_size) as u64,
             ))
-        })?;
-        let v_row = layout.v_type.row_size(n_embd_kv).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "V rows of {n_embd_kv} values are not whole {} blocks",
-                layout.v_type
-            ))
-        })?;
-        let (k_bytes, v_bytes) = (
-            (k_row * layout.kv_size) as u64,
-            (v_row * layout.kv_size) as u64,
-        );
+        };
         // group the layers by buffer type, then one packing per type
         let mut groups: Vec<(Arc<dyn BufferType>, Vec<usize>)> = Vec::new();
         for il in (0..n_layer).filter(|&il| holds(il)) {
@@ -107,21 +108,19 @@ impl KvCache {
         let mut layers: Vec<Option<LayerKv>> = vec![None; n_layer];
         let mut buffers = OwnedBuffers::default();
         for (bt, ils) in groups {
-            let sizes: Vec<(String, u64)> = ils
-                .iter()
-                .flat_map(|il| {
-                    [
-                        (format!("cache_k_l{il}"), k_bytes),
-                        (format!("cache_v_l{il}"), v_bytes),
-                    ]
-                })
-                .collect();
+            let mut sizes: Vec<(String, u64)> = Vec::with_capacity(2 * ils.len());
+            for &il in &ils {
+                let (k_bytes, v_bytes) = bytes(il)?;
+                sizes.push((format!("cache_k_l{il}"), k_bytes));
+                sizes.push((format!("cache_v_l{il}"), v_bytes));
+            }
             let packed = pack_weights(&bt, &sizes)?;
             for (j, &il) in ils.iter().enumerate() {
                 layers[il] = Some(LayerKv {
                     k: packed.placements[2 * j].clone(),
                     v: packed.placements[2 * j + 1].clone(),
                     buffer_type: bt.name().to_string(),
+                    n_embd_kv: n_embd_kv(il),
                 });
             }
             buffers.push_zeroed(packed.buffers)?;
@@ -130,7 +129,6 @@ impl KvCache {
             cells: Cells::new(layout.kv_size, n_seq_max)?.with_window(n_swa),
             layout,
             transposed_v,
-            n_embd_kv,
             layers,
             buffers,
         })
@@ -161,6 +159,16 @@ impl KvCache {
     /// How many layers this cache holds.
     pub fn n_layers_held(&self) -> usize {
         self.held().count()
+    }
+
+    /// Values in the widest K (and V) row of the layers held.
+    fn widest(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .map(|l| l.n_embd_kv)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The layers this cache holds.
@@ -223,22 +231,20 @@ impl KvCache {
         } else {
             (format!("cache_k_l{il}"), self.layout.k_type, l.k.clone())
         };
-        b.bound_leaf(&name, dtype, &[self.n_embd_kv, self.layout.kv_size], data)
+        b.bound_leaf(&name, dtype, &[l.n_embd_kv, self.layout.kv_size], data)
     }
 
     /// A graph that applies every pending shift to K: each cell's K rows
     /// are rotated by its shift (rope composes: rotating a row for
     /// position p by d more gives position p + d), with the same rope as
-    /// the model's: `rope(layer)` and the frequency factors `freq_factors`
-    /// adds to the graph (e.g. the model's `rope_freqs.weight` through
-    /// [`crate::arch::rope_freq_factors`]; `None` for none). Run
-    /// it, then `cells.clear_shifts()`. The graph's input `kv_shift` (I32,
-    /// one per cell) is filled with `cells.shifts()`.
+    /// the model's layer ([`KShift`] per layer) and the frequency factors
+    /// `freq_factors` adds to the graph (e.g. the model's
+    /// `rope_freqs.weight` through [`crate::arch::rope_freq_factors`];
+    /// `None` for none). Run it, then `cells.clear_shifts()`. The graph's
+    /// input `kv_shift` (I32, one per cell) is filled with `cells.shifts()`.
     pub fn shift_graph(
         &self,
-        head_dim: usize,
-        n_head_kv: usize,
-        rope: &dyn Fn(usize) -> RopeParams,
+        layer: &dyn Fn(usize) -> KShift,
         freq_factors: &mut dyn FnMut(&mut GraphBuilder) -> Result<Option<TensorId>>,
     ) -> Result<(Graph, TensorId)> {
         let mut b = GraphBuilder::new();
@@ -246,10 +252,16 @@ impl KvCache {
         let shifts = b.input("kv_shift", DType::I32, &[size])?;
         let factors = freq_factors(&mut b)?;
         let kt = self.layout.k_type;
-        let es = kt
-            .row_size(head_dim)
-            .ok_or_else(|| Error::InvalidArgument("head_dim is not whole K blocks".into()))?;
         for il in self.held() {
+            let KShift {
+                head_dim,
+                n_head_kv,
+                rope,
+                freq_factors,
+            } = layer(il);
+            let es = kt.row_size(head_dim).ok_or_else(|| {
+                Error::InvalidArgument(format!("layer {il}'s head_dim is not whole K blocks"))
+            })?;
             let k = self.leaf(&mut b, il, false)?;
             let view = b.view_3d(k, [head_dim, n_head_kv, size], es, es * n_head_kv, 0)?;
             let src = if kt == DType::F32 || kt == DType::F16 {
@@ -257,7 +269,8 @@ impl KvCache {
             } else {
                 b.cast(view, DType::F32)?
             };
-            let rotated = b.rope_ext(src, shifts, factors, rope(il))?;
+            let factors = if freq_factors { factors } else { None };
+            let rotated = b.rope_ext(src, shifts, factors, rope)?;
             let back = b.cpy(rotated, view)?;
             b.expand(back)?;
         }
@@ -272,7 +285,7 @@ impl KvCache {
         let m = moves.len();
         let from = b.input("defrag_from", DType::I32, &[m])?;
         let to = b.input("defrag_to", DType::I32, &[m])?;
-        let from_planes = b.input("defrag_from_planes", DType::I32, &[m, self.n_embd_kv])?;
+        let from_planes = b.input("defrag_from_planes", DType::I32, &[m, self.widest()])?;
         let to_planes = b.input("defrag_to_planes", DType::I32, &[m, 1])?;
         let size = self.layout.kv_size;
         let mut uses_planes = false;
@@ -285,8 +298,12 @@ impl KvCache {
             if self.transposed_v {
                 // one value per (cell, element): the planes view
                 uses_planes = true;
-                let planes = b.reshape(v, &[1, size, self.n_embd_kv])?;
-                let vals = b.get_rows(planes, from_planes)?;
+                let width = self.layer(il).map_or(0, |l| l.n_embd_kv);
+                let planes = b.reshape(v, &[1, size, width])?;
+                // every plane moves the same cells: the first `width`
+                // planes of the widest layer's
+                let from = b.view_2d(from_planes, m, width, m * 4, 0)?;
+                let vals = b.get_rows(planes, from)?;
                 let w = b.set_rows(planes, vals, to_planes)?;
                 b.expand(w)?;
             } else {
@@ -319,7 +336,7 @@ impl KvCache {
         g.write_i32(inputs.from, &from)?;
         g.write_i32(inputs.to, &to)?;
         if let (Some(fp), Some(tp)) = (inputs.from_planes, inputs.to_planes) {
-            let planes: Vec<i32> = (0..self.n_embd_kv)
+            let planes: Vec<i32> = (0..self.widest())
                 .flat_map(|_| from.iter().copied())
                 .collect();
             g.write_i32(fp, &planes)?;
@@ -327,6 +344,19 @@ impl KvCache {
         }
         Ok(())
     }
+}
+
+/// How the shift graph rotates one layer's K: as the model's rope does.
+#[derive(Clone, Copy, Debug)]
+pub struct KShift {
+    /// Per-head dimension of the layer's K.
+    pub head_dim: usize,
+    /// Its KV heads.
+    pub n_head_kv: usize,
+    /// Its rope.
+    pub rope: RopeParams,
+    /// Whether the model's frequency factors apply to it.
+    pub freq_factors: bool,
 }
 
 /// The inputs of a defragmentation graph.
@@ -352,11 +382,12 @@ impl CacheSource for KvCache {
         kv: &KvLayout,
         n_embd_kv: usize,
     ) -> Result<(TensorId, TensorId)> {
-        if *kv != self.layout || n_embd_kv != self.n_embd_kv || self.layer(layer).is_none() {
+        let width = self.layer(layer).map(|l| l.n_embd_kv);
+        if *kv != self.layout || width != Some(n_embd_kv) {
             return Err(Error::InvalidArgument(format!(
-                "the graph wants a cache of {kv:?} x {n_embd_kv} for layer {layer}; this cache is {:?} x {} for layers {:?}",
+                "the graph wants a cache of {kv:?} x {n_embd_kv} for layer {layer}; this cache is \
+                 {:?} for layers {:?} ({width:?} values for that one)",
                 self.layout,
-                self.n_embd_kv,
                 self.held().collect::<Vec<_>>()
             )));
         }

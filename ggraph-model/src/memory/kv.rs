@@ -12,7 +12,9 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 use ggraph_core::sched::Scheduler;
 
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig, rope_freq_factors};
-use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, Slot, TokenPlace, sum_by_name};
+use crate::kv::{
+    CacheSource, Cells, KShift, KvCache, KvLayout, SeqId, Slot, TokenPlace, sum_by_name,
+};
 use crate::loaded::Model;
 
 /// What sizes the attention memory.
@@ -81,8 +83,8 @@ impl KvMemory {
         let transposed_v = p.attention == Attention::Standard;
         let main = KvCache::new(
             config.n_layer,
-            &|il| !(config.is_recurrent(il) || separate_swa && config.is_swa(il)),
-            config.n_embd_kv(),
+            &|il| config.has_kv(il) && !(separate_swa && config.is_swa(il)),
+            &|il| config.n_embd_kv_of(il),
             layout,
             transposed_v,
             p.n_seq_max,
@@ -96,8 +98,8 @@ impl KvMemory {
             };
             Some(KvCache::new(
                 config.n_layer,
-                &|il| config.is_swa(il),
-                config.n_embd_kv(),
+                &|il| config.has_kv(il) && config.is_swa(il),
+                &|il| config.n_embd_kv_of(il),
                 swa_layout,
                 transposed_v,
                 p.n_seq_max,
@@ -302,10 +304,15 @@ impl KvMemory {
         for cache in self.caches_mut() {
             if cache.cells.has_shift() && cache.n_layers_held() > 0 {
                 // the rope of the model's K, frequency factors included
-                let (graph, shifts) =
-                    cache.shift_graph(c.head_dim, c.n_head_kv, &|il| c.rope(il), &mut |b| {
-                        rope_freq_factors(b, c, n_ctx_seq, &mut &*model)
-                    })?;
+                let layer = |il: usize| KShift {
+                    head_dim: c.heads(il).head_dim,
+                    n_head_kv: c.heads(il).n_head_kv,
+                    rope: c.rope(il),
+                    freq_factors: !(c.arch.freq_factors_full_only && c.is_swa(il)),
+                };
+                let (graph, shifts) = cache.shift_graph(&layer, &mut |b| {
+                    rope_freq_factors(b, c, n_ctx_seq, &mut &*model)
+                })?;
                 side.alloc_graph(graph)?;
                 // alloc_graph succeeded: the scheduler holds the graph
                 side.graph()
