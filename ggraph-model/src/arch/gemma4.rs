@@ -80,6 +80,9 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     if let Some(n) = first_of_kind(false) {
         c.n_head_kv = n;
     }
+    c.n_embd_per_layer = c.n_embd / 8;
+    let n_own = (3 * c.n_layer).div_ceil(7).div_ceil(5) * 5;
+    c.n_kv_shared = c.n_layer.saturating_sub(n_own);
     c.swa_heads = Some(HeadShape {
         head_dim: head_dim_swa,
         n_head_kv: n_head_kv_swa,
@@ -93,8 +96,11 @@ fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// A small gemma4's numbers: four sliding-window layers (window 512, rope
-/// base 10000) to one full layer (rope base 1e6), logits capped at 30.
+/// A small gemma4's numbers, shaped as the E models are: four
+/// sliding-window layers (window 512, rope base 10000) to one full layer
+/// (rope base 1e6), per-layer inputs an eighth of the width, the layers
+/// past the first three sevenths (rounded up to whole groups of five)
+/// reading earlier caches, logits capped at 30.
 fn defaults(c: &mut ModelConfig) {
     c.rms_eps = 1e-6;
     c.rope_freq_base = 1_000_000.0;
@@ -102,6 +108,9 @@ fn defaults(c: &mut ModelConfig) {
     c.rope_freq_base_swa = 10000.0;
     c.final_softcap = 30.0;
     c.attention_scale = 1.0;
+    c.n_embd_per_layer = c.n_embd / 8;
+    let n_own = (3 * c.n_layer).div_ceil(7).div_ceil(5) * 5;
+    c.n_kv_shared = c.n_layer.saturating_sub(n_own);
     c.swa_heads = Some(HeadShape {
         head_dim: c.head_dim,
         n_head_kv: c.n_head_kv,
