@@ -56,7 +56,7 @@ const ENDS: [&str; 3] = ["<|end|>", "<|return|>", "<|call|>"];
 const MAX_HEADER: usize = 1024;
 
 /// Splits a streamed Harmony answer into channels ([module docs](self)).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct HarmonySplitter {
     /// Bytes not yet given back: a header, or message text that may end
     /// in the first bytes of a marker or of a character.
@@ -148,7 +148,8 @@ fn push_text(out: &mut Vec<Segment>, channel: Channel, text: &str) {
     }
 }
 
-fn find(haystack: &[u8], needle: &str) -> Option<usize> {
+/// Where `needle` first occurs in `haystack`.
+pub(crate) fn find(haystack: &[u8], needle: &str) -> Option<usize> {
     let needle = needle.as_bytes();
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -168,7 +169,7 @@ fn held_back(text: &[u8]) -> usize {
 
 /// Bytes of a UTF-8 character begun at the end of `text` and not yet
 /// finished.
-fn incomplete_char(text: &[u8]) -> usize {
+pub(crate) fn incomplete_char(text: &[u8]) -> usize {
     for back in 1..=text.len().min(3) {
         let b = text[text.len() - back];
         if b & 0xC0 != 0x80 {

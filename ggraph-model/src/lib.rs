@@ -76,6 +76,7 @@ pub mod make;
 pub mod memory;
 pub mod ollama;
 pub mod placement;
+pub mod reasoning;
 pub mod sampling;
 pub mod tokenizer;
 

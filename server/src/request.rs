@@ -6,6 +6,7 @@
 //! field, before any token is generated.
 
 use ggraph_model::chat_template::{ChatMessage, ChatTemplate};
+use ggraph_model::reasoning::{ReasoningFormat, ReasoningSplitter};
 use ggraph_model::sampling::{GrammarSource, RANDOM_SEED, SamplerType, SamplingParams};
 use ggraph_model::tokenizer::Tokenizer;
 use serde_json::{Map, Value, json};
@@ -70,10 +71,11 @@ pub struct GenRequest {
     /// llama-server's `/completion`: list the generated ids in the
     /// answer (`return_tokens`).
     pub return_tokens: bool,
-    /// A chat answer in Harmony's channels (gpt-oss): the analysis goes
-    /// to `reasoning_content`, the final channel to `content`, as
-    /// llama-server's default `reasoning_format` does.
-    pub harmony_reasoning: bool,
+    /// A chat answer whose template carries reasoning (Harmony's
+    /// channels, Gemma 4's thought channel, thinking tags): the splitter
+    /// that takes the reasoning to `reasoning_content` and the rest to
+    /// `content`, as llama-server's default `reasoning_format` does.
+    pub reasoning: Option<ReasoningSplitter>,
 }
 
 fn object(body: &Value) -> Result<&Map<String, Value>, ApiError> {
@@ -333,7 +335,7 @@ fn common(
         ignore_eos: boolean(o, "ignore_eos")?.unwrap_or(false),
         cache_prompt: boolean(o, "cache_prompt")?.unwrap_or(true),
         return_tokens: boolean(o, "return_tokens")?.unwrap_or(false),
-        harmony_reasoning: false,
+        reasoning: None,
     })
 }
 
@@ -461,7 +463,9 @@ pub fn chat(
         },
         Some(v) => return Err(ApiError::bad(format!("'reasoning_format' is {v}"))),
     };
-    req.harmony_reasoning = splits && template.is_harmony();
+    req.reasoning = ReasoningFormat::of_template(template)
+        .filter(|_| splits)
+        .map(|format| ReasoningSplitter::new(format, &text));
     Ok(req)
 }
 

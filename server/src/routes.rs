@@ -15,7 +15,8 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::{self, Stream};
-use ggraph_model::harmony::{Channel, HarmonySplitter, Segment};
+use ggraph_model::harmony::{Channel, Segment};
+use ggraph_model::reasoning::ReasoningSplitter;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -452,7 +453,7 @@ async fn generate(server: Server, body: Result<Bytes, BytesRejection>, kind: Kin
         model: server.inner.model_name.clone(),
         logprobs: req.logprobs,
         tokenizer,
-        harmony: req.harmony_reasoning,
+        reasoning: req.reasoning.clone(),
     };
     let timeout = server.inner.options.timeout;
     if req.stream {
@@ -470,12 +471,12 @@ struct Answer {
     model: String,
     logprobs: Option<usize>,
     tokenizer: std::sync::Arc<ggraph_model::tokenizer::Tokenizer>,
-    /// The answer is split into Harmony's channels (`reasoning_content`
-    /// and `content`) from its text, special tokens written out.
-    harmony: bool,
+    /// The answer's reasoning is split from its text (special tokens
+    /// written out) into `reasoning_content`, by this splitter.
+    reasoning: Option<ReasoningSplitter>,
 }
 
-/// A Harmony answer's text so far, by where it goes in the message.
+/// An answer's text so far, by where it goes in the message.
 #[derive(Default)]
 struct ChannelText {
     content: String,
@@ -497,9 +498,8 @@ impl ChannelText {
 
 impl ChannelText {
     /// A token's text (its special tokens written out, as the engine
-    /// gives a Harmony answer's: they mark the channels) through
-    /// `splitter`.
-    fn of(splitter: &mut HarmonySplitter, text: &str) -> ChannelText {
+    /// gives an answer with reasoning: they mark it) through `splitter`.
+    fn of(splitter: &mut ReasoningSplitter, text: &str) -> ChannelText {
         let mut out = ChannelText::default();
         out.add(splitter.push(text.as_bytes()));
         out
@@ -594,7 +594,7 @@ async fn whole_answer(
     timeout: Duration,
 ) -> Response {
     let mut text = String::new();
-    let mut splitter = answer.harmony.then(HarmonySplitter::new);
+    let mut splitter = answer.reasoning.clone();
     let mut channels = ChannelText::default();
     let mut logprobs = Vec::new();
     loop {
@@ -686,7 +686,7 @@ fn stream_answer(
                             "logprobs": null, "finish_reason": null}),
         )
     });
-    let splitter = answer.harmony.then(HarmonySplitter::new);
+    let splitter = answer.reasoning.clone();
     let state = (answer, rx, first, Vec::<SseEvent>::new(), false, splitter);
     let events = stream::unfold(
         state,
@@ -772,6 +772,7 @@ mod tests {
     use std::sync::Arc;
 
     use ggraph_model::make::{make_vocab, vocab_header};
+    use ggraph_model::reasoning::{GEMMA4_THOUGHT, ReasoningFormat};
     use ggraph_model::tokenizer::Tokenizer;
     use tokio::sync::mpsc::unbounded_channel;
 
@@ -814,7 +815,7 @@ mod tests {
         (Arc::new(tokenizer), ids)
     }
 
-    fn answer(tokenizer: Arc<Tokenizer>, harmony: bool) -> Answer {
+    fn answer(tokenizer: Arc<Tokenizer>, format: ReasoningFormat) -> Answer {
         Answer {
             kind: Kind::Chat,
             id: "chatcmpl-1".into(),
@@ -822,7 +823,7 @@ mod tests {
             model: "m".into(),
             logprobs: None,
             tokenizer,
-            harmony,
+            reasoning: Some(ReasoningSplitter::new(format, "")),
         }
     }
 
@@ -858,7 +859,25 @@ mod tests {
     async fn a_harmony_answer_puts_its_analysis_in_reasoning_content() {
         let (tokenizer, ids) = harmony_answer();
         let rx = events(&tokenizer, &ids);
-        let r = whole_answer(answer(tokenizer, true), rx, Duration::from_secs(5)).await;
+        let harmony = answer(tokenizer, ReasoningFormat::Harmony);
+        let r = whole_answer(harmony, rx, Duration::from_secs(5)).await;
+        let message = &body(r).await["choices"][0]["message"];
+        assert_eq!(message["content"], "Paris.");
+        assert_eq!(message["reasoning_content"], "Think.");
+    }
+
+    /// Gemma 4's answer: `<|channel>thought`, the reasoning, `<channel|>`,
+    /// the answer (its markers special tokens of its vocabulary).
+    #[tokio::test]
+    async fn a_gemma4_answer_puts_its_thought_channel_in_reasoning_content() {
+        let words = ["<|channel>", "thought", "Think.", "<channel|>", "Paris."];
+        let mut tokens = make_vocab(300);
+        tokens.extend(words.iter().map(|w| w.to_string()));
+        let tokenizer = Tokenizer::from_header(&vocab_header(tokens).unwrap()).unwrap();
+        let ids: Vec<i32> = (300..305).collect();
+        let rx = events(&tokenizer, &ids);
+        let gemma4 = answer(Arc::new(tokenizer), GEMMA4_THOUGHT);
+        let r = whole_answer(gemma4, rx, Duration::from_secs(5)).await;
         let message = &body(r).await["choices"][0]["message"];
         assert_eq!(message["content"], "Paris.");
         assert_eq!(message["reasoning_content"], "Think.");
@@ -868,7 +887,8 @@ mod tests {
     async fn a_streamed_harmony_answer_sends_reasoning_and_content_deltas() {
         let (tokenizer, ids) = harmony_answer();
         let rx = events(&tokenizer, &ids);
-        let sse = stream_answer(answer(tokenizer, true), rx, false, Duration::from_secs(5));
+        let harmony = answer(tokenizer, ReasoningFormat::Harmony);
+        let sse = stream_answer(harmony, rx, false, Duration::from_secs(5));
         let text = String::from_utf8(
             axum::body::to_bytes(sse.into_response().into_body(), usize::MAX)
                 .await

@@ -109,7 +109,7 @@ pub fn submit(
         ignore_eos: req.ignore_eos,
         n_probs: req.logprobs.unwrap_or(0),
         cache_prompt: req.cache_prompt,
-        special_text: req.harmony_reasoning,
+        special_text: req.reasoning.is_some(),
         events: tx,
     };
     r.engine.submit(job).map_err(|e| match e {

@@ -15,8 +15,9 @@ use ggraph::context::{Context, DecodeError};
 use ggraph::logs::Verbosity;
 use ggraph::model::chat_template::ChatMessage;
 use ggraph::model::generation::{self, Hooks, Request, Retry, StopReason};
-use ggraph::model::harmony::{Channel, HarmonySplitter, Segment};
+use ggraph::model::harmony::{Channel, Segment};
 use ggraph::model::loaded::Model as LoadedModel;
+use ggraph::model::reasoning::{ReasoningFormat, ReasoningSplitter};
 use ggraph::model::sampling::{GrammarVocab, ModelSampling, TokenSampler};
 use ggraph::model::tokenizer::Tokenizer;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, LLAMA_CPP_SPELLINGS, PlacementArgs};
@@ -78,9 +79,10 @@ struct Cli {
     /// (tokenizer.chat_template) and answered until an end-of-turn token
     #[arg(long, value_name = "MSG", allow_hyphen_values = true)]
     chat: Option<String>,
-    /// With --chat on a Harmony model (gpt-oss): print the analysis
-    /// channel (the model's reasoning) before the answer; without it only
-    /// the final channel is printed
+    /// With --chat on a model whose template carries reasoning (gpt-oss's
+    /// Harmony channels, Gemma 4's thought channel, thinking tags): print
+    /// the reasoning before the answer; without it only the answer is
+    /// printed
     #[arg(long, requires = "chat")]
     reasoning: bool,
     /// A system message before the --chat message
@@ -161,11 +163,10 @@ fn emit(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
 }
 
-/// A Harmony answer's channels as they stream to `out`: the final one,
-/// and the others (the reasoning) too with `--reasoning`, each under its
-/// name.
+/// An answer's channels as they stream to `out`: the answer, and the
+/// others (the reasoning) too with `--reasoning`, each under its name.
 struct Channels<W: std::io::Write> {
-    splitter: HarmonySplitter,
+    splitter: ReasoningSplitter,
     reasoning: bool,
     /// The channel printed last, under its name (with `--reasoning`).
     current: Option<Channel>,
@@ -173,9 +174,9 @@ struct Channels<W: std::io::Write> {
 }
 
 impl<W: std::io::Write> Channels<W> {
-    fn new(reasoning: bool, out: W) -> Channels<W> {
+    fn new(splitter: ReasoningSplitter, reasoning: bool, out: W) -> Channels<W> {
         Channels {
-            splitter: HarmonySplitter::new(),
+            splitter,
             reasoning,
             current: None,
             out,
@@ -227,14 +228,14 @@ impl<W: std::io::Write> Channels<W> {
 }
 
 /// The --chat prompt: the model's chat template around the messages,
-/// with the assistant's turn opened, and whether the template is
-/// Harmony's (its answers come in channels).
+/// with the assistant's turn opened, and the format of the reasoning its
+/// answers carry, if any.
 fn chat_prompt(
     model: &LoadedModel,
     tokenizer: Option<&Tokenizer>,
     system: Option<&str>,
     user: &str,
-) -> Result<(String, bool), String> {
+) -> Result<(String, Option<ReasoningFormat>), String> {
     let tokenizer = tokenizer.ok_or("--chat needs the model's vocabulary")?;
     let template = model
         .chat_template(tokenizer)
@@ -247,7 +248,7 @@ fn chat_prompt(
     let text = template
         .render(&messages, true)
         .map_err(|e| format!("the chat template: {e}"))?;
-    Ok((text, template.is_harmony()))
+    Ok((text, ReasoningFormat::of_template(&template)))
 }
 
 fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
@@ -282,18 +283,24 @@ fn run(a: &Cli, user_set: &[ModelSampling]) -> Result<(), String> {
         Err(e) if wants_text => return Err(format!("{e} (--prompt-ids takes token ids)")),
         Err(_) => None,
     };
-    let (chat_prompt, harmony) = match &a.chat {
+    let (chat_prompt, format) = match &a.chat {
         Some(msg) => {
-            let (text, harmony) =
-                chat_prompt(&model, tokenizer.as_ref(), a.system.as_deref(), msg)?;
-            (Some(text), harmony)
+            let (text, format) = chat_prompt(&model, tokenizer.as_ref(), a.system.as_deref(), msg)?;
+            (Some(text), format)
         }
-        None => (None, false),
+        None => (None, None),
     };
-    if a.reasoning && !harmony {
-        eprintln!("llama: --reasoning: the model's chat template has no channels (not Harmony)");
+    if a.reasoning && format.is_none() {
+        eprintln!("llama: --reasoning: the model's chat template writes no reasoning");
     }
-    let mut channels = harmony.then(|| Channels::new(a.reasoning, std::io::stdout()));
+    let mut channels = match (format, &chat_prompt) {
+        (Some(format), Some(text)) => Some(Channels::new(
+            ReasoningSplitter::new(format, text),
+            a.reasoning,
+            std::io::stdout(),
+        )),
+        _ => None,
+    };
     let n_vocab = model.config.n_vocab;
     let mut ctx = Context::new(Arc::new(model), params).map_err(|e| e.to_string())?;
     let text_prompt = a.prompt.as_deref().or(chat_prompt.as_deref());
@@ -489,8 +496,13 @@ mod tests {
     ];
 
     fn printed(reasoning: bool) -> String {
-        let mut ch = Channels::new(reasoning, Vec::new());
-        for piece in HARMONY {
+        printed_as(ReasoningFormat::Harmony, &HARMONY, reasoning)
+    }
+
+    fn printed_as(format: ReasoningFormat, pieces: &[&str], reasoning: bool) -> String {
+        let splitter = ReasoningSplitter::new(format, "");
+        let mut ch = Channels::new(splitter, reasoning, Vec::new());
+        for piece in pieces {
             ch.push(piece.as_bytes());
         }
         ch.finish();
@@ -512,6 +524,24 @@ mod tests {
             parse(&["m.gguf", "--chat", "hi", "--reasoning"])
                 .unwrap()
                 .reasoning
+        );
+    }
+    #[test]
+    fn a_gemma4_answer_prints_its_answer_and_with_reasoning_its_thought() {
+        let pieces = [
+            "<|channel>",
+            "thought",
+            "\n",
+            "Capital",
+            ".",
+            "<channel|>",
+            "Paris.",
+        ];
+        let format = ggraph::model::reasoning::GEMMA4_THOUGHT;
+        assert_eq!(printed_as(format, &pieces, false), "Paris.");
+        assert_eq!(
+            printed_as(format, &pieces, true),
+            "[analysis]\nCapital.\n\n[final]\nParis."
         );
     }
 
