@@ -1,6 +1,7 @@
 //! Every architecture split over two lavapipe devices: the llama.cpp
 //! fixture models (`ggraph-model/tests/fixtures/arch/`, one per
-//! architecture) decoded with their layers (or their matrices' rows) over
+//! architecture, and the expert forms of gemma4 and granitehybrid and
+//! gpt-oss with MXFP4 experts) decoded with their layers (or their matrices' rows) over
 //! two wgpu devices and the CPU give the CPU's greedy tokens, which are llama.cpp's
 //! (`ggraph/tests/architectures.rs` checks those against
 //! `expected.json`).
@@ -55,8 +56,11 @@ fn every_architecture_split_over_two_wgpu_devices_gives_the_cpu_tokens() {
     };
     let second = WgpuDevice::open(0).expect("a second device on the same adapter");
     let devices: Vec<Arc<dyn Device>> = vec![first, second];
-    for a in ARCHITECTURES {
-        let desc = open(a.name);
+    // every architecture's fixture, and the mixtures of experts of those
+    // whose own fixture is dense (MXFP4 experts too)
+    let names = ARCHITECTURES.iter().map(|a| a.name);
+    for name in names.chain(["gemma4moe", "granitehybrid_moe", "gpt-oss_mxfp4"]) {
+        let desc = open(name);
         for (split_mode, attention) in [
             (SplitMode::Layer, Attention::Standard),
             (SplitMode::Layer, Attention::Flash),
@@ -90,12 +94,11 @@ fn every_architecture_split_over_two_wgpu_devices_gives_the_cpu_tokens() {
                 .iter()
                 .filter(|(n, b)| n.starts_with("wgpu") && *b > 0)
                 .count();
-            assert_eq!(on_gpus, 2, "{}: weights on both wgpu devices", a.name);
+            assert_eq!(on_gpus, 2, "{name}: weights on both wgpu devices");
             assert_eq!(
                 greedy(split, attention),
                 want,
-                "{} {attention:?}: split by {split_mode:?} over two wgpu devices",
-                a.name
+                "{name} {attention:?}: split by {split_mode:?} over two wgpu devices"
             );
         }
     }
