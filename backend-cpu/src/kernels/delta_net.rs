@@ -2,6 +2,8 @@
 //! snapshot): each head's state matrix decays by its gate, takes the
 //! delta rule's rank-one update and is read by the query, token by token.
 
+use super::isa::{Isa, active};
+use super::matmul::vec_dot_f32_rows;
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
 
@@ -36,13 +38,15 @@ pub fn gated_delta_net(dst: TRef, src: &DeltaNetSources) {
     let scale = 1.0 / (s as f32).sqrt();
     let states_at = s * h * n_t * n_s;
     let out = |i: usize| dst.elem_ptr([i, 0, 0, 0]) as *mut f32;
+    let isa = active();
     par_ranges(h * n_s, 1, |pairs| {
         let mut m = vec![0f32; s * s];
-        let (mut qv, mut kv, mut vv, mut gv, mut delta) = (
+        let (mut qv, mut kv, mut vv, mut gv, mut delta, mut dots) = (
             vec![0f32; s],
             vec![0f32; s],
             vec![0f32; s],
             vec![0f32; g.ne[0]],
+            vec![0f32; s],
             vec![0f32; s],
         );
         for pair in pairs {
@@ -72,17 +76,18 @@ pub fn gated_delta_net(dst: TRef, src: &DeltaNetSources) {
                     let e = gv[0].exp();
                     m.iter_mut().for_each(|x| *x *= e);
                 }
-                for ((row, d), vj) in m.chunks_exact(s).zip(delta.iter_mut()).zip(&vv) {
-                    *d = (vj - dot(row, &kv)) * b;
+                // ggml's vec_dot_f32 and vec_mad_f32 (fused), in its order
+                vec_dot_f32_rows(isa, &m, &kv, &mut dots);
+                for ((d, vj), sum) in delta.iter_mut().zip(&vv).zip(&dots) {
+                    *d = (vj - sum) * b;
                 }
-                for (row, d) in m.chunks_exact_mut(s).zip(&delta) {
-                    row.iter_mut().zip(&kv).for_each(|(x, ki)| *x += ki * d);
-                }
+                mad_rows(isa, &mut m, &kv, &delta);
+                vec_dot_f32_rows(isa, &m, &qv, &mut dots);
                 let base = ((seq * n_t + t) * h + head) * s;
-                for (j, row) in m.chunks_exact(s).enumerate() {
+                for (j, sum) in dots.iter().enumerate() {
                     // SAFETY: output element in bounds; this task owns the
                     // pair (head, seq).
-                    unsafe { out(base + j).write_unaligned(dot(row, &qv) * scale) };
+                    unsafe { out(base + j).write_unaligned(sum * scale) };
                 }
             }
             let at = states_at + (seq * h + head) * s * s;
@@ -94,18 +99,34 @@ pub fn gated_delta_net(dst: TRef, src: &DeltaNetSources) {
     });
 }
 
-/// A dot product in eight lanes (vectorised by the compiler).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = (ca.remainder().iter())
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
+/// Row `j` of `m` += `delta[j]` * `k`, each element fused (ggml's
+/// `vec_mad_f32`, whose vector part is `fma` and whose compiler fuses its
+/// tail too).
+fn mad_rows(isa: Isa, m: &mut [f32], k: &[f32], delta: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+        return unsafe { mad_rows_fma(m, k, delta) };
     }
-    lanes.iter().sum::<f32>() + tail
+    let _ = isa;
+    mad_rows_portable(m, k, delta)
+}
+
+#[inline(always)]
+fn mad_rows_portable(m: &mut [f32], k: &[f32], delta: &[f32]) {
+    for (row, d) in m.chunks_exact_mut(k.len()).zip(delta) {
+        row.iter_mut()
+            .zip(k)
+            .for_each(|(x, ki)| *x = ki.mul_add(*d, *x));
+    }
+}
+
+/// [`mad_rows_portable`] with `mul_add` as one instruction.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mad_rows_fma(m: &mut [f32], k: &[f32], delta: &[f32]) {
+    mad_rows_portable(m, k, delta)
 }

@@ -6,15 +6,19 @@ use ggraph_core::Result;
 
 use super::elementwise::softplus;
 use super::indices::check_indices;
+use super::isa::{Isa, active};
 use super::parallel::par_ranges;
 use crate::kernels::tensor_ref::TRef;
 
 /// `dst[i, t, s] = sum over k < d_conv of sx[t + k, i, s] * c[k, i]`,
-/// summed in f32 in `k` order as ggml-cpu does; the channels split among
-/// the threads.
+/// summed in f32 in `k` order as ggml-cpu's x86 build does: its compiler
+/// multiplies the taps in fours, so the first `d_conv - d_conv % 4`
+/// products are rounded before they are added and the last `d_conv % 4`
+/// fused into the sum; the channels split among the threads.
 pub fn ssm_conv(dst: TRef, sx: TRef, c: TRef) {
     let (d_conv, d_inner) = (c.ne[0], c.ne[1]);
     let (n_t, n_s) = (dst.ne[1], dst.ne[2]);
+    let isa = active();
     par_ranges(d_inner, 16, |channels| {
         let mut x = vec![0f32; sx.ne[0]];
         let mut w = vec![0f32; d_conv];
@@ -26,10 +30,7 @@ pub fn ssm_conv(dst: TRef, sx: TRef, c: TRef) {
                 // builder).
                 unsafe { sx.load_row(i, s, 0, &mut x) };
                 for t in 0..n_t {
-                    let mut sum = 0f32;
-                    for (a, b) in x[t..t + d_conv].iter().zip(&w) {
-                        sum += a * b;
-                    }
+                    let sum = conv_dot(isa, &x[t..t + d_conv], &w);
                     // SAFETY: element (i, t, s) of dst is in bounds; this
                     // task owns channel i.
                     unsafe { (dst.elem_ptr([i, t, s, 0]) as *mut f32).write_unaligned(sum) };
@@ -37,6 +38,41 @@ pub fn ssm_conv(dst: TRef, sx: TRef, c: TRef) {
             }
         }
     });
+}
+
+/// One tap sum of [`ssm_conv`], in its order.
+fn conv_dot(isa: Isa, x: &[f32], w: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+        return unsafe { conv_dot_fma(x, w) };
+    }
+    let _ = isa;
+    conv_dot_portable(x, w)
+}
+
+#[inline(always)]
+fn conv_dot_portable(x: &[f32], w: &[f32]) -> f32 {
+    let rounded = x.len() / 4 * 4;
+    let mut sum = 0f32;
+    for (k, (a, b)) in x.iter().zip(w).enumerate() {
+        sum = if k < rounded {
+            sum + a * b
+        } else {
+            a.mul_add(*b, sum)
+        };
+    }
+    sum
+}
+
+/// [`conv_dot_portable`] with `mul_add` as one instruction.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn conv_dot_fma(x: &[f32], w: &[f32]) -> f32 {
+    conv_dot_portable(x, w)
 }
 
 /// The sources of ssm_scan, in the builder's order.
@@ -71,6 +107,7 @@ pub fn ssm_scan(dst: TRef, src: &ScanSources) -> Result<()> {
     let mamba2 = a.ne[0] == 1;
     let states_at = head_dim * n_head * n_t * n_s;
     let out = |i: usize| dst.elem_ptr([i, 0, 0, 0]) as *mut f32;
+    let isa = active();
     par_ranges(n_head, 1, |heads| {
         let mut st = vec![0f32; head_dim * d_state];
         let (mut bv, mut cv, mut av) = (
@@ -102,22 +139,17 @@ pub fn ssm_scan(dst: TRef, src: &ScanSources) -> Result<()> {
                         // SAFETY: element in bounds.
                         let x_dt = unsafe { x.get_f32([i1, h, t, j]) } * d;
                         let row = &mut st[i1 * d_state..(i1 + 1) * d_state];
-                        let mut sum = 0f32;
-                        if mamba2 {
-                            // one decay for the row: a loop the compiler
-                            // vectorises
-                            for ((r, b), c) in row.iter_mut().zip(&bv).zip(&cv) {
-                                let v = *r * decay_2 + b * x_dt;
-                                sum += v * c;
-                                *r = v;
-                            }
+                        let sum = if mamba2 {
+                            mamba2_row(isa, row, &bv, &cv, decay_2, x_dt)
                         } else {
+                            let mut sum = 0f32;
                             for (((r, b), c), a) in row.iter_mut().zip(&bv).zip(&cv).zip(&av) {
                                 let v = *r * (d * a).exp() + b * x_dt;
                                 sum += v * c;
                                 *r = v;
                             }
-                        }
+                            sum
+                        };
                         let yi = ((j * n_t + t) * n_head + h) * head_dim + i1;
                         // SAFETY: y element in bounds; this task owns head h.
                         unsafe { out(yi).write_unaligned(sum) };
@@ -132,4 +164,50 @@ pub fn ssm_scan(dst: TRef, src: &ScanSources) -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// One state row of Mamba-2's scan, updated in place, and its dot with C,
+/// as ggml-cpu's x86 build (AVX2, FMA) computes them: over the first
+/// `n - n % 32` values the new state `r * decay + b * x_dt` rounded
+/// twice, summed by `fma` into four accumulators of eight lanes, folded
+/// as its `vec_dot_f32` folds them; the rest one by one, its compiler
+/// fusing `r * decay` into the add and the product with C into the sum.
+fn mamba2_row(isa: Isa, row: &mut [f32], b: &[f32], c: &[f32], decay: f32, x_dt: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx2 {
+        // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+        return unsafe { mamba2_row_fma(row, b, c, decay, x_dt) };
+    }
+    let _ = isa;
+    mamba2_row_portable(row, b, c, decay, x_dt)
+}
+
+#[inline(always)]
+fn mamba2_row_portable(row: &mut [f32], b: &[f32], c: &[f32], decay: f32, x_dt: f32) -> f32 {
+    let np = row.len() & !31;
+    let mut acc = [[0f32; 8]; 4];
+    for (i, ((r, b), c)) in row[..np].iter_mut().zip(b).zip(c).enumerate() {
+        let v = *r * decay + b * x_dt;
+        let lane = &mut acc[i % 32 / 8][i % 8];
+        *lane = v.mul_add(*c, *lane);
+        *r = v;
+    }
+    let s: [f32; 8] = std::array::from_fn(|t| (acc[0][t] + acc[2][t]) + (acc[1][t] + acc[3][t]));
+    let mut sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for ((r, b), c) in row[np..].iter_mut().zip(&b[np..]).zip(&c[np..]) {
+        let v = r.mul_add(decay, b * x_dt);
+        sum = v.mul_add(*c, sum);
+        *r = v;
+    }
+    sum
+}
+
+/// [`mamba2_row_portable`] with `mul_add` as one instruction.
+///
+/// # Safety
+/// AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mamba2_row_fma(row: &mut [f32], b: &[f32], c: &[f32], decay: f32, x_dt: f32) -> f32 {
+    mamba2_row_portable(row, b, c, decay, x_dt)
 }

@@ -117,8 +117,9 @@ pub struct ArchSpec {
     /// (`ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`; gpt-oss).
     pub moe_biases: bool,
     /// The output positions' rows are picked after the last layer, not
-    /// before its FFN (gpt-oss): the last FFN runs on every token, as in
-    /// llama.cpp, whose products' summing order can follow the batch.
+    /// before its FFN (gpt-oss, Qwen3.5, Gemma 4): the last FFN runs on
+    /// every token, as in llama.cpp, whose products' summing order can
+    /// follow the batch.
     pub outputs_after_layers: bool,
     /// V RMS-normalised per head without a weight, and taken from K's
     /// projection (before K's norm) where a layer has no `attn_v` (Gemma

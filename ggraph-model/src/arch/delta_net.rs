@@ -65,12 +65,15 @@ pub fn gated_delta_net(
     let beta = b.mul_mat(w_beta, cur)?;
     named(b, beta, "beta")?;
     let beta = b.unary(UnaryOp::Sigmoid, beta)?;
+    named(b, beta, "beta_sigmoid")?;
     let beta = b.reshape(beta, &[1, n_v, nst, n_seqs])?;
     let alpha = b.mul_mat(w_alpha, cur)?;
     named(b, alpha, "alpha")?;
     let alpha = b.add(alpha, dt_bias)?;
     let alpha = b.unary(UnaryOp::Softplus, alpha)?;
+    named(b, alpha, "a_softplus")?;
     let gate = b.mul(alpha, a)?;
+    named(b, gate, "gate")?;
     let gate = b.reshape(gate, &[1, n_v, nst, n_seqs])?;
 
     // the convolution over the carried inputs and the ubatch's
@@ -96,7 +99,9 @@ pub fn gated_delta_net(
         2 * s * n_k * f,
     )?;
     let q = l2_norm(b, q, c.rms_eps)?;
+    named(b, q, "q_conv_predelta")?;
     let k = l2_norm(b, k, c.rms_eps)?;
+    named(b, k, "k_conv_predelta")?;
 
     // the recurrence from each sequence's state
     let scan_rows = st.scan_rows(b, c, il)?;
@@ -111,6 +116,7 @@ pub fn gated_delta_net(
         [s * f, s * n_v * f, s * n_v * nst * f],
         0,
     )?;
+    named(b, o, "attn_output")?;
 
     // RMS norm per head, gated by SiLU(z)
     let o = b.rms_norm(o, c.rms_eps)?;

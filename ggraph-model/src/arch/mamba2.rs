@@ -105,6 +105,7 @@ pub fn mamba2(
     )?;
     let skip = b.mul(x, d)?;
     let y = b.add(y, skip)?;
+    b.set_name(y, &format!("mamba2_y_add_d-{il}"))?;
     let z = b.cont(z)?;
     let y = b.glu_split(GluOp::Swiglu, z, y)?;
 
@@ -114,5 +115,7 @@ pub fn mamba2(
     let y = b.mul(y, norm)?;
     let y = b.reshape(y, &[inner, n_tokens])?;
     debug_assert_eq!(b.tensor(y)?.dtype, DType::F32);
-    b.mul_mat(ssm_out, y)
+    let out = b.mul_mat(ssm_out, y)?;
+    b.set_name(out, &format!("mamba_out-{il}"))?;
+    Ok(out)
 }

@@ -31,7 +31,7 @@ pub static QWEN35: ArchSpec = ArchSpec {
     output_bias: false,
     routing: ExpertRouting::SoftmaxThenTopK,
     moe_biases: false,
-    outputs_after_layers: false,
+    outputs_after_layers: true,
     value_norm: false,
     experts_beside_dense: false,
     freq_factors_full_only: false,

@@ -31,7 +31,9 @@ pub fn short_conv(
 
     let bcx = b.mul_mat(in_proj, cur)?;
     let bcx = b.reshape(bcx, &[3 * e, n_seq_tokens, n_seqs])?;
-    b.set_name(bcx, &format!("conv_in_proj-{il}"))?;
+    // llama.cpp's names (literally with "{}"), so that a decode can be
+    // compared with its tensor by tensor
+    b.set_name(bcx, &format!("model.layers.{{}}.conv.in_proj-{il}"))?;
     let (nb1, nb2) = {
         let t = b.tensor(bcx)?;
         (t.nb[1], t.nb[2])
@@ -47,8 +49,10 @@ pub fn short_conv(
     let sx = st.conv_input(b, c, il, bx, d_conv)?;
 
     let conv = b.ssm_conv(sx, kernel)?;
-    b.set_name(conv, &format!("conv-{il}"))?;
+    b.set_name(conv, &format!("model.layers.{{}}.conv.conv-{il}"))?;
     let y = b.mul(gate_c, conv)?;
     let y = b.reshape(y, &[e, n_tokens])?;
-    b.mul_mat(out_proj, y)
+    let out = b.mul_mat(out_proj, y)?;
+    b.set_name(out, &format!("model.layers.{{}}.conv.out_proj-{il}"))?;
+    Ok(out)
 }

@@ -39,6 +39,8 @@ mod row_streaming;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use float::in_ggml_order::vec_dot_f32_rows;
+
 use ggraph_core::{DType, Result};
 
 use crate::kernels::indices::check_indices;

@@ -509,6 +509,31 @@ fn dot_tile<W: VectorDot>(isa: Isa) -> Option<DotTile> {
     None
 }
 
+/// `out[i]` = `ggml_vec_dot_f32` of row `i` of `rows` with `col` (the
+/// rows `col.len()` values each, one per `out` value), in the order
+/// llama.cpp's x86 build sums it ([`VectorDot`] for F32), on `isa`.
+pub(crate) fn vec_dot_f32_rows(isa: Isa, rows: &[f32], col: &[f32], out: &mut [f32]) {
+    let k = col.len();
+    assert_eq!(
+        rows.len(),
+        out.len() * k,
+        "rows of {k} values, one per output"
+    );
+    let dots = vector_dot_rows::<F32>(isa);
+    // SAFETY: `rows` holds out.len() rows of k f32 (checked above), `col`
+    // k f32, `out` out.len(); `vector_dot_rows` picked a kernel `isa` runs.
+    unsafe {
+        dots(
+            rows.as_ptr() as *const u8,
+            std::mem::size_of_val(col),
+            out.len(),
+            col.as_ptr(),
+            k,
+            out.as_mut_ptr(),
+        )
+    }
+}
+
 /// The vector dots of `W` rows, the kernel of this instruction set.
 fn vector_dot_rows<W: VectorDot>(isa: Isa) -> HalfDotRows {
     #[cfg(target_arch = "x86_64")]
