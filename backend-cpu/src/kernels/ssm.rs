@@ -16,63 +16,59 @@ use crate::kernels::tensor_ref::TRef;
 /// products are rounded before they are added and the last `d_conv % 4`
 /// fused into the sum; the channels split among the threads.
 pub fn ssm_conv(dst: TRef, sx: TRef, c: TRef) {
-    let (d_conv, d_inner) = (c.ne[0], c.ne[1]);
-    let (n_t, n_s) = (dst.ne[1], dst.ne[2]);
+    let d_inner = c.ne[1];
     let isa = active();
     par_ranges(d_inner, 16, |channels| {
-        let mut x = vec![0f32; sx.ne[0]];
-        let mut w = vec![0f32; d_conv];
-        for i in channels {
-            // SAFETY: row i of c is in bounds (checked by the builder).
-            unsafe { c.load_row(i, 0, 0, &mut w) };
-            for s in 0..n_s {
-                // SAFETY: row (i, s) of sx is in bounds (checked by the
-                // builder).
-                unsafe { sx.load_row(i, s, 0, &mut x) };
-                for t in 0..n_t {
-                    let sum = conv_dot(isa, &x[t..t + d_conv], &w);
-                    // SAFETY: element (i, t, s) of dst is in bounds; this
-                    // task owns channel i.
-                    unsafe { (dst.elem_ptr([i, t, s, 0]) as *mut f32).write_unaligned(sum) };
-                }
-            }
+        #[cfg(target_arch = "x86_64")]
+        if isa >= Isa::Avx2 {
+            // SAFETY: the processor has AVX2 and FMA (checked by `active`).
+            return unsafe { conv_channels_fma(dst, sx, c, channels) };
         }
+        conv_channels(dst, sx, c, channels)
     });
 }
 
-/// One tap sum of [`ssm_conv`], in its order.
-fn conv_dot(isa: Isa, x: &[f32], w: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx2 {
-        // SAFETY: the processor has AVX2 and FMA (checked by `active`).
-        return unsafe { conv_dot_fma(x, w) };
-    }
-    let _ = isa;
-    conv_dot_portable(x, w)
-}
-
+/// [`ssm_conv`] of the channels `channels`.
 #[inline(always)]
-fn conv_dot_portable(x: &[f32], w: &[f32]) -> f32 {
-    let rounded = x.len() / 4 * 4;
-    let mut sum = 0f32;
-    for (k, (a, b)) in x.iter().zip(w).enumerate() {
-        sum = if k < rounded {
-            sum + a * b
-        } else {
-            a.mul_add(*b, sum)
-        };
+fn conv_channels(dst: TRef, sx: TRef, c: TRef, channels: std::ops::Range<usize>) {
+    let d_conv = c.ne[0];
+    let (n_t, n_s) = (dst.ne[1], dst.ne[2]);
+    let rounded = d_conv / 4 * 4;
+    let mut x = vec![0f32; sx.ne[0]];
+    let mut w = vec![0f32; d_conv];
+    for i in channels {
+        // SAFETY: row i of c is in bounds (checked by the builder).
+        unsafe { c.load_row(i, 0, 0, &mut w) };
+        let (plain, fused) = w.split_at(rounded);
+        for s in 0..n_s {
+            // SAFETY: row (i, s) of sx is in bounds (checked by the
+            // builder).
+            unsafe { sx.load_row(i, s, 0, &mut x) };
+            for t in 0..n_t {
+                let (xp, xf) = x[t..t + d_conv].split_at(rounded);
+                let mut sum = 0f32;
+                for (a, b) in xp.iter().zip(plain) {
+                    sum += a * b;
+                }
+                for (a, b) in xf.iter().zip(fused) {
+                    sum = a.mul_add(*b, sum);
+                }
+                // SAFETY: element (i, t, s) of dst is in bounds; this task
+                // owns channel i.
+                unsafe { (dst.elem_ptr([i, t, s, 0]) as *mut f32).write_unaligned(sum) };
+            }
+        }
     }
-    sum
 }
 
-/// [`conv_dot_portable`] with `mul_add` as one instruction.
+/// [`conv_channels`] with `mul_add` as one instruction.
 ///
 /// # Safety
 /// AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn conv_dot_fma(x: &[f32], w: &[f32]) -> f32 {
-    conv_dot_portable(x, w)
+unsafe fn conv_channels_fma(dst: TRef, sx: TRef, c: TRef, channels: std::ops::Range<usize>) {
+    conv_channels(dst, sx, c, channels)
 }
 
 /// The sources of ssm_scan, in the builder's order.
