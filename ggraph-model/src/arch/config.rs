@@ -148,8 +148,43 @@ pub struct ArchSpec {
 }
 
 /// `ArchSpec::read` of an architecture with no keys of its own.
-pub fn no_keys_of_its_own(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
+fn no_keys_of_its_own(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {
     Ok(())
+}
+
+fn no_defaults(_: &mut ModelConfig) {}
+
+impl ArchSpec {
+    /// The plain pre-norm decoder each architecture varies (llama's
+    /// choices, with no name): a spec names what it changes and takes the
+    /// rest with `..ArchSpec::BASE`.
+    pub const BASE: ArchSpec = ArchSpec {
+        name: "",
+        rope: RopeMode::Normal,
+        qk_norm: false,
+        fused_qkv: false,
+        qkv_bias: false,
+        post_norms: false,
+        ffn: FfnKind::Split(GluOp::Swiglu),
+        embed_scale: false,
+        tied_output: false,
+        recurrent: None,
+        output_norm: "output_norm",
+        gated_attention: false,
+        ffn_norm: "ffn_norm",
+        attention_sinks: false,
+        output_bias: false,
+        routing: ExpertRouting::SoftmaxThenTopK,
+        moe_biases: false,
+        outputs_after_layers: false,
+        value_norm: false,
+        experts_beside_dense: false,
+        freq_factors_full_only: false,
+        layer_output_scale: false,
+        per_layer_inputs: false,
+        read: no_keys_of_its_own,
+        defaults: no_defaults,
+    };
 }
 
 impl fmt::Debug for ArchSpec {

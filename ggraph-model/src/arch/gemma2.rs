@@ -7,7 +7,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
+use super::config::{ArchSpec, FfnKind, ModelConfig};
 use crate::gguf::GgufHeader;
 
 /// gemma2: scaled embeddings, norms before and after attention and FFN,
@@ -16,29 +16,13 @@ use crate::gguf::GgufHeader;
 pub static GEMMA2: ArchSpec = ArchSpec {
     name: "gemma2",
     rope: RopeMode::Neox,
-    qk_norm: false,
-    fused_qkv: false,
-    qkv_bias: false,
     post_norms: true,
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
     tied_output: true,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
-    outputs_after_layers: false,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 /// Layers of the 27B model, whose attention scale follows n_embd / n_head.

@@ -11,7 +11,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, HeadShape, ModelConfig};
+use super::config::{ArchSpec, FfnKind, HeadShape, ModelConfig};
 use crate::gguf::{GgufHeader, meta_error};
 
 /// gemma4: normed Q, K and V, unscaled scores, per-kind head sizes,
@@ -21,20 +21,9 @@ pub static GEMMA4: ArchSpec = ArchSpec {
     name: "gemma4",
     rope: RopeMode::Neox,
     qk_norm: true,
-    fused_qkv: false,
-    qkv_bias: false,
     post_norms: true,
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
-    tied_output: false,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
     outputs_after_layers: true,
     value_norm: true,
     experts_beside_dense: true,
@@ -43,6 +32,7 @@ pub static GEMMA4: ArchSpec = ArchSpec {
     per_layer_inputs: true,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {

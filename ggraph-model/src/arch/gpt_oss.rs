@@ -15,29 +15,17 @@ use crate::gguf::{GgufHeader, meta_error};
 pub static GPT_OSS: ArchSpec = ArchSpec {
     name: "gpt-oss",
     rope: RopeMode::Neox,
-    qk_norm: false,
-    fused_qkv: false,
     qkv_bias: true,
-    post_norms: false,
     ffn: FfnKind::Split(GluOp::SWIGLU_OAI),
-    embed_scale: false,
-    tied_output: false,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
     ffn_norm: "post_attention_norm",
     attention_sinks: true,
     output_bias: true,
     routing: ExpertRouting::TopKThenSoftmax,
     moe_biases: true,
     outputs_after_layers: true,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {

@@ -6,9 +6,9 @@
 //! attention layers slide.
 
 use ggraph_core::error::Result;
-use ggraph_core::ir::{GluOp, RopeMode};
+use ggraph_core::ir::RopeMode;
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, RecurrentBlock};
+use super::config::{ArchSpec, ModelConfig, RecurrentBlock};
 use crate::gguf::{GgufHeader, meta_error};
 
 /// lfm2: short-convolution and attention layers, chosen per layer.
@@ -16,28 +16,11 @@ pub static LFM2: ArchSpec = ArchSpec {
     name: "lfm2",
     rope: RopeMode::Neox,
     qk_norm: true,
-    fused_qkv: false,
-    qkv_bias: false,
-    post_norms: false,
-    ffn: FfnKind::Split(GluOp::Swiglu),
-    embed_scale: false,
-    tied_output: false,
     recurrent: Some(RecurrentBlock::ShortConv),
     output_norm: "token_embd_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
-    outputs_after_layers: false,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {

@@ -3,38 +3,14 @@
 //! frequency factors (`rope_freqs.weight`, llama 3.1), logits from
 //! `output.weight` or, without it, the token embeddings.
 
-use ggraph_core::ir::{GluOp, RopeMode};
-
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, no_keys_of_its_own};
+use super::config::{ArchSpec, ModelConfig};
 
 /// llama (llama 1-3, mistral, mixtral): pre-norm layers, separate Q, K and
 /// V, SwiGLU or a mixture of experts, normal rope.
 pub static LLAMA: ArchSpec = ArchSpec {
     name: "llama",
-    rope: RopeMode::Normal,
-    qk_norm: false,
-    fused_qkv: false,
-    qkv_bias: false,
-    post_norms: false,
-    ffn: FfnKind::Split(GluOp::Swiglu),
-    embed_scale: false,
-    tied_output: false,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
-    outputs_after_layers: false,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
-    read: no_keys_of_its_own,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn defaults(_: &mut ModelConfig) {}

@@ -8,7 +8,8 @@
 //! [`ModelConfig::weights`] names every tensor with its shape, so
 //! placement, estimates, loading and `make-model` work for every
 //! architecture alike. Adding an architecture: one file with its
-//! `ArchSpec`, its `mod` line here, and its line in `registry.rs`.
+//! `ArchSpec` (what it changes of [`ArchSpec::BASE`], the plain pre-norm
+//! decoder), its `mod` line here, and its line in `registry.rs`.
 
 mod blocks;
 mod config;

@@ -8,7 +8,7 @@
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GluOp, RopeMode};
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
+use super::config::{ArchSpec, FfnKind, ModelConfig};
 use crate::gguf::GgufHeader;
 
 /// phi3: fused QKV and gate/up matrices, a NeoX rope over part of each
@@ -16,29 +16,11 @@ use crate::gguf::GgufHeader;
 pub static PHI3: ArchSpec = ArchSpec {
     name: "phi3",
     rope: RopeMode::Neox,
-    qk_norm: false,
     fused_qkv: true,
-    qkv_bias: false,
-    post_norms: false,
     ffn: FfnKind::Fused(GluOp::Swiglu),
-    embed_scale: false,
-    tied_output: false,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
-    outputs_after_layers: false,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn read(_: &GgufHeader, _: &mut ModelConfig) -> Result<()> {

@@ -7,9 +7,9 @@
 //! their output; the norm before each FFN is `post_attention_norm`.
 
 use ggraph_core::error::Result;
-use ggraph_core::ir::{GluOp, RopeMode};
+use ggraph_core::ir::RopeMode;
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig, RecurrentBlock};
+use super::config::{ArchSpec, ModelConfig, RecurrentBlock};
 use crate::gguf::{ArrayValues, GgufHeader, meta_error};
 
 /// qwen35: Gated DeltaNet and gated attention layers.
@@ -17,28 +17,13 @@ pub static QWEN35: ArchSpec = ArchSpec {
     name: "qwen35",
     rope: RopeMode::Neox,
     qk_norm: true,
-    fused_qkv: false,
-    qkv_bias: false,
-    post_norms: false,
-    ffn: FfnKind::Split(GluOp::Swiglu),
-    embed_scale: false,
-    tied_output: false,
     recurrent: Some(RecurrentBlock::GatedDeltaNet),
-    output_norm: "output_norm",
     gated_attention: true,
     ffn_norm: "post_attention_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
     outputs_after_layers: true,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 /// qwen35moe (Qwen3.5/3.6 MoE, the 35B-A3B and larger): qwen35's layers

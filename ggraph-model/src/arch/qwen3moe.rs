@@ -3,9 +3,9 @@
 //! experts, their weights renormalised to sum to one.
 
 use ggraph_core::error::Result;
-use ggraph_core::ir::{GluOp, RopeMode};
+use ggraph_core::ir::RopeMode;
 
-use super::config::{ArchSpec, ExpertRouting, FfnKind, ModelConfig};
+use super::config::{ArchSpec, ModelConfig};
 use super::qwen2;
 use crate::gguf::{GgufHeader, meta_error};
 
@@ -15,28 +15,9 @@ pub static QWEN3MOE: ArchSpec = ArchSpec {
     name: "qwen3moe",
     rope: RopeMode::Neox,
     qk_norm: true,
-    fused_qkv: false,
-    qkv_bias: false,
-    post_norms: false,
-    ffn: FfnKind::Split(GluOp::Swiglu),
-    embed_scale: false,
-    tied_output: false,
-    recurrent: None,
-    output_norm: "output_norm",
-    gated_attention: false,
-    ffn_norm: "ffn_norm",
-    attention_sinks: false,
-    output_bias: false,
-    routing: ExpertRouting::SoftmaxThenTopK,
-    moe_biases: false,
-    outputs_after_layers: false,
-    value_norm: false,
-    experts_beside_dense: false,
-    freq_factors_full_only: false,
-    layer_output_scale: false,
-    per_layer_inputs: false,
     read,
     defaults,
+    ..ArchSpec::BASE
 };
 
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
