@@ -16,6 +16,7 @@ mod special;
 mod spm;
 mod text_index;
 mod vocab;
+mod wpm;
 
 use aho_corasick::AhoCorasick;
 use ggraph_core::error::{Error, Result};
@@ -25,6 +26,7 @@ pub use detokenize::StreamDecoder;
 pub use pretokenize::PreTokenizer;
 use special::Fragment;
 pub use vocab::{SpecialTokens, TokenAttr, Vocab, VocabKind};
+pub use wpm::WpmOptions;
 
 /// A vocabulary ready to encode and decode.
 #[derive(Clone, Debug)]
@@ -131,9 +133,20 @@ impl Tokenizer {
                     }
                 }
             }
+            VocabKind::Wpm(opts) => {
+                for f in &frags {
+                    match f {
+                        Fragment::Text(r) => wpm::tokenize(v, *opts, &text[r.clone()], &mut out),
+                        Fragment::Token(id) => out.push(*id),
+                    }
+                }
+            }
         }
         if add_special && v.add_eos {
             out.extend(v.special.eos);
+        }
+        if add_special && v.add_sep {
+            out.extend(v.special.sep);
         }
         Ok(out)
     }

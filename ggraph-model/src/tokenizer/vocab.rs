@@ -10,6 +10,7 @@ use ggraph_core::error::{Error, Result};
 
 use super::pretokenize::PreTokenizer;
 use super::text_index::TextIndex;
+use super::wpm::WpmOptions;
 use crate::gguf::{ArrayValues, GgufHeader};
 
 /// The hash of a pair of token ids: a multiply per id (FxHash's), as
@@ -104,6 +105,9 @@ pub enum VocabKind {
     /// GPT-2 byte-level BPE (`gpt2`): a pre-tokenizer split, bytes mapped to
     /// printable characters, merges by rank.
     Bpe(PreTokenizer),
+    /// WordPiece (`bert`): BERT's normaliser, the longest pieces of each
+    /// word.
+    Wpm(WpmOptions),
 }
 
 #[derive(Clone, Debug)]
@@ -179,6 +183,11 @@ pub struct Vocab {
     /// Encoding with `add_special` puts EOS last
     /// (`tokenizer.ggml.add_eos_token`; false by default).
     pub add_eos: bool,
+    /// Encoding with `add_special` puts the separator last (WordPiece's
+    /// `[SEP]`).
+    pub add_sep: bool,
+    /// The longest piece's bytes.
+    max_token_len: usize,
     pub(crate) add_space_prefix: bool,
     pub(crate) clean_spaces: bool,
     pub(crate) ignore_merges: bool,
@@ -307,6 +316,7 @@ struct Flags {
     special: SpecialTokens,
     add_bos: bool,
     add_eos: bool,
+    add_sep: bool,
     add_space_prefix: bool,
     clean_spaces: bool,
     ignore_merges: bool,
@@ -324,8 +334,31 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
             },
             add_bos: true,
             add_eos: false,
+            add_sep: false,
             add_space_prefix: true,
             clean_spaces: false,
+            ignore_merges: false,
+        }),
+        // llama.cpp's defaults for BERT vocabularies: [CLS] first, [SEP]
+        // last; the normaliser's options come from the header
+        "bert" => Ok(Flags {
+            kind: VocabKind::Wpm(WpmOptions {
+                lowercase: false,
+                strip_accents: false,
+            }),
+            special: SpecialTokens {
+                bos: Some(101),
+                unk: Some(100),
+                sep: Some(102),
+                pad: Some(0),
+                mask: Some(103),
+                ..SpecialTokens::default()
+            },
+            add_bos: true,
+            add_eos: false,
+            add_sep: true,
+            add_space_prefix: false,
+            clean_spaces: true,
             ignore_merges: false,
         }),
         "gpt2" => {
@@ -342,6 +375,7 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
             Ok(Flags {
                 add_bos: pre.add_bos,
                 add_eos: false,
+                add_sep: false,
                 add_space_prefix: false,
                 clean_spaces: pre.clean_spaces,
                 ignore_merges: pre.ignore_merges,
@@ -354,6 +388,7 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
             Ok(Flags {
                 add_bos: pre.add_bos,
                 add_eos: false,
+                add_sep: false,
                 add_space_prefix: false,
                 clean_spaces: pre.clean_spaces,
                 ignore_merges: pre.ignore_merges,
@@ -364,7 +399,7 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
         other => Err(Error::Unsupported {
             device: "ggraph's tokenizer".into(),
             what: format!(
-                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece), 'gpt2' (BPE) and 'gemma4' vocabularies; give the prompt as token ids"
+                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece), 'gpt2' (BPE), 'gemma4' and 'bert' (WordPiece) vocabularies; give the prompt as token ids"
             ),
         }),
     }
@@ -442,7 +477,7 @@ impl Vocab {
         };
         one_per_token("tokenizer.ggml.token_type", types.map(<[i32]>::len), n)?;
         let merges: &[String] = match (&flags.kind, h.opt_array("tokenizer.ggml.merges")?) {
-            (VocabKind::Spm, _) => &[],
+            (VocabKind::Spm | VocabKind::Wpm(_), _) => &[],
             (VocabKind::Bpe(_), None) => {
                 return Err(vocab_error(
                     "a BPE vocabulary without 'tokenizer.ggml.merges'",
@@ -460,6 +495,13 @@ impl Vocab {
         };
         if let Some(p) = opt_bool(h, "tokenizer.ggml.add_space_prefix") {
             flags.add_space_prefix = p;
+        }
+        if let VocabKind::Wpm(opts) = &mut flags.kind {
+            // BERT's normaliser: letters lowercased and accents stripped
+            // where letters are, unless the file says otherwise
+            opts.lowercase = opt_bool(h, "tokenizer.ggml.normalizer.lowercase").unwrap_or(true);
+            opts.strip_accents =
+                opt_bool(h, "tokenizer.ggml.normalizer.strip_accents").unwrap_or(opts.lowercase);
         }
         let tokens: Vec<TokenData> = texts
             .into_iter()
@@ -566,6 +608,12 @@ impl Vocab {
             let merged = id_of(&[left, right]).unwrap_or(-1);
             merge_ranks.entry((l, r)).or_insert((rank as u32, merged));
         }
+        let max_token_len = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
+        if flags.add_sep && special.sep.is_none() {
+            return Err(vocab_error(
+                "the vocabulary adds a separator token but names none",
+            ));
+        }
         let mut v = Vocab {
             kind: flags.kind,
             tokens,
@@ -575,6 +623,8 @@ impl Vocab {
             eog: HashSet::new(),
             add_bos,
             add_eos,
+            add_sep: flags.add_sep,
+            max_token_len,
             add_space_prefix: flags.add_space_prefix,
             clean_spaces: flags.clean_spaces,
             ignore_merges: flags.ignore_merges,
@@ -712,6 +762,11 @@ impl Vocab {
     /// not always read back from its ids.
     pub fn cleans_spaces(&self) -> bool {
         self.clean_spaces
+    }
+
+    /// The bytes of the longest piece.
+    pub fn max_token_len(&self) -> usize {
+        self.max_token_len
     }
 
     /// Tokens in the vocabulary: ids are `0..n_tokens`.
