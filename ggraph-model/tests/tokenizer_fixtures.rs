@@ -31,7 +31,6 @@ const REAL_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// pre-tokenizers llama.cpp runs as hand-written splitters (Kimi K2,
 /// AFMoE, Tiny Aya).
 const NOT_TOKENISED: &[&str] = &[
-    "nomic-bert-moe",
     "llama-bpe-as-kimi-k2",
     "llama-bpe-as-afmoe",
     "llama-bpe-as-tiny_aya",

@@ -15,6 +15,7 @@ pub mod pretokenize;
 mod special;
 mod spm;
 mod text_index;
+mod ugm;
 mod vocab;
 mod wpm;
 
@@ -25,6 +26,7 @@ use crate::gguf::GgufHeader;
 pub use detokenize::StreamDecoder;
 pub use pretokenize::PreTokenizer;
 use special::Fragment;
+pub use ugm::UgmOptions;
 pub use vocab::{SpecialTokens, TokenAttr, Vocab, VocabKind};
 pub use wpm::WpmOptions;
 
@@ -129,6 +131,17 @@ impl Tokenizer {
                                 session.tokenize_word(v, pre, &word, &mut out);
                             }
                         }
+                        Fragment::Token(id) => out.push(*id),
+                    }
+                }
+            }
+            VocabKind::Ugm(_) => {
+                let model = v.unigram.as_ref().ok_or_else(|| {
+                    Error::InvalidArgument("a unigram vocabulary without its model".into())
+                })?;
+                for f in &frags {
+                    match f {
+                        Fragment::Text(r) => model.tokenize(v, &text[r.clone()], &mut out)?,
                         Fragment::Token(id) => out.push(*id),
                     }
                 }

@@ -10,6 +10,7 @@ use ggraph_core::error::{Error, Result};
 
 use super::pretokenize::PreTokenizer;
 use super::text_index::TextIndex;
+use super::ugm::{Ugm, UgmOptions};
 use super::wpm::WpmOptions;
 use crate::gguf::{ArrayValues, GgufHeader};
 
@@ -108,6 +109,9 @@ pub enum VocabKind {
     /// WordPiece (`bert`): BERT's normaliser, the longest pieces of each
     /// word.
     Wpm(WpmOptions),
+    /// SentencePiece's unigram model (`t5`): the file's character map,
+    /// the best-scoring split.
+    Ugm(UgmOptions),
 }
 
 #[derive(Clone, Debug)]
@@ -188,6 +192,8 @@ pub struct Vocab {
     pub add_sep: bool,
     /// The longest piece's bytes.
     max_token_len: usize,
+    /// The unigram model's tries and character map (a `t5` vocabulary).
+    pub(crate) unigram: Option<Ugm>,
     pub(crate) add_space_prefix: bool,
     pub(crate) clean_spaces: bool,
     pub(crate) ignore_merges: bool,
@@ -341,6 +347,22 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
         }),
         // llama.cpp's defaults for BERT vocabularies: [CLS] first, [SEP]
         // last; the normaliser's options come from the header
+        // llama.cpp's defaults for unigram vocabularies: EOS last, no BOS
+        "t5" => Ok(Flags {
+            kind: VocabKind::Ugm(UgmOptions::default()),
+            special: SpecialTokens {
+                eos: Some(1),
+                unk: Some(2),
+                pad: Some(0),
+                ..SpecialTokens::default()
+            },
+            add_bos: false,
+            add_eos: true,
+            add_sep: false,
+            add_space_prefix: false,
+            clean_spaces: false,
+            ignore_merges: false,
+        }),
         "bert" => Ok(Flags {
             kind: VocabKind::Wpm(WpmOptions {
                 lowercase: false,
@@ -399,7 +421,7 @@ fn flags_of(model: &str, pre: Option<&str>) -> Result<Flags> {
         other => Err(Error::Unsupported {
             device: "ggraph's tokenizer".into(),
             what: format!(
-                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece), 'gpt2' (BPE), 'gemma4' and 'bert' (WordPiece) vocabularies; give the prompt as token ids"
+                "'{other}' vocabularies (tokenizer.ggml.model): ggraph tokenises 'llama' (SentencePiece), 'gpt2' (BPE), 'gemma4', 'bert' (WordPiece) and 't5' (unigram) vocabularies; give the prompt as token ids"
             ),
         }),
     }
@@ -477,7 +499,7 @@ impl Vocab {
         };
         one_per_token("tokenizer.ggml.token_type", types.map(<[i32]>::len), n)?;
         let merges: &[String] = match (&flags.kind, h.opt_array("tokenizer.ggml.merges")?) {
-            (VocabKind::Spm | VocabKind::Wpm(_), _) => &[],
+            (VocabKind::Spm | VocabKind::Wpm(_) | VocabKind::Ugm(_), _) => &[],
             (VocabKind::Bpe(_), None) => {
                 return Err(vocab_error(
                     "a BPE vocabulary without 'tokenizer.ggml.merges'",
@@ -495,6 +517,24 @@ impl Vocab {
         };
         if let Some(p) = opt_bool(h, "tokenizer.ggml.add_space_prefix") {
             flags.add_space_prefix = p;
+        }
+        if let VocabKind::Ugm(opts) = &mut flags.kind {
+            let key = "tokenizer.ggml.precompiled_charsmap";
+            opts.charsmap = match h.opt_array(key)? {
+                None => Vec::new(),
+                Some(a) => match a.values() {
+                    Some(ArrayValues::U8(v)) => v.clone(),
+                    Some(ArrayValues::I8(v)) => v.iter().map(|&b| b as u8).collect(),
+                    _ => {
+                        return Err(vocab_error(format!(
+                            "'{key}' has type {}, expected array[uint8] or array[int8]",
+                            a.type_name()
+                        )));
+                    }
+                },
+            };
+            opts.remove_extra_whitespaces =
+                opt_bool(h, "tokenizer.ggml.remove_extra_whitespaces").unwrap_or(false);
         }
         if let VocabKind::Wpm(opts) = &mut flags.kind {
             // BERT's normaliser: letters lowercased and accents stripped
@@ -552,6 +592,9 @@ impl Vocab {
             .unwrap_or("")
             .to_lowercase();
         let mut v = Vocab::assemble(tokens, merges, flags, special, add_bos, add_eos)?;
+        if let VocabKind::Ugm(opts) = &v.kind {
+            v.unigram = Some(Ugm::new(&v, opts, v.add_space_prefix)?);
+        }
         if name.contains("phi-3") || name.contains("phi3") {
             v.strip_spaces_after_specials();
         }
@@ -625,6 +668,7 @@ impl Vocab {
             add_eos,
             add_sep: flags.add_sep,
             max_token_len,
+            unigram: None,
             add_space_prefix: flags.add_space_prefix,
             clean_spaces: flags.clean_spaces,
             ignore_merges: flags.ignore_merges,
@@ -764,6 +808,11 @@ impl Vocab {
         self.clean_spaces
     }
 
+    /// A piece's score (0 for an id outside the vocabulary).
+    pub(crate) fn score(&self, id: i32) -> f32 {
+        self.tokens.get(id as usize).map_or(0.0, |t| t.score)
+    }
+
     /// The bytes of the longest piece.
     pub fn max_token_len(&self) -> usize {
         self.max_token_len
@@ -853,8 +902,8 @@ pub(crate) mod tests {
 
     #[test]
     fn unknown_kinds_and_pre_tokenizers_are_refused() {
-        let e = flags_of("t5", None).err().unwrap().to_string();
-        assert!(e.contains("'t5'"), "{e}");
+        let e = flags_of("rwkv", None).err().unwrap().to_string();
+        assert!(e.contains("'rwkv'"), "{e}");
         let e = flags_of("gpt2", Some("no-such-pre"))
             .err()
             .unwrap()
