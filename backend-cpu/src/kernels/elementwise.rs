@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use ggraph_core::Result;
 use ggraph_core::ir::{BinaryOp, GluOp, UnaryOp};
 
+use super::convert;
 use super::isa::{Isa, active};
 use super::math;
 use super::parallel::par_ranges;
@@ -132,24 +133,50 @@ fn gelu_f32(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * inner).tanh())
 }
 
+/// `gelu_f32` of every f16 value, rounded to f16 (ggml's
+/// `ggml_table_gelu_f16`), made once.
+fn gelu_table() -> &'static [half::f16] {
+    static TABLE: OnceLock<Box<[half::f16]>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| half::f16::from_f32(gelu_f32(half::f16::from_bits(bits).to_f32())))
+            .collect()
+    })
+}
+
 /// GELU as ggml's CPU backend computes it (`GGML_GELU_FP16`): 0 at or
 /// below -10, `x` at or above 10, and between them the f16 table of
 /// `gelu_f32` at `x` rounded to f16.
 #[inline]
 pub fn gelu(x: f32) -> f32 {
-    static TABLE: OnceLock<Box<[half::f16]>> = OnceLock::new();
     if x <= -10.0 {
         return 0.0;
     }
     if x >= 10.0 {
         return x;
     }
-    let table = TABLE.get_or_init(|| {
-        (0..=u16::MAX)
-            .map(|bits| half::f16::from_f32(gelu_f32(half::f16::from_bits(bits).to_f32())))
-            .collect()
-    });
-    table[half::f16::from_f32(x).to_bits() as usize].to_f32()
+    gelu_table()[half::f16::from_f32(x).to_bits() as usize].to_f32()
+}
+
+/// [`gelu`] of a row in place, the f16 conversions vectorised: `half`
+/// holds the row's values as f16 on the way.
+fn gelu_row(x: &mut [f32], half: &mut [half::f16]) {
+    let table = gelu_table();
+    let half = &mut half[..x.len()];
+    convert::f32_to_f16(x, half);
+    for h in half.iter_mut() {
+        *h = table[h.to_bits() as usize];
+    }
+    let looked_up = &*half;
+    for (v, h) in x.iter_mut().zip(looked_up) {
+        *v = if *v <= -10.0 {
+            0.0
+        } else if *v >= 10.0 {
+            *v
+        } else {
+            h.to_f32()
+        };
+    }
 }
 
 pub fn unary_fn(u: UnaryOp) -> fn(f32) -> f32 {
@@ -193,6 +220,10 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
     let n0 = dst.ne[0];
     let na = a.ne[0];
     par_ranges(dst.nrows(), MIN_ROWS, |rows| {
+        let mut halves = match op {
+            GluOp::Geglu => vec![half::f16::ZERO; n0],
+            _ => Vec::new(),
+        };
         with_rows(na + 2 * n0, |buf| {
             let (x, rest) = buf.split_at_mut(na);
             let (g, out) = rest.split_at_mut(n0);
@@ -215,9 +246,9 @@ pub fn glu(dst: TRef, a: TRef, b: Option<TRef>, op: GluOp, swapped: bool) {
                         silu_in_place(out, Some(gs));
                     }
                     GluOp::Geglu => {
-                        for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
-                            *o = gelu(*xv) * gv;
-                        }
+                        out.copy_from_slice(xs);
+                        gelu_row(out, &mut halves);
+                        out.iter_mut().zip(gs).for_each(|(o, gv)| *o *= gv);
                     }
                     GluOp::SwigluOai { alpha, limit } => {
                         for ((o, xv), gv) in out.iter_mut().zip(xs).zip(gs) {
@@ -255,4 +286,27 @@ pub fn add_id(dst: TRef, a: TRef, b: TRef, ids: TRef) -> Result<()> {
         });
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row kernel takes every value as [`gelu`] does: every f16
+    /// value, the edges at ±10 and values between f16 steps.
+    #[test]
+    fn a_gelu_row_is_gelu_of_each_value() {
+        let mut xs: Vec<f32> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .filter(|x| !x.is_nan())
+            .collect();
+        xs.extend([-10.0, 10.0, -10.000001, 9.999999, 1.0e-3 / 3.0, -1.9994075]);
+        let want: Vec<f32> = xs.iter().map(|&x| gelu(x)).collect();
+        let mut got = xs.clone();
+        let mut halves = vec![half::f16::ZERO; got.len()];
+        gelu_row(&mut got, &mut halves);
+        for ((x, g), w) in xs.iter().zip(&got).zip(&want) {
+            assert_eq!(g.to_bits(), w.to_bits(), "gelu({x})");
+        }
+    }
 }
