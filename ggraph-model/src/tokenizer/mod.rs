@@ -26,9 +26,7 @@ use crate::gguf::GgufHeader;
 pub use detokenize::StreamDecoder;
 pub use pretokenize::PreTokenizer;
 use special::Fragment;
-pub use ugm::UgmOptions;
-pub use vocab::{SpecialTokens, TokenAttr, Vocab, VocabKind};
-pub use wpm::WpmOptions;
+pub use vocab::{SpecialTokens, TokenAttr, UgmOptions, Vocab, VocabKind, WpmOptions};
 
 /// A vocabulary ready to encode and decode.
 #[derive(Clone, Debug)]
@@ -39,6 +37,8 @@ pub struct Tokenizer {
     /// `i`'s is `pieces[piece_ends[i - 1]..piece_ends[i]]`.
     pieces: Vec<u8>,
     piece_ends: Vec<u32>,
+    /// The unigram model's tries (a `t5` vocabulary).
+    unigram: Option<ugm::Ugm>,
 }
 
 impl Tokenizer {
@@ -52,11 +52,16 @@ impl Tokenizer {
             detokenize::append_piece(&vocab, id, &mut pieces);
             piece_ends.push(pieces.len() as u32);
         }
+        let unigram = match &vocab.kind {
+            VocabKind::Ugm(opts) => Some(ugm::Ugm::new(&vocab, opts, vocab.add_space_prefix)),
+            _ => None,
+        };
         Tokenizer {
             vocab,
             specials,
             pieces,
             piece_ends,
+            unigram,
         }
     }
 
@@ -136,7 +141,7 @@ impl Tokenizer {
                 }
             }
             VocabKind::Ugm(_) => {
-                let model = v.unigram.as_ref().ok_or_else(|| {
+                let model = self.unigram.as_ref().ok_or_else(|| {
                     Error::InvalidArgument("a unigram vocabulary without its model".into())
                 })?;
                 for f in &frags {

@@ -8,17 +8,7 @@
 
 use ggraph_core::error::{Error, Result};
 
-use super::vocab::{TokenAttr, Vocab};
-
-/// The unigram model's options read from the header.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UgmOptions {
-    /// `tokenizer.ggml.precompiled_charsmap`: the normaliser's XCDA and
-    /// replacement strings (empty: no normalisation beyond spaces).
-    pub charsmap: Vec<u8>,
-    /// Runs of spaces become one (`tokenizer.ggml.remove_extra_whitespaces`).
-    pub remove_extra_whitespaces: bool,
-}
+use super::vocab::{TokenAttr, UgmOptions, Vocab};
 
 /// A byte trie (llama.cpp's `naive_trie`), nodes in one arena.
 #[derive(Clone, Debug, Default)]
@@ -99,28 +89,8 @@ fn charsmap_error(msg: &str) -> Error {
 }
 
 impl Ugm {
-    /// The model of vocabulary `v` with `opts`; a character map whose
-    /// sizes do not fit together is an error.
-    pub(crate) fn new(v: &Vocab, opts: &UgmOptions, add_space_prefix: bool) -> Result<Ugm> {
-        let (mut xcda, mut replacements) = (Vec::new(), Vec::new());
-        if !opts.charsmap.is_empty() {
-            let map = &opts.charsmap;
-            let size = map
-                .get(..4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-                .ok_or_else(|| charsmap_error("shorter than its size"))?;
-            if size + 4 >= map.len() || size % 4 != 0 {
-                return Err(charsmap_error(&format!(
-                    "an array of {size} bytes does not fit its {} bytes",
-                    map.len()
-                )));
-            }
-            xcda = map[4..4 + size]
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            replacements = map[4 + size..].to_vec();
-        }
+    /// The model of vocabulary `v` with `opts`.
+    pub(crate) fn new(v: &Vocab, opts: &UgmOptions, add_space_prefix: bool) -> Ugm {
         let mut pieces = Trie::new();
         let mut user_defined = Trie::new();
         let mut min_score = f32::MAX;
@@ -141,15 +111,15 @@ impl Ugm {
                 user_defined.insert(text, id);
             }
         }
-        Ok(Ugm {
+        Ugm {
             pieces,
             user_defined,
-            xcda,
-            replacements,
+            xcda: opts.xcda.clone(),
+            replacements: opts.replacements.clone(),
             unknown_score: (min_score - 10.0) as f64,
             remove_extra_whitespaces: opts.remove_extra_whitespaces,
             add_space_prefix,
-        })
+        }
     }
 
     /// The ids of `text` (a fragment between special tokens), appended.
@@ -341,23 +311,10 @@ mod tests {
     fn the_best_scoring_split_wins_and_unknown_runs_are_one_token() {
         // scores fall with the id: "▁ab" (3) beats "▁a" + "b" (4 + 6)
         let v = spm_vocab(&["<unk>", "<s>", "</s>", "▁ab", "▁a", "▁", "b"]);
-        let m = Ugm::new(&v, &UgmOptions::default(), true).unwrap();
+        let m = Ugm::new(&v, &UgmOptions::default(), true);
         assert_eq!(split(&v, &m, "ab"), [3]);
         assert_eq!(split(&v, &m, "ab b"), [3, 5, 6]);
         // "x" and "y" are no pieces: one unknown token for both
         assert_eq!(split(&v, &m, "abxy"), [3, 0]);
-    }
-
-    #[test]
-    fn a_character_map_that_does_not_fit_is_an_error() {
-        let v = spm_vocab(&["<unk>", "a"]);
-        for map in [vec![8u8, 0, 0], vec![255, 0, 0, 0, 1, 2]] {
-            let opts = UgmOptions {
-                charsmap: map,
-                remove_extra_whitespaces: false,
-            };
-            let e = Ugm::new(&v, &opts, false).unwrap_err().to_string();
-            assert!(e.contains("precompiled_charsmap"), "{e}");
-        }
     }
 }

@@ -10,8 +10,6 @@ use ggraph_core::error::{Error, Result};
 
 use super::pretokenize::PreTokenizer;
 use super::text_index::TextIndex;
-use super::ugm::{Ugm, UgmOptions};
-use super::wpm::WpmOptions;
 use crate::gguf::{ArrayValues, GgufHeader};
 
 /// The hash of a pair of token ids: a multiply per id (FxHash's), as
@@ -94,6 +92,63 @@ impl TokenAttr {
     /// These attributes less those of `other`.
     pub fn without(self, other: TokenAttr) -> TokenAttr {
         TokenAttr(self.0 & !other.0)
+    }
+}
+
+/// BERT's normaliser options (`tokenizer.ggml.normalizer.*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WpmOptions {
+    /// Letters lowercased (`lowercase`, true when absent).
+    pub lowercase: bool,
+    /// Accents stripped: each character decomposed (its first NFD
+    /// character kept) and marks dropped (`strip_accents`, else as
+    /// `lowercase`).
+    pub strip_accents: bool,
+}
+
+/// SentencePiece's unigram options read from the header: the
+/// normaliser's character map (`tokenizer.ggml.precompiled_charsmap`,
+/// checked and split into its XOR-compressed double array and the
+/// replacement strings after it) and its space rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UgmOptions {
+    /// The map's XCDA entries (empty: no normalisation beyond spaces).
+    pub xcda: Vec<u32>,
+    /// The NUL-terminated replacements the entries point into.
+    pub replacements: Vec<u8>,
+    /// Runs of spaces become one (`tokenizer.ggml.remove_extra_whitespaces`).
+    pub remove_extra_whitespaces: bool,
+}
+
+impl UgmOptions {
+    /// The options of a character map as the file holds it: its array's
+    /// byte size, the array, the strings; sizes that do not fit are an
+    /// error.
+    fn from_charsmap(map: &[u8], remove_extra_whitespaces: bool) -> Result<UgmOptions> {
+        let key = "'tokenizer.ggml.precompiled_charsmap'";
+        let mut opts = UgmOptions {
+            remove_extra_whitespaces,
+            ..UgmOptions::default()
+        };
+        if map.is_empty() {
+            return Ok(opts);
+        }
+        let size = map
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| vocab_error(format!("{key} is shorter than its size")))?;
+        if size.saturating_add(4) >= map.len() || size % 4 != 0 {
+            return Err(vocab_error(format!(
+                "{key}: an array of {size} bytes does not fit its {} bytes",
+                map.len()
+            )));
+        }
+        opts.xcda = map[4..4 + size]
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        opts.replacements = map[4 + size..].to_vec();
+        Ok(opts)
     }
 }
 
@@ -192,8 +247,6 @@ pub struct Vocab {
     pub add_sep: bool,
     /// The longest piece's bytes.
     max_token_len: usize,
-    /// The unigram model's tries and character map (a `t5` vocabulary).
-    pub(crate) unigram: Option<Ugm>,
     pub(crate) add_space_prefix: bool,
     pub(crate) clean_spaces: bool,
     pub(crate) ignore_merges: bool,
@@ -520,7 +573,7 @@ impl Vocab {
         }
         if let VocabKind::Ugm(opts) = &mut flags.kind {
             let key = "tokenizer.ggml.precompiled_charsmap";
-            opts.charsmap = match h.opt_array(key)? {
+            let map = match h.opt_array(key)? {
                 None => Vec::new(),
                 Some(a) => match a.values() {
                     Some(ArrayValues::U8(v)) => v.clone(),
@@ -533,8 +586,8 @@ impl Vocab {
                     }
                 },
             };
-            opts.remove_extra_whitespaces =
-                opt_bool(h, "tokenizer.ggml.remove_extra_whitespaces").unwrap_or(false);
+            let remove = opt_bool(h, "tokenizer.ggml.remove_extra_whitespaces").unwrap_or(false);
+            *opts = UgmOptions::from_charsmap(&map, remove)?;
         }
         if let VocabKind::Wpm(opts) = &mut flags.kind {
             // BERT's normaliser: letters lowercased and accents stripped
@@ -592,9 +645,6 @@ impl Vocab {
             .unwrap_or("")
             .to_lowercase();
         let mut v = Vocab::assemble(tokens, merges, flags, special, add_bos, add_eos)?;
-        if let VocabKind::Ugm(opts) = &v.kind {
-            v.unigram = Some(Ugm::new(&v, opts, v.add_space_prefix)?);
-        }
         if name.contains("phi-3") || name.contains("phi3") {
             v.strip_spaces_after_specials();
         }
@@ -668,7 +718,6 @@ impl Vocab {
             add_eos,
             add_sep: flags.add_sep,
             max_token_len,
-            unigram: None,
             add_space_prefix: flags.add_space_prefix,
             clean_spaces: flags.clean_spaces,
             ignore_merges: flags.ignore_merges,
@@ -898,6 +947,25 @@ pub(crate) mod tests {
         assert!(v.is_eog(4), "<|im_end|> by its text");
         assert_eq!(v.special.eot, Some(4));
         assert!(!v.is_eog(3));
+    }
+
+    #[test]
+    fn a_character_map_that_does_not_fit_is_an_error() {
+        for map in [
+            vec![8u8, 0, 0],
+            vec![255, 0, 0, 0, 1, 2],
+            vec![4, 0, 0, 0, 1, 2, 3],
+        ] {
+            let e = UgmOptions::from_charsmap(&map, false)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("precompiled_charsmap"), "{e}");
+        }
+        let ok = UgmOptions::from_charsmap(&[4, 0, 0, 0, 1, 2, 3, 4, b'a', 0], false).unwrap();
+        assert_eq!(
+            (ok.xcda, ok.replacements),
+            (vec![0x0403_0201], b"a\0".to_vec())
+        );
     }
 
     #[test]

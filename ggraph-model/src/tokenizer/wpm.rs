@@ -11,18 +11,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use unicode_normalization::UnicodeNormalization;
 
-use super::vocab::Vocab;
-
-/// BERT's normaliser options (`tokenizer.ggml.normalizer.*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WpmOptions {
-    /// Letters lowercased (`lowercase`, true when absent).
-    pub lowercase: bool,
-    /// Accents stripped: each character decomposed (its first NFD
-    /// character kept) and marks dropped (`strip_accents`, else as
-    /// `lowercase`).
-    pub strip_accents: bool,
-}
+use super::vocab::{Vocab, WpmOptions};
 
 /// The ids of `text` (a fragment between special tokens), appended.
 pub(crate) fn tokenize(v: &Vocab, opts: WpmOptions, text: &str, out: &mut Vec<i32>) {
