@@ -47,7 +47,13 @@ pub(crate) fn tokenize(v: &Vocab, opts: WpmOptions, text: &str, out: &mut Vec<i3
 
 /// The words of `text` as llama.cpp's `preprocess` splits them.
 fn words(text: &str, opts: WpmOptions) -> Vec<String> {
-    let mut words = vec![String::new()];
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut flush = |word: &mut String| {
+        if !word.is_empty() {
+            words.push(std::mem::take(word));
+        }
+    };
     for c in text.chars() {
         let c = if opts.strip_accents {
             c.to_string().nfd().next().unwrap_or(c)
@@ -55,9 +61,7 @@ fn words(text: &str, opts: WpmOptions) -> Vec<String> {
             c
         };
         if c.is_whitespace() {
-            if !words.last().is_some_and(String::is_empty) {
-                words.push(String::new());
-            }
+            flush(&mut word);
             continue;
         }
         let class = Class::of(c);
@@ -74,21 +78,15 @@ fn words(text: &str, opts: WpmOptions) -> Vec<String> {
         let alone = class == Class::Punctuation
             || (class == Class::Symbol && (c as u32) < 0x7F)
             || is_chinese(c as u32);
-        let last = words.last_mut().expect("words starts with one");
         if alone {
-            if !last.is_empty() {
-                words.push(String::new());
-            }
-            words.last_mut().expect("just pushed").push(c);
-            words.push(String::new());
+            flush(&mut word);
+            word.push(c);
+            flush(&mut word);
         } else {
-            last.push(c);
+            word.push(c);
         }
     }
-    if words.last().is_some_and(String::is_empty) {
-        words.pop();
-    }
-    words.retain(|w| !w.is_empty());
+    flush(&mut word);
     words
 }
 
@@ -111,6 +109,8 @@ impl Class {
     fn of(c: char) -> Class {
         static CLASSES: OnceLock<[(Regex, Class); 4]> = OnceLock::new();
         let classes = CLASSES.get_or_init(|| {
+            // the patterns are constants the regex crate accepts (the
+            // unit tests run every one): a failure is a bug, not input
             let re = |p: &str| Regex::new(p).expect("a valid Unicode class");
             [
                 (re(r"^\p{P}$"), Class::Punctuation),
