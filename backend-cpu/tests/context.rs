@@ -276,10 +276,10 @@ fn the_k_shift_uses_the_models_rope_frequency_factors() {
 
 /// Layer 0's K of `n` cells from `first`, as f32.
 fn k_rows(ctx: &Context, first: usize, n: usize) -> Vec<f32> {
-    let t = ctx.memory().main().layout().k_type;
+    let t = ctx.memory().main().unwrap().layout().k_type;
     let n_embd_kv = ctx.model().config.n_embd_kv();
     let row = t.row_size(n_embd_kv).unwrap();
-    let k = &ctx.memory().main().layer(0).unwrap().k;
+    let k = &ctx.memory().main().unwrap().layer(0).unwrap().k;
     let mut bytes = vec![0u8; row * n];
     k.buffer
         .read(k.offset + (row * first) as u64, &mut bytes)

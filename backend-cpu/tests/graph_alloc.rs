@@ -98,10 +98,10 @@ fn a_llama_model_runs_in_planned_memory_and_matches_the_reference() {
         g.write_bytes(*id, bytes).unwrap();
     }
     exec::compute_on(cpu.as_ref(), &g).unwrap();
-    let got = g.read_f32(lg.logits).unwrap();
+    let got = g.read_f32(lg.logits.unwrap()).unwrap();
     let want = ggraph_conformance::reference::evaluate(&g, |id| Ok(data[&id].clone()))
         .unwrap()
-        .values(lg.logits);
+        .values(lg.logits.unwrap());
     let e = ggraph_conformance::nmse(&got, &want);
     // Q8_0 weights: the CPU quantises activations to 8 bits as ggml does,
     // so the bound is the conformance suite's for quantised weights

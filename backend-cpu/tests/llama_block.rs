@@ -38,9 +38,9 @@ fn run(
         graph.write_bytes(*id, bytes).unwrap();
     }
     exec::compute_on(device.as_ref(), &graph).unwrap();
-    let got = graph.read_f32(lg.logits).unwrap();
+    let got = graph.read_f32(lg.logits.unwrap()).unwrap();
     let ev = reference::evaluate(&graph, |id| Ok(data[&id].clone())).unwrap();
-    let want = ev.values(lg.logits);
+    let want = ev.values(lg.logits.unwrap());
     assert_eq!(got.len(), config.n_vocab * shape.n_outputs);
     (nmse(&got, &want), got)
 }

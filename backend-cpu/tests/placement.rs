@@ -417,7 +417,15 @@ fn the_kv_cache_follows_its_layer_or_stays_on_the_host_without_offload_kqv() {
             .collect();
         let mut ctx = Context::new(Arc::new(m), params()).unwrap();
         let cache_bt: Vec<String> = (0..n_layer)
-            .map(|il| ctx.memory().main().layer(il).unwrap().buffer_type.clone())
+            .map(|il| {
+                ctx.memory()
+                    .main()
+                    .unwrap()
+                    .layer(il)
+                    .unwrap()
+                    .buffer_type
+                    .clone()
+            })
             .collect();
         if offload_kqv {
             assert_eq!(cache_bt, layer_bt, "each layer's cache on its device");

@@ -76,7 +76,11 @@ fn run(
         }
     }
     sched.compute().unwrap();
-    let logits = sched.graph().unwrap().read_f32(f.lg.logits).unwrap();
+    let logits = sched
+        .graph()
+        .unwrap()
+        .read_f32(f.lg.logits.unwrap())
+        .unwrap();
     Run {
         sched,
         logits,
@@ -525,7 +529,13 @@ fn pipeline_depths_2_to_4_give_the_outputs_of_depth_1_run_after_run() {
             let toks: Vec<i32> = (0..6).map(|i| (i * 7 + step * 13) % 97).collect();
             r.sched.graph().unwrap().write_i32(tokens, &toks).unwrap();
             r.sched.compute().unwrap();
-            per_run.push(r.sched.graph().unwrap().read_f32(f.lg.logits).unwrap());
+            per_run.push(
+                r.sched
+                    .graph()
+                    .unwrap()
+                    .read_f32(f.lg.logits.unwrap())
+                    .unwrap(),
+            );
         }
         assert!(r.sched.stats().graph_reuses >= 5);
         (per_run, r.sched.splits().len())

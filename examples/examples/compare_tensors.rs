@@ -16,7 +16,8 @@
 //! ```
 //!
 //! `--out OURS` also writes ggraph's tensors to the directory OURS, as
-//! `tensors` writes llama.cpp's.
+//! `tensors` writes llama.cpp's. `--embeddings` computes embeddings (an
+//! encoder's, pooled as the model says), as `tensors ... embd` does.
 //!
 //! `GGRAPH_CPU_ISA` and `GGRAPH_CPU_REPACK=0` choose ggraph's CPU path as
 //! they do for the tools.
@@ -82,6 +83,7 @@ impl EvalCallback for Observed {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flash = args.iter().any(|a| a == "--flash");
+    let embeddings = args.iter().any(|a| a == "--embeddings");
     let out_dir = args
         .iter()
         .position(|a| a == "--out")
@@ -123,6 +125,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
             k_type: DType::F16,
             v_type: DType::F16,
+            embeddings,
             ..ContextParams::default()
         },
     )?;

@@ -8,7 +8,10 @@
 
 use std::sync::Arc;
 
-use crate::arch::{Attention, GraphInputs, ModelGraph, build_graph};
+use crate::arch::{
+    Attention, GraphInputs, ModelGraph, PoolShape, Pooling, build_graph, mean_weights, picked_rows,
+    pooled_seqs,
+};
 use crate::batch::{Batch, SaneBatch, UbatchSplit, sanitize, split};
 use crate::kv::{SeqId, TokenPlace};
 use crate::loaded::{LoadMode, Model};
@@ -48,9 +51,14 @@ pub struct ContextParams {
     /// (ggml's op offload).
     pub offload_policy: OffloadPolicy,
     /// Also keep the embeddings of the output tokens: the output norm's
-    /// result, n_embd values per token (llama.cpp's embeddings, without
-    /// pooling).
+    /// result, n_embd values per token (llama.cpp's embeddings), or with
+    /// pooling one vector per sequence ([`Context::embeddings_seq`]).
+    /// Always on for a model without logits (an encoder).
     pub embeddings: bool,
+    /// How embeddings are pooled (llama.cpp's `pooling_type`); None: the
+    /// model's own (`{arch}.pooling_type`). Pooled embeddings are computed
+    /// instead of logits, from every token of the batch.
+    pub pooling: Option<Pooling>,
     /// Sliding-window layers keep every cell, in the main cache (llama.cpp's
     /// `--swa-full`); else they have a cache of their own, of the window
     /// times the sequences plus a ubatch, whose cells out of the window are
@@ -73,6 +81,7 @@ impl Default for ContextParams {
             n_copies: 1,
             offload_policy: OffloadPolicy::Device,
             embeddings: false,
+            pooling: None,
             swa_full: false,
         }
     }
@@ -151,12 +160,14 @@ struct GraphKey {
     /// Sequences of the ubatch, for the recurrent layers (1 without).
     n_seqs: usize,
     embeddings: bool,
+    /// Sequences pooled (0: not pooled).
+    n_pooled: usize,
 }
 
 struct Built {
     key: GraphKey,
     inputs: GraphInputs,
-    logits: ggraph_core::ir::TensorId,
+    logits: Option<ggraph_core::ir::TensorId>,
     embeddings: ggraph_core::ir::TensorId,
 }
 
@@ -210,6 +221,8 @@ pub struct Context {
     embeddings: Vec<f32>,
     /// Batch index of each logits (and embeddings) row.
     output_ids: Vec<usize>,
+    /// Pooled embeddings of the last decode, per sequence.
+    pooled: Vec<(SeqId, Vec<f32>)>,
     stats: ContextStats,
 }
 
@@ -217,8 +230,10 @@ impl Context {
     /// A context over `model`: the cache on each layer's KV device, the
     /// scheduler over the model's devices then the CPU, and the compute
     /// memory reserved for the worst-case ubatch.
-    pub fn new(model: Arc<Model>, params: ContextParams) -> Result<Context> {
+    pub fn new(model: Arc<Model>, mut params: ContextParams) -> Result<Context> {
         let c = &model.config;
+        // a model without logits computes nothing else
+        params.embeddings |= c.arch.encoder;
         if params.n_ubatch == 0 || params.n_batch == 0 || params.n_ctx == 0 {
             return Err(Error::InvalidArgument(
                 "n_ctx, n_batch and n_ubatch must be positive".into(),
@@ -271,17 +286,37 @@ impl Context {
             logits: Vec::new(),
             embeddings: Vec::new(),
             output_ids: Vec::new(),
+            pooled: Vec::new(),
             stats: ContextStats::default(),
         };
+        let n_worst = match ctx.memory.keeps_nothing() {
+            true => ctx.params.n_ubatch,
+            false => ctx.params.n_ubatch.min(ctx.params.n_ctx),
+        };
+        let pooled = ctx.pooling().pools();
         let worst = ctx.build(GraphKey {
-            n_tokens: ctx.params.n_ubatch.min(ctx.params.n_ctx),
-            n_outputs: ctx.params.n_ubatch.min(ctx.params.n_ctx),
+            n_tokens: n_worst,
+            n_outputs: n_worst,
             n_kv: ctx.memory.n_kv_max(),
             n_seqs: 1,
             embeddings: ctx.params.embeddings,
+            n_pooled: if pooled {
+                ctx.params.n_seq_max.min(n_worst)
+            } else {
+                0
+            },
         })?;
         ctx.sched.reserve(worst.graph)?;
         Ok(ctx)
+    }
+
+    /// How the embeddings are pooled: the context's pooling or the
+    /// model's, with `params.embeddings`; [`Pooling::None`] without.
+    pub fn pooling(&self) -> Pooling {
+        match self.params.embeddings {
+            true => self.params.pooling.unwrap_or(self.model.config.pooling),
+            false => Pooling::None,
+        }
     }
 
     /// The model it decodes (shared: several contexts may use one model).
@@ -352,10 +387,17 @@ impl Context {
                 self.params.attention,
             )
             .with_ctx_per_seq(self.n_ctx_seq());
+        let shape = match key.n_pooled {
+            0 => shape,
+            n_seqs => shape.with_pooling(PoolShape {
+                pooling: self.pooling(),
+                n_seqs,
+            }),
+        };
         let model = self.model.clone();
         let mut source = self.memory.source();
         let mut lg = build_graph(&model.config, &shape, &mut &*model, &mut source)?;
-        if key.embeddings {
+        if key.embeddings && lg.logits.is_some() {
             // kept, not overwritten by later nodes, to be read back
             lg.graph.set_output(lg.embeddings)?;
         }
@@ -372,6 +414,7 @@ impl Context {
             n_kv: self.memory.n_kv_clamped(n_kv, n_tokens),
             n_seqs: 1,
             embeddings: self.params.embeddings,
+            n_pooled: if self.pooling().pools() { 1 } else { 0 },
         };
         let lg = self.build(key)?;
         self.built = None;
@@ -412,9 +455,22 @@ impl Context {
         self.embeddings.get(row * n..(row + 1) * n)
     }
 
+    /// The pooled embedding of sequence `s` in the last decode (with
+    /// `params.embeddings` and a pooling): n_embd values, or a reranker's
+    /// `n_cls_out` scores.
+    pub fn embeddings_seq(&self, s: SeqId) -> Option<&[f32]> {
+        self.pooled
+            .iter()
+            .find(|(id, _)| *id == s)
+            .map(|(_, v)| v.as_slice())
+    }
+
     /// Decodes a batch: the cache grows by its tokens and the logits (and
     /// with `params.embeddings` the embeddings) of its output tokens are
-    /// kept.
+    /// kept. With pooling, every token counts as an output and each
+    /// sequence's pooled embedding is kept instead of logits. A model that
+    /// keeps no memory takes a batch of at most `n_ubatch` tokens, which
+    /// is one ubatch, and keeps nothing of it.
     ///
     /// Memory a device lost since the last decode (a remote server that
     /// restarted) is restored first when only weights and compute memory
@@ -444,11 +500,23 @@ impl Context {
             UbatchSplit::Simple if self.memory.needs_equal_split() => UbatchSplit::Equal,
             how => how,
         };
+        if self.memory.keeps_nothing() && batch.tokens.len() > self.params.n_ubatch {
+            return Err(DecodeError::InvalidBatch(Error::InvalidArgument(format!(
+                "batch of {} tokens; a {} model sees a batch at once, in one ubatch of at most \
+                 n_ubatch {} tokens",
+                batch.tokens.len(),
+                self.model.config.arch.name,
+                self.params.n_ubatch
+            ))));
+        }
         let ubatches =
             split(&sane, self.params.n_ubatch, how).map_err(DecodeError::InvalidBatch)?;
+        self.check_pooled_split(&sane, &ubatches)
+            .map_err(DecodeError::InvalidBatch)?;
         self.logits.clear();
         self.embeddings.clear();
         self.output_ids.clear();
+        self.pooled.clear();
         if self.memory.has_shift() {
             self.apply_shift().map_err(DecodeError::Compute)?;
         }
@@ -456,6 +524,30 @@ impl Context {
             self.decode_ubatch(&sane, &ub)?;
         }
         self.outputs_in_batch_order();
+        Ok(())
+    }
+
+    /// Pooling a sequence's mean or first token needs all of it in one
+    /// ubatch (the last token's row may come from the last ubatch).
+    fn check_pooled_split(&self, batch: &SaneBatch, ubatches: &[Vec<usize>]) -> Result<()> {
+        let pooling = self.pooling();
+        if !pooling.pools() || pooling == Pooling::Last || ubatches.len() < 2 {
+            return Ok(());
+        }
+        let seqs_of = |ub: &Vec<usize>| ub.iter().fold(0u64, |a, &i| a | batch.places[i].seqs);
+        let mut seen = 0u64;
+        for ub in ubatches {
+            let seqs = seqs_of(ub);
+            if let Some(s) = (0..64).find(|s| (seen & seqs) >> s & 1 == 1) {
+                return Err(Error::InvalidArgument(format!(
+                    "sequence {s} spans several ubatches of at most n_ubatch {} tokens; {} \
+                     pooling needs each sequence in one",
+                    self.params.n_ubatch,
+                    pooling.name()
+                )));
+            }
+            seen |= seqs;
+        }
         Ok(())
     }
 
@@ -545,13 +637,19 @@ impl Context {
         places: &[TokenPlace],
         placement: &MemoryPlacement,
     ) -> std::result::Result<(), DecodeError> {
-        let outputs: Vec<usize> = ub.iter().copied().filter(|&i| batch.outputs[i]).collect();
+        let pooling = self.pooling();
+        let outputs: Vec<usize> = match pooling.pools() {
+            true => ub.to_vec(),
+            false => ub.iter().copied().filter(|&i| batch.outputs[i]).collect(),
+        };
+        let seqs = pooled_seqs(places);
         let key = GraphKey {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
             n_kv: self.memory.n_kv(self.params.n_kv_pad, ub.len()),
             n_seqs: placement.n_seqs(),
             embeddings: self.params.embeddings,
+            n_pooled: if pooling.pools() { seqs.len() } else { 0 },
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
             self.stats.graphs_reused += 1;
@@ -599,12 +697,26 @@ impl Context {
         let v = self.model.config.n_vocab;
         // a ubatch without outputs computed one row it does not keep
         let rows = if outputs.is_empty() { 0 } else { outputs.len() };
-        if rows > 0 {
+        if pooling.pools() {
+            let e = g.read_f32(built.embeddings).map_err(DecodeError::Compute)?;
+            let width = e.len() / seqs.len().max(1);
+            for (k, &s) in seqs.iter().enumerate() {
+                let row = e[k * width..(k + 1) * width].to_vec();
+                match self.pooled.iter_mut().find(|(id, _)| *id == s) {
+                    Some((_, v)) => *v = row,
+                    None => self.pooled.push((s, row)),
+                }
+            }
+            self.stats.ubatches += 1;
+            self.stats.tokens += ub.len() as u64;
+            return Ok(());
+        }
+        if let (Some(logits), true) = (built.logits, rows > 0) {
             // straight into the kept logits: their memory is reused from
             // token to token
             let start = self.logits.len();
             self.logits.resize(start + rows * v, 0.0);
-            if let Err(e) = g.read_f32_into(built.logits, &mut self.logits[start..]) {
+            if let Err(e) = g.read_f32_into(logits, &mut self.logits[start..]) {
                 self.logits.truncate(start);
                 return Err(DecodeError::Compute(e));
             }
@@ -666,6 +778,17 @@ impl Context {
                     .collect()
             };
             g.write_i32(o, &rows)?;
+        }
+        let pooling = &inputs.pooling;
+        if pooling.mean.is_some() || pooling.rows.is_some() {
+            let seqs = pooled_seqs(places);
+            if let Some(m) = pooling.mean {
+                g.write_f32(m, &mean_weights(places, &seqs))?;
+            }
+            if let Some(r) = pooling.rows {
+                let causal = self.model.config.causal;
+                g.write_i32(r, &picked_rows(places, &seqs, self.pooling(), causal))?;
+            }
         }
         Ok(())
     }

@@ -131,9 +131,10 @@ pub(crate) fn tokenizer_of(metadata: Option<&GgufHeader>) -> Result<Tokenizer> {
 }
 
 /// `tensors` with the output matrix a model with tied embeddings reads:
-/// a copy of the token embeddings named `output.weight`.
-fn with_output_copy(mut tensors: Vec<TensorSpec>) -> Vec<TensorSpec> {
-    let has_output = tensors.iter().any(|t| t.name == OUTPUT);
+/// a copy of the token embeddings named `output.weight` (none for an
+/// encoder, which has no output layer).
+fn with_output_copy(config: &ModelConfig, mut tensors: Vec<TensorSpec>) -> Vec<TensorSpec> {
+    let has_output = config.arch.encoder || tensors.iter().any(|t| t.name == OUTPUT);
     if let Some(embd) = tensors.iter().find(|t| t.name == EMBEDDINGS)
         && !has_output
     {
@@ -184,7 +185,7 @@ impl ModelDesc {
                 .iter()
                 .map(|t| (t.name.as_str(), t.shape.as_slice())),
         )?;
-        let tensors = with_output_copy(tensors);
+        let tensors = with_output_copy(&config, tensors);
         let data = match file {
             Some(f) if f.has_data() => WeightData::File(f),
             _ => WeightData::None,
@@ -230,7 +231,7 @@ impl ModelDesc {
                 }
             })
             .collect();
-        let tensors = with_output_copy(tensors);
+        let tensors = with_output_copy(&config, tensors);
         Ok(ModelDesc {
             config,
             tensors,

@@ -2,7 +2,7 @@
 //! reads, a vocabulary, and the tensors' bytes. Used to make small
 //! random-weight models for tests and benches.
 
-use super::arch::ModelConfig;
+use super::arch::{ModelConfig, Pooling};
 use super::desc::ModelDesc;
 use super::gguf::{ArrayValues, GgmlType, GgufHeader, GgufWriter, Value};
 use ggraph_core::error::{Error, Result};
@@ -155,6 +155,15 @@ fn head_count_kv(c: &ModelConfig) -> Value {
     }
 }
 
+/// `context_length`: the learned positions of an encoder, else the
+/// context the rope was trained for.
+fn context_length(c: &ModelConfig) -> usize {
+    match c.arch.encoder {
+        true => c.n_ctx_train,
+        false => c.n_ctx_orig,
+    }
+}
+
 /// `feed_forward_length`: one number, or one per layer where the widths
 /// differ.
 fn feed_forward_length(c: &ModelConfig) -> Value {
@@ -188,20 +197,35 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
         // model is named "phi3" as phi-3's (and then wants its special tokens)
         .kv("general.name", "ggraph random weights")
         .kv(key("block_count"), u(c.n_layer))
-        .kv(key("context_length"), u(c.n_ctx_orig))
+        .kv(key("context_length"), u(context_length(c)))
         .kv(key("embedding_length"), u(c.n_embd))
         .kv(key("feed_forward_length"), feed_forward_length(c))
         .kv(key("attention.head_count"), u(c.n_head))
         .kv(key("attention.head_count_kv"), head_count_kv(c))
         .kv(key("attention.key_length"), u(c.head_dim))
         .kv(key("attention.value_length"), u(c.head_dim))
-        .kv(
-            key("attention.layer_norm_rms_epsilon"),
-            Value::F32(c.rms_eps),
-        )
         .kv(key("rope.freq_base"), Value::F32(c.rope_freq_base))
         .kv(key("rope.dimension_count"), u(c.n_rot))
         .kv(key("vocab_size"), u(c.n_vocab));
+    match c.arch.encoder {
+        true => w
+            .kv(key("attention.layer_norm_epsilon"), Value::F32(c.norm_eps))
+            .kv("tokenizer.ggml.token_type_count", u(c.n_token_types)),
+        false => w.kv(
+            key("attention.layer_norm_rms_epsilon"),
+            Value::F32(c.rms_eps),
+        ),
+    };
+    if !c.causal {
+        w.kv(key("attention.causal"), Value::Bool(false));
+    }
+    if c.pooling.pools() {
+        let n = Pooling::ALL
+            .iter()
+            .position(|&p| p == c.pooling)
+            .unwrap_or(0);
+        w.kv(key("pooling_type"), u(n));
+    }
     if c.rope_attn_factor != 1.0 {
         w.kv(
             key("rope.scaling.attn_factor"),

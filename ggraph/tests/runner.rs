@@ -104,7 +104,7 @@ fn reference_logits(file: &ModelFile, desc: &ModelDesc, prompt: &[i32]) -> Vec<f
         quant::quantize(DType::F32, &values)
     })
     .unwrap();
-    let all = ev.values(lg.logits);
+    let all = ev.values(lg.logits.unwrap());
     all[all.len() - desc.config.n_vocab..].to_vec()
 }
 

@@ -27,14 +27,14 @@ fn run(device: Arc<dyn Device>, config: &ModelConfig, shape: BuildShape, weights
         graph.write_bytes(*id, bytes).unwrap();
     }
     exec::compute_on(device.as_ref(), &graph).unwrap();
-    let got = graph.read_f32(lg.logits).unwrap();
+    let got = graph.read_f32(lg.logits.unwrap()).unwrap();
     let ev = reference::evaluate(&graph, |id| Ok(data[&id].clone())).unwrap();
     assert_eq!(got.len(), config.n_vocab * shape.n_outputs);
     assert!(
         got.iter().any(|v| v.abs() > 0.1),
         "logits are not trivially zero"
     );
-    nmse(&got, &ev.values(lg.logits))
+    nmse(&got, &ev.values(lg.logits.unwrap()))
 }
 
 fn no_cache(n_tokens: usize, attention: Attention) -> BuildShape {

@@ -55,14 +55,32 @@ pub fn rms_norm(dst: TRef, a: TRef, eps: f32) {
     });
 }
 
+/// LayerNorm without its weight, in ggml's arithmetic (its AVX2 build's
+/// `ggml_vec_cvar_f32`): the mean of the f64 sum rounded to f32, each
+/// value minus the mean in f32, the squares of each group of eight summed
+/// as its horizontal add pairs them and added in f64, the rest one by one,
+/// and every value times the f32 `1 / sqrt(variance + eps)`.
 pub fn norm(dst: TRef, a: TRef, eps: f32) {
     rows(dst, a, |x, _| {
-        let n = x.len() as f64;
-        let mean = lane_sum(x, |v| v) / n;
-        let var = lane_sum(x, |v| (v - mean) * (v - mean)) / n;
-        let s = 1.0 / (var + eps as f64).sqrt();
-        x.iter_mut()
-            .for_each(|v| *v = ((*v as f64 - mean) * s) as f32);
+        let n = x.len();
+        let sum: f64 = x.iter().map(|&v| f64::from(v)).sum();
+        let mean = sum as f32 / n as f32;
+        let whole = n - n % 8;
+        let (groups, rest) = x.split_at_mut(whole);
+        let mut var = 0f64;
+        for g in groups.chunks_exact_mut(8) {
+            g.iter_mut().for_each(|v| *v -= mean);
+            let sq: [f32; 8] = std::array::from_fn(|i| g[i] * g[i]);
+            let pairs: [f32; 4] = std::array::from_fn(|i| sq[i + 4] + sq[i]);
+            var += f64::from((pairs[0] + pairs[2]) + (pairs[1] + pairs[3]));
+        }
+        for v in rest {
+            *v -= mean;
+            var += f64::from(*v * *v);
+        }
+        let variance = (var / n as f64) as f32;
+        let scale = 1.0 / (variance + eps).sqrt();
+        x.iter_mut().for_each(|v| *v *= scale);
     });
 }
 

@@ -54,6 +54,26 @@ impl TRef {
         self.nb[0] == self.dtype.type_size() || self.ne[0] <= 1
     }
 
+    /// Whether the values lie side by side in ggml's order, every
+    /// dimension right after the one before (dimensions of one element
+    /// aside), as `ggml_is_contiguous` says.
+    pub fn is_contiguous(&self) -> bool {
+        let (blck, ts) = (self.dtype.block_size(), self.dtype.type_size());
+        if self.ne[0] != blck && self.nb[0] != ts {
+            return false;
+        }
+        let mut next = ts * self.ne[0] / blck;
+        for i in 1..4 {
+            if self.ne[i] != 1 {
+                if self.nb[i] != next {
+                    return false;
+                }
+                next *= self.ne[i];
+            }
+        }
+        true
+    }
+
     /// (i1, i2, i3) of row `r`.
     #[inline]
     pub fn row_coords(&self, r: usize) -> (usize, usize, usize) {
@@ -222,5 +242,31 @@ pub unsafe fn write_scalar(dtype: DType, p: *mut u8, v: f32) {
             DType::I32 => (p as *mut i32).write_unaligned(v as i32),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_ref(ne: [usize; 4], nb: [usize; 4]) -> TRef {
+        TRef {
+            ptr: std::ptr::null_mut(),
+            dtype: DType::F32,
+            ne,
+            nb,
+            layout: None,
+        }
+    }
+
+    #[test]
+    fn contiguous_as_ggml_says_it() {
+        // [16, 3, 4] in order
+        assert!(f32_ref([16, 3, 4, 1], [4, 64, 192, 768]).is_contiguous());
+        // the same permuted to [16, 4, 3]: rows packed, the whole not
+        let permuted = f32_ref([16, 4, 3, 1], [4, 192, 64, 768]);
+        assert!(permuted.rows_packed() && !permuted.is_contiguous());
+        // a dimension of one element has any stride
+        assert!(f32_ref([16, 1, 4, 1], [4, 999, 64, 256]).is_contiguous());
     }
 }

@@ -107,13 +107,14 @@ pub fn mixed_llama(
         .map(|d| BackendSpec::new(d.clone()))
         .collect();
     specs.push(BackendSpec::new(cpu.clone()));
+    let logits = lg.logits_tensor()?;
     let (mixed, _b1) = run(specs, &home)?;
     let (solo, _b2) = run(vec![BackendSpec::new(cpu.clone())], &|_| cpu.clone())?;
-    let got = mixed.graph().expect("ran").read_f32(lg.logits)?;
+    let got = mixed.graph().expect("ran").read_f32(logits)?;
     let want_cpu: Vec<f64> = solo
         .graph()
         .expect("ran")
-        .read_f32(lg.logits)?
+        .read_f32(logits)?
         .into_iter()
         .map(f64::from)
         .collect();
@@ -131,7 +132,7 @@ pub fn mixed_llama(
         copies: mixed.stats().copies,
         device_nodes,
         nmse_vs_cpu: nmse(&got, &want_cpu),
-        nmse_vs_reference: nmse(&got, &ev.values(lg.logits)),
+        nmse_vs_reference: nmse(&got, &ev.values(logits)),
         explain: mixed.explain(),
     })
 }

@@ -7,6 +7,7 @@ use std::fmt;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GluOp, RopeMode, RopeParams};
 
+use super::pooling_type::Pooling;
 use crate::gguf::{ArrayValues, GgufHeader, meta_error};
 
 /// How a layer's feed-forward network is made (when it is not a mixture
@@ -139,6 +140,13 @@ pub struct ArchSpec {
     /// Its files give each layer an input of its own
     /// (`embedding_length_per_layer_input`, 0 for none: Gemma 4).
     pub per_layer_inputs: bool,
+    /// Its layers are an encoder's (`arch/encoder.rs`: BERT's post-norm
+    /// layers, LayerNorms with biases, learned positions), not the
+    /// decoder's; the model has no output head.
+    pub encoder: bool,
+    /// A context keeps no memory between batches (llama.cpp's memory
+    /// "none"): every batch is one ubatch that attends only to itself.
+    pub keeps_no_memory: bool,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -182,6 +190,8 @@ impl ArchSpec {
         freq_factors_full_only: false,
         layer_output_scale: false,
         per_layer_inputs: false,
+        encoder: false,
+        keeps_no_memory: false,
         read: no_keys_of_its_own,
         defaults: no_defaults,
     };
@@ -337,6 +347,23 @@ pub struct ModelConfig {
     /// Width of each layer's per-layer input (`embedding_length_per_layer_input`,
     /// Gemma 4's per-layer embeddings; 0: none).
     pub n_embd_per_layer: usize,
+    /// Whether a token attends only to earlier positions
+    /// (`{arch}.attention.causal`, true unless the file says not).
+    pub causal: bool,
+    /// How embeddings are pooled by default (`{arch}.pooling_type`).
+    pub pooling: Pooling,
+    /// Scores a reranker's classifier gives a pair (the count of
+    /// `{arch}.classifier.output_labels`; 1 without).
+    pub n_cls_out: usize,
+    /// The LayerNorms' epsilon (`{arch}.attention.layer_norm_epsilon`),
+    /// for an encoder's layers.
+    pub norm_eps: f32,
+    /// The context the model was trained for (`{arch}.context_length`):
+    /// the rows of learned position embeddings.
+    pub n_ctx_train: usize,
+    /// Rows of the token-type embeddings (`{arch}.token_type_count`; 0:
+    /// none).
+    pub n_token_types: usize,
 }
 
 /// The heads of a kind of attention layer.
@@ -409,6 +436,12 @@ impl ModelConfig {
             n_ff_layers: Vec::new(),
             n_kv_shared: 0,
             n_embd_per_layer: 0,
+            causal: true,
+            pooling: Pooling::None,
+            n_cls_out: 1,
+            norm_eps: 1e-12,
+            n_ctx_train: 4096,
+            n_token_types: 0,
         };
         (arch.defaults)(&mut c);
         c
@@ -616,7 +649,7 @@ impl ModelConfig {
                 self.n_head, self.n_head_kv
             ));
         }
-        if self.n_rot > self.head_dim || self.n_rot % 2 != 0 {
+        if self.use_rope && (self.n_rot > self.head_dim || self.n_rot % 2 != 0) {
             return bad(format!(
                 "n_rot {} must be even and at most head_dim {}",
                 self.n_rot, self.head_dim
@@ -766,6 +799,9 @@ impl ModelConfig {
     /// order: name, ggml shape and whether it must be there.
     pub fn weights(&self) -> Vec<WeightDecl> {
         use Presence::*;
+        if self.arch.encoder {
+            return self.encoder_weights();
+        }
         let a = self.arch;
         let e = self.n_embd;
         let mut w = Vec::new();
@@ -959,7 +995,74 @@ impl ModelConfig {
             add("output.weight".into(), vec![e, self.n_vocab], Usual);
             add("output.bias".into(), vec![self.n_vocab], Optional);
         }
+        w.extend(self.classifier_weights());
         w
+    }
+
+    /// The weights of an encoder (`arch/encoder.rs`): embeddings of
+    /// tokens, token types and positions with their LayerNorm, then
+    /// per layer Q, K, V and the output with biases, the FFN, and the
+    /// LayerNorms after attention and after the FFN.
+    fn encoder_weights(&self) -> Vec<WeightDecl> {
+        use Presence::*;
+        let e = self.n_embd;
+        let mut w = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, presence: Presence| {
+            w.push(WeightDecl {
+                name,
+                shape,
+                presence,
+            })
+        };
+        add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
+        let types = self.n_token_types;
+        add("token_types.weight".into(), vec![e, types], Usual);
+        let n_pos = self.n_ctx_train;
+        add("position_embd.weight".into(), vec![e, n_pos], Required);
+        add("token_embd_norm.weight".into(), vec![e], Required);
+        add("token_embd_norm.bias".into(), vec![e], Required);
+        for i in 0..self.n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let (q, kv) = (self.n_head * self.head_dim, self.n_embd_kv());
+            for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                add(p(&format!("{name}.weight")), vec![e, rows], Required);
+                add(p(&format!("{name}.bias")), vec![rows], Usual);
+            }
+            add(p("attn_output.weight"), vec![q, e], Required);
+            add(p("attn_output.bias"), vec![e], Usual);
+            add(p("attn_output_norm.weight"), vec![e], Required);
+            add(p("attn_output_norm.bias"), vec![e], Required);
+            let f = self.n_ff_of(i);
+            add(p("ffn_up.weight"), vec![e, f], Required);
+            add(p("ffn_up.bias"), vec![f], Usual);
+            add(p("ffn_down.weight"), vec![f, e], Required);
+            add(p("ffn_down.bias"), vec![e], Usual);
+            add(p("layer_output_norm.weight"), vec![e], Required);
+            add(p("layer_output_norm.bias"), vec![e], Required);
+        }
+        w.extend(self.classifier_weights());
+        w
+    }
+
+    /// A reranker's classifier head (rank pooling, `arch/pooling.rs`):
+    /// `cls` with its bias and norm, then `cls.output`, each where the
+    /// file has it.
+    fn classifier_weights(&self) -> Vec<WeightDecl> {
+        let (e, n_out) = (self.n_embd, self.n_cls_out);
+        [
+            ("cls.weight", vec![e, e]),
+            ("cls.bias", vec![e]),
+            ("cls.norm.weight", vec![e]),
+            ("cls.output.weight", vec![e, n_out]),
+            ("cls.output.bias", vec![n_out]),
+        ]
+        .into_iter()
+        .map(|(name, shape)| WeightDecl {
+            name: name.into(),
+            shape,
+            presence: Presence::Optional,
+        })
+        .collect()
     }
 
     /// The weights a model of this configuration carries (required and
@@ -973,11 +1076,15 @@ impl ModelConfig {
     }
 
     /// Whether weight `name` stays F32 in every file: the MoE router,
-    /// biases (the experts' are tables of rows, one per expert) and the
-    /// small convolution kernels, which llama.cpp's converter writes and
-    /// its quantizer leaves in F32 (its `ssm_conv` takes F32 only).
+    /// biases (the experts' are tables of rows, one per expert), the
+    /// small convolution kernels, and an encoder's position and
+    /// token-type embeddings, which llama.cpp's converter writes and its
+    /// quantizer leaves in F32 (its `ssm_conv` takes F32 only).
     pub fn stays_f32(name: &str) -> bool {
-        name.ends_with("ffn_gate_inp.weight") || Self::is_table(name)
+        name.ends_with("ffn_gate_inp.weight")
+            || name == "position_embd.weight"
+            || name == "token_types.weight"
+            || Self::is_table(name)
     }
 
     /// Whether weight `name` is a table of rows picked or added whole,

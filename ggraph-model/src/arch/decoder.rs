@@ -6,7 +6,7 @@
 
 use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
-use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
+use ggraph_core::ir::{GraphBuilder, TensorId};
 
 use super::blocks::{
     AttentionInputs, dense_beside_experts, ffn, layer_norm, rms_norm, self_attention, softcap,
@@ -14,101 +14,23 @@ use super::blocks::{
 use super::config::{ModelConfig, RecurrentBlock};
 use super::delta_net::gated_delta_net;
 use super::mamba2::mamba2;
+use super::model_graph::{Body, GraphInputs};
+use super::pooling::PoolingInputs;
 use super::recurrent::{RecurrentBuild, RecurrentInputs};
 use super::shape::BuildShape;
 use super::shortconv::short_conv;
 use super::weights::{Tensors, WeightSource, rope_freq_factors};
 use crate::kv::CacheSource;
 
-/// Input leafs of a model's graph.
-#[derive(Clone, Debug)]
-pub struct GraphInputs {
-    /// I32 `[n_tokens]` token ids.
-    pub tokens: TensorId,
-    /// I32 `[n_tokens]` positions.
-    pub positions: TensorId,
-    /// `[n_kv, n_tokens]` attention mask (0 or -inf), F16 or F32; absent
-    /// when every layer is a sliding-window one (no node would read it).
-    pub kq_mask: Option<TensorId>,
-    /// The same for the sliding-window layers, which also mask the cells
-    /// `n_swa` or more positions before the token (present when the model
-    /// has such layers): `[n_kv of their cache, n_tokens]`.
-    pub kq_mask_swa: Option<TensorId>,
-    /// I32 `[n_outputs]` rows of the last layer to keep (absent when every
-    /// token outputs).
-    pub out_ids: Option<TensorId>,
-    /// I32 `[n_tokens]` cache cells the ubatch writes (with a cache).
-    pub k_idx: Option<TensorId>,
-    /// I32 `[n_tokens]` cache cells the ubatch writes in V (the same cells as
-    /// K; a separate input so that K and V may live on different devices).
-    pub v_idx: Option<TensorId>,
-    /// The cells of the sliding-window layers' own cache, when they have
-    /// one: I32 `[n_tokens]`, the cells written in K.
-    pub k_idx_swa: Option<TensorId>,
-    /// The same cells, written in V (with a sliding-window cache).
-    pub v_idx_swa: Option<TensorId>,
-    /// The state rows the recurrent layers read and write (a model with
-    /// recurrent layers).
-    pub recurrent: Option<RecurrentInputs>,
-}
-
-/// A built graph and where its pieces are.
-pub struct ModelGraph {
-    /// The graph of one ubatch, `logits` marked as its output.
-    pub graph: Graph,
-    /// Its input leafs, which the caller fills before each compute.
-    pub inputs: GraphInputs,
-    /// F32 `[n_vocab, n_outputs]`.
-    pub logits: TensorId,
-    /// F32 `[n_embd, n_outputs]`: the output norm's result, the rows the
-    /// logits are computed from (llama.cpp's `result_norm`, its
-    /// embeddings). Not a graph output unless marked as one.
-    pub embeddings: TensorId,
-    /// Per layer (k, v) cache tensors.
-    pub caches: Vec<(TensorId, TensorId)>,
-    /// Last node of each layer (the residual output).
-    pub layer_outputs: Vec<TensorId>,
-}
-
-/// Builds the graph of model `config` for one ubatch.
-pub fn build_graph(
+/// The decoder's graph of one ubatch, up to the output norm (and the
+/// logits when `head`).
+pub(super) fn build_decoder(
     config: &ModelConfig,
     shape: &BuildShape,
     weights: &mut dyn WeightSource,
     cache: &mut dyn CacheSource,
-) -> Result<ModelGraph> {
-    config.validate()?;
-    if shape.n_outputs == 0 || shape.n_outputs > shape.n_tokens {
-        return Err(Error::InvalidArgument(format!(
-            "n_outputs {} must be in 1..={}",
-            shape.n_outputs, shape.n_tokens
-        )));
-    }
-    if shape.kv.is_none() && shape.n_kv != shape.n_tokens {
-        return Err(Error::InvalidArgument(
-            "without a cache, n_kv must equal n_tokens".into(),
-        ));
-    }
-    let caches_seen = shape.kv.map(|kv| (shape.n_kv, kv)).into_iter();
-    for (n_kv, kv) in caches_seen.chain(shape.swa.map(|s| (s.n_kv, s.kv))) {
-        if n_kv > kv.kv_size || n_kv < shape.n_tokens.min(kv.kv_size) {
-            return Err(Error::InvalidArgument(format!(
-                "n_kv {n_kv} must be in n_tokens..=kv_size ({}..={})",
-                shape.n_tokens, kv.kv_size
-            )));
-        }
-    }
-    if shape.swa.is_some() && shape.kv.is_none() {
-        return Err(Error::InvalidArgument(
-            "a sliding-window cache needs the main cache".into(),
-        ));
-    }
-    if !matches!(shape.mask_type, DType::F32 | DType::F16) {
-        return Err(Error::InvalidArgument(format!(
-            "the attention mask is F32 or F16, not {}",
-            shape.mask_type
-        )));
-    }
+    head: bool,
+) -> Result<Body> {
     let c = config;
     let (n_tokens, n_kv) = (shape.n_tokens, shape.n_kv);
     let mut b = GraphBuilder::new();
@@ -278,23 +200,12 @@ pub fn build_graph(
     let out_norm = weights.req(&mut b, &format!("{}.weight", c.arch.output_norm))?;
     let norm = rms_norm(&mut b, inp, out_norm, c.rms_eps)?;
     b.set_name(norm, "result_norm")?;
-    // a model with tied embeddings has its copy of the token embeddings
-    // as `output.weight` (`ModelDesc`), on the output layer's device
-    let output = weights.model_tensor(&mut b, "output.weight", &[c.n_embd, c.n_vocab])?;
-    let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
-    if let Some(bias) = weights.opt(&mut b, "output.bias")? {
-        logits = b.add(logits, bias)?;
-    }
-    if c.logit_scale != 0.0 {
-        logits = b.scale(logits, 1.0 / c.logit_scale)?;
-    }
-    if c.final_softcap > 0.0 {
-        logits = softcap(&mut b, logits, c.final_softcap)?;
-    }
-    b.set_name(logits, "result_output")?;
-    b.set_output(logits)?;
-    Ok(ModelGraph {
-        graph: b.build(),
+    let logits = match head {
+        true => Some(output_head(&mut b, c, weights, tok_embd, norm)?),
+        false => None,
+    };
+    Ok(Body {
+        b,
         inputs: GraphInputs {
             tokens,
             positions,
@@ -306,12 +217,38 @@ pub fn build_graph(
             k_idx_swa,
             v_idx_swa,
             recurrent: recurrent.map(|(_, inputs)| inputs),
+            pooling: PoolingInputs::default(),
         },
+        hidden: norm,
         logits,
-        embeddings: norm,
         caches,
         layer_outputs,
     })
+}
+
+/// The logits of the normed rows: the output matrix (a model with tied
+/// embeddings has its copy of the token embeddings as `output.weight`,
+/// `ModelDesc`, on the output layer's device), its bias, scale and cap.
+fn output_head(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    tok_embd: TensorId,
+    norm: TensorId,
+) -> Result<TensorId> {
+    let output = weights.model_tensor(b, "output.weight", &[c.n_embd, c.n_vocab])?;
+    let mut logits = b.mul_mat(output.unwrap_or(tok_embd), norm)?;
+    if let Some(bias) = weights.opt(b, "output.bias")? {
+        logits = b.add(logits, bias)?;
+    }
+    if c.logit_scale != 0.0 {
+        logits = b.scale(logits, 1.0 / c.logit_scale)?;
+    }
+    if c.final_softcap > 0.0 {
+        logits = softcap(b, logits, c.final_softcap)?;
+    }
+    b.set_name(logits, "result_output")?;
+    Ok(logits)
 }
 
 /// Gemma 4's per-layer inputs `[n_embd_per_layer, n_tokens, n_layer]`:

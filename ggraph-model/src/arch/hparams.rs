@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use ggraph_core::error::Result;
 
 use super::config::{ModelConfig, Presence};
+use super::pooling_type::Pooling;
 use super::registry::{arch_by_name, arch_names};
 use crate::gguf::{GgufHeader, meta_error};
 
@@ -135,7 +136,25 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
     c.n_rot = h
         .opt_hparam_u32("rope.dimension_count")?
         .map_or(head_dim, |n| n as usize);
-    c.rms_eps = h.hparam_f32("attention.layer_norm_rms_epsilon")?;
+    // an encoder's norms are LayerNorms, a decoder's RMS norms
+    match arch.encoder {
+        true => c.norm_eps = h.hparam_f32("attention.layer_norm_epsilon")?,
+        false => c.rms_eps = h.hparam_f32("attention.layer_norm_rms_epsilon")?,
+    }
+    c.causal = h.opt_bool(&key("attention.causal"))?.unwrap_or(true);
+    c.pooling = match h.opt_u32(&key("pooling_type"))? {
+        None => Pooling::None,
+        Some(n) => Pooling::from_number(n.into()).ok_or_else(|| {
+            meta_error(format!(
+                "{} is {n}; llama.cpp's poolings are 0 (none) to 4 (rank)",
+                key("pooling_type")
+            ))
+        })?,
+    };
+    c.n_cls_out = match h.opt_array(&key("classifier.output_labels"))? {
+        Some(labels) => labels.len().clamp(1, u32::MAX.into()) as usize,
+        None => 1,
+    };
     c.n_expert = h.opt_hparam_u32("expert_count")?.unwrap_or(0) as usize;
     c.n_expert_used = h.opt_hparam_u32("expert_used_count")?.unwrap_or(0) as usize;
     c.n_ff_expert = match h.opt_hparam_u32("expert_feed_forward_length")? {
@@ -146,6 +165,7 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
         Some(n) => n as usize,
         None => h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize,
     };
+    c.n_ctx_train = h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize;
     c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     c.recurrent_layers = recurrent_layers;
     if let Some(v) = ff_widths.filter(|v| v.iter().any(|&w| w as usize != n_ff)) {

@@ -11,20 +11,26 @@
 //! `ArchSpec` (what it changes of [`ArchSpec::BASE`], the plain pre-norm
 //! decoder), its `mod` line here, and its line in `registry.rs`.
 
+mod bert;
 mod blocks;
 mod config;
 mod decoder;
 mod delta_net;
+mod encoder;
 mod gemma2;
 mod gemma3;
 mod gemma4;
 mod gpt_oss;
 mod granitehybrid;
+mod graph;
 mod hparams;
 mod lfm2;
 mod llama;
 mod mamba2;
+mod model_graph;
 mod phi3;
+mod pooling;
+mod pooling_type;
 mod qwen2;
 mod qwen3;
 mod qwen35;
@@ -35,17 +41,22 @@ mod shape;
 mod shortconv;
 mod weights;
 
+pub use bert::BERT;
 pub use config::{ArchSpec, FfnKind, HeadShape, ModelConfig, Presence, RecurrentBlock, WeightDecl};
-pub use decoder::{GraphInputs, ModelGraph, build_graph, causal_mask};
+pub use decoder::causal_mask;
 pub use gemma2::GEMMA2;
 pub use gemma3::GEMMA3;
 pub use gemma4::GEMMA4;
 pub use gpt_oss::GPT_OSS;
 pub use granitehybrid::GRANITEHYBRID;
+pub use graph::build_graph;
 pub use hparams::{MAX_LAYERS, check_tensors, read_config};
 pub use lfm2::LFM2;
 pub use llama::LLAMA;
+pub use model_graph::{GraphInputs, ModelGraph};
 pub use phi3::PHI3;
+pub use pooling::{PoolShape, PoolingInputs, mean_weights, picked_rows, pooled_seqs};
+pub use pooling_type::Pooling;
 pub use qwen2::QWEN2;
 pub use qwen3::QWEN3;
 pub use qwen3moe::QWEN3MOE;

@@ -2,6 +2,7 @@
 //! with its [`ArchSpec`] (and its `mod` line in `mod.rs`), and its entry
 //! here.
 
+use super::bert::BERT;
 use super::config::ArchSpec;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
@@ -17,7 +18,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 13] = [
+pub static ARCHITECTURES: [&ArchSpec; 14] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -31,6 +32,7 @@ pub static ARCHITECTURES: [&ArchSpec; 13] = [
     &QWEN35MOE,
     &GPT_OSS,
     &GEMMA4,
+    &BERT,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

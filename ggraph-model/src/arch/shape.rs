@@ -3,6 +3,7 @@
 
 use ggraph_core::dtype::DType;
 
+use super::pooling::PoolShape;
 use crate::kv::KvLayout;
 
 /// How attention is computed.
@@ -39,6 +40,9 @@ pub struct BuildShape {
     /// The recurrent layers' state and the ubatch's sequences, for a
     /// model with recurrent layers.
     pub recurrent: Option<RecurrentShape>,
+    /// The embeddings pooled per sequence (and no logits computed); every
+    /// token is then an output.
+    pub pooled: Option<PoolShape>,
 }
 
 /// How a ubatch meets the recurrent layers' state: its tokens are
@@ -65,6 +69,7 @@ impl BuildShape {
             n_ctx_seq: n_tokens,
             mask_type: DType::F16,
             recurrent: None,
+            pooled: None,
         }
     }
 
@@ -86,6 +91,7 @@ impl BuildShape {
             n_ctx_seq: kv.kv_size,
             mask_type: DType::F16,
             recurrent: None,
+            pooled: None,
         }
     }
 
@@ -99,6 +105,13 @@ impl BuildShape {
     /// their own cache `kv`.
     pub fn with_swa_cache(mut self, n_kv: usize, kv: KvLayout) -> BuildShape {
         self.swa = Some(SwaCache { n_kv, kv });
+        self
+    }
+
+    /// The same, with the last rows pooled into one per sequence of the
+    /// ubatch instead of logits.
+    pub fn with_pooling(mut self, pooled: PoolShape) -> BuildShape {
+        self.pooled = Some(pooled);
         self
     }
 

@@ -13,6 +13,7 @@ use ggraph_core::ir::{Graph, GraphBuilder, TensorId};
 use ggraph_core::sched::Scheduler;
 
 use super::kv::{KvMemory, KvMemoryParams, KvPlacement, PlaceError};
+use super::none::NoMemory;
 use super::recurrent::{RecurrentMemory, RecurrentPlacement, pos_range};
 use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig};
 use crate::kv::{CacheSource, Cells, KvCache, KvLayout, SeqId, StatePart, TokenPlace, sum_by_name};
@@ -21,7 +22,7 @@ use crate::loaded::Model;
 /// Where a ubatch went in each part of the memory.
 #[derive(Debug)]
 pub struct MemoryPlacement {
-    kv: KvPlacement,
+    kv: Option<KvPlacement>,
     recurrent: Option<RecurrentPlacement>,
 }
 
@@ -37,8 +38,14 @@ impl MemoryPlacement {
 
 /// A context's memory (see the module's documentation).
 pub struct Memory {
-    kv: KvMemory,
+    attention: AttentionMemory,
     recurrent: Option<RecurrentMemory>,
+}
+
+/// What the attention layers keep: a KV cache, or nothing (an encoder).
+enum AttentionMemory {
+    Cache(KvMemory),
+    None(NoMemory),
 }
 
 impl Memory {
@@ -55,15 +62,29 @@ impl Memory {
         } else {
             None
         };
+        let attention = match config.arch.keeps_no_memory {
+            true => AttentionMemory::None(NoMemory::new(p.n_seq_max)?),
+            false => AttentionMemory::Cache(KvMemory::new(config, p, buffer_type)?),
+        };
         Ok(Memory {
-            kv: KvMemory::new(config, p, buffer_type)?,
+            attention,
             recurrent,
         })
     }
 
-    /// The attention layers' caches.
-    pub fn kv(&self) -> &KvMemory {
-        &self.kv
+    /// The attention layers' caches (None for a model that keeps no
+    /// memory).
+    pub fn kv(&self) -> Option<&KvMemory> {
+        match &self.attention {
+            AttentionMemory::Cache(kv) => Some(kv),
+            AttentionMemory::None(_) => None,
+        }
+    }
+
+    /// Whether the model keeps nothing between batches: each batch is one
+    /// ubatch that attends only to itself.
+    pub fn keeps_nothing(&self) -> bool {
+        matches!(self.attention, AttentionMemory::None(_))
     }
 
     /// The recurrent layers' state, for a model with such layers.
@@ -73,28 +94,32 @@ impl Memory {
 
     /// The cache of every attention layer, or of the full-attention ones
     /// when the sliding-window layers have their own.
-    pub fn main(&self) -> &KvCache {
-        self.kv.main()
+    pub fn main(&self) -> Option<&KvCache> {
+        self.kv().map(KvMemory::main)
     }
 
     /// The sliding-window layers' own cache, if they have one.
     pub fn swa(&self) -> Option<&KvCache> {
-        self.kv.swa()
+        self.kv().and_then(KvMemory::swa)
     }
 
-    /// The main cache's cells: what a batch's positions continue.
+    /// The main cache's cells: what a batch's positions continue (none
+    /// without a cache).
     pub fn cells(&self) -> &Cells {
-        self.kv.cells()
+        match &self.attention {
+            AttentionMemory::Cache(kv) => kv.cells(),
+            AttentionMemory::None(none) => none.cells(),
+        }
     }
 
     /// Cells of the main cache that hold a token.
     pub fn cells_used(&self) -> usize {
-        self.kv.cells_used()
+        self.kv().map_or(0, KvMemory::cells_used)
     }
 
     /// Cells of the main cache in all.
     pub fn cells_total(&self) -> usize {
-        self.kv.cells_total()
+        self.kv().map_or(0, KvMemory::cells_total)
     }
 
     /// Whether each ubatch must hold equal runs of one sequence each
@@ -120,7 +145,7 @@ impl Memory {
     /// The highest position of sequence `s` every part holds (llama.cpp's
     /// hybrid `seq_pos_max`: the smaller of the two).
     pub fn seq_pos_max(&self, s: SeqId) -> Option<i32> {
-        let kv = self.kv.seq_pos_max(s);
+        let kv = self.kv()?.seq_pos_max(s);
         match &self.recurrent {
             Some(r) => kv.zip(r.seq_pos_max(s)).map(|(a, b)| a.min(b)),
             None => kv,
@@ -130,7 +155,7 @@ impl Memory {
     /// The lowest position of sequence `s` every part still holds
     /// (llama.cpp's `llama_memory_seq_pos_min`: the larger of the two).
     pub fn seq_pos_min(&self, s: SeqId) -> Option<i32> {
-        let kv = self.kv.seq_pos_min(s);
+        let kv = self.kv()?.seq_pos_min(s);
         match self.recurrent.as_ref().and_then(|r| r.seq_pos_min(s)) {
             Some(r) => Some(kv.map_or(r, |k| k.max(r))),
             None => kv,
@@ -147,7 +172,10 @@ impl Memory {
             Some(r) => Some(r.place(places)?),
             None => None,
         };
-        let kv = self.kv.place(places)?;
+        let kv = match &mut self.attention {
+            AttentionMemory::Cache(kv) => Some(kv.place(places)?),
+            AttentionMemory::None(_) => None,
+        };
         Ok(MemoryPlacement { kv, recurrent })
     }
 
@@ -160,22 +188,25 @@ impl Memory {
 
     /// Gives back what [`Memory::place`] took for a ubatch that failed.
     pub fn rollback(&mut self, p: MemoryPlacement) {
-        self.kv.rollback(p.kv);
+        if let (AttentionMemory::Cache(kv), Some(placed)) = (&mut self.attention, p.kv) {
+            kv.rollback(placed);
+        }
     }
 
     /// The cells a graph of `n_tokens` reads in each cache.
     pub fn n_kv(&self, pad: usize, n_tokens: usize) -> (usize, usize) {
-        self.kv.n_kv(pad, n_tokens)
+        self.kv().map_or((n_tokens, 0), |kv| kv.n_kv(pad, n_tokens))
     }
 
     /// `n_kv` cells of `n_tokens` clamped to each cache's size.
     pub fn n_kv_clamped(&self, n_kv: usize, n_tokens: usize) -> (usize, usize) {
-        self.kv.n_kv_clamped(n_kv, n_tokens)
+        self.kv()
+            .map_or((n_tokens, 0), |kv| kv.n_kv_clamped(n_kv, n_tokens))
     }
 
     /// The largest cells a graph may read in each cache.
     pub fn n_kv_max(&self) -> (usize, usize) {
-        self.kv.n_kv_max()
+        self.kv().map_or((0, 0), KvMemory::n_kv_max)
     }
 
     /// The shape of a graph of `n_tokens` in `n_seqs` sequences reading
@@ -188,7 +219,10 @@ impl Memory {
         n_seqs: usize,
         attention: Attention,
     ) -> BuildShape {
-        let shape = self.kv.shape(n_tokens, n_outputs, n_kv, attention);
+        let shape = match &self.attention {
+            AttentionMemory::Cache(kv) => kv.shape(n_tokens, n_outputs, n_kv, attention),
+            AttentionMemory::None(none) => none.shape(n_tokens, n_outputs, attention),
+        };
         match &self.recurrent {
             Some(r) => shape.with_recurrent(n_seqs, r.rows()),
             None => shape,
@@ -197,8 +231,12 @@ impl Memory {
 
     /// The layers' cache and state tensors for a graph being built.
     pub fn source(&mut self) -> impl CacheSource + '_ {
+        let kv = match &mut self.attention {
+            AttentionMemory::Cache(kv) => Some(kv.source()),
+            AttentionMemory::None(_) => None,
+        };
         Sources {
-            kv: self.kv.source(),
+            kv,
             recurrent: self.recurrent.as_ref(),
         }
     }
@@ -213,8 +251,17 @@ impl Memory {
         n_kv: (usize, usize),
         n_swa: usize,
     ) -> Result<()> {
-        self.kv
-            .set_inputs(g, inputs, places, &placement.kv, n_kv, n_swa)?;
+        match (&self.attention, &placement.kv) {
+            (AttentionMemory::Cache(kv), Some(p)) => {
+                kv.set_inputs(g, inputs, places, p, n_kv, n_swa)?
+            }
+            (AttentionMemory::None(none), None) => none.set_inputs(g, inputs, places, n_swa)?,
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "the ubatch was placed in another memory".into(),
+                ));
+            }
+        }
         match (&self.recurrent, &inputs.recurrent, &placement.recurrent) {
             (Some(r), Some(i), Some(p)) => r.set_inputs(g, i, p),
             (None, None, None) => Ok(()),
@@ -226,13 +273,17 @@ impl Memory {
 
     /// The buffer type of memory a device lost, if any.
     pub fn lost(&self) -> Option<&str> {
-        (self.kv.lost()).or_else(|| self.recurrent.as_ref().and_then(RecurrentMemory::lost))
+        (self.kv().and_then(KvMemory::lost))
+            .or_else(|| self.recurrent.as_ref().and_then(RecurrentMemory::lost))
     }
 
     /// Allocates lost memory again; whether any was lost (every part is
     /// then emptied: a sequence's past lies in all of them).
     pub fn restore(&mut self) -> Result<bool> {
-        let mut cleared = self.kv.restore()?;
+        let mut cleared = match &mut self.attention {
+            AttentionMemory::Cache(kv) => kv.restore()?,
+            AttentionMemory::None(_) => false,
+        };
         if let Some(r) = self.recurrent.as_mut() {
             cleared |= r.restore()?;
         }
@@ -244,7 +295,7 @@ impl Memory {
 
     /// Whether a cache has positions shifted and K not yet rotated.
     pub fn has_shift(&self) -> bool {
-        self.kv.has_shift()
+        self.kv().is_some_and(KvMemory::has_shift)
     }
 
     /// Rotates K by every cell's pending shift, on `side`.
@@ -254,12 +305,18 @@ impl Memory {
         model: &Model,
         n_ctx_seq: usize,
     ) -> Result<()> {
-        self.kv.apply_shift(side, model, n_ctx_seq)
+        match &mut self.attention {
+            AttentionMemory::Cache(kv) => kv.apply_shift(side, model, n_ctx_seq),
+            AttentionMemory::None(_) => Ok(()),
+        }
     }
 
     /// Packs the used cells at the front of each cache; the cells moved.
     pub fn defragment(&mut self, side: &mut Scheduler) -> Result<usize> {
-        self.kv.defragment(side)
+        match &mut self.attention {
+            AttentionMemory::Cache(kv) => kv.defragment(side),
+            AttentionMemory::None(_) => Ok(0),
+        }
     }
 
     /// Removes sequence `s` (every sequence for `None`) from positions
@@ -269,7 +326,9 @@ impl Memory {
         if let Some(r) = &self.recurrent {
             r.check_rm(s, p0, p1)?;
         }
-        self.kv.seq_rm(s, p0, p1)?;
+        if let Some(kv) = self.cache_mut() {
+            kv.seq_rm(s, p0, p1)?;
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.seq_rm(s, p0, p1)?;
         }
@@ -297,7 +356,9 @@ impl Memory {
                 )));
             }
         }
-        self.kv.seq_cp(src, dst, p0, p1)?;
+        if let Some(kv) = self.cache_mut() {
+            kv.seq_cp(src, dst, p0, p1)?;
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.seq_cp(src, dst)?;
         }
@@ -306,7 +367,9 @@ impl Memory {
 
     /// Keeps only sequence `s`.
     pub fn seq_keep(&mut self, s: SeqId) -> Result<()> {
-        self.kv.seq_keep(s)?;
+        if let Some(kv) = self.cache_mut() {
+            kv.seq_keep(s)?;
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.seq_keep(s);
         }
@@ -321,7 +384,9 @@ impl Memory {
         p1: Option<i32>,
         delta: i32,
     ) -> Result<()> {
-        self.kv.seq_add(s, p0, p1, delta)?;
+        if let Some(kv) = self.cache_mut() {
+            kv.seq_add(s, p0, p1, delta)?;
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.seq_add(s, p0, p1, delta);
         }
@@ -330,7 +395,9 @@ impl Memory {
 
     /// Divides the positions of sequence `s` in [p0, p1) by `d`.
     pub fn seq_div(&mut self, s: SeqId, p0: Option<i32>, p1: Option<i32>, d: i32) -> Result<()> {
-        self.kv.seq_div(s, p0, p1, d)?;
+        if let Some(kv) = self.cache_mut() {
+            kv.seq_div(s, p0, p1, d)?;
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.seq_div(s, p0, p1, d);
         }
@@ -339,7 +406,9 @@ impl Memory {
 
     /// Empties every part.
     pub fn clear(&mut self) {
-        self.kv.clear();
+        if let Some(kv) = self.cache_mut() {
+            kv.clear();
+        }
         if let Some(r) = self.recurrent.as_mut() {
             r.clear();
         }
@@ -351,14 +420,22 @@ impl Memory {
             .recurrent
             .iter()
             .flat_map(|r| r.bytes_per_buffer_type());
-        sum_by_name(self.kv.bytes_per_buffer_type().into_iter().chain(state))
+        let kv = self.kv().map(KvMemory::bytes_per_buffer_type);
+        sum_by_name(kv.into_iter().flatten().chain(state))
+    }
+
+    fn cache_mut(&mut self) -> Option<&mut KvMemory> {
+        match &mut self.attention {
+            AttentionMemory::Cache(kv) => Some(kv),
+            AttentionMemory::None(_) => None,
+        }
     }
 }
 
 /// The tensors a graph reads: each attention layer's cache and each
 /// recurrent layer's state.
 struct Sources<'a, K: CacheSource> {
-    kv: K,
+    kv: Option<K>,
     recurrent: Option<&'a RecurrentMemory>,
 }
 
@@ -370,7 +447,12 @@ impl<K: CacheSource> CacheSource for Sources<'_, K> {
         kv: &KvLayout,
         n_embd_kv: usize,
     ) -> Result<(TensorId, TensorId)> {
-        self.kv.layer_cache(b, layer, kv, n_embd_kv)
+        match &mut self.kv {
+            Some(caches) => caches.layer_cache(b, layer, kv, n_embd_kv),
+            None => Err(Error::InvalidArgument(format!(
+                "layer {layer} reads a KV cache, but the model keeps no memory"
+            ))),
+        }
     }
 
     fn layer_state(

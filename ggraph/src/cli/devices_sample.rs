@@ -71,11 +71,11 @@ impl Sample {
         let data = testing::llama_leaf_data(&lg, &lg.graph, &config, &shape, 7)?;
         // the evaluator reads the graph's structure and these bytes, never
         // a device's memory
-        let reference =
-            reference::evaluate(&lg.graph, |id| Ok(data[&id].clone()))?.values(lg.logits);
+        let logits = lg.logits_tensor()?;
+        let reference = reference::evaluate(&lg.graph, |id| Ok(data[&id].clone()))?.values(logits);
         Ok(Sample {
             weights,
-            logits: lg.logits,
+            logits,
             graph: lg.graph,
             data,
             reference,

@@ -116,6 +116,11 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
         interleaved_mul_mat(dst, a, layout, b);
         return;
     }
+    // ggml's tinyBLAS takes F32 columns only as one contiguous tensor
+    let of = match a.dtype == DType::F32 && b.dtype == DType::F32 && !b.is_contiguous() {
+        true => ProductOf::MulMatStridedCols,
+        false => ProductOf::MulMat,
+    };
     let batch = |bi: usize, bufs: &mut BatchBufs| {
         let (i2, i3) = (bi % dst.ne[2], bi / dst.ne[2]);
         let w = WeightRows {
@@ -130,7 +135,7 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
         bufs.out
             .0
             .extend((0..n).map(|j| dst.row_ptr(j, i2, i3) as *mut f32));
-        gemm(ProductOf::MulMat, w, m, &bufs.b, &bufs.out);
+        gemm(of, w, m, &bufs.b, &bufs.out);
     };
     let batches = dst.ne[2] * dst.ne[3];
     if batches > 1 && 2 * m * n * k < SMALL_BATCH_FLOPS {

@@ -22,6 +22,10 @@ pub(crate) struct WeightRows {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ProductOf {
     MulMat,
+    /// A `mul_mat` of F32 weights whose F32 columns are not one
+    /// contiguous tensor (attention's permuted queries without a cache):
+    /// tinyBLAS declines it, and ggml takes each dot with `vec_dot`.
+    MulMatStridedCols,
     MulMatId,
 }
 

@@ -890,6 +890,9 @@ mod tests {
         assert_eq!(order(mm, 64, 60, 2), Order::VectorDot);
         // mul_mat_id's experts: vec_dot a column at a time
         assert_eq!(order(ProductOf::MulMatId, 64, 64, 16), Order::VectorDot);
+        // columns that are not one contiguous tensor: tinyBLAS declines
+        let strided = ProductOf::MulMatStridedCols;
+        assert_eq!(order(strided, 64, 64, 16), Order::VectorDot);
     }
 
     /// Values whose sums round differently in every order, so that a
