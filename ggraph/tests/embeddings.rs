@@ -88,6 +88,8 @@ fn interleaved(texts: &[Vec<i32>]) -> Batch {
 /// The rows one decode gives: each sequence's pooled vector, or with
 /// pooling none every token's row.
 fn decoded(ctx: &mut Context, batch: &Batch, n_seqs: usize) -> Vec<Vec<f32>> {
+    // as the driver clears llama.cpp's memory (a decoder's cache)
+    ctx.clear_cache();
     ctx.decode(batch).unwrap();
     match ctx.pooling() {
         Pooling::None => {
@@ -249,4 +251,11 @@ fn an_encoder_computes_embeddings_and_a_reranker_needs_its_head() {
     };
     let err = Context::new(model, rank).err().unwrap();
     assert!(err.to_string().contains("classifier"), "{err}");
+}
+
+/// Qwen3-Embedding is qwen3 pooled by its last token: a decoder with its
+/// KV cache, causal, its pooled rows instead of logits.
+#[test]
+fn qwen3_pooled_as_qwen3_embedding_matches_llama_cpp() {
+    check("qwen3");
 }
