@@ -492,6 +492,8 @@ impl Context {
         }
         let sane = sanitize(batch, self.memory.cells(), self.model.config.n_vocab)
             .map_err(DecodeError::InvalidBatch)?;
+        self.check_learned_positions(&sane)
+            .map_err(DecodeError::InvalidBatch)?;
         self.memory
             .check_places(&sane.places)
             .map_err(DecodeError::InvalidBatch)?;
@@ -525,6 +527,26 @@ impl Context {
         }
         self.outputs_in_batch_order();
         Ok(())
+    }
+
+    /// An encoder's positions index its learned position embeddings: each
+    /// must be below the context it was trained for.
+    fn check_learned_positions(&self, batch: &SaneBatch) -> Result<()> {
+        let c = &self.model.config;
+        if !c.arch.encoder {
+            return Ok(());
+        }
+        match batch
+            .places
+            .iter()
+            .position(|p| p.pos as usize >= c.n_ctx_train)
+        {
+            Some(i) => Err(Error::InvalidArgument(format!(
+                "token {i} is at position {}; a {} model learned {} positions (its context_length)",
+                batch.places[i].pos, c.arch.name, c.n_ctx_train
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Pooling a sequence's mean or first token needs all of it in one

@@ -66,6 +66,7 @@ pub mod batch;
 pub mod chat_template;
 pub mod context;
 pub mod desc;
+pub mod embedding;
 pub mod estimate;
 pub mod generation;
 pub mod gguf;

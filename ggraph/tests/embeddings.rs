@@ -230,6 +230,30 @@ fn an_encoder_takes_a_batch_in_one_ubatch_and_keeps_nothing() {
     assert_eq!(ctx.embeddings_seq(0).unwrap(), first.as_slice());
 }
 
+/// A text longer than the positions the encoder learned is an error
+/// naming both, whatever the batch takes.
+#[test]
+fn an_encoder_refuses_positions_past_its_learned_ones() {
+    let desc = fixture("bert");
+    let opts = PlacementOptions::default();
+    let model = Model::load(&desc, &[], CpuDevice::new(), &opts, LoadMode::Real, None).unwrap();
+    let params = ContextParams {
+        n_ctx: 1024,
+        n_batch: 1024,
+        n_ubatch: 1024,
+        ..ContextParams::default()
+    };
+    let mut ctx = Context::new(Arc::new(model), params).unwrap();
+    let err = ctx.decode(&Batch::tokens(&[5; 513])).unwrap_err();
+    assert!(matches!(err, DecodeError::InvalidBatch(_)), "{err}");
+    assert!(
+        err.to_string().contains("position 512") && err.to_string().contains("512 positions"),
+        "{err}"
+    );
+    ctx.decode(&Batch::tokens(&[5; 512])).unwrap();
+    assert_eq!(ctx.embeddings_seq(0).unwrap().len(), 64);
+}
+
 #[test]
 fn an_encoder_computes_embeddings_and_a_reranker_needs_its_head() {
     let desc = fixture("bert");
