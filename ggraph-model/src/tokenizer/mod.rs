@@ -253,6 +253,22 @@ impl Tokenizer {
         };
         (text(self.vocab.special.bos), text(self.vocab.special.eos))
     }
+
+    /// What goes between the texts of a pair (a reranker's query and
+    /// document) written as one text: the EOS token's text where the
+    /// vocabulary adds EOS, then the SEP token's where it adds SEP, as
+    /// llama.cpp's `llama-embedding` and server join them (encoded with
+    /// special tokens parsed, they become those tokens).
+    pub fn pair_separator(&self) -> String {
+        let v = &self.vocab;
+        let text = |add: bool, id: Option<i32>| match add {
+            true => id.and_then(|i| v.text_of(i)).unwrap_or(""),
+            false => "",
+        };
+        let eos = text(v.add_eos, v.special.eos);
+        let sep = text(v.add_sep, v.special.sep);
+        format!("{eos}{sep}")
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! Subcommands of `ggraph` for model files: `plan`, `estimate`, `header`,
-//! `check`, `make-model`, `tokenize`.
+//! `check`, `make-model`, `tokenize`, `embed`, `serve`.
 
 use std::process::ExitCode;
 
 pub mod check;
 pub mod devices_sample;
+pub mod embed;
 pub mod estimate;
 pub mod header;
 pub mod make;
@@ -60,6 +61,15 @@ pub enum ModelCommand {
     /// MODEL is a .gguf, a header prefix or a header JSON holding the
     /// vocabulary.
     Tokenize(tokenize::TokenizeArgs),
+    /// Embeddings of texts, as llama.cpp's llama-embedding prints them
+    ///
+    /// Each TEXT (split at --embd-separator) becomes one vector, pooled as
+    /// the model says or --pooling asks and normalised by
+    /// --embd-normalize; several texts print their cosine similarity
+    /// matrix, a reranker (rank pooling) its scores of query<TAB>document
+    /// pairs. --embd-output-format prints JSON, JSON with the
+    /// similarities, one array, or raw lines.
+    Embed(embed::EmbedArgs),
     /// An OpenAI-compatible HTTP server for a model
     ///
     /// POST /v1/chat/completions (the model's chat template; "stream":
@@ -84,6 +94,7 @@ impl ModelCommand {
             ModelCommand::Check(_) => "check",
             ModelCommand::MakeModel(_) => "make-model",
             ModelCommand::Tokenize(_) => "tokenize",
+            ModelCommand::Embed(_) => "embed",
             ModelCommand::Serve(_) => "serve",
         }
     }
@@ -97,6 +108,7 @@ impl ModelCommand {
             ModelCommand::Check(a) => check::render(a),
             ModelCommand::MakeModel(a) => make::render(a),
             ModelCommand::Tokenize(a) => tokenize::render(a),
+            ModelCommand::Embed(a) => embed::render(a),
             ModelCommand::Serve(_) => Err(Failure::usage("serve runs a server: use run_with")),
         }
     }
@@ -528,6 +540,52 @@ mod tests {
                 std::fs::remove_file(file).ok();
             }
         }
+    }
+
+    /// `embed` prints llama-embedding's listing, its JSON (the vectors of
+    /// the library's embeddings, normalised) and a reranker's scores.
+    #[test]
+    fn embed_prints_vectors_similarities_and_scores() {
+        let arch = |name: &str| {
+            format!(
+                "{}/../ggraph-model/tests/fixtures/arch/{name}.gguf",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        };
+        let bert = arch("bert");
+        let t = run(&["embed", &bert, "hello world", "the world"])
+            .ok()
+            .unwrap();
+        assert!(
+            t.contains("embedding 1: ") && t.contains("cosine similarity matrix"),
+            "{t}"
+        );
+        let t = run(&["embed", &bert, "hello\nthe world"]);
+        assert!(t.ok().unwrap().contains("embedding 1: "));
+        let t = run(&[
+            "embed",
+            &bert,
+            "hello world",
+            "--embd-output-format",
+            "json",
+        ])
+        .ok()
+        .unwrap();
+        let v = json(&t);
+        let e: Vec<f64> = (v["data"][0]["embedding"].as_array().unwrap().iter())
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(e.len(), 64);
+        let length: f64 = e.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((length - 1.0).abs() < 1e-5, "{length}");
+        let t = run(&["embed", &arch("bert_rank"), "hello\tworld"])
+            .ok()
+            .unwrap();
+        assert!(t.starts_with("rerank score 0: "), "{t}");
+        let e = run(&["embed", &bert, "x", "--embd-normalize", "-3"])
+            .err()
+            .unwrap();
+        assert_eq!(e.code, 2, "{}", e.msg);
     }
 
     #[test]
