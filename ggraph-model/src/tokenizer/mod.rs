@@ -89,7 +89,10 @@ impl Tokenizer {
         let v = &self.vocab;
         let frags = special::partition(v, self.specials.as_ref(), text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
-        if add_special && v.add_bos {
+        // WordPiece always wraps a text in CLS (its BOS) and SEP, whatever
+        // the add_* flags say, as llama.cpp's tokenizer does
+        let wpm = matches!(v.kind, VocabKind::Wpm(_));
+        if add_special && (v.add_bos || wpm) {
             out.extend(v.special.bos);
         }
         match &v.kind {
@@ -160,11 +163,10 @@ impl Tokenizer {
                 }
             }
         }
-        if add_special && v.add_eos {
-            out.extend(v.special.eos);
-        }
-        if add_special && v.add_sep {
-            out.extend(v.special.sep);
+        match add_special {
+            true if wpm => out.extend(v.special.sep),
+            true if v.add_eos => out.extend(v.special.eos),
+            _ => {}
         }
         Ok(out)
     }
