@@ -139,8 +139,8 @@ pub fn embed(
     Ok(out)
 }
 
-/// The most tokens one batch of sequences may hold.
-fn max_batch_tokens(ctx: &Context) -> usize {
+/// The most tokens one batch of sequences may hold, so one input at most.
+pub fn max_batch_tokens(ctx: &Context) -> usize {
     let p = &ctx.params;
     match ctx.memory().keeps_nothing() {
         true => p.n_batch.min(p.n_ubatch),

@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use ggraph::context::{Context, ContextParams};
+use ggraph::model::arch::Pooling;
 use ggraph::model::chat_template::ChatMessage;
+use ggraph::model::embedding::{Normalize, embed};
 use ggraph::model::generation::{self, Hooks, Request};
 use ggraph::model::sampling::{SamplingParams, TokenSampler};
 use ggraph::runner;
@@ -1013,4 +1015,278 @@ fn a_hybrid_model_serves_concurrent_slots_and_reuses_whole_caches_only() {
     // cache: read afresh, with the tokens the kept state gave
     let (read, cached) = ask(&s.addr, &longer, 4);
     assert_eq!((read, cached), (cont, 0));
+}
+
+/// The real embedding model (all-MiniLM-L6-v2, `GGRAPH_REAL_EMBEDDING`,
+/// as scripts/test sets it; skipped without it).
+fn embedding_model_path() -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os("GGRAPH_REAL_EMBEDDING") else {
+        eprintln!(
+            "serve: GGRAPH_REAL_EMBEDDING unset: embeddings not checked (scripts/test sets it)"
+        );
+        return None;
+    };
+    Some(PathBuf::from(dir).join("Q8_0.gguf"))
+}
+
+fn arch_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ggraph-model/tests/fixtures/arch")
+        .join(format!("{name}.gguf"))
+}
+
+/// The library's embeddings of `texts`, normalised as the server's are.
+fn library_embeddings(path: &Path, texts: &[&str], pooling: Option<Pooling>) -> Vec<Vec<f32>> {
+    let tokenizer = runner::open_model(path.to_str().unwrap())
+        .unwrap()
+        .tokenizer()
+        .unwrap();
+    let inputs: Vec<Vec<i32>> = texts
+        .iter()
+        .map(|t| tokenizer.encode(t, true, true).unwrap())
+        .collect();
+    library_embeddings_of(path, &inputs, pooling)
+}
+
+/// The same of token ids.
+fn library_embeddings_of(
+    path: &Path,
+    inputs: &[Vec<i32>],
+    pooling: Option<Pooling>,
+) -> Vec<Vec<f32>> {
+    let desc = runner::open_model(path.to_str().unwrap()).unwrap();
+    let model = ggraph::model::loaded::Model::load(
+        &desc,
+        &[],
+        ggraph_cpu::CpuDevice::new(),
+        &Default::default(),
+        ggraph::model::loaded::LoadMode::Real,
+        None,
+    )
+    .unwrap();
+    let params = ContextParams {
+        n_ctx: 4096,
+        n_batch: 2048,
+        n_ubatch: 512,
+        n_seq_max: 64,
+        embeddings: true,
+        pooling,
+        ..ContextParams::default()
+    };
+    let mut ctx = Context::new(std::sync::Arc::new(model), params).unwrap();
+    let norm = match pooling {
+        Some(Pooling::Rank) => Normalize::None,
+        _ => Normalize::PNorm(2),
+    };
+    embed(&mut ctx, inputs, norm).unwrap()
+}
+
+fn vectors(v: &Value) -> Vec<Vec<f32>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect()
+}
+
+/// An embedding model served: `/v1/embeddings` gives the library's
+/// vectors (as floats, and as base64 through the official client), many
+/// inputs in one request; `/embedding` llama-server's shape; bad inputs
+/// are 400s naming what is wrong; generations are refused.
+#[test]
+fn an_embedding_model_serves_the_librarys_vectors() {
+    let Some(model) = embedding_model_path() else {
+        return;
+    };
+    let s = serve(&model, &[]);
+    let texts = [
+        "The cat sits on the mat.",
+        "A cat is sitting on a rug.",
+        "Stocks fell.",
+    ];
+    let want = library_embeddings(&model, &texts, None);
+    let (status, r) = post(
+        &s.addr,
+        "/v1/embeddings",
+        json!({"input": texts, "model": "x"}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["object"], "list");
+    assert_eq!(r["model"], "x");
+    let got: Vec<Vec<f32>> = vectors(
+        &r["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["embedding"].clone())
+            .collect::<Value>(),
+    );
+    assert_eq!(got, want);
+    let n_tokens = r["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(n_tokens > 20, "{r}");
+    // token ids as input
+    let ids: Vec<i32> = runner::open_model(model.to_str().unwrap())
+        .unwrap()
+        .tokenizer()
+        .unwrap()
+        .encode(texts[2], true, true)
+        .unwrap();
+    // (alone in its decode: the bits follow the batch, as llama.cpp's do)
+    let alone = library_embeddings(&model, &texts[2..], None);
+    let (_, r) = post(&s.addr, "/v1/embeddings", json!({"input": ids}));
+    assert_eq!(vectors(&json!([r["data"][0]["embedding"]]))[0], alone[0]);
+    // llama-server's own shape: a list of rows per input
+    let (status, r) = post(&s.addr, "/embedding", json!({"content": texts[2]}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(vectors(&r[0]["embedding"])[0], alone[0]);
+
+    for (body, named) in [
+        (json!({"input": []}), "must not be empty"),
+        (json!({"input": {"a": 1}}), "must be a string"),
+        (json!({"nothing": 1}), "\"input\""),
+        (json!({"input": "x", "encoding_format": "hex"}), "base64"),
+        (json!({"input": [1, 99999]}), "vocabulary"),
+        (json!({"input": "word ".repeat(600)}), "tokens"),
+    ] {
+        let (status, r) = post(&s.addr, "/v1/embeddings", body.clone());
+        assert_eq!(status, 400, "{body}: {r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(named), "{body}: {msg}");
+    }
+    let (_, r) = post(
+        &s.addr,
+        "/v1/embeddings",
+        json!({"input": "word ".repeat(600)}),
+    );
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("602 tokens") && msg.contains("512"), "{msg}");
+    let (status, r) = post(
+        &s.addr,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(status, 501, "{r}");
+    // it still serves after the bad requests
+    let (status, _) = post(&s.addr, "/v1/embeddings", json!({"input": "ok"}));
+    assert_eq!(status, 200);
+
+    let Some(python) = std::env::var_os("GGRAPH_OPENAI_PYTHON") else {
+        eprintln!("serve: GGRAPH_OPENAI_PYTHON unset: the openai client is not run");
+        return;
+    };
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve/openai_embeddings.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(format!("http://{}/v1", s.addr))
+        .args(texts)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(vectors(&r["base64"]), want);
+    assert_eq!(vectors(&r["float"]), want);
+    let alone = library_embeddings(&model, &texts[..1], None);
+    assert_eq!(vectors(&json!([r["one"]]))[0], alone[0]);
+    assert_eq!(r["usage"][0], n_tokens);
+    assert_eq!(r["empty"][0], 400, "{r}");
+}
+
+/// A reranker served with `--reranking`: `/v1/rerank` scores each
+/// document as the library does, highest first, in Jina's shape and
+/// TEI's; a model without a classifier head fails at load; a generative
+/// model asked for embeddings answers 501 as llama-server does.
+#[test]
+fn a_reranker_serves_scores_and_a_generative_model_refuses_embeddings() {
+    let reranker = arch_fixture("bert_rank");
+    let s = serve(&reranker, &["--reranking"]);
+    let docs = ["hello world", "the a of", "I hello it"];
+    // the pairs as the server joins them for this vocabulary (it adds BOS,
+    // not EOS or SEP): BOS, the query, the document
+    let vocab = runner::open_model(reranker.to_str().unwrap())
+        .unwrap()
+        .tokenizer()
+        .unwrap();
+    let v = vocab.vocab();
+    assert!(v.add_bos && !v.add_eos && !v.add_sep);
+    let pairs: Vec<Vec<i32>> = docs
+        .iter()
+        .map(|d| {
+            let mut ids = vec![v.special.bos.unwrap()];
+            ids.extend(vocab.encode("hello", false, false).unwrap());
+            ids.extend(vocab.encode(d, false, false).unwrap());
+            ids
+        })
+        .collect();
+    let want = library_embeddings_of(&reranker, &pairs, Some(Pooling::Rank));
+    let (status, r) = post(
+        &s.addr,
+        "/v1/rerank",
+        json!({"query": "hello", "documents": docs, "top_n": 2}),
+    );
+    assert_eq!(status, 200, "{r}");
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let mut order: Vec<(usize, f32)> = want.iter().map(|v| v[0]).enumerate().collect();
+    order.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (got, (i, score)) in results.iter().zip(&order) {
+        assert_eq!(got["index"], *i, "{r}");
+        assert_eq!(
+            got["relevance_score"].as_f64().unwrap() as f32,
+            *score,
+            "{r}"
+        );
+    }
+    let (_, r) = post(
+        &s.addr,
+        "/rerank",
+        json!({"query": "hello", "texts": docs, "return_text": true}),
+    );
+    assert_eq!(r.as_array().unwrap().len(), 3, "{r}");
+    assert_eq!(r[0]["text"], docs[order[0].0], "{r}");
+    assert!(r[0]["score"].is_number(), "{r}");
+    let (status, r) = post(&s.addr, "/v1/rerank", json!({"documents": docs}));
+    assert_eq!(status, 400, "{r}");
+    let (status, r) = post(
+        &s.addr,
+        "/v1/rerank",
+        json!({"query": "q", "documents": []}),
+    );
+    assert_eq!(status, 400, "{r}");
+    drop(s);
+
+    // a model without the head cannot rerank: it fails at load, naming it
+    let out = Command::new(env!("CARGO_BIN_EXE_ggraph"))
+        .args(["serve", arch_fixture("bert").to_str().unwrap()])
+        .args(["--port", "0", "--cpu-only", "--reranking"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("classifier"), "{err}");
+
+    // a generative model was not started for embeddings
+    let s = serve(&arch_fixture("qwen3"), &[]);
+    for path in ["/v1/embeddings", "/embedding"] {
+        let (status, r) = post(&s.addr, path, json!({"input": "hello"}));
+        assert_eq!(status, 501, "{r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("--embeddings"), "{msg}");
+    }
+    let (status, r) = post(
+        &s.addr,
+        "/v1/rerank",
+        json!({"query": "a", "documents": ["b"]}),
+    );
+    assert_eq!(status, 501, "{r}");
 }

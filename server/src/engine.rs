@@ -21,8 +21,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ggraph_model::arch::Pooling;
 use ggraph_model::batch::Batch;
 use ggraph_model::context::Context;
+use ggraph_model::embedding::{Normalize, embed, max_batch_tokens};
 use ggraph_model::generation::TextStream;
 use ggraph_model::sampling::{TokenSampler, raw_probabilities};
 use ggraph_model::tokenizer::Tokenizer;
@@ -185,9 +187,22 @@ impl Default for EngineOptions {
     }
 }
 
+/// A request's embeddings, as the HTTP layer hands them over: its inputs
+/// (token ids each) go through [`embed`] together, as many to a decode as
+/// the context takes.
+pub struct EmbedJob {
+    /// The inputs, each at least one token.
+    pub inputs: Vec<Vec<i32>>,
+    /// How each vector is scaled.
+    pub normalize: Normalize,
+    /// Where the vectors (or why there are none) go.
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
 /// What the HTTP layer asks the engine thread.
 enum Command {
     Run(Box<Job>),
+    Embed(EmbedJob),
     /// Empty an idle slot's cache; answers the cells it gave up.
     Erase(usize, oneshot::Sender<Result<usize, String>>),
 }
@@ -204,6 +219,11 @@ pub struct Engine {
     pub n_ctx: usize,
     /// The model's tokenizer.
     pub tokenizer: Arc<Tokenizer>,
+    /// How the context pools embeddings, when it computes them (the
+    /// server then serves embeddings, not generations).
+    pub embeddings: Option<Pooling>,
+    /// The most tokens one input may have: a decode takes it whole.
+    pub n_embd_tokens: usize,
     /// The counters.
     pub counters: Arc<Counters>,
     thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
@@ -224,6 +244,8 @@ impl Engine {
     pub fn start(ctx: Context, tokenizer: Arc<Tokenizer>, options: EngineOptions) -> Engine {
         let n_slots = ctx.params.n_seq_max.max(1);
         let n_ctx = ctx.params.n_ctx;
+        let embeddings = ctx.params.embeddings.then(|| ctx.pooling());
+        let n_embd_tokens = max_batch_tokens(&ctx);
         let n_ctx_slot = if options.kv_unified {
             n_ctx
         } else {
@@ -254,9 +276,32 @@ impl Engine {
             n_ctx_slot,
             n_ctx,
             tokenizer,
+            embeddings,
+            n_embd_tokens,
             counters,
             thread: Arc::new(Mutex::new(thread)),
         }
+    }
+
+    /// The embeddings of a request's inputs, computed on the engine
+    /// thread; refused when the queue is full.
+    pub async fn embed(
+        &self,
+        inputs: Vec<Vec<i32>>,
+        normalize: Normalize,
+    ) -> Result<Result<Vec<Vec<f32>>, String>, Refused> {
+        let (tx, rx) = oneshot::channel();
+        let job = EmbedJob {
+            inputs,
+            normalize,
+            reply: tx,
+        };
+        match self.commands.try_send(Command::Embed(job)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(Refused::Busy),
+            Err(TrySendError::Disconnected(_)) => return Err(Refused::Stopped),
+        }
+        rx.await.map_err(|_| Refused::Stopped)
     }
 
     /// Hands a job over; refused when every slot is busy and the queue
@@ -371,6 +416,18 @@ impl Runner {
     fn take(&mut self, c: Command) {
         match c {
             Command::Run(job) => self.waiting.push_back(*job),
+            Command::Embed(job) => {
+                // a server of embeddings runs no generations: the cache
+                // is all its own
+                let r = embed(&mut self.ctx, &job.inputs, job.normalize).map_err(|e| e.to_string());
+                if r.is_ok() {
+                    let tokens: usize = job.inputs.iter().map(Vec::len).sum();
+                    let c = &self.counters;
+                    c.prompt_tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+                    c.jobs_done.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = job.reply.send(r);
+            }
             Command::Erase(s, reply) => {
                 let r = match self.slots.get(s) {
                     None => Err(format!("there is no slot {s}")),

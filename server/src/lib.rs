@@ -5,7 +5,10 @@
 //! `POST /completion` (llama-server's own shape), `GET /v1/models`,
 //! `POST /tokenize`, `POST /detokenize`, `GET /health` (503 while the
 //! model loads), `GET /metrics` (Prometheus), `GET /slots` and
-//! `POST /slots/{id}?action=erase`, `GET /props`. Each request is a slot
+//! `POST /slots/{id}?action=erase`, `GET /props`; for a context that
+//! computes embeddings (`--embeddings`, `--reranking`, an encoder),
+//! `POST /v1/embeddings`, `POST /embedding` and `POST /v1/rerank`
+//! instead of generations. Each request is a slot
 //! of the [`engine`]: continuous batching over the context's sequences, each with
 //! its own sampler chain, seed and grammar, and each slot keeping its
 //! cells as a prompt cache for the next request that starts the same way.
@@ -32,6 +35,7 @@
 //! [`router`] gives the routes alone, to merge into an axum app of one's
 //! own; [`engine::Engine`] alone runs jobs without HTTP.
 
+mod embeddings;
 pub mod engine;
 mod native;
 pub mod request;

@@ -1,6 +1,7 @@
 //! The HTTP routes: requests read ([`crate::request`]), jobs handed to
 //! the engine ([`crate::submit`]), its events written back as OpenAI's
-//! JSON or SSE chunks (llama-server's own `/completion`: [`crate::native`]).
+//! JSON or SSE chunks (llama-server's own `/completion`: [`crate::native`];
+//! embeddings and reranking: [`crate::embeddings`]).
 
 use std::convert::Infallible;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,12 +23,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::Server;
 use crate::engine::{Event, Finish, Timings};
-use crate::native;
 use crate::request::ApiError;
 use crate::submit::{
     Kind, Submitted, Wait, error, json_body, json_or_error, loading, next_event, next_id, piece,
     ready, submit, timed_out,
 };
+use crate::{embeddings, native};
 
 pub fn router(server: Server) -> Router {
     let limit = server.inner.options.body_limit;
@@ -40,9 +41,13 @@ pub fn router(server: Server) -> Router {
         .route("/slots", get(slots))
         .route("/slots/{id}", post(slot_action))
         .route("/props", get(props).post(props_change))
-        .route("/embedding", post(no_embeddings))
-        .route("/embeddings", post(no_embeddings))
-        .route("/v1/embeddings", post(no_embeddings))
+        .route("/embedding", post(embeddings::embeddings_native))
+        .route("/embeddings", post(embeddings::embeddings_native))
+        .route("/v1/embeddings", post(embeddings::embeddings_oai))
+        .route("/rerank", post(embeddings::rerank))
+        .route("/reranking", post(embeddings::rerank))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/v1/reranking", post(embeddings::rerank))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/completions", post(completions))
@@ -295,13 +300,6 @@ async fn props_change() -> Response {
 
 /// The embedding endpoints: a generative model's server answers 501, as
 /// llama-server without `--embeddings` does.
-async fn no_embeddings() -> Response {
-    error(ApiError {
-        status: 501,
-        message: "this server does not compute embeddings".into(),
-    })
-}
-
 /// Each slot: whether it runs a request, and that request's counts.
 async fn slots(State(server): State<Server>) -> Response {
     let Some(r) = server.state() else {

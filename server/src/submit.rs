@@ -91,6 +91,14 @@ pub fn submit(
     kind: Kind,
 ) -> Result<Submitted, ApiError> {
     let r = ready(server)?;
+    if r.engine.embeddings.is_some() {
+        return Err(ApiError {
+            status: 501,
+            message: "This server computes embeddings (started with --embeddings, --reranking or \
+                      for an embedding model): it does not generate"
+                .into(),
+        });
+    }
     let b = json_body(body)?;
     let t = &r.engine.tokenizer;
     let req = match kind {

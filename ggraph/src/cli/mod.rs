@@ -76,7 +76,8 @@ pub enum ModelCommand {
     /// true for SSE), POST /v1/completions, POST /completion
     /// (llama-server's shape), GET /v1/models, POST /tokenize, POST
     /// /detokenize, GET /health (503 while loading), GET /metrics, GET
-    /// /slots. Each
+    /// /slots; for an embedding model (or with --embeddings, --reranking)
+    /// POST /v1/embeddings, /embedding and /v1/rerank instead. Each
     /// request is a slot (-np of them share the context, batched
     /// together), sampled with llama.cpp's samplers; the request's fields
     /// (temperature, top_p, seed, stop, response_format, ...) override the

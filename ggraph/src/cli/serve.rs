@@ -6,6 +6,8 @@
 use std::sync::Arc;
 
 use ggraph::context::Context;
+use ggraph::kv::MAX_SEQS;
+use ggraph::model::arch::Pooling;
 use ggraph::model::sampling::ModelSampling;
 use ggraph::options::{ContextArgs, DeviceArgs, FitArgs, PlacementArgs};
 use ggraph::runner;
@@ -47,6 +49,17 @@ pub struct ServeArgs {
     /// --ctx cells of its own
     #[arg(long = "kv-unified", visible_alias = "kvu")]
     pub kv_unified: bool,
+    /// Serve embeddings (POST /v1/embeddings, /embedding) instead of
+    /// generations; on by itself for an embedding model (an encoder)
+    #[arg(long = "embeddings", visible_alias = "embedding")]
+    pub embeddings: bool,
+    /// Serve reranking (POST /v1/rerank): embeddings pooled by the
+    /// model's classifier
+    #[arg(long = "reranking", visible_alias = "rerank")]
+    pub reranking: bool,
+    /// How embeddings are pooled [default: the model's]
+    #[arg(long, value_name = "TYPE", value_parser = ["none", "mean", "cls", "last", "rank"])]
+    pub pooling: Option<String>,
     #[command(flatten)]
     pub devices: DeviceArgs,
     #[command(flatten)]
@@ -89,7 +102,18 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
     );
 
     let desc = runner::open_model(&a.model).map_err(Failure::other)?;
-    let params = a.context.params().map_err(Failure::usage)?;
+    let mut params = a.context.params().map_err(Failure::usage)?;
+    params.pooling = match (a.reranking, a.pooling.as_deref()) {
+        (true, _) => Some(Pooling::Rank),
+        (false, Some(p)) => Some(Pooling::parse(p).map_err(|e| Failure::usage(e.to_string()))?),
+        (false, None) => None,
+    };
+    params.embeddings = a.embeddings || a.reranking || desc.config.arch.encoder;
+    if params.embeddings {
+        // a request's inputs go through a decode together, each its own
+        // sequence
+        params.n_seq_max = params.n_seq_max.max(MAX_SEQS);
+    }
     let (devices, cpu) = a.devices.devices().map_err(Failure::other)?;
     a.placement.check(devices.len()).map_err(Failure::usage)?;
     let fit = a.fit.fit.then(|| a.fit.request(&a.placement, &params));
@@ -116,17 +140,31 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
     );
     // requests are taken from here on: only then say so
     let (n_slots, n_ctx_slot, chat) = (engine.n_slots, engine.n_ctx_slot, template.is_some());
+    let (embeddings, n_embd_tokens) = (engine.embeddings, engine.n_embd_tokens);
     server.ready(Ready::new(engine, template, defaults));
-    eprintln!(
-        "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
-        n_slots,
-        n_ctx_slot,
-        if !chat {
-            "; no chat template: /v1/chat/completions is refused"
-        } else {
-            ""
-        }
-    );
+    match embeddings {
+        Some(pooling) => eprintln!(
+            "ggraph serve: ready on http://{addr}: embeddings pooled by {}, inputs of up to {} \
+             tokens{}",
+            pooling.name(),
+            n_embd_tokens,
+            if pooling == Pooling::Rank {
+                "; /v1/rerank"
+            } else {
+                ""
+            }
+        ),
+        None => eprintln!(
+            "ggraph serve: ready on http://{addr}: {} slot(s) of {} cells{}",
+            n_slots,
+            n_ctx_slot,
+            if !chat {
+                "; no chat template: /v1/chat/completions is refused"
+            } else {
+                ""
+            }
+        ),
+    }
     rt.block_on(std::future::pending::<()>());
     Ok(())
 }
