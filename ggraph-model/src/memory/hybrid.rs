@@ -44,7 +44,7 @@ pub struct Memory {
 
 /// What the attention layers keep: a KV cache, or nothing (an encoder).
 enum AttentionMemory {
-    Cache(KvMemory),
+    Cache(Box<KvMemory>),
     None(NoMemory),
 }
 
@@ -64,7 +64,7 @@ impl Memory {
         };
         let attention = match config.arch.keeps_no_memory {
             true => AttentionMemory::None(NoMemory::new(p.n_seq_max)?),
-            false => AttentionMemory::Cache(KvMemory::new(config, p, buffer_type)?),
+            false => AttentionMemory::Cache(Box::new(KvMemory::new(config, p, buffer_type)?)),
         };
         Ok(Memory {
             attention,

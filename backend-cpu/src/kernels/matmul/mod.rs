@@ -118,7 +118,7 @@ pub fn mul_mat(dst: TRef, a: TRef, b: TRef) {
     }
     // ggml's tinyBLAS takes F32 columns only as one contiguous tensor
     let of = match a.dtype == DType::F32 && b.dtype == DType::F32 && !b.is_contiguous() {
-        true => ProductOf::MulMatStridedCols,
+        true => ProductOf::StridedMulMat,
         false => ProductOf::MulMat,
     };
     let batch = |bi: usize, bufs: &mut BatchBufs| {

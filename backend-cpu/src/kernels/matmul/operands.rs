@@ -25,7 +25,7 @@ pub(crate) enum ProductOf {
     /// A `mul_mat` of F32 weights whose F32 columns are not one
     /// contiguous tensor (attention's permuted queries without a cache):
     /// tinyBLAS declines it, and ggml takes each dot with `vec_dot`.
-    MulMatStridedCols,
+    StridedMulMat,
     MulMatId,
 }
 

@@ -891,7 +891,7 @@ mod tests {
         // mul_mat_id's experts: vec_dot a column at a time
         assert_eq!(order(ProductOf::MulMatId, 64, 64, 16), Order::VectorDot);
         // columns that are not one contiguous tensor: tinyBLAS declines
-        let strided = ProductOf::MulMatStridedCols;
+        let strided = ProductOf::StridedMulMat;
         assert_eq!(order(strided, 64, 64, 16), Order::VectorDot);
     }
 
