@@ -283,3 +283,8 @@ fn an_encoder_computes_embeddings_and_a_reranker_needs_its_head() {
 fn qwen3_pooled_as_qwen3_embedding_matches_llama_cpp() {
     check("qwen3");
 }
+
+#[test]
+fn nomic_bert_matches_llama_cpp() {
+    check("nomic-bert");
+}

@@ -5,7 +5,7 @@
 
 use ggraph_core::error::Result;
 
-use super::config::{ArchSpec, ModelConfig};
+use super::config::{ArchSpec, FfnKind, ModelConfig};
 use super::pooling_type::Pooling;
 use crate::gguf::{GgufHeader, meta_error};
 
@@ -13,6 +13,7 @@ use crate::gguf::{GgufHeader, meta_error};
 /// batches.
 pub static BERT: ArchSpec = ArchSpec {
     name: "bert",
+    ffn: FfnKind::Ungated,
     encoder: true,
     keeps_no_memory: true,
     read,
@@ -22,12 +23,19 @@ pub static BERT: ArchSpec = ArchSpec {
 
 fn read(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     c.use_rope = false;
+    read_token_types(h, c)
+}
+
+/// The token-type count (a vocabulary key), which a BERT-family model
+/// must have.
+pub(super) fn read_token_types(h: &GgufHeader, c: &mut ModelConfig) -> Result<()> {
     const TYPES: &str = "tokenizer.ggml.token_type_count";
     c.n_token_types = match h.opt_u32(TYPES)? {
         Some(n) if n > 0 => n as usize,
         _ => {
             return Err(meta_error(format!(
-                "{TYPES} is missing or 0: a bert model needs to define its token types"
+                "{TYPES} is missing or 0: a {} model needs to define its token types",
+                c.arch.name
             )));
         }
     };

@@ -387,6 +387,11 @@ fn dense_ffn(
             let gu = b.mul_mat(up, cur)?;
             b.glu(op, gu, false)?
         }
+        FfnKind::Ungated => {
+            let up = weights.req(b, &name("ffn_up"))?;
+            let u = b.mul_mat(up, cur)?;
+            b.gelu(u)?
+        }
     };
     let down = weights.req(b, &name("ffn_down"))?;
     b.mul_mat(down, h)
@@ -521,6 +526,12 @@ fn moe_ffn(
     };
     let op = match c.arch.ffn {
         FfnKind::Split(op) | FfnKind::Fused(op) => op,
+        FfnKind::Ungated => {
+            return Err(Error::InvalidArgument(format!(
+                "{}: experts of an ungated FFN are not built",
+                c.arch.name
+            )));
+        }
     };
     let h = b.glu_split(op, g, u)?;
     let glu_name = match op {

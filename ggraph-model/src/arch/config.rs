@@ -19,6 +19,8 @@ pub enum FfnKind {
     /// Gate and up in one matrix `ffn_up` of twice the width (first half
     /// the gate), then `ffn_down` (phi3).
     Fused(GluOp),
+    /// No gate: `ffn_up`, GELU, `ffn_down` (BERT's).
+    Ungated,
 }
 
 /// How a mixture of experts' router picks a token's experts and weighs
@@ -649,6 +651,13 @@ impl ModelConfig {
                 self.n_head, self.n_head_kv
             ));
         }
+        // an encoder's attention output is as wide as its input
+        if self.arch.encoder && self.n_head * self.head_dim != self.n_embd {
+            return bad(format!(
+                "n_head {} x head_dim {} must be n_embd {}",
+                self.n_head, self.head_dim, self.n_embd
+            ));
+        }
         if self.use_rope && (self.n_rot > self.head_dim || self.n_rot % 2 != 0) {
             return bad(format!(
                 "n_rot {} must be even and at most head_dim {}",
@@ -975,6 +984,7 @@ impl ModelConfig {
                         add(p("ffn_up.weight"), vec![e, f], Required);
                     }
                     FfnKind::Fused(_) => add(p("ffn_up.weight"), vec![e, 2 * f], Required),
+                    FfnKind::Ungated => add(p("ffn_up.weight"), vec![e, f], Required),
                 }
                 add(p("ffn_down.weight"), vec![f, e], Required);
             }
@@ -1000,9 +1010,10 @@ impl ModelConfig {
     }
 
     /// The weights of an encoder (`arch/encoder.rs`): embeddings of
-    /// tokens, token types and positions with their LayerNorm, then
-    /// per layer Q, K, V and the output with biases, the FFN, and the
-    /// LayerNorms after attention and after the FFN.
+    /// tokens, token types and (without rope) positions with their
+    /// LayerNorm, then per layer Q, K, V (or one matrix of the three) and
+    /// the output, the FFN (gated or not), and the LayerNorms after
+    /// attention and after the FFN.
     fn encoder_weights(&self) -> Vec<WeightDecl> {
         use Presence::*;
         let e = self.n_embd;
@@ -1017,26 +1028,42 @@ impl ModelConfig {
         add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
         let types = self.n_token_types;
         add("token_types.weight".into(), vec![e, types], Usual);
-        let n_pos = self.n_ctx_train;
-        add("position_embd.weight".into(), vec![e, n_pos], Required);
+        // learned positions, unless the layers rotate them
+        if !self.use_rope {
+            let n_pos = self.n_ctx_train;
+            add("position_embd.weight".into(), vec![e, n_pos], Required);
+        }
         add("token_embd_norm.weight".into(), vec![e], Required);
         add("token_embd_norm.bias".into(), vec![e], Required);
+        // biases where BERT's have them; the others' files may hold some
+        let bias = match self.arch.ffn {
+            FfnKind::Ungated => Usual,
+            _ => Optional,
+        };
         for i in 0..self.n_layer {
             let p = |s: &str| format!("blk.{i}.{s}");
             let (q, kv) = (self.n_head * self.head_dim, self.n_embd_kv());
-            for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
-                add(p(&format!("{name}.weight")), vec![e, rows], Required);
-                add(p(&format!("{name}.bias")), vec![rows], Usual);
+            if self.fused_qkv {
+                add(p("attn_qkv.weight"), vec![e, q + 2 * kv], Required);
+                add(p("attn_qkv.bias"), vec![q + 2 * kv], Optional);
+            } else {
+                for (name, rows) in [("attn_q", q), ("attn_k", kv), ("attn_v", kv)] {
+                    add(p(&format!("{name}.weight")), vec![e, rows], Required);
+                    add(p(&format!("{name}.bias")), vec![rows], bias);
+                }
             }
             add(p("attn_output.weight"), vec![q, e], Required);
-            add(p("attn_output.bias"), vec![e], Usual);
+            add(p("attn_output.bias"), vec![e], bias);
             add(p("attn_output_norm.weight"), vec![e], Required);
             add(p("attn_output_norm.bias"), vec![e], Required);
             let f = self.n_ff_of(i);
             add(p("ffn_up.weight"), vec![e, f], Required);
-            add(p("ffn_up.bias"), vec![f], Usual);
+            add(p("ffn_up.bias"), vec![f], bias);
+            if matches!(self.arch.ffn, FfnKind::Split(_)) {
+                add(p("ffn_gate.weight"), vec![e, f], Required);
+            }
             add(p("ffn_down.weight"), vec![f, e], Required);
-            add(p("ffn_down.bias"), vec![e], Usual);
+            add(p("ffn_down.bias"), vec![e], bias);
             add(p("layer_output_norm.weight"), vec![e], Required);
             add(p("layer_output_norm.bias"), vec![e], Required);
         }

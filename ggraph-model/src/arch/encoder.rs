@@ -1,16 +1,16 @@
 //! The encoder graph of the BERT family, as llama.cpp's `bert.cpp` builds
 //! it: token, token-type (the first row: "sentence A") and learned
-//! position embeddings, LayerNormed; then post-norm layers: attention over
-//! the ubatch's own tokens (no cache), added to the layer's input and
-//! LayerNormed, a GELU FFN added and LayerNormed again. The last layer's
-//! rows are the model's output (llama.cpp's `result_embd`); there is no
-//! head.
+//! position embeddings (or a rope in the layers: nomic-bert), LayerNormed;
+//! then post-norm layers: attention over the ubatch's own tokens (no
+//! cache), added to the layer's input and LayerNormed, the FFN (GELU, or
+//! a GLU) added and LayerNormed again. The last layer's rows are the
+//! model's output (llama.cpp's `result_embd`); there is no head.
 
 use ggraph_core::dtype::DType;
-use ggraph_core::error::Result;
+use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GraphBuilder, TensorId};
 
-use super::config::ModelConfig;
+use super::config::{FfnKind, ModelConfig};
 use super::model_graph::{Body, GraphInputs};
 use super::pooling::PoolingInputs;
 use super::shape::{Attention, BuildShape};
@@ -39,9 +39,12 @@ pub(super) fn build_encoder(
         let first = b.view_1d(types, c.n_embd, 0)?;
         inp = b.add(inp, first)?;
     }
-    let pos_embd = weights.req(&mut b, "position_embd.weight")?;
-    let by_pos = b.get_rows(pos_embd, positions)?;
-    inp = b.add(by_pos, inp)?;
+    // learned positions, where the layers do not rotate them
+    if !c.use_rope {
+        let pos_embd = weights.req(&mut b, "position_embd.weight")?;
+        let by_pos = b.get_rows(pos_embd, positions)?;
+        inp = b.add(by_pos, inp)?;
+    }
     b.set_name(inp, "inp_embd")?;
     inp = layer_norm(&mut b, c, weights, "token_embd_norm", inp)?;
     // llama.cpp's name, so that the two compare tensor by tensor
@@ -61,11 +64,7 @@ pub(super) fn build_encoder(
         cur = b.add(cur, inp)?;
         let ffn_inp = layer_norm(&mut b, c, weights, &p("attn_output_norm"), cur)?;
         b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
-        let up = weights.req(&mut b, &p("ffn_up.weight"))?;
-        let mut cur = linear(&mut b, weights, up, ffn_inp, &p("ffn_up.bias"))?;
-        cur = b.gelu(cur)?;
-        let down = weights.req(&mut b, &p("ffn_down.weight"))?;
-        cur = linear(&mut b, weights, down, cur, &p("ffn_down.bias"))?;
+        let mut cur = ffn(&mut b, c, weights, il, ffn_inp)?;
         b.set_name(cur, &format!("ffn_out-{il}"))?;
         cur = b.add(cur, ffn_inp)?;
         inp = layer_norm(&mut b, c, weights, &p("layer_output_norm"), cur)?;
@@ -93,6 +92,36 @@ pub(super) fn build_encoder(
         caches: Vec::new(),
         layer_outputs,
     })
+}
+
+/// Layer `il`'s FFN: up (with its bias), GELU, down (BERT's); or gate
+/// and up through the GLU, then down.
+fn ffn(
+    b: &mut GraphBuilder,
+    c: &ModelConfig,
+    weights: &mut Tensors<'_>,
+    il: usize,
+    x: TensorId,
+) -> Result<TensorId> {
+    let p = |s: &str| format!("blk.{il}.{s}");
+    let up = weights.req(b, &p("ffn_up.weight"))?;
+    let up = linear(b, weights, up, x, &p("ffn_up.bias"))?;
+    let h = match c.arch.ffn {
+        FfnKind::Ungated => b.gelu(up)?,
+        FfnKind::Split(op) => {
+            let gate = weights.req(b, &p("ffn_gate.weight"))?;
+            let gate = b.mul_mat(gate, x)?;
+            b.glu_split(op, gate, up)?
+        }
+        FfnKind::Fused(_) => {
+            return Err(Error::InvalidArgument(format!(
+                "{}: an encoder's fused gate and up are not built",
+                c.arch.name
+            )));
+        }
+    };
+    let down = weights.req(b, &p("ffn_down.weight"))?;
+    linear(b, weights, down, h, &p("ffn_down.bias"))
 }
 
 /// LayerNorm `name` (its weight and bias) of `x`.
@@ -141,14 +170,29 @@ fn attention(
 ) -> Result<TensorId> {
     let (hd, n_tokens) = (c.head_dim, shape.n_tokens);
     let p = |s: &str| format!("blk.{il}.{s}");
-    let mut proj = |b: &mut GraphBuilder, what: &str, heads: usize| -> Result<TensorId> {
-        let w = weights.req(b, &p(&format!("attn_{what}.weight")))?;
-        let y = linear(b, weights, w, x, &p(&format!("attn_{what}.bias")))?;
-        b.reshape(y, &[hd, heads, n_tokens])
+    let (mut q, mut k, v) = if c.fused_qkv {
+        // llama.cpp's views of the one product, each head's values side
+        // by side and the tokens a whole row apart
+        let w = weights.req(b, &p("attn_qkv.weight"))?;
+        let qkv = linear(b, weights, w, x, &p("attn_qkv.bias"))?;
+        let (row, f) = (b.tensor(qkv)?.nb[1], std::mem::size_of::<f32>());
+        let (nq, nkv) = (c.n_head * hd, c.n_embd_kv());
+        let part = |b: &mut GraphBuilder, heads: usize, at: usize| {
+            b.view_3d(qkv, [hd, heads, n_tokens], hd * f, row, at * f)
+        };
+        let q = part(b, c.n_head, 0)?;
+        let k = part(b, c.n_head_kv, nq)?;
+        (q, k, part(b, c.n_head_kv, nq + nkv)?)
+    } else {
+        let mut proj = |b: &mut GraphBuilder, what: &str, heads: usize| -> Result<TensorId> {
+            let w = weights.req(b, &p(&format!("attn_{what}.weight")))?;
+            let y = linear(b, weights, w, x, &p(&format!("attn_{what}.bias")))?;
+            b.reshape(y, &[hd, heads, n_tokens])
+        };
+        let q = proj(b, "q", c.n_head)?;
+        let k = proj(b, "k", c.n_head_kv)?;
+        (q, k, proj(b, "v", c.n_head_kv)?)
     };
-    let mut q = proj(b, "q", c.n_head)?;
-    let mut k = proj(b, "k", c.n_head_kv)?;
-    let v = proj(b, "v", c.n_head_kv)?;
     if c.use_rope {
         let rope = c.rope(il);
         q = b.rope_ext(q, positions, None, rope)?;

@@ -11,6 +11,7 @@ use super::gpt_oss::GPT_OSS;
 use super::granitehybrid::GRANITEHYBRID;
 use super::lfm2::LFM2;
 use super::llama::LLAMA;
+use super::nomic_bert::NOMIC_BERT;
 use super::phi3::PHI3;
 use super::qwen2::QWEN2;
 use super::qwen3::QWEN3;
@@ -18,7 +19,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 14] = [
+pub static ARCHITECTURES: [&ArchSpec; 15] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -33,6 +34,7 @@ pub static ARCHITECTURES: [&ArchSpec; 14] = [
     &GPT_OSS,
     &GEMMA4,
     &BERT,
+    &NOMIC_BERT,
 ];
 
 /// The architecture named `name`, if ggraph builds it.
