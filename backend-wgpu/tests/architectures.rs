@@ -44,7 +44,7 @@ enum Output {
 }
 
 fn output(model: Model, attention: Attention) -> Output {
-    if !model.config.arch.encoder {
+    if !model.config.arch.embeddings_only {
         return Output::Tokens(greedy(model, attention));
     }
     let params = ContextParams {

@@ -53,7 +53,7 @@ pub struct ContextParams {
     /// Also keep the embeddings of the output tokens: the output norm's
     /// result, n_embd values per token (llama.cpp's embeddings), or with
     /// pooling one vector per sequence ([`Context::embeddings_seq`]).
-    /// Always on for a model without logits (an encoder).
+    /// Always on for a model without logits (an embedding model).
     pub embeddings: bool,
     /// How embeddings are pooled (llama.cpp's `pooling_type`); None: the
     /// model's own (`{arch}.pooling_type`). Pooled embeddings are computed
@@ -233,7 +233,7 @@ impl Context {
     pub fn new(model: Arc<Model>, mut params: ContextParams) -> Result<Context> {
         let c = &model.config;
         // a model without logits computes nothing else
-        params.embeddings |= c.arch.encoder;
+        params.embeddings |= c.arch.embeddings_only;
         if params.n_ubatch == 0 || params.n_batch == 0 || params.n_ctx == 0 {
             return Err(Error::InvalidArgument(
                 "n_ctx, n_batch and n_ubatch must be positive".into(),

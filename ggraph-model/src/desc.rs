@@ -132,9 +132,9 @@ pub(crate) fn tokenizer_of(metadata: Option<&GgufHeader>) -> Result<Tokenizer> {
 
 /// `tensors` with the output matrix a model with tied embeddings reads:
 /// a copy of the token embeddings named `output.weight` (none for an
-/// encoder, which has no output layer).
+/// embedding model, which has no output layer).
 fn with_output_copy(config: &ModelConfig, mut tensors: Vec<TensorSpec>) -> Vec<TensorSpec> {
-    let has_output = config.arch.encoder || tensors.iter().any(|t| t.name == OUTPUT);
+    let has_output = config.arch.embeddings_only || tensors.iter().any(|t| t.name == OUTPUT);
     if let Some(embd) = tensors.iter().find(|t| t.name == EMBEDDINGS)
         && !has_output
     {

@@ -219,6 +219,16 @@ pub fn model_gguf(desc: &ModelDesc, tokens: Vec<String>) -> Result<GgufWriter> {
     if !c.causal {
         w.kv(key("attention.causal"), Value::Bool(false));
     }
+    if c.n_dense > 0 {
+        for (k, n) in [
+            ("dense_2_feat_in", c.n_embd),
+            ("dense_2_feat_out", c.n_dense),
+            ("dense_3_feat_in", c.n_dense),
+            ("dense_3_feat_out", c.n_embd),
+        ] {
+            w.kv(key(k), u(n));
+        }
+    }
     if c.pooling.pools() {
         let n = Pooling::ALL
             .iter()

@@ -260,14 +260,18 @@ fn two_sequences_and_a_fork(desc: &ModelDesc, want: &Value, bound: f32) {
     check("a fork by seq_cp", ctx.logits(), "fork_logits");
 }
 
-/// Every architecture has llama.cpp's logits here, or an encoder its
-/// embeddings (`tests/embeddings.rs`).
+/// Every architecture has llama.cpp's logits here, or an embedding model
+/// its embeddings (`tests/embeddings.rs`).
 #[test]
 fn every_architecture_has_a_fixture() {
     let expected: Value = serde_json::from_str(EXPECTED).unwrap();
     let embeddings: Value = serde_json::from_str(EMBEDDINGS).unwrap();
     for a in ARCHITECTURES {
-        let fixtures = if a.encoder { &embeddings } else { &expected };
+        let fixtures = if a.embeddings_only {
+            &embeddings
+        } else {
+            &expected
+        };
         assert!(
             fixtures["models"][a.name].is_object(),
             "no llama.cpp fixture for {}",

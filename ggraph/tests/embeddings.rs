@@ -288,3 +288,10 @@ fn qwen3_pooled_as_qwen3_embedding_matches_llama_cpp() {
 fn nomic_bert_matches_llama_cpp() {
     check("nomic-bert");
 }
+
+/// EmbeddingGemma: gemma3's layers in both directions without a cache,
+/// the sliding window symmetric, dense projections after pooling.
+#[test]
+fn gemma_embedding_matches_llama_cpp() {
+    check("gemma-embedding");
+}

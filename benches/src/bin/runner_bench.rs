@@ -198,11 +198,11 @@ fn arch_table(
     let dir = std::env::temp_dir().join(format!("ggraph-arch-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| ggraph::Error::InvalidArgument(e.to_string()))?;
     for &weights in types {
-        // decoders: prompts and generation (encoders have no tokens to
-        // generate)
+        // models with logits: prompts and generation (embedding models
+        // generate nothing)
         for arch in ARCHITECTURES
             .iter()
-            .filter(|a| !a.encoder && only.as_ref().is_none_or(|o| o == a.name))
+            .filter(|a| !a.embeddings_only && only.as_ref().is_none_or(|o| o == a.name))
         {
             let p = runner::preset("small")?;
             let c = ModelConfig::new(

@@ -15,6 +15,7 @@ pub static BERT: ArchSpec = ArchSpec {
     name: "bert",
     ffn: FfnKind::Ungated,
     encoder: true,
+    embeddings_only: true,
     keeps_no_memory: true,
     read,
     defaults,

@@ -5,6 +5,7 @@
 //!
 //! [`ArchSpec`]: super::config::ArchSpec
 
+use ggraph_core::dtype::DType;
 use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::{GluOp, GraphBuilder, TensorId, UnaryOp};
 
@@ -133,6 +134,7 @@ fn qkv(
     if let Some(rope) = rope {
         q = b.rope_ext(q, positions, rope_freqs, rope)?;
     }
+
     // llama.cpp's names, so that the two compare tensor by tensor
     b.set_name(q, &format!("Qcur-{il}"))?;
     let Some((k, mut v)) = kv else {
@@ -262,13 +264,15 @@ pub fn self_attention(
         (Some((k, v)), ..) => {
             let kp = b.permute(k, [0, 2, 1, 3])?;
             let v3 = b.reshape(v, &[hd, n_head_kv, n_tokens])?;
-            let vp = if transposed_v {
+            if transposed_v {
                 let vt = b.permute(v3, [1, 2, 0, 3])?;
-                b.cont(vt)?
+                (kp, b.cont(vt)?)
             } else {
-                b.permute(v3, [0, 2, 1, 3])?
-            };
-            (kp, vp)
+                // flash attention reads K and V in F16, as llama.cpp casts
+                // them without a cache
+                let vp = b.permute(v3, [0, 2, 1, 3])?;
+                (b.cast(kp, DType::F16)?, b.cast(vp, DType::F16)?)
+            }
         }
     };
     if let Some(slot) = attended.get_mut(il) {
@@ -288,14 +292,21 @@ pub fn self_attention(
     } else {
         None
     };
+    // the scores' scale, unless Q carries it
+    let (q, kq_scale) = match c.arch.prescaled_q {
+        true => (b.scale(q, c.attention_scale)?, 1.0),
+        false => (q, c.attention_scale),
+    };
     let qp = b.permute(q, [0, 2, 1, 3])?;
     let attn = match shape.attention {
         Attention::Standard => {
             let mut kq = b.mul_mat(k_all, qp)?;
-            let mut scale = c.attention_scale;
+            let mut scale = kq_scale;
             if c.attn_softcap > 0.0 {
                 // the cap applies to the scaled scores, as in llama.cpp
-                kq = b.scale(kq, c.attention_scale)?;
+                if kq_scale != 1.0 {
+                    kq = b.scale(kq, kq_scale)?;
+                }
                 kq = softcap(b, kq, c.attn_softcap)?;
                 scale = 1.0;
             }
@@ -315,7 +326,7 @@ pub fn self_attention(
             let o = match sinks {
                 // no architecture has both sinks and a soft-cap
                 Some(sinks) if c.attn_softcap == 0.0 => {
-                    b.flash_attn_ext_sinks(qp, k_all, v_all, Some(mask), sinks, c.attention_scale)?
+                    b.flash_attn_ext_sinks(qp, k_all, v_all, Some(mask), sinks, kq_scale)?
                 }
                 Some(_) => {
                     return Err(Error::InvalidArgument(format!(
@@ -323,15 +334,9 @@ pub fn self_attention(
                         c.arch.name
                     )));
                 }
-                None => b.flash_attn_ext(
-                    qp,
-                    k_all,
-                    v_all,
-                    Some(mask),
-                    c.attention_scale,
-                    0.0,
-                    c.attn_softcap,
-                )?,
+                None => {
+                    b.flash_attn_ext(qp, k_all, v_all, Some(mask), kq_scale, 0.0, c.attn_softcap)?
+                }
             };
             b.reshape(o, &[n_head * hd, n_tokens])?
         }

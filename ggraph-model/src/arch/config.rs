@@ -146,9 +146,20 @@ pub struct ArchSpec {
     /// layers, LayerNorms with biases, learned positions), not the
     /// decoder's; the model has no output head.
     pub encoder: bool,
+    /// Its graph computes embeddings, never logits (an embedding model):
+    /// a context of it always computes embeddings.
+    pub embeddings_only: bool,
     /// A context keeps no memory between batches (llama.cpp's memory
     /// "none"): every batch is one ubatch that attends only to itself.
     pub keeps_no_memory: bool,
+    /// Q is multiplied by the attention scale before attention, which
+    /// then scales its scores by 1 (gemma's; the same in exact arithmetic,
+    /// but flash attention rounds the scaled Q to F16).
+    pub prescaled_q: bool,
+    /// The sliding window reaches `n_swa / 2` positions both ways
+    /// (llama.cpp's symmetric window: gemma-embedding); else `n_swa - 1`
+    /// back.
+    pub swa_symmetric: bool,
     /// Reads the hyperparameters only this architecture has, after the
     /// common ones (`arch/hparams.rs`).
     pub read: fn(&GgufHeader, &mut ModelConfig) -> Result<()>,
@@ -193,7 +204,10 @@ impl ArchSpec {
         layer_output_scale: false,
         per_layer_inputs: false,
         encoder: false,
+        embeddings_only: false,
         keeps_no_memory: false,
+        prescaled_q: false,
+        swa_symmetric: false,
         read: no_keys_of_its_own,
         defaults: no_defaults,
     };
@@ -366,6 +380,10 @@ pub struct ModelConfig {
     /// Rows of the token-type embeddings (`{arch}.token_type_count`; 0:
     /// none).
     pub n_token_types: usize,
+    /// Width between sentence-transformers' two dense projections after
+    /// pooling (`dense_2` to it, `dense_3` back: `{arch}.dense_2_feat_out`;
+    /// 0: none).
+    pub n_dense: usize,
 }
 
 /// The heads of a kind of attention layer.
@@ -444,6 +462,7 @@ impl ModelConfig {
             norm_eps: 1e-12,
             n_ctx_train: 4096,
             n_token_types: 0,
+            n_dense: 0,
         };
         (arch.defaults)(&mut c);
         c
@@ -1002,7 +1021,9 @@ impl ModelConfig {
         }
         add(format!("{}.weight", a.output_norm), vec![e], Required);
         if !a.tied_output {
-            add("output.weight".into(), vec![e, self.n_vocab], Usual);
+            // an embedding model's file may keep its output matrix unused
+            let output = if a.embeddings_only { Optional } else { Usual };
+            add("output.weight".into(), vec![e, self.n_vocab], output);
             add("output.bias".into(), vec![self.n_vocab], Optional);
         }
         w.extend(self.classifier_weights());
@@ -1073,23 +1094,29 @@ impl ModelConfig {
 
     /// A reranker's classifier head (rank pooling, `arch/pooling.rs`):
     /// `cls` with its bias and norm, then `cls.output`, each where the
-    /// file has it.
+    /// file has it; and sentence-transformers' dense projections after
+    /// pooling (`dense_2`, `dense_3`), where the model has them.
     fn classifier_weights(&self) -> Vec<WeightDecl> {
-        let (e, n_out) = (self.n_embd, self.n_cls_out);
-        [
-            ("cls.weight", vec![e, e]),
-            ("cls.bias", vec![e]),
-            ("cls.norm.weight", vec![e]),
-            ("cls.output.weight", vec![e, n_out]),
-            ("cls.output.bias", vec![n_out]),
-        ]
-        .into_iter()
-        .map(|(name, shape)| WeightDecl {
-            name: name.into(),
-            shape,
-            presence: Presence::Optional,
-        })
-        .collect()
+        let (e, n_out, d) = (self.n_embd, self.n_cls_out, self.n_dense);
+        let mut heads = vec![
+            ("cls.weight", vec![e, e], Presence::Optional),
+            ("cls.bias", vec![e], Presence::Optional),
+            ("cls.norm.weight", vec![e], Presence::Optional),
+            ("cls.output.weight", vec![e, n_out], Presence::Optional),
+            ("cls.output.bias", vec![n_out], Presence::Optional),
+        ];
+        if d > 0 {
+            heads.push(("dense_2.weight", vec![e, d], Presence::Required));
+            heads.push(("dense_3.weight", vec![d, e], Presence::Required));
+        }
+        heads
+            .into_iter()
+            .map(|(name, shape, presence)| WeightDecl {
+                name: name.into(),
+                shape,
+                presence,
+            })
+            .collect()
     }
 
     /// The weights a model of this configuration carries (required and

@@ -19,6 +19,7 @@ pub static GEMMA2: ArchSpec = ArchSpec {
     post_norms: true,
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
+    prescaled_q: true,
     tied_output: true,
     read,
     defaults,

@@ -19,6 +19,7 @@ pub static GEMMA3: ArchSpec = ArchSpec {
     post_norms: true,
     ffn: FfnKind::Split(GluOp::Geglu),
     embed_scale: true,
+    prescaled_q: true,
     read,
     defaults,
     ..ArchSpec::BASE

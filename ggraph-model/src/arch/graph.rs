@@ -9,7 +9,7 @@ use super::config::ModelConfig;
 use super::decoder::build_decoder;
 use super::encoder::build_encoder;
 use super::model_graph::ModelGraph;
-use super::pooling::pool;
+use super::pooling::{dense_modules, pool};
 use super::shape::BuildShape;
 use super::weights::{Tensors, WeightSource};
 use crate::kv::CacheSource;
@@ -59,20 +59,23 @@ pub fn build_graph(
             config.arch.name
         )));
     }
-    let head = shape.pooled.is_none();
+    let head = shape.pooled.is_none() && !config.arch.embeddings_only;
     let mut body = match config.arch.encoder {
         true => build_encoder(config, shape, weights)?,
         false => build_decoder(config, shape, weights, cache, head)?,
     };
-    let embeddings = match shape.pooled {
+    let weights = &mut Tensors::new(config, weights);
+    let mut embeddings = match shape.pooled {
         Some(p) => {
-            let weights = &mut Tensors::new(config, weights);
             let (pooled, inputs) = pool(&mut body.b, config, weights, body.hidden, p)?;
             body.inputs.pooling = inputs;
             pooled
         }
         None => body.hidden,
     };
+    if config.n_dense > 0 && body.logits.is_none() {
+        embeddings = dense_modules(&mut body.b, weights, embeddings)?;
+    }
     let mut b = body.b;
     b.set_output(body.logits.unwrap_or(embeddings))?;
     Ok(ModelGraph {

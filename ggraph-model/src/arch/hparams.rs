@@ -166,6 +166,7 @@ pub fn read_config(h: &GgufHeader) -> Result<ModelConfig> {
         None => h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize,
     };
     c.n_ctx_train = h.opt_hparam_u32("context_length")?.unwrap_or(0) as usize;
+    c.n_dense = h.opt_hparam_u32("dense_2_feat_out")?.unwrap_or(0) as usize;
     c.rope_attn_factor = h.opt_hparam_f32("rope.scaling.attn_factor")?.unwrap_or(1.0);
     c.recurrent_layers = recurrent_layers;
     if let Some(v) = ff_widths.filter(|v| v.iter().any(|&w| w as usize != n_ff)) {

@@ -17,6 +17,7 @@ pub static NOMIC_BERT: ArchSpec = ArchSpec {
     rope: RopeMode::Neox,
     fused_qkv: true,
     encoder: true,
+    embeddings_only: true,
     keeps_no_memory: true,
     read,
     defaults,

@@ -72,6 +72,22 @@ pub fn pool(
     Ok((cur, inputs))
 }
 
+/// sentence-transformers' dense projections after pooling (llama.cpp's
+/// `build_dense_out`): `dense_2`, then `dense_3` back to the model's
+/// width.
+pub fn dense_modules(
+    b: &mut GraphBuilder,
+    weights: &mut Tensors<'_>,
+    x: TensorId,
+) -> Result<TensorId> {
+    let d2 = weights.req(b, "dense_2.weight")?;
+    let x = b.mul_mat(d2, x)?;
+    let d3 = weights.req(b, "dense_3.weight")?;
+    let x = b.mul_mat(d3, x)?;
+    b.set_name(x, "result_embd_pooled")?;
+    Ok(x)
+}
+
 /// A reranker's head on the picked rows: `cls` (tanh), its norm, then
 /// `cls.output`; a causal model's scores go through a softmax (Qwen3's
 /// rerankers).

@@ -4,6 +4,7 @@
 
 use super::bert::BERT;
 use super::config::ArchSpec;
+use super::gemma_embedding::GEMMA_EMBEDDING;
 use super::gemma2::GEMMA2;
 use super::gemma3::GEMMA3;
 use super::gemma4::GEMMA4;
@@ -19,7 +20,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 15] = [
+pub static ARCHITECTURES: [&ArchSpec; 16] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -35,6 +36,7 @@ pub static ARCHITECTURES: [&ArchSpec; 15] = [
     &GEMMA4,
     &BERT,
     &NOMIC_BERT,
+    &GEMMA_EMBEDDING,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

@@ -15,13 +15,17 @@ use crate::kv::{Cells, TokenPlace};
 /// No memory: what a batch's positions continue is always empty.
 pub struct NoMemory {
     cells: Cells,
+    /// The window reaches both ways (a symmetric sliding window).
+    symmetric: bool,
 }
 
 impl NoMemory {
-    /// The memory "none", for `n_seq_max` sequences a batch may hold.
-    pub fn new(n_seq_max: usize) -> Result<NoMemory> {
+    /// The memory "none", for `n_seq_max` sequences a batch may hold; a
+    /// sliding window reaches both ways where `symmetric`.
+    pub fn new(n_seq_max: usize, symmetric: bool) -> Result<NoMemory> {
         Ok(NoMemory {
             cells: Cells::new(0, n_seq_max)?,
+            symmetric,
         })
     }
 
@@ -61,14 +65,19 @@ impl NoMemory {
 
     /// `[n_tokens, n_tokens]`, a row per token: 0 where the other token
     /// shares a sequence with it (with a window `n_swa` > 0, and is less
-    /// than `n_swa` positions before it), -inf
-    /// elsewhere (llama.cpp's `llm_graph_input_attn_no_cache`).
+    /// than `n_swa` positions before it, or with a symmetric window at
+    /// most `n_swa / 2` away), -inf elsewhere (llama.cpp's
+    /// `llm_graph_input_attn_no_cache`).
     pub fn mask(&self, places: &[TokenPlace], n_swa: usize) -> Vec<f32> {
         let mut m = Vec::with_capacity(places.len() * places.len());
+        let in_window = |d: i64| match (n_swa, self.symmetric) {
+            (0, _) => true,
+            (w, true) => d.abs() <= (w / 2) as i64,
+            (w, false) => d < w as i64,
+        };
         for q in places {
             for k in places {
-                let seen = q.seqs & k.seqs != 0
-                    && (n_swa == 0 || i64::from(q.pos) - i64::from(k.pos) < n_swa as i64);
+                let seen = q.seqs & k.seqs != 0 && in_window(i64::from(q.pos) - i64::from(k.pos));
                 m.push(if seen { 0.0 } else { f32::NEG_INFINITY });
             }
         }
@@ -82,7 +91,7 @@ mod tests {
 
     #[test]
     fn tokens_see_their_sequences_both_ways() {
-        let none = NoMemory::new(2).unwrap();
+        let none = NoMemory::new(2, false).unwrap();
         let places = [
             TokenPlace { pos: 0, seqs: 1 },
             TokenPlace { pos: 1, seqs: 1 },
@@ -91,6 +100,15 @@ mod tests {
         let inf = f32::NEG_INFINITY;
         let both = [0.0, 0.0, inf, 0.0, 0.0, inf, inf, inf, 0.0];
         assert_eq!(none.mask(&places, 0), both);
+        // a window of 2 masks what is 2 or more positions back (never
+        // ahead); a symmetric one what is more than one away either way
+        let row = |p: i32| TokenPlace { pos: p, seqs: 1 };
+        let line = [row(0), row(1), row(2)];
+        let back = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, inf, 0.0, 0.0];
+        assert_eq!(none.mask(&line, 2), back);
+        let both_ways = NoMemory::new(2, true).unwrap();
+        let sym = [0.0, 0.0, inf, 0.0, 0.0, 0.0, inf, 0.0, 0.0];
+        assert_eq!(both_ways.mask(&line, 2), sym);
         assert_eq!(none.cells().size(), 0);
     }
 }

@@ -108,7 +108,7 @@ pub fn run(a: &ServeArgs, user_set: &[ModelSampling]) -> Result<(), Failure> {
         (false, Some(p)) => Some(Pooling::parse(p).map_err(|e| Failure::usage(e.to_string()))?),
         (false, None) => None,
     };
-    params.embeddings = a.embeddings || a.reranking || desc.config.arch.encoder;
+    params.embeddings = a.embeddings || a.reranking || desc.config.arch.embeddings_only;
     if params.embeddings {
         // a request's inputs go through a decode together, each its own
         // sequence
