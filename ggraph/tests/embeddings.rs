@@ -295,3 +295,11 @@ fn nomic_bert_matches_llama_cpp() {
 fn gemma_embedding_matches_llama_cpp() {
     check("gemma-embedding");
 }
+
+/// jina-bert-v2: ALiBi, a GEGLU FFN of its own gate or fused into up,
+/// norms of Q and K and a second norm after attention.
+#[test]
+fn jina_bert_v2_matches_llama_cpp() {
+    check("jina-bert-v2");
+    check("jina-bert-v2_fused");
+}

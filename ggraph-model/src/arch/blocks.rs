@@ -377,7 +377,7 @@ fn dense_ffn(
     cur: TensorId,
 ) -> Result<TensorId> {
     let name = |s: &str| format!("blk.{il}.{s}.weight");
-    let h = match c.arch.ffn {
+    let h = match c.ffn {
         FfnKind::Split(op) => {
             let gate = weights.req(b, &name("ffn_gate"))?;
             let up = weights.req(b, &name("ffn_up"))?;
@@ -529,7 +529,7 @@ fn moe_ffn(
             (g, product(b, weights, up_exps, cur3, "up")?)
         }
     };
-    let op = match c.arch.ffn {
+    let op = match c.ffn {
         FfnKind::Split(op) | FfnKind::Fused(op) => op,
         FfnKind::Ungated => {
             return Err(Error::InvalidArgument(format!(

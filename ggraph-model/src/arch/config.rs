@@ -380,6 +380,12 @@ pub struct ModelConfig {
     /// Rows of the token-type embeddings (`{arch}.token_type_count`; 0:
     /// none).
     pub n_token_types: usize,
+    /// How a dense layer's FFN is made: the architecture's, unless its
+    /// file says otherwise (jina-bert-v2's gate within `ffn_up`).
+    pub ffn: FfnKind,
+    /// ALiBi's maximum bias (`f_max_alibi_bias`: the heads' slopes, and
+    /// attention's mask holding minus each key's distance; 0: none).
+    pub max_alibi_bias: f32,
     /// Width between sentence-transformers' two dense projections after
     /// pooling (`dense_2` to it, `dense_3` back: `{arch}.dense_2_feat_out`;
     /// 0: none).
@@ -462,6 +468,8 @@ impl ModelConfig {
             norm_eps: 1e-12,
             n_ctx_train: 4096,
             n_token_types: 0,
+            ffn: arch.ffn,
+            max_alibi_bias: 0.0,
             n_dense: 0,
         };
         (arch.defaults)(&mut c);
@@ -997,7 +1005,7 @@ impl ModelConfig {
             }
             if dense {
                 let f = self.n_ff_of(i);
-                match a.ffn {
+                match self.ffn {
                     FfnKind::Split(_) => {
                         add(p("ffn_gate.weight"), vec![e, f], Required);
                         add(p("ffn_up.weight"), vec![e, f], Required);
@@ -1030,6 +1038,12 @@ impl ModelConfig {
         w
     }
 
+    /// Whether an encoder adds learned position embeddings (neither a
+    /// rope nor ALiBi places its tokens).
+    pub fn learned_positions(&self) -> bool {
+        !self.use_rope && self.max_alibi_bias == 0.0
+    }
+
     /// The weights of an encoder (`arch/encoder.rs`): embeddings of
     /// tokens, token types and (without rope) positions with their
     /// LayerNorm, then per layer Q, K, V (or one matrix of the three) and
@@ -1049,15 +1063,16 @@ impl ModelConfig {
         add("token_embd.weight".into(), vec![e, self.n_vocab], Required);
         let types = self.n_token_types;
         add("token_types.weight".into(), vec![e, types], Usual);
-        // learned positions, unless the layers rotate them
-        if !self.use_rope {
+        // learned positions, unless the layers rotate them or ALiBi
+        // biases their scores
+        if self.learned_positions() {
             let n_pos = self.n_ctx_train;
             add("position_embd.weight".into(), vec![e, n_pos], Required);
         }
         add("token_embd_norm.weight".into(), vec![e], Required);
         add("token_embd_norm.bias".into(), vec![e], Required);
         // biases where BERT's have them; the others' files may hold some
-        let bias = match self.arch.ffn {
+        let bias = match self.ffn {
             FfnKind::Ungated => Usual,
             _ => Optional,
         };
@@ -1077,10 +1092,20 @@ impl ModelConfig {
             add(p("attn_output.bias"), vec![e], bias);
             add(p("attn_output_norm.weight"), vec![e], Required);
             add(p("attn_output_norm.bias"), vec![e], Required);
+            // jina-bert-v2's norms of Q and K, and a second norm after
+            // attention
+            for norm in ["attn_q_norm", "attn_k_norm", "attn_norm_2"] {
+                add(p(&format!("{norm}.weight")), vec![e], Optional);
+                add(p(&format!("{norm}.bias")), vec![e], Optional);
+            }
             let f = self.n_ff_of(i);
-            add(p("ffn_up.weight"), vec![e, f], Required);
-            add(p("ffn_up.bias"), vec![f], bias);
-            if matches!(self.arch.ffn, FfnKind::Split(_)) {
+            let up = match self.ffn {
+                FfnKind::Fused(_) => 2 * f,
+                _ => f,
+            };
+            add(p("ffn_up.weight"), vec![e, up], Required);
+            add(p("ffn_up.bias"), vec![up], bias);
+            if matches!(self.ffn, FfnKind::Split(_)) {
                 add(p("ffn_gate.weight"), vec![e, f], Required);
             }
             add(p("ffn_down.weight"), vec![f, e], Required);

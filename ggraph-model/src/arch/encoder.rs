@@ -7,7 +7,7 @@
 //! model's output (llama.cpp's `result_embd`); there is no head.
 
 use ggraph_core::dtype::DType;
-use ggraph_core::error::{Error, Result};
+use ggraph_core::error::Result;
 use ggraph_core::ir::{GraphBuilder, TensorId};
 
 use super::config::{FfnKind, ModelConfig};
@@ -39,8 +39,8 @@ pub(super) fn build_encoder(
         let first = b.view_1d(types, c.n_embd, 0)?;
         inp = b.add(inp, first)?;
     }
-    // learned positions, where the layers do not rotate them
-    if !c.use_rope {
+    // learned positions, where neither a rope nor ALiBi places the tokens
+    if c.learned_positions() {
         let pos_embd = weights.req(&mut b, "position_embd.weight")?;
         let by_pos = b.get_rows(pos_embd, positions)?;
         inp = b.add(by_pos, inp)?;
@@ -62,7 +62,12 @@ pub(super) fn build_encoder(
             inp = b.get_rows(inp, ids)?;
         }
         cur = b.add(cur, inp)?;
-        let ffn_inp = layer_norm(&mut b, c, weights, &p("attn_output_norm"), cur)?;
+        let mut ffn_inp = layer_norm(&mut b, c, weights, &p("attn_output_norm"), cur)?;
+        // jina-bert-v2's second norm, of the layer's input added again
+        if weights.opt(&mut b, &p("attn_norm_2.weight"))?.is_some() {
+            let again = b.add(ffn_inp, inp)?;
+            ffn_inp = layer_norm(&mut b, c, weights, &p("attn_norm_2"), again)?;
+        }
         b.set_name(ffn_inp, &format!("ffn_inp-{il}"))?;
         let mut cur = ffn(&mut b, c, weights, il, ffn_inp)?;
         b.set_name(cur, &format!("ffn_out-{il}"))?;
@@ -106,19 +111,15 @@ fn ffn(
     let p = |s: &str| format!("blk.{il}.{s}");
     let up = weights.req(b, &p("ffn_up.weight"))?;
     let up = linear(b, weights, up, x, &p("ffn_up.bias"))?;
-    let h = match c.arch.ffn {
+    let h = match c.ffn {
         FfnKind::Ungated => b.gelu(up)?,
         FfnKind::Split(op) => {
             let gate = weights.req(b, &p("ffn_gate.weight"))?;
             let gate = b.mul_mat(gate, x)?;
             b.glu_split(op, gate, up)?
         }
-        FfnKind::Fused(_) => {
-            return Err(Error::InvalidArgument(format!(
-                "{}: an encoder's fused gate and up are not built",
-                c.arch.name
-            )));
-        }
+        // the gate is the first half of up's rows
+        FfnKind::Fused(op) => b.glu(op, up, false)?,
     };
     let down = weights.req(b, &p("ffn_down.weight"))?;
     linear(b, weights, down, h, &p("ffn_down.bias"))
@@ -186,7 +187,12 @@ fn attention(
     } else {
         let mut proj = |b: &mut GraphBuilder, what: &str, heads: usize| -> Result<TensorId> {
             let w = weights.req(b, &p(&format!("attn_{what}.weight")))?;
-            let y = linear(b, weights, w, x, &p(&format!("attn_{what}.bias")))?;
+            let mut y = linear(b, weights, w, x, &p(&format!("attn_{what}.bias")))?;
+            // jina-bert-v2's LayerNorms of all of Q and of K
+            let norm = format!("attn_{what}_norm");
+            if weights.opt(b, &p(&format!("{norm}.weight")))?.is_some() {
+                y = layer_norm(b, c, weights, &p(&norm), y)?;
+            }
             b.reshape(y, &[hd, heads, n_tokens])
         };
         let q = proj(b, "q", c.n_head)?;
@@ -208,13 +214,14 @@ fn attention(
         Attention::Flash => {
             let k = b.cast(k, DType::F16)?;
             let v = b.cast(v, DType::F16)?;
-            let o = b.flash_attn_ext(q, k, v, Some(mask), c.attention_scale, 0.0, 0.0)?;
+            let max_bias = c.max_alibi_bias;
+            let o = b.flash_attn_ext(q, k, v, Some(mask), c.attention_scale, max_bias, 0.0)?;
             b.reshape(o, &[c.n_head * hd, n_tokens])?
         }
         Attention::Standard => {
             let kq = b.mul_mat(k, q)?;
             b.set_name(kq, &format!("kq-{il}"))?;
-            let kq = b.soft_max_ext(kq, Some(mask), c.attention_scale, 0.0)?;
+            let kq = b.soft_max_ext(kq, Some(mask), c.attention_scale, c.max_alibi_bias)?;
             let vt = b.transpose(v)?;
             let vt = b.cont(vt)?;
             let kqv = b.mul_mat(vt, kq)?;

@@ -10,6 +10,7 @@ use super::gemma3::GEMMA3;
 use super::gemma4::GEMMA4;
 use super::gpt_oss::GPT_OSS;
 use super::granitehybrid::GRANITEHYBRID;
+use super::jina_bert_v2::JINA_BERT_V2;
 use super::lfm2::LFM2;
 use super::llama::LLAMA;
 use super::nomic_bert::NOMIC_BERT;
@@ -20,7 +21,7 @@ use super::qwen3moe::QWEN3MOE;
 use super::qwen35::{QWEN35, QWEN35MOE};
 
 /// The architectures, by `general.architecture` name.
-pub static ARCHITECTURES: [&ArchSpec; 16] = [
+pub static ARCHITECTURES: [&ArchSpec; 17] = [
     &LLAMA,
     &QWEN2,
     &QWEN3,
@@ -37,6 +38,7 @@ pub static ARCHITECTURES: [&ArchSpec; 16] = [
     &BERT,
     &NOMIC_BERT,
     &GEMMA_EMBEDDING,
+    &JINA_BERT_V2,
 ];
 
 /// The architecture named `name`, if ggraph builds it.

@@ -63,7 +63,7 @@ impl Memory {
             None
         };
         let attention = match config.arch.keeps_no_memory {
-            true => AttentionMemory::None(NoMemory::new(p.n_seq_max, config.arch.swa_symmetric)?),
+            true => AttentionMemory::None(NoMemory::new(config, p.n_seq_max)?),
             false => AttentionMemory::Cache(Box::new(KvMemory::new(config, p, buffer_type)?)),
         };
         Ok(Memory {

@@ -9,7 +9,7 @@ use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::Graph;
 
-use crate::arch::{Attention, BuildShape, GraphInputs};
+use crate::arch::{Attention, BuildShape, GraphInputs, ModelConfig};
 use crate::kv::{Cells, TokenPlace};
 
 /// No memory: what a batch's positions continue is always empty.
@@ -17,15 +17,19 @@ pub struct NoMemory {
     cells: Cells,
     /// The window reaches both ways (a symmetric sliding window).
     symmetric: bool,
+    /// A key's entry is minus its distance from the query (ALiBi, whose
+    /// slopes the attention applies), not 0.
+    alibi: bool,
 }
 
 impl NoMemory {
-    /// The memory "none", for `n_seq_max` sequences a batch may hold; a
-    /// sliding window reaches both ways where `symmetric`.
-    pub fn new(n_seq_max: usize, symmetric: bool) -> Result<NoMemory> {
+    /// The memory "none" of `config`'s layers, for `n_seq_max`
+    /// sequences a batch may hold.
+    pub fn new(config: &ModelConfig, n_seq_max: usize) -> Result<NoMemory> {
         Ok(NoMemory {
             cells: Cells::new(0, n_seq_max)?,
-            symmetric,
+            symmetric: config.arch.swa_symmetric,
+            alibi: config.max_alibi_bias > 0.0,
         })
     }
 
@@ -66,8 +70,8 @@ impl NoMemory {
     /// `[n_tokens, n_tokens]`, a row per token: 0 where the other token
     /// shares a sequence with it (with a window `n_swa` > 0, and is less
     /// than `n_swa` positions before it, or with a symmetric window at
-    /// most `n_swa / 2` away), -inf elsewhere (llama.cpp's
-    /// `llm_graph_input_attn_no_cache`).
+    /// most `n_swa / 2` away; with ALiBi minus the distance instead of 0),
+    /// -inf elsewhere (llama.cpp's `llm_graph_input_attn_no_cache`).
     pub fn mask(&self, places: &[TokenPlace], n_swa: usize) -> Vec<f32> {
         let mut m = Vec::with_capacity(places.len() * places.len());
         let in_window = |d: i64| match (n_swa, self.symmetric) {
@@ -78,7 +82,11 @@ impl NoMemory {
         for q in places {
             for k in places {
                 let seen = q.seqs & k.seqs != 0 && in_window(i64::from(q.pos) - i64::from(k.pos));
-                m.push(if seen { 0.0 } else { f32::NEG_INFINITY });
+                m.push(match (seen, self.alibi) {
+                    (false, _) => f32::NEG_INFINITY,
+                    (true, false) => 0.0,
+                    (true, true) => -(q.pos.abs_diff(k.pos) as f32),
+                });
             }
         }
         m
@@ -88,10 +96,17 @@ impl NoMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::{BERT, GEMMA_EMBEDDING};
+
+    fn memory(arch: &'static crate::arch::ArchSpec, alibi: f32) -> NoMemory {
+        let mut c = ModelConfig::new(arch, 10, 8, 1, 2, 2, 16);
+        c.max_alibi_bias = alibi;
+        NoMemory::new(&c, 2).unwrap()
+    }
 
     #[test]
     fn tokens_see_their_sequences_both_ways() {
-        let none = NoMemory::new(2, false).unwrap();
+        let none = memory(&BERT, 0.0);
         let places = [
             TokenPlace { pos: 0, seqs: 1 },
             TokenPlace { pos: 1, seqs: 1 },
@@ -106,9 +121,13 @@ mod tests {
         let line = [row(0), row(1), row(2)];
         let back = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, inf, 0.0, 0.0];
         assert_eq!(none.mask(&line, 2), back);
-        let both_ways = NoMemory::new(2, true).unwrap();
+        let both_ways = memory(&GEMMA_EMBEDDING, 0.0);
         let sym = [0.0, 0.0, inf, 0.0, 0.0, 0.0, inf, 0.0, 0.0];
         assert_eq!(both_ways.mask(&line, 2), sym);
+        // ALiBi: minus the distance where a key is seen
+        let alibi = memory(&BERT, 8.0);
+        let far = [0.0, -1.0, inf, -1.0, 0.0, inf, inf, inf, 0.0];
+        assert_eq!(alibi.mask(&places, 0), far);
         assert_eq!(none.cells().size(), 0);
     }
 }
