@@ -116,16 +116,22 @@ async fn embeddings(
             }
         })
         .collect();
-    let model = b
+    Ok(listed(server, &b, n_tokens, "data", data))
+}
+
+/// The answer's list under `key`, as llama-server wraps it: the model the
+/// request named (or the server's), and the tokens read.
+fn listed(server: &Server, request: &Value, n_tokens: usize, key: &str, list: Vec<Value>) -> Value {
+    let model = request
         .get("model")
         .cloned()
         .unwrap_or_else(|| json!(server.inner.model_name));
-    Ok(json!({
+    json!({
         "model": model,
         "object": "list",
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        "data": data,
-    }))
+        key: list,
+    })
 }
 
 async fn rerank_answer(
@@ -191,19 +197,10 @@ async fn rerank_answer(
             false => json!({"index": i, label: s}),
         })
         .collect();
-    if tei {
-        return Ok(Value::Array(list));
+    match tei {
+        true => Ok(Value::Array(list)),
+        false => Ok(listed(server, &b, n_tokens, "results", list)),
     }
-    let model = b
-        .get("model")
-        .cloned()
-        .unwrap_or_else(|| json!(server.inner.model_name));
-    Ok(json!({
-        "model": model,
-        "object": "list",
-        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        "results": list,
-    }))
 }
 
 /// A query and a document as one input, as llama-server joins them

@@ -34,7 +34,7 @@ pub fn layer_norm(
 }
 
 /// `w · x`, plus the bias `bias_name` when the model has it.
-fn linear(
+pub(super) fn linear(
     b: &mut GraphBuilder,
     weights: &mut Tensors<'_>,
     w: TensorId,

@@ -10,6 +10,7 @@ use ggraph_core::dtype::DType;
 use ggraph_core::error::Result;
 use ggraph_core::ir::{GraphBuilder, TensorId};
 
+use super::blocks::linear;
 use super::config::{FfnKind, ModelConfig};
 use super::model_graph::{Body, GraphInputs};
 use super::pooling::PoolingInputs;
@@ -138,21 +139,6 @@ fn layer_norm(
     let n = b.norm(x, c.norm_eps)?;
     let n = b.mul(n, w)?;
     b.add(n, bias)
-}
-
-/// `w · x`, plus the bias `bias_name` when the model has it.
-fn linear(
-    b: &mut GraphBuilder,
-    weights: &mut Tensors<'_>,
-    w: TensorId,
-    x: TensorId,
-    bias_name: &str,
-) -> Result<TensorId> {
-    let y = b.mul_mat(w, x)?;
-    match weights.opt(b, bias_name)? {
-        Some(bias) => b.add(y, bias),
-        None => Ok(y),
-    }
 }
 
 /// Layer `il`'s attention over the ubatch's tokens, as llama.cpp's
