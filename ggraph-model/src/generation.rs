@@ -181,6 +181,14 @@ pub fn generate(
     if prompt.is_empty() {
         return Err(invalid("the prompt is empty".into()));
     }
+    let arch = ctx.model().config.arch;
+    if arch.embeddings_only || ctx.pooling().pools() {
+        return Err(invalid(format!(
+            "a {} context computes embeddings, not logits: nothing to sample a token from \
+             (embed with ggraph_model::embedding, or `ggraph embed`)",
+            arch.name
+        )));
+    }
     let seq = req.seq;
     let piece = if req.piece == 0 {
         ctx.params.n_ubatch

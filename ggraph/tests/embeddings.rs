@@ -264,9 +264,12 @@ fn an_encoder_computes_embeddings_and_a_reranker_needs_its_head() {
         n_ctx: 64,
         ..ContextParams::default()
     };
-    let ctx = Context::new(model.clone(), no_embd).unwrap();
+    let mut ctx = Context::new(model.clone(), no_embd).unwrap();
     assert!(ctx.params.embeddings);
     assert_eq!(ctx.pooling(), Pooling::Mean);
+    // nothing to sample from: a clear error, not an empty choice
+    let err = runner::generate(&mut ctx, &[1, 51, 88], 2).unwrap_err();
+    assert!(err.to_string().contains("not logits"), "{err}");
     let rank = ContextParams {
         n_ctx: 64,
         embeddings: true,
