@@ -170,16 +170,23 @@ fn a_bert_reranker_matches_llama_cpp() {
     check("bert_rank");
 }
 
-/// An encoder split over the CPU and two simulated GPUs, by layers and
-/// by rows, gives the CPU's vectors: the same kernels run everywhere.
+/// Every embedding model split over the CPU and two simulated GPUs, by
+/// layers and by rows, gives the CPU's vectors: the same kernels run
+/// everywhere.
 #[test]
-fn bert_split_over_two_simulated_gpus_gives_the_cpu_vectors() {
+fn embedding_models_split_over_two_simulated_gpus_give_the_cpu_vectors() {
     let expected: Value = serde_json::from_str(EXPECTED).unwrap();
     let texts = texts(&expected);
-    let desc = fixture("bert");
+    for name in expected["models"].as_object().unwrap().keys() {
+        split_over_sims(name, &texts);
+    }
+}
+
+fn split_over_sims(name: &str, texts: &[Vec<i32>]) {
+    let desc = fixture(name);
     let want = {
         let mut ctx = context(&desc, Attention::Flash, None);
-        decoded(&mut ctx, &interleaved(&texts), texts.len())
+        decoded(&mut ctx, &interleaved(texts), texts.len())
     };
     for split_mode in [SplitMode::Layer, SplitMode::Row] {
         let sims: Vec<Arc<dyn Device>> = (0..2)
@@ -196,17 +203,18 @@ fn bert_split_over_two_simulated_gpus_gives_the_cpu_vectors() {
             .iter()
             .filter(|(n, b)| n.starts_with("sim") && *b > 0)
             .count();
-        assert_eq!(on_sims, 2, "{split_mode:?}: weights on both devices");
+        assert_eq!(on_sims, 2, "{name} {split_mode:?}: weights on both devices");
         let params = ContextParams {
             n_ctx: 64,
             n_batch: 64,
             n_ubatch: 64,
             n_seq_max: 4,
+            embeddings: true,
             ..ContextParams::default()
         };
         let mut ctx = Context::new(Arc::new(model), params).unwrap();
-        let got = decoded(&mut ctx, &interleaved(&texts), texts.len());
-        assert_same(&format!("split by {split_mode:?}"), &got, &want);
+        let got = decoded(&mut ctx, &interleaved(texts), texts.len());
+        assert_same(&format!("{name} split by {split_mode:?}"), &got, &want);
     }
 }
 
