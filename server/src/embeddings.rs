@@ -107,8 +107,9 @@ async fn embeddings(
         return Ok(Value::Array(list));
     }
     let data: Vec<Value> = (per_input.into_iter().enumerate())
-        .map(|(i, mut rows)| {
-            let v = rows.swap_remove(0);
+        .map(|(i, rows)| {
+            // pooled: one row an input
+            let v = rows.into_iter().next().unwrap_or_default();
             match base64 {
                 true => json!({"embedding": base64_f32(&v), "index": i, "object": "embedding",
                                "encoding_format": "base64"}),

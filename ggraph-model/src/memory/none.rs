@@ -101,7 +101,7 @@ mod tests {
     fn memory(arch: &'static crate::arch::ArchSpec, alibi: f32) -> NoMemory {
         let mut c = ModelConfig::new(arch, 10, 8, 1, 2, 2, 16);
         c.max_alibi_bias = alibi;
-        NoMemory::new(&c, 2).unwrap()
+        NoMemory::new(&c, 2).expect("2 sequences are within MAX_SEQS")
     }
 
     #[test]
