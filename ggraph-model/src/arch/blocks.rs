@@ -264,14 +264,19 @@ pub fn self_attention(
         (Some((k, v)), ..) => {
             let kp = b.permute(k, [0, 2, 1, 3])?;
             let v3 = b.reshape(v, &[hd, n_head_kv, n_tokens])?;
-            if transposed_v {
+            let vp = if transposed_v {
                 let vt = b.permute(v3, [1, 2, 0, 3])?;
-                (kp, b.cont(vt)?)
+                b.cont(vt)?
             } else {
-                // flash attention reads K and V in F16, as llama.cpp casts
-                // them without a cache
-                let vp = b.permute(v3, [0, 2, 1, 3])?;
-                (b.cast(kp, DType::F16)?, b.cast(vp, DType::F16)?)
+                b.permute(v3, [0, 2, 1, 3])?
+            };
+            // a model that keeps no memory reads K and V in F16 under flash
+            // attention, as llama.cpp casts them without a cache; the
+            // cacheless graphs of decoders (tests against the f64
+            // reference) keep them in F32
+            match (shape.attention, c.arch.keeps_no_memory) {
+                (Attention::Flash, true) => (b.cast(kp, DType::F16)?, b.cast(vp, DType::F16)?),
+                _ => (kp, vp),
             }
         }
     };
