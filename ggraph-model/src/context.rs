@@ -664,14 +664,18 @@ impl Context {
             true => ub.to_vec(),
             false => ub.iter().copied().filter(|&i| batch.outputs[i]).collect(),
         };
-        let seqs = pooled_seqs(places);
+        // the ubatch's sequences, in pooling order (none without pooling)
+        let seqs = match pooling.pools() {
+            true => pooled_seqs(places),
+            false => Vec::new(),
+        };
         let key = GraphKey {
             n_tokens: ub.len(),
             n_outputs: outputs.len().max(1),
             n_kv: self.memory.n_kv(self.params.n_kv_pad, ub.len()),
             n_seqs: placement.n_seqs(),
             embeddings: self.params.embeddings,
-            n_pooled: if pooling.pools() { seqs.len() } else { 0 },
+            n_pooled: seqs.len(),
         };
         if self.built.as_ref().is_some_and(|b| b.key == key) {
             self.stats.graphs_reused += 1;

@@ -10,7 +10,7 @@ use crate::suite::nmse;
 use ggraph_core::alloc::bind_graph_weights_by;
 use ggraph_core::backend::{Buffer, Device};
 use ggraph_core::dtype::DType;
-use ggraph_core::error::Result;
+use ggraph_core::error::{Error, Result};
 use ggraph_core::ir::Graph;
 use ggraph_core::sched::{BackendSpec, SchedConfig, Scheduler};
 use ggraph_model::arch::{Attention, BuildShape, FreshWeights, ModelConfig, build_graph};
@@ -110,18 +110,12 @@ pub fn mixed_llama(
     let logits = lg.logits_tensor()?;
     let (mixed, _b1) = run(specs, &home)?;
     let (solo, _b2) = run(vec![BackendSpec::new(cpu.clone())], &|_| cpu.clone())?;
-    let got = mixed.graph().expect("ran").read_f32(logits)?;
-    let want_cpu: Vec<f64> = solo
-        .graph()
-        .expect("ran")
-        .read_f32(logits)?
-        .into_iter()
-        .map(f64::from)
-        .collect();
-    let sg = solo.graph().expect("ran");
+    // both schedulers computed their graph above
+    let (mg, sg) = (ran(&mixed)?, ran(&solo)?);
+    let got = mg.read_f32(logits)?;
+    let want_cpu: Vec<f64> = sg.read_f32(logits)?.into_iter().map(f64::from).collect();
     let ev = reference::evaluate(sg, |id| Ok(data.get(&id).cloned().unwrap_or_default()))?;
     let host = mixed.host();
-    let mg = mixed.graph().expect("ran");
     let device_nodes = mg
         .nodes()
         .iter()
@@ -135,4 +129,10 @@ pub fn mixed_llama(
         nmse_vs_reference: nmse(&got, &ev.values(logits)),
         explain: mixed.explain(),
     })
+}
+
+/// The graph a scheduler computed.
+fn ran(s: &Scheduler) -> Result<&Graph> {
+    s.graph()
+        .ok_or_else(|| Error::InvalidArgument("the scheduler holds no graph".into()))
 }

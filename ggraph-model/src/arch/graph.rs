@@ -64,17 +64,20 @@ pub fn build_graph(
         true => build_encoder(config, shape, weights)?,
         false => build_decoder(config, shape, weights, cache, head)?,
     };
-    let weights = &mut Tensors::new(config, weights);
-    let mut embeddings = match shape.pooled {
-        Some(p) => {
-            let (pooled, inputs) = pool(&mut body.b, config, weights, body.hidden, p)?;
+    let dense = config.n_dense > 0 && body.logits.is_none();
+    let mut embeddings = body.hidden;
+    // the weight table only where a head after the layers reads it (it
+    // lists every weight of the model)
+    if shape.pooled.is_some() || dense {
+        let weights = &mut Tensors::new(config, weights);
+        if let Some(p) = shape.pooled {
+            let (pooled, inputs) = pool(&mut body.b, config, weights, embeddings, p)?;
             body.inputs.pooling = inputs;
-            pooled
+            embeddings = pooled;
         }
-        None => body.hidden,
-    };
-    if config.n_dense > 0 && body.logits.is_none() {
-        embeddings = dense_modules(&mut body.b, weights, embeddings)?;
+        if dense {
+            embeddings = dense_modules(&mut body.b, weights, embeddings)?;
+        }
     }
     let mut b = body.b;
     b.set_output(body.logits.unwrap_or(embeddings))?;
