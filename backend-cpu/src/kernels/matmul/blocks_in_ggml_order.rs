@@ -40,7 +40,7 @@ use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES, e8m0_to_f32_half, f16_to_f32}
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::Partner;
-use super::row_streaming::SHORT_ROW_BYTES;
+use super::row_streaming::{SHORT_ROW_BYTES, STREAMED_ROW_BYTES};
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
@@ -129,18 +129,15 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                     })
                     .collect();
                 let bytes = a.dtype.type_size();
-                let matvec = match short_rows_matvec(isa, a.dtype, order) {
-                    Some(one_by_one) if nb * bytes <= SHORT_ROW_BYTES => Some(one_by_one),
-                    _ => tiles.matvec,
+                // the one-row kernels add the min terms themselves
+                let (matvec, min_pass) = match one_row_matvec(isa, a.dtype, order, nb * bytes) {
+                    Some(one_by_one) => (Some(one_by_one), false),
+                    None => (tiles.matvec, has_mins(a.dtype)),
                 };
                 if let (1, Some(matvec)) = (n, matvec) {
                     // the min terms of a chunk's rows while they are in
-                    // cache, so with mins a chunk at a time
-                    let chunk = if has_mins(a.dtype) {
-                        CHUNK_TILES * TILE_ROWS
-                    } else {
-                        m
-                    };
+                    // cache, so with a min pass a chunk at a time
+                    let chunk = if min_pass { CHUNK_TILES * TILE_ROWS } else { m };
                     return par_ranges(m, 16, |range| {
                         for c0 in range.clone().step_by(chunk) {
                             let rows = c0..(c0 + chunk).min(range.end);
@@ -157,7 +154,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                     out.0[0].add(rows.start),
                                 )
                             }
-                            if !has_mins(a.dtype) {
+                            if !min_pass {
                                 continue;
                             }
                             for i0 in rows.clone().step_by(TILE_ROWS) {
@@ -355,23 +352,33 @@ struct Tiles {
 /// `out[i] = dot(row i, col)` for `count` rows `stride` bytes apart.
 type Matvec = unsafe fn(*const u8, usize, usize, Acts, usize, *mut f32);
 
-/// The one-column kernel for short rows in eight lanes: a row at a time
-/// with AVX2, one sequential stream.
-fn short_rows_matvec(isa: Isa, dtype: DType, order: Order) -> Option<Matvec> {
+/// The one-column kernel in eight lanes that reads rows of `row_bytes`
+/// one at a time, one sequential stream, where one does: on AVX2 for
+/// short rows, with VNNI also for rows up to [`STREAMED_ROW_BYTES`].
+fn one_row_matvec(isa: Isa, dtype: DType, order: Order, row_bytes: usize) -> Option<Matvec> {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && order == Order::EightLanes {
-        use x86::matvec_rows_avx2;
-        return Some(match dtype {
-            DType::Q8_0 => matvec_rows_avx2::<{ format::Q8_0 }>,
-            DType::Q5_0 => matvec_rows_avx2::<{ format::Q5_0 }>,
-            DType::Q4_1 => matvec_rows_avx2::<{ format::Q4_1 }>,
-            DType::Q5_1 => matvec_rows_avx2::<{ format::Q5_1 }>,
-            DType::IQ4_NL => matvec_rows_avx2::<{ format::IQ4_NL }>,
-            DType::Q4_0 => matvec_rows_avx2::<{ format::Q4_0 }>,
-            _ => return None,
-        });
+        use x86::{matvec_rows_avx2, matvec_rows_vnni};
+        macro_rules! of {
+            ($kernel:ident) => {
+                return Some(match dtype {
+                    DType::Q8_0 => $kernel::<{ format::Q8_0 }>,
+                    DType::Q5_0 => $kernel::<{ format::Q5_0 }>,
+                    DType::Q4_1 => $kernel::<{ format::Q4_1 }>,
+                    DType::Q5_1 => $kernel::<{ format::Q5_1 }>,
+                    DType::IQ4_NL => $kernel::<{ format::IQ4_NL }>,
+                    DType::Q4_0 => $kernel::<{ format::Q4_0 }>,
+                    _ => return None,
+                })
+            };
+        }
+        match row_bytes {
+            ..=SHORT_ROW_BYTES => of!(matvec_rows_avx2),
+            ..=STREAMED_ROW_BYTES if isa >= Isa::Avx512Vnni => of!(matvec_rows_vnni),
+            _ => {}
+        }
     }
-    let _ = (isa, dtype, order);
+    let _ = (isa, dtype, order, row_bytes);
     None
 }
 
@@ -672,6 +679,7 @@ mod x86 {
         e8m0_to_f32_half, five_bits, format, high_bits_at, unsigned,
     };
     use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
+    use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
 
     /// The scale of block `blk` of `row`, with F16C.
     #[inline(always)]
@@ -859,11 +867,12 @@ mod x86 {
     /// AVX2, eight lanes, one column: `count` rows from `first` (`stride`
     /// bytes apart) into `out`, one row at a time, one sequential stream
     /// with no software prefetch (the short rows' mat-vec: four rows side
-    /// by side were slower there, docs/performance.md).
+    /// by side were slower there, docs/performance.md); Q4_1's and Q5_1's
+    /// min terms beside the lanes.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; the rows hold `nb` blocks of format `F`, the
-    /// column `nb` blocks, `out` `count` values.
+    /// column `nb` blocks (and sum terms with mins), `out` `count` values.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn matvec_rows_avx2<const F: u8>(
         first: *const u8,
@@ -877,6 +886,7 @@ mod x86 {
         for i in 0..count {
             let row = first.wrapping_add(i * stride);
             let mut lanes = _mm256_setzero_ps();
+            let mut mins = _mm_setzero_ps();
             for blk in 0..nb {
                 // SAFETY: block blk of the row and the column exists.
                 unsafe {
@@ -887,10 +897,90 @@ mod x86 {
                     let p = _mm256_madd_epi16(pairs, ones);
                     let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
                     lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
+                    if unsigned(F) {
+                        mins = min_step::<F>(row, blk, col, mins);
+                    }
                 }
             }
             // SAFETY: out holds count values; AVX2 is enabled here.
-            unsafe { *out.add(i) = hsum256(lanes) };
+            unsafe { *out.add(i) = with_mins::<F>(hsum256(lanes), mins) };
+        }
+    }
+
+    /// AVX-512 VNNI on 256-bit registers, eight lanes, one column: as
+    /// [`matvec_rows_avx2`], the stream prefetched [`PREFETCH_BYTES`]
+    /// ahead, and each block's lanes one `vpdpbusd` of its unsigned codes
+    /// started at the column's `-o * sum(x)` (a row at a time measured
+    /// twice as fast as four side by side on 4-5 KiB rows,
+    /// docs/performance.md).
+    ///
+    /// # Safety
+    /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as [`matvec_rows_avx2`].
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    pub(super) unsafe fn matvec_rows_vnni<const F: u8>(
+        first: *const u8,
+        stride: usize,
+        count: usize,
+        col: Acts,
+        nb: usize,
+        out: *mut f32,
+    ) {
+        let bb = block_bytes(F);
+        for i in 0..count {
+            let row = first.wrapping_add(i * stride);
+            let mut lanes = _mm256_setzero_ps();
+            let mut mins = _mm_setzero_ps();
+            for blk in 0..nb {
+                let ahead = row.wrapping_add(PREFETCH_BYTES + blk * bb);
+                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                // SAFETY: block blk of the row and the column exists.
+                unsafe {
+                    let w = codes::<F, false>(row, blk);
+                    let x = _mm256_loadu_si256(col.codes.add(blk * 32) as *const __m256i);
+                    let bias = _mm256_loadu_si256(col.bias.add(blk * 8) as *const __m256i);
+                    let p = _mm256_dpbusd_epi32(bias, w, x);
+                    let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
+                    lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
+                    if unsigned(F) {
+                        mins = min_step::<F>(row, blk, col, mins);
+                    }
+                }
+            }
+            // SAFETY: out holds count values; AVX2 is enabled here.
+            unsafe { *out.add(i) = with_mins::<F>(hsum256(lanes), mins) };
+        }
+    }
+
+    /// One block's step of Q4_1's and Q5_1's min chain, `summs = fma(m, s,
+    /// summs)` (the formats with unsigned codes are those with mins).
+    ///
+    /// # Safety
+    /// FMA and F16C; block `blk` of the row and the column's sum terms
+    /// exist.
+    #[inline]
+    #[target_feature(enable = "fma,f16c")]
+    unsafe fn min_step<const F: u8>(
+        row: *const u8,
+        blk: usize,
+        col: Acts,
+        summs: __m128,
+    ) -> __m128 {
+        // SAFETY: caller's contract.
+        unsafe {
+            let m = _mm_set_ss(f16_at(row.add(blk * block_bytes(F) + 2)));
+            _mm_fmadd_ss(m, _mm_set_ss(*col.sums.add(blk)), summs)
+        }
+    }
+
+    /// A row's dot: the lanes' sum, and after it the min chain where the
+    /// format has mins.
+    #[inline]
+    #[target_feature(enable = "sse")]
+    fn with_mins<const F: u8>(lanes: f32, mins: __m128) -> f32 {
+        if unsigned(F) {
+            lanes + _mm_cvtss_f32(mins)
+        } else {
+            lanes
         }
     }
 
@@ -1128,12 +1218,20 @@ mod tests {
                         .collect()
                 })
                 .collect();
+            // Q8_1's sum terms, which Q4_1's and Q5_1's min chains read
+            let sums: Vec<Vec<f32>> = (0..8)
+                .map(|_| {
+                    (0..nb)
+                        .map(|_| (lcg(&mut s) % 2001) as f32 * 1e-3 - 1.0)
+                        .collect()
+                })
+                .collect();
             let cp: Vec<Acts> = (0..8)
                 .map(|c| Acts {
                     codes: codes[c].as_ptr(),
                     scales: scales[c].as_ptr(),
                     bias: bias[c].as_ptr(),
-                    sums: std::ptr::null(),
+                    sums: sums[c].as_ptr(),
                 })
                 .collect();
             let orders = [super::order(dtype, 8), super::order(dtype, 4)].map(Option::unwrap);
@@ -1161,13 +1259,24 @@ mod tests {
             let laid = rows.concat();
             let order = super::order(dtype, 4).unwrap();
             // SAFETY: as above.
-            let want = unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..1], nb) }[0];
+            let lanes = unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..1], nb) }[0];
+            // the one-row kernels add the min terms, as the driver adds
+            // them after the others
+            // SAFETY: as above, with nb sum terms.
+            let terms = unsafe { min_terms(bb, rp, &cp[..1], nb) }[0];
+            let with_terms: [f32; TILE_ROWS] = std::array::from_fn(|r| lanes[r] + terms[r]);
             for level in isa::all_supported() {
+                let one_row = if has_mins(dtype) { with_terms } else { lanes };
                 let kernels = [
-                    Tiles::new(level, dtype, order).matvec,
-                    short_rows_matvec(level, dtype, order),
+                    (Tiles::new(level, dtype, order).matvec, lanes),
+                    // the short rows' kernel, and the longer rows'
+                    (one_row_matvec(level, dtype, order, 0), one_row),
+                    (
+                        one_row_matvec(level, dtype, order, STREAMED_ROW_BYTES),
+                        one_row,
+                    ),
                 ];
-                for matvec in kernels.into_iter().flatten() {
+                for (matvec, want) in kernels.into_iter().filter_map(|(k, w)| Some((k?, w))) {
                     let mut got = [0f32; TILE_ROWS];
                     // SAFETY: TILE_ROWS rows of nb blocks, the column nb
                     // blocks; the level is supported here.

@@ -35,6 +35,12 @@ pub(crate) fn short_rows_ahead(group_bytes: usize) -> usize {
 /// AVX2 a single float column streams them one at a time.
 pub(crate) const SHORT_ROW_BYTES: usize = 4096;
 
+/// With VNNI, one-column products of the block formats read rows of at
+/// most this many bytes one at a time, one sequential stream: up to
+/// twice as fast as four rows side by side on 4-12 KiB rows; on Q8_0's
+/// 15 KiB rows four side by side stayed ahead (docs/performance.md).
+pub(crate) const STREAMED_ROW_BYTES: usize = 12 << 10;
+
 /// The prefetch distance of a kernel call that reads whole rows of
 /// `row_bytes`, `group_bytes` per group of rows: whole groups for short
 /// rows, else `along` bytes further along each row.
