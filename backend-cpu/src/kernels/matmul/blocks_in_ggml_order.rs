@@ -131,7 +131,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 let bytes = a.dtype.type_size();
                 // the one-row kernels add the min terms themselves
                 let (matvec, min_pass) = match one_row_matvec(isa, a.dtype, order, nb * bytes) {
-                    Some(one_by_one) => (Some(one_by_one), false),
+                    Some(one) => (Some(one.kernel), has_mins(a.dtype) && !one.adds_mins),
                     None => (tiles.matvec, has_mins(a.dtype)),
                 };
                 if let (1, Some(matvec)) = (n, matvec) {
@@ -352,29 +352,41 @@ struct Tiles {
 /// `out[i] = dot(row i, col)` for `count` rows `stride` bytes apart.
 type Matvec = unsafe fn(*const u8, usize, usize, Acts, usize, *mut f32);
 
-/// The one-column kernel in eight lanes that reads rows of `row_bytes`
-/// one at a time, one sequential stream, where one does: on AVX2 for
-/// short rows, with VNNI also for rows up to [`STREAMED_ROW_BYTES`].
-fn one_row_matvec(isa: Isa, dtype: DType, order: Order, row_bytes: usize) -> Option<Matvec> {
+/// A one-column kernel in eight lanes that reads rows one at a time, one
+/// sequential stream.
+#[derive(Clone, Copy)]
+struct OneRow {
+    kernel: Matvec,
+    /// Whether it adds Q4_1's and Q5_1's min terms itself.
+    adds_mins: bool,
+}
+
+/// The one-row kernel for rows of `row_bytes`, where one takes them: on
+/// AVX2 for short rows, with VNNI also for rows up to
+/// [`STREAMED_ROW_BYTES`].
+fn one_row_matvec(isa: Isa, dtype: DType, order: Order, row_bytes: usize) -> Option<OneRow> {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && order == Order::EightLanes {
         use x86::{matvec_rows_avx2, matvec_rows_vnni};
         macro_rules! of {
-            ($kernel:ident) => {
-                return Some(match dtype {
-                    DType::Q8_0 => $kernel::<{ format::Q8_0 }>,
-                    DType::Q5_0 => $kernel::<{ format::Q5_0 }>,
-                    DType::Q4_1 => $kernel::<{ format::Q4_1 }>,
-                    DType::Q5_1 => $kernel::<{ format::Q5_1 }>,
-                    DType::IQ4_NL => $kernel::<{ format::IQ4_NL }>,
-                    DType::Q4_0 => $kernel::<{ format::Q4_0 }>,
-                    _ => return None,
+            ($kernel:ident, $adds_mins:expr) => {
+                return Some(OneRow {
+                    kernel: match dtype {
+                        DType::Q8_0 => $kernel::<{ format::Q8_0 }>,
+                        DType::Q5_0 => $kernel::<{ format::Q5_0 }>,
+                        DType::Q4_1 => $kernel::<{ format::Q4_1 }>,
+                        DType::Q5_1 => $kernel::<{ format::Q5_1 }>,
+                        DType::IQ4_NL => $kernel::<{ format::IQ4_NL }>,
+                        DType::Q4_0 => $kernel::<{ format::Q4_0 }>,
+                        _ => return None,
+                    },
+                    adds_mins: $adds_mins,
                 })
             };
         }
         match row_bytes {
-            ..=SHORT_ROW_BYTES => of!(matvec_rows_avx2),
-            ..=STREAMED_ROW_BYTES if isa >= Isa::Avx512Vnni => of!(matvec_rows_vnni),
+            ..=SHORT_ROW_BYTES => of!(matvec_rows_avx2, false),
+            ..=STREAMED_ROW_BYTES if isa >= Isa::Avx512Vnni => of!(matvec_rows_vnni, true),
             _ => {}
         }
     }
@@ -867,12 +879,13 @@ mod x86 {
     /// AVX2, eight lanes, one column: `count` rows from `first` (`stride`
     /// bytes apart) into `out`, one row at a time, one sequential stream
     /// with no software prefetch (the short rows' mat-vec: four rows side
-    /// by side were slower there, docs/performance.md); Q4_1's and Q5_1's
-    /// min terms beside the lanes.
+    /// by side were slower there, docs/performance.md). Q4_1's and Q5_1's
+    /// min terms are left to the driver's pass (beside the lanes they
+    /// measured slower here).
     ///
     /// # Safety
     /// AVX2, FMA and F16C; the rows hold `nb` blocks of format `F`, the
-    /// column `nb` blocks (and sum terms with mins), `out` `count` values.
+    /// column `nb` blocks, `out` `count` values.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn matvec_rows_avx2<const F: u8>(
         first: *const u8,
@@ -886,7 +899,6 @@ mod x86 {
         for i in 0..count {
             let row = first.wrapping_add(i * stride);
             let mut lanes = _mm256_setzero_ps();
-            let mut mins = _mm_setzero_ps();
             for blk in 0..nb {
                 // SAFETY: block blk of the row and the column exists.
                 unsafe {
@@ -897,25 +909,24 @@ mod x86 {
                     let p = _mm256_madd_epi16(pairs, ones);
                     let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
                     lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
-                    if unsigned(F) {
-                        mins = min_step::<F>(row, blk, col, mins);
-                    }
                 }
             }
             // SAFETY: out holds count values; AVX2 is enabled here.
-            unsafe { *out.add(i) = with_mins::<F>(hsum256(lanes), mins) };
+            unsafe { *out.add(i) = hsum256(lanes) };
         }
     }
 
     /// AVX-512 VNNI on 256-bit registers, eight lanes, one column: as
     /// [`matvec_rows_avx2`], the stream prefetched [`PREFETCH_BYTES`]
-    /// ahead, and each block's lanes one `vpdpbusd` of its unsigned codes
-    /// started at the column's `-o * sum(x)` (a row at a time measured
-    /// twice as fast as four side by side on 4-5 KiB rows,
+    /// ahead, each block's lanes one `vpdpbusd` of its unsigned codes
+    /// started at the column's `-o * sum(x)`, and Q4_1's and Q5_1's min
+    /// chain beside the lanes, added after them (a row at a time measured
+    /// up to twice as fast as four side by side on 4-12 KiB rows,
     /// docs/performance.md).
     ///
     /// # Safety
-    /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as [`matvec_rows_avx2`].
+    /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as [`matvec_rows_avx2`],
+    /// and with mins the column's `nb` sum terms.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
     pub(super) unsafe fn matvec_rows_vnni<const F: u8>(
         first: *const u8,
@@ -1266,15 +1277,19 @@ mod tests {
             let terms = unsafe { min_terms(bb, rp, &cp[..1], nb) }[0];
             let with_terms: [f32; TILE_ROWS] = std::array::from_fn(|r| lanes[r] + terms[r]);
             for level in isa::all_supported() {
-                let one_row = if has_mins(dtype) { with_terms } else { lanes };
+                let one_row = |row_bytes| {
+                    let one = one_row_matvec(level, dtype, order, row_bytes);
+                    let adds_mins = one.is_some_and(|one| one.adds_mins) && has_mins(dtype);
+                    (
+                        one.map(|one| one.kernel),
+                        if adds_mins { with_terms } else { lanes },
+                    )
+                };
                 let kernels = [
                     (Tiles::new(level, dtype, order).matvec, lanes),
                     // the short rows' kernel, and the longer rows'
-                    (one_row_matvec(level, dtype, order, 0), one_row),
-                    (
-                        one_row_matvec(level, dtype, order, STREAMED_ROW_BYTES),
-                        one_row,
-                    ),
+                    one_row(0),
+                    one_row(STREAMED_ROW_BYTES),
                 ];
                 for (matvec, want) in kernels.into_iter().filter_map(|(k, w)| Some((k?, w))) {
                     let mut got = [0f32; TILE_ROWS];
