@@ -4,8 +4,8 @@ use std::any::Any;
 use std::sync::{Arc, Weak};
 
 use ggraph_core::backend::{
-    Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, HostMemory, MemoryInfo,
-    MemorySource, Stream,
+    Buffer, BufferType, BufferUsage, Device, DeviceCaps, DeviceKind, HostMemInfo, HostMemory,
+    MemoryInfo, MemorySource, Stream,
 };
 use ggraph_core::ir::{Graph, TensorId};
 use ggraph_core::{Error, Result};
@@ -259,17 +259,10 @@ impl Buffer for CpuBuffer {
 /// Free and total host memory from /proc/meminfo (MemAvailable counts as
 /// free); zeros where that file does not exist.
 pub fn host_memory_info() -> MemoryInfo {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024)
-    };
+    let host = HostMemInfo::read();
     MemoryInfo {
-        free_bytes: field("MemAvailable:"),
-        total_bytes: field("MemTotal:"),
+        free_bytes: host.map_or(0, |h| h.available_bytes),
+        total_bytes: host.map_or(0, |h| h.total_bytes),
         source: MemorySource::Driver,
     }
 }

@@ -30,6 +30,9 @@ pub struct CudaRuntime {
     ctx: cu::CUcontext,
     blas: Cublas,
     blas_available: bool,
+    /// Allocations are managed memory (`GGML_CUDA_ENABLE_UNIFIED_MEMORY`,
+    /// as ggml reads it): they may exceed the device's own memory.
+    unified: bool,
 }
 
 // SAFETY: the raw handles are driver objects usable from any thread once
@@ -69,6 +72,8 @@ impl CudaRuntime {
             };
             let major = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let integrated = attr(cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED)? != 0;
+            let unified = std::env::var_os("GGML_CUDA_ENABLE_UNIFIED_MEMORY").is_some();
             let mut ctx: cu::CUcontext = std::ptr::null_mut();
             status(
                 cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
@@ -82,12 +87,15 @@ impl CudaRuntime {
                     name,
                     arch: format!("sm_{major}{minor}"),
                     compute_capability: Some(cc),
+                    integrated,
+                    free_from_host: cfg!(target_os = "linux") && (integrated || unified),
                 },
                 cc,
                 dev,
                 ctx,
                 blas: Cublas::default(),
                 blas_available: cublas_present(),
+                unified,
             })
         }
     }
@@ -146,12 +154,19 @@ impl Runtime for CudaRuntime {
 
     fn alloc(&self, bytes: usize) -> Call<DevPtr> {
         let mut p: cu::CUdeviceptr = 0;
-        // SAFETY: context bound.
-        let r = unsafe { cu::cuMemAlloc_v2(&mut p, bytes) };
+        // SAFETY: context bound; managed memory attached to every stream
+        // (CU_MEM_ATTACH_GLOBAL), as cudaMallocManaged's default.
+        let (r, call) = unsafe {
+            if self.unified {
+                (cu::cuMemAllocManaged(&mut p, bytes, 1), "cuMemAllocManaged")
+            } else {
+                (cu::cuMemAlloc_v2(&mut p, bytes), "cuMemAlloc")
+            }
+        };
         if r == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             return Err(CallError::OutOfMemory);
         }
-        status(r, "cuMemAlloc")?;
+        status(r, call)?;
         Ok(p)
     }
 

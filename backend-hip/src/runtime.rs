@@ -88,6 +88,10 @@ impl HipRuntime {
                     arch
                 },
                 compute_capability: None,
+                // ggml's HIP backend counts an APU's memory as the driver
+                // reports it
+                integrated: false,
+                free_from_host: false,
             },
         })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use ggraph_core::DType;
-use ggraph_core::backend::Device;
+use ggraph_core::backend::{Device, DeviceKind};
 use ggraph_cpu::{CpuDevice, SimConfig, SimDevice};
 use ggraph_model::arch::Attention;
 use ggraph_model::context::ContextParams;
@@ -130,13 +130,36 @@ pub fn rpc_devices(list: &str) -> Result<Vec<Arc<dyn Device>>, String> {
 
 /// The GPU-class devices of every compiled-in backend, but software
 /// drivers running on the CPU (Mesa's lavapipe: slower than the CPU
-/// backend), unless `GGRAPH_SOFTWARE_GPUS=1` asks for them too.
+/// backend), unless `GGRAPH_SOFTWARE_GPUS=1` asks for them too; of those,
+/// the ones [`default_gpus`] keeps.
 pub fn found_gpus() -> Vec<Arc<dyn Device>> {
     let software = std::env::var("GGRAPH_SOFTWARE_GPUS").is_ok_and(|v| v == "1");
-    crate::registry()
-        .devices()
+    default_gpus(
+        crate::registry()
+            .devices()
+            .into_iter()
+            .filter(|d| d.kind().is_gpu_class() && (software || !d.is_software()))
+            .collect(),
+    )
+}
+
+/// The devices a model uses by default of the GPU-class devices `found`,
+/// as llama.cpp picks them: the discrete ones (and other accelerators);
+/// integrated GPUs only where there is none, and only those of the first
+/// backend that reports one (an integrated GPU seen by two backends, CUDA
+/// and Vulkan, counts once). `--device` names any of them.
+pub fn default_gpus(found: Vec<Arc<dyn Device>>) -> Vec<Arc<dyn Device>> {
+    let (integrated, discrete): (Vec<_>, Vec<_>) = found
         .into_iter()
-        .filter(|d| d.kind().is_gpu_class() && (software || !d.is_software()))
+        .partition(|d| d.kind() == DeviceKind::IntegratedGpu);
+    if !discrete.is_empty() {
+        return discrete;
+    }
+    let backend = |d: &Arc<dyn Device>| d.name().split(':').next().unwrap_or_default().to_string();
+    let first = integrated.first().map(backend);
+    integrated
+        .into_iter()
+        .filter(|d| Some(backend(d)) == first)
         .collect()
 }
 

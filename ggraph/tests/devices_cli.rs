@@ -125,3 +125,41 @@ fn the_main_job_s_graph_runs_on_every_device_found() {
     // nothing on stderr: no logs unless asked, no progress off a terminal
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// The devices a model takes by default, as llama.cpp picks them: the
+/// discrete GPUs; integrated ones only where there is none, and those of
+/// one backend only.
+#[test]
+fn integrated_gpus_are_used_only_without_a_discrete_one() {
+    use std::sync::Arc;
+
+    use ggraph::options::default_gpus;
+    use ggraph_core::backend::Device;
+    use ggraph_gpu::GpuDevice;
+    use ggraph_gpu::emulator::EmuRuntime;
+
+    let discrete = |i| GpuDevice::new(EmuRuntime::new(i, 1 << 20, true), "cuda") as Arc<dyn Device>;
+    let integrated = |i, backend| {
+        GpuDevice::new(EmuRuntime::integrated(i, 1 << 20, true), backend) as Arc<dyn Device>
+    };
+    let names = |devices: Vec<Arc<dyn Device>>| -> Vec<String> {
+        default_gpus(devices)
+            .iter()
+            .map(|d| d.name().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(vec![integrated(0, "cuda"), discrete(1), discrete(2)]),
+        ["cuda:1", "cuda:2"]
+    );
+    // the same integrated GPU seen by two backends counts once
+    assert_eq!(
+        names(vec![
+            integrated(0, "cuda"),
+            integrated(0, "wgpu"),
+            integrated(1, "cuda")
+        ]),
+        ["cuda:0", "cuda:1"]
+    );
+    assert!(names(Vec::new()).is_empty());
+}

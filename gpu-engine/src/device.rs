@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use ggraph_core::backend::{
-    BufferType, Device, DeviceCaps, DeviceKind, MemoryInfo, MemorySource, Stream,
+    BufferType, Device, DeviceCaps, DeviceKind, HostMemInfo, MemoryInfo, MemorySource, Stream,
     batch_offload_rule,
 };
 use ggraph_core::ir::{Graph, TensorId};
@@ -98,19 +98,39 @@ impl Device for GpuDevice {
     }
 
     fn kind(&self) -> DeviceKind {
-        DeviceKind::Gpu
+        if self.gpu.runtime().info().integrated {
+            DeviceKind::IntegratedGpu
+        } else {
+            DeviceKind::Gpu
+        }
     }
 
-    /// From the driver; zeros (and a log line) when the query fails.
+    /// From the driver; zeros (and a log line) when the query fails. A
+    /// device whose free memory is the host's (`DeviceInfo::free_from_host`)
+    /// reports what the host has available, as ggml's CUDA backend does,
+    /// and the driver's figure where the host's cannot be read.
     fn memory(&self) -> MemoryInfo {
         let (free_bytes, total_bytes) = self.gpu.memory().unwrap_or_else(|e| {
             tracing::warn!("{}: memory query failed: {e}", self.gpu.label());
             (0, 0)
         });
-        MemoryInfo {
-            free_bytes,
-            total_bytes,
-            source: MemorySource::Driver,
+        let from_host = self.gpu.runtime().info().free_from_host && total_bytes > 0;
+        let host = from_host
+            .then(HostMemInfo::read)
+            .flatten()
+            .map(|h| h.shared_device_free_bytes())
+            .filter(|&free| free > 0);
+        match host {
+            Some(free) => MemoryInfo {
+                free_bytes: free,
+                total_bytes,
+                source: MemorySource::HostShared,
+            },
+            None => MemoryInfo {
+                free_bytes,
+                total_bytes,
+                source: MemorySource::Driver,
+            },
         }
     }
 

@@ -58,7 +58,17 @@ impl EmuRuntime {
     /// Emulated device `ordinal` with `budget_bytes` of memory; `blas`
     /// says whether it offers the (emulated) BLAS path.
     pub fn new(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<EmuRuntime> {
-        Arc::new(EmuRuntime {
+        Arc::new(EmuRuntime::with_memory(ordinal, budget_bytes, blas, false))
+    }
+
+    /// An emulated integrated device, as CUDA reports one that shares the
+    /// host's memory: its free memory is the host's available memory.
+    pub fn integrated(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<EmuRuntime> {
+        Arc::new(EmuRuntime::with_memory(ordinal, budget_bytes, blas, true))
+    }
+
+    fn with_memory(ordinal: usize, budget_bytes: u64, blas: bool, integrated: bool) -> EmuRuntime {
+        EmuRuntime {
             info: DeviceInfo {
                 family: "emu",
                 ordinal,
@@ -68,13 +78,15 @@ impl EmuRuntime {
                 ),
                 arch: "host".into(),
                 compute_capability: None,
+                integrated,
+                free_from_host: integrated,
             },
             budget_bytes,
             allocated: AtomicU64::new(0),
             blas,
             sizes: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
-        })
+        }
     }
 
     /// A GPU device (`emu:N`) over a new emulator.

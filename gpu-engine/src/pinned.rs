@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ggraph_core::Result;
-use ggraph_core::backend::{Buffer, BufferType, BufferUsage, HostMemory, check_range};
+use ggraph_core::backend::{Buffer, BufferType, BufferUsage, HostMemInfo, HostMemory, check_range};
 
 use crate::buffer::GpuBuffer;
 use crate::gpu::Gpu;
@@ -20,14 +20,7 @@ fn default_pinned_cap() -> u64 {
     {
         return v;
     }
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let total = text
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(4 << 30, |kib| kib * 1024);
-    total / 4
+    HostMemInfo::read().map_or(4 << 30, |h| h.total_bytes) / 4
 }
 
 /// Page-locked host memory for fast transfers, up to a cap; past the cap,

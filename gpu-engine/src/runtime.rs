@@ -169,6 +169,15 @@ pub struct DeviceInfo {
     pub arch: String,
     /// CUDA compute capability (major, minor), where it applies.
     pub compute_capability: Option<(u32, u32)>,
+    /// The device is integrated with the host and shares its memory
+    /// (`DeviceKind::IntegratedGpu`): CUDA's `integrated` attribute.
+    pub integrated: bool,
+    /// Its free memory is the host's available memory
+    /// (`MemorySource::HostShared`), as ggml's CUDA backend counts it on
+    /// Linux for an integrated device and wherever unified memory is
+    /// asked for (`GGML_CUDA_ENABLE_UNIFIED_MEMORY`); ggml's HIP backend
+    /// does not.
+    pub free_from_host: bool,
 }
 
 /// One device of a GPU runtime: each method is one driver call (or a short

@@ -256,3 +256,74 @@ fn streams_copy_asynchronously_and_order_work_with_events() {
     assert_eq!(out, [3; 8]);
     assert!(d0.caps().async_copy && d0.caps().events && d0.caps().host_buffer);
 }
+
+/// An integrated device (CUDA's `integrated` attribute) counts the host's
+/// available memory as its free memory, as ggml's CUDA backend does, and
+/// fitting a model sees that figure: the device's own 512 KiB takes some
+/// of the model's layers, the host's memory all of them.
+#[test]
+fn an_integrated_device_counts_the_hosts_available_memory_and_fitting_sees_it() {
+    use ggraph_core::backend::{DeviceKind, HostMemInfo};
+    use ggraph_model::arch::ModelConfig;
+    use ggraph_model::context::ContextParams;
+    use ggraph_model::desc::ModelDesc;
+    use ggraph_model::estimate::exact::{FitRequest, fit};
+    use ggraph_model::placement::PlacementOptions;
+
+    let budget = 512 << 10;
+    let discrete = EmuRuntime::device(0, budget, true);
+    let integrated = GpuDevice::new(EmuRuntime::integrated(1, budget, true), "emu");
+    assert_eq!(discrete.kind(), DeviceKind::Gpu);
+    assert_eq!(integrated.kind(), DeviceKind::IntegratedGpu);
+    assert_eq!(discrete.memory().free_bytes, budget);
+
+    let host_before = HostMemInfo::read().map_or(0, |h| h.shared_device_free_bytes());
+    let m = integrated.memory();
+    let host_after = HostMemInfo::read().map_or(0, |h| h.shared_device_free_bytes());
+    if host_before == 0 {
+        // no /proc/meminfo: the driver's figure
+        assert_eq!((m.source, m.free_bytes), (MemorySource::Driver, budget));
+        return;
+    }
+    assert_eq!(m.source, MemorySource::HostShared);
+    assert_eq!(m.total_bytes, budget, "the total stays the driver's");
+    // the host's figure moves between reads: within 64 MiB of both
+    let (lo, hi) = (host_before.min(host_after), host_before.max(host_after));
+    assert!(
+        m.free_bytes + (64 << 20) >= lo && m.free_bytes <= hi + (64 << 20),
+        "{} against the host's {lo}..{hi}",
+        m.free_bytes
+    );
+
+    let desc =
+        ModelDesc::random(ModelConfig::dense(512, 128, 5, 4, 2, 256), DType::Q4_0, 5).unwrap();
+    let params = ContextParams {
+        n_ctx: 256,
+        n_batch: 64,
+        n_ubatch: 32,
+        ..ContextParams::default()
+    };
+    let req = FitRequest {
+        margin: 16 << 10,
+        layers_fixed: false,
+        fit_ctx: false,
+        min_ctx: 64,
+    };
+    let layers = |dev: Arc<GpuDevice>| {
+        let f = fit(
+            &desc,
+            &[dev as Arc<dyn Device>],
+            CpuDevice::new(),
+            &PlacementOptions::default(),
+            &params,
+            req,
+        )
+        .unwrap();
+        (f.estimate.n_gpu_layers, f.reason)
+    };
+    // five layers and the output layer
+    let (on_discrete, why) = layers(discrete);
+    assert!(on_discrete < 6, "{on_discrete} layers in 512 KiB: {why}");
+    let (on_integrated, why) = layers(integrated);
+    assert_eq!(on_integrated, 6, "{why}");
+}

@@ -40,7 +40,8 @@ pub struct MemoryInfo {
     pub free_bytes: u64,
     /// Bytes the device has (or is allowed) in all.
     pub total_bytes: u64,
-    /// Whether the figures come from the driver or from a declared budget.
+    /// Where the figures come from: the driver, a declared budget, the
+    /// host's memory.
     pub source: MemorySource,
 }
 
@@ -51,6 +52,11 @@ pub enum MemorySource {
     Driver,
     /// A declared budget minus what ggraph allocated on the device.
     DeclaredBudget,
+    /// The host's: a GPU that shares the host's memory (integrated, or
+    /// with unified memory) can allocate what the host has available
+    /// (`HostMemInfo::shared_device_free_bytes`); the total is the
+    /// driver's.
+    HostShared,
 }
 
 /// Optional capabilities, as data.

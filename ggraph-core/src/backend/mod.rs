@@ -23,4 +23,4 @@ pub use registry::{BackendRegistration, Registry};
 pub use stream::{CompletedEvent, Event, Stream};
 pub use weight_support::{WeightOps, weight_ops};
 
-pub use crate::memory::{Buffer, BufferUsage, HostMemory, check_range, copy_between};
+pub use crate::memory::{Buffer, BufferUsage, HostMemInfo, HostMemory, check_range, copy_between};
