@@ -67,3 +67,32 @@ fn gpu_check_benches_and_runs_the_runner_on_the_emulator() {
     }
     assert!(stdout.contains("GPU CHECK PASSED"), "{stdout}\n{stderr}");
 }
+
+/// The host's cost of generation (`--parts host`): the decode loop on a
+/// device whose kernels compute nothing, with the runtime calls a token
+/// makes; it needs no GPU.
+#[test]
+fn gpu_check_times_the_hosts_side_of_generation_without_a_gpu() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-check"))
+        .args(["--parts", "host", "--shapes", "tiny", "--gen", "4"])
+        .output()
+        .expect("gpu-check runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for weights in ["tiny F16", "tiny Q4_0"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(weights))
+            .unwrap_or_else(|| panic!("a row for {weights}:\n{stdout}"));
+        let figures: Vec<f64> = row[weights.len()..]
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        // microseconds a token and a launch, launches, copies (the inputs
+        // and the logits), one wait for the logits, events
+        assert_eq!(figures.len(), 6, "{row}");
+        assert!(figures[..4].iter().all(|&f| f > 0.0), "{row}");
+        assert!(figures[2] > 10.0 && figures[4] >= 1.0, "{row}");
+    }
+    assert!(stdout.contains("GPU CHECK PASSED"), "{stdout}");
+}

@@ -44,12 +44,56 @@ unsafe extern "C" {
 
 const ALIGN: usize = 256;
 
+/// Counts of the runtime calls a device was asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCalls {
+    /// Kernel launches and BLAS calls.
+    pub launches: u64,
+    /// Copies and fills (host to device, device to host, on the device,
+    /// between devices).
+    pub copies: u64,
+    /// Waits of the host for a stream or an event.
+    pub syncs: u64,
+    /// Events recorded, and streams made to wait for one.
+    pub events: u64,
+}
+
+impl std::ops::Sub for DeviceCalls {
+    type Output = DeviceCalls;
+
+    fn sub(self, earlier: DeviceCalls) -> DeviceCalls {
+        DeviceCalls {
+            launches: self.launches - earlier.launches,
+            copies: self.copies - earlier.copies,
+            syncs: self.syncs - earlier.syncs,
+            events: self.events - earlier.events,
+        }
+    }
+}
+
+#[derive(Default)]
+struct CallCounts {
+    launches: AtomicU64,
+    copies: AtomicU64,
+    syncs: AtomicU64,
+    events: AtomicU64,
+}
+
+fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
 /// An emulated GPU with a declared memory size.
 pub struct EmuRuntime {
     info: DeviceInfo,
     budget_bytes: u64,
     allocated: AtomicU64,
     blas: bool,
+    /// Whether launches and BLAS calls compute ([`EmuRuntime::null`]
+    /// leaves them out).
+    computes: bool,
+    /// The runtime calls made so far, by kind.
+    calls: CallCounts,
     sizes: Mutex<HashMap<u64, usize>>,
     next_handle: AtomicU64,
 }
@@ -65,6 +109,17 @@ impl EmuRuntime {
     /// host's memory: its free memory is the host's available memory.
     pub fn integrated(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<EmuRuntime> {
         Arc::new(EmuRuntime::with_memory(ordinal, budget_bytes, blas, true))
+    }
+
+    /// A device whose kernel launches and BLAS calls return at once,
+    /// computing nothing (its memory, copies, streams and events are the
+    /// emulator's): what the host spends to run a graph on a GPU, without
+    /// the GPU's time. Its results are whatever the memory held.
+    pub fn null(ordinal: usize, budget_bytes: u64) -> Arc<EmuRuntime> {
+        let mut rt = EmuRuntime::with_memory(ordinal, budget_bytes, true, false);
+        rt.computes = false;
+        rt.info.name = "host emulator, kernels left out (host cost only)".into();
+        Arc::new(rt)
     }
 
     fn with_memory(ordinal: usize, budget_bytes: u64, blas: bool, integrated: bool) -> EmuRuntime {
@@ -84,6 +139,8 @@ impl EmuRuntime {
             budget_bytes,
             allocated: AtomicU64::new(0),
             blas,
+            computes: true,
+            calls: CallCounts::default(),
             sizes: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
         }
@@ -92,6 +149,19 @@ impl EmuRuntime {
     /// A GPU device (`emu:N`) over a new emulator.
     pub fn device(ordinal: usize, budget_bytes: u64, blas: bool) -> Arc<GpuDevice> {
         GpuDevice::new(EmuRuntime::new(ordinal, budget_bytes, blas), "emu")
+    }
+
+    /// The runtime calls made on this device so far, by kind: what a GPU
+    /// driver would be asked to do.
+    pub fn calls(&self) -> DeviceCalls {
+        let c = &self.calls;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DeviceCalls {
+            launches: get(&c.launches),
+            copies: get(&c.copies),
+            syncs: get(&c.syncs),
+            events: get(&c.events),
+        }
     }
 
     /// Bytes allocated on the emulated device now.
@@ -206,12 +276,14 @@ impl Runtime for EmuRuntime {
 
     /// Every copy is a host copy.
     unsafe fn memcpy(&self, copy: &MemCopy) -> Call {
+        count(&self.calls.copies);
         // SAFETY: caller's contract.
         unsafe { std::ptr::copy(copy.src as *const u8, copy.dst as *mut u8, copy.len) };
         Ok(())
     }
 
     unsafe fn memset(&self, dst: DevPtr, value: u8, len: usize, _: Option<RawStream>) -> Call {
+        count(&self.calls.copies);
         // SAFETY: caller's contract.
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
         Ok(())
@@ -237,6 +309,7 @@ impl Runtime for EmuRuntime {
     }
 
     fn stream_sync(&self, _: RawStream) -> Call {
+        count(&self.calls.syncs);
         Ok(())
     }
 
@@ -249,14 +322,17 @@ impl Runtime for EmuRuntime {
     }
 
     fn event_record(&self, _: RawEvent, _: RawStream) -> Call {
+        count(&self.calls.events);
         Ok(())
     }
 
     fn event_sync(&self, _: RawEvent) -> Call {
+        count(&self.calls.syncs);
         Ok(())
     }
 
     fn stream_wait_event(&self, _: RawStream, _: RawEvent) -> Call {
+        count(&self.calls.events);
         Ok(())
     }
 
@@ -271,6 +347,10 @@ impl Runtime for EmuRuntime {
     }
 
     unsafe fn launch(&self, spec: &mut LaunchSpec<'_>) -> Call {
+        count(&self.calls.launches);
+        if !self.computes {
+            return Ok(());
+        }
         let name =
             CString::new(spec.kernel).map_err(|_| CallError::Other("bad kernel name".into()))?;
         let mut err = vec![0 as c_char; 512];
@@ -314,6 +394,10 @@ impl Runtime for EmuRuntime {
             return Err(CallError::Other(
                 "BLAS is off on this emulated device".into(),
             ));
+        }
+        count(&self.calls.launches);
+        if !self.computes {
+            return Ok(());
         }
         let (ea, eb) = (g.a_type.type_size(), g.b_type.type_size());
         for bt in 0..g.batch as i64 {

@@ -15,11 +15,14 @@
 //!   cuBLAS's own GEMM beside F32 and F16;
 //! - `runner`: the llama runner with every layer on the device (prompt 512
 //!   and generation 128 tokens/s, `small` and `8b-4l` shapes, F16 and
-//!   Q4_0), and the bandwidth generation uses.
+//!   Q4_0), and the bandwidth generation uses;
+//! - `host` (not by default; needs no GPU, a build with `emulator`): the
+//!   host's microseconds per generated token and per kernel launch, the
+//!   runner on a device whose kernels compute nothing.
 //!
 //! Exits non-zero on any failure, and with 2 when there is no device.
 //!
-//! Usage: gpu-check [--parts checks,bandwidth,bench,runner] [--backends cuda,hip,wgpu]
+//! Usage: gpu-check [--parts checks,bandwidth,bench,runner,host] [--backends cuda,hip,wgpu]
 //! [--reps N] [--types T,T] [--shapes S,S] [--runner-types T,T] [--emulator]
 //! (`--help` says more; `--emulator` needs the feature `emulator`: it adds
 //! the host emulator of the GPU kernels, with small shapes, to check this
@@ -27,6 +30,8 @@
 
 mod bench;
 mod checks;
+#[cfg(feature = "emulator")]
+mod host_cost;
 mod raw;
 mod runner;
 
@@ -61,6 +66,10 @@ enum Part {
     Bench,
     /// The llama runner with every layer on the device
     Runner,
+    /// The host's time per generated token and per launch, on a device
+    /// whose kernels compute nothing (a build with the feature `emulator`;
+    /// needs no GPU)
+    Host,
 }
 
 /// The device families gpu-check looks for.
@@ -203,6 +212,28 @@ fn main() -> ExitCode {
             "not compiled in (feature hip)"
         },
     );
+    let part = |p: Part| o.parts.contains(&p);
+    let mut failed = false;
+    if part(Part::Host) {
+        let shapes = if o.shapes.is_empty() {
+            vec!["small".to_string()]
+        } else {
+            o.shapes.clone()
+        };
+        #[cfg(feature = "emulator")]
+        {
+            failed |= !host_cost::table(&shapes, &o.runner_types, o.generation.unwrap_or(64));
+        }
+        #[cfg(not(feature = "emulator"))]
+        {
+            let _ = shapes;
+            println!("--parts host: this build has no emulator (build with --features emulator)");
+            failed = true;
+        }
+        if o.parts.iter().all(|&p| p == Part::Host) {
+            return verdict(failed);
+        }
+    }
     let gpus = gpus(&o);
     if gpus.is_empty() {
         println!("no device found ({:?})", o.backends);
@@ -222,7 +253,6 @@ fn main() -> ExitCode {
             g.device.description()
         );
     }
-    let part = |p: Part| o.parts.contains(&p);
     // the sample graphs and their f64 references, made once for every GPU
     let samples: Vec<(DType, ggraph::Result<Sample>)> = if part(Part::Checks) {
         [DType::F16, DType::Q8_0, DType::Q4_K]
@@ -232,7 +262,6 @@ fn main() -> ExitCode {
     } else {
         Vec::new()
     };
-    let mut failed = false;
     for g in &gpus {
         let d = &g.device;
         let small = g.small();
@@ -296,6 +325,11 @@ fn main() -> ExitCode {
             failed |= !runner::table(d, &settings);
         }
     }
+    verdict(failed)
+}
+
+/// The last line, and the exit code.
+fn verdict(failed: bool) -> ExitCode {
     println!(
         "\n{}",
         if failed {
