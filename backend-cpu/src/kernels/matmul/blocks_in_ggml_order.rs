@@ -40,7 +40,9 @@ use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES, e8m0_to_f32_half, f16_to_f32}
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
 use super::quant_format::Partner;
-use super::row_streaming::{SHORT_ROW_BYTES, STREAMED_ROW_BYTES};
+use super::row_streaming::{
+    SHORT_ROW_BYTES, STREAMED_ROW_BYTES, STREAMED_ROW_BYTES_WITH_LANE_STARTS,
+};
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
@@ -363,7 +365,8 @@ struct OneRow {
 
 /// The one-row kernel for rows of `row_bytes`, where one takes them: on
 /// AVX2 for short rows, with VNNI also for rows up to
-/// [`STREAMED_ROW_BYTES`].
+/// [`STREAMED_ROW_BYTES`] (those of a format whose kernel reads lane
+/// starts, [`STREAMED_ROW_BYTES_WITH_LANE_STARTS`]).
 fn one_row_matvec(isa: Isa, dtype: DType, order: Order, row_bytes: usize) -> Option<OneRow> {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && order == Order::EightLanes {
@@ -384,9 +387,16 @@ fn one_row_matvec(isa: Isa, dtype: DType, order: Order, row_bytes: usize) -> Opt
                 })
             };
         }
+        // the kernel reads lane starts only for the formats with an offset
+        let streamed = match dtype {
+            DType::Q5_0 | DType::Q4_0 | DType::IQ4_NL => STREAMED_ROW_BYTES_WITH_LANE_STARTS,
+            _ => STREAMED_ROW_BYTES,
+        };
         match row_bytes {
             ..=SHORT_ROW_BYTES => of!(matvec_rows_avx2, false),
-            ..=STREAMED_ROW_BYTES if isa >= Isa::Avx512Vnni => of!(matvec_rows_vnni, true),
+            _ if row_bytes <= streamed && isa >= Isa::Avx512Vnni => {
+                of!(matvec_rows_vnni, true)
+            }
             _ => {}
         }
     }
@@ -918,11 +928,14 @@ mod x86 {
 
     /// AVX-512 VNNI on 256-bit registers, eight lanes, one column: as
     /// [`matvec_rows_avx2`], the stream prefetched [`PREFETCH_BYTES`]
-    /// ahead, each block's lanes one `vpdpbusd` of its unsigned codes
-    /// started at the column's `-o * sum(x)`, and Q4_1's and Q5_1's min
-    /// chain beside the lanes, added after them (a row at a time measured
-    /// up to twice as fast as four side by side on 4-12 KiB rows,
-    /// docs/performance.md).
+    /// ahead, each block's lanes from `vpdpbusd`, and Q4_1's and Q5_1's
+    /// min chain beside the lanes, added after them (a row at a time
+    /// measured up to twice as fast as four side by side,
+    /// docs/performance.md). The lanes: Q5_0's, Q4_0's and IQ4_NL's
+    /// unsigned codes started at the column's `-o * sum(x)`; Q4_1's and
+    /// Q5_1's from zero; Q8_0's signed codes against the column's plus
+    /// 128, less a second `vpdpbusd` of 128 against the codes, so that no
+    /// lane starts are read (on long rows their loads crowded L1).
     ///
     /// # Safety
     /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as [`matvec_rows_avx2`],
@@ -946,10 +959,25 @@ mod x86 {
                 _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
                 // SAFETY: block blk of the row and the column exists.
                 unsafe {
-                    let w = codes::<F, false>(row, blk);
                     let x = _mm256_loadu_si256(col.codes.add(blk * 32) as *const __m256i);
-                    let bias = _mm256_loadu_si256(col.bias.add(blk * 8) as *const __m256i);
-                    let p = _mm256_dpbusd_epi32(bias, w, x);
+                    let p = if F == format::Q8_0 {
+                        // the codes as they are against the column's plus
+                        // 128, less 128 times each lane's codes
+                        let w = codes::<F, true>(row, blk);
+                        let top = _mm256_set1_epi8(-128);
+                        let zero = _mm256_setzero_si256();
+                        _mm256_sub_epi32(
+                            _mm256_dpbusd_epi32(zero, _mm256_xor_si256(x, top), w),
+                            _mm256_dpbusd_epi32(zero, top, w),
+                        )
+                    } else if unsigned(F) {
+                        // no offset: every lane starts at zero
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes::<F, false>(row, blk), x)
+                    } else {
+                        let w = codes::<F, false>(row, blk);
+                        let bias = _mm256_loadu_si256(col.bias.add(blk * 8) as *const __m256i);
+                        _mm256_dpbusd_epi32(bias, w, x)
+                    };
                     let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
                     lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
                     if unsigned(F) {
@@ -1198,8 +1226,9 @@ mod tests {
                         }
                         let codes = if dtype == DType::MXFP4 { 1 } else { 2 };
                         for v in &mut blk[codes..] {
-                            // Q8_0 codes in ggml's range, -127..=127
-                            *v = ((lcg(&mut s) % 255) as i32 - 127) as u8;
+                            // any byte: Q8_0's -128 too, which ggml's
+                            // quantiser never writes but a file may hold
+                            *v = lcg(&mut s) as u8;
                         }
                     }
                     row
@@ -1289,7 +1318,7 @@ mod tests {
                     (Tiles::new(level, dtype, order).matvec, lanes),
                     // the short rows' kernel, and the longer rows'
                     one_row(0),
-                    one_row(STREAMED_ROW_BYTES),
+                    one_row(STREAMED_ROW_BYTES_WITH_LANE_STARTS),
                 ];
                 for (matvec, want) in kernels.into_iter().filter_map(|(k, w)| Some((k?, w))) {
                     let mut got = [0f32; TILE_ROWS];

@@ -37,9 +37,15 @@ pub(crate) const SHORT_ROW_BYTES: usize = 4096;
 
 /// With VNNI, one-column products of the block formats read rows of at
 /// most this many bytes one at a time, one sequential stream: up to
-/// twice as fast as four rows side by side on 4-12 KiB rows; on Q8_0's
-/// 15 KiB rows four side by side stayed ahead (docs/performance.md).
-pub(crate) const STREAMED_ROW_BYTES: usize = 12 << 10;
+/// twice as fast as four rows side by side on 4-15 KiB rows, level on
+/// Q8_0's 20-30 KiB rows (docs/performance.md).
+pub(crate) const STREAMED_ROW_BYTES: usize = 16 << 10;
+
+/// [`STREAMED_ROW_BYTES`] for the formats whose one-row kernel also reads
+/// a lane start per four activations (Q5_0, Q4_0, IQ4_NL): those loads
+/// crowd L1 on longer rows, where four rows side by side, sharing them,
+/// were ahead (measured on Q8_0 before it stopped reading them).
+pub(crate) const STREAMED_ROW_BYTES_WITH_LANE_STARTS: usize = 12 << 10;
 
 /// The prefetch distance of a kernel call that reads whole rows of
 /// `row_bytes`, `group_bytes` per group of rows: whole groups for short
