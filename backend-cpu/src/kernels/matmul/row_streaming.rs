@@ -41,6 +41,12 @@ pub(crate) const SHORT_ROW_BYTES: usize = 4096;
 /// Q8_0's 20-30 KiB rows (docs/performance.md).
 pub(crate) const STREAMED_ROW_BYTES: usize = 16 << 10;
 
+/// One-column products of F32, F16 and BF16 rows of at most this many
+/// bytes read them one at a time: 8-40% ahead of several side by side
+/// on 8 KiB rows; on 12-28 KiB rows, whose f32 column no longer stays in
+/// L1 beside the stream, a third slower (docs/performance.md).
+pub(crate) const FLOAT_STREAMED_ROW_BYTES: usize = 8 << 10;
+
 /// [`STREAMED_ROW_BYTES`] for the formats whose one-row kernel also reads
 /// a lane start per four activations (Q5_0, Q4_0, IQ4_NL): those loads
 /// crowd L1 on longer rows, where four rows side by side, sharing them,

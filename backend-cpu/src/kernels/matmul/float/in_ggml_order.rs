@@ -24,7 +24,7 @@ use crate::kernels::isa::Isa;
 use std::ops::Range;
 
 use crate::kernels::matmul::operands::{Cols, ProductOf, WeightRows};
-use crate::kernels::matmul::row_streaming::SHORT_ROW_BYTES;
+use crate::kernels::matmul::row_streaming::FLOAT_STREAMED_ROW_BYTES;
 use crate::kernels::parallel::par_ranges;
 
 /// Which of ggml's two orders sums the dots of `m` rows of `k` values
@@ -201,13 +201,15 @@ struct Kernels {
 }
 
 impl Kernels {
-    /// The kernels for rows of `row_bytes`: short rows take the vector dot
-    /// one row at a time with AVX2, one sequential stream with no software
-    /// prefetch (on the small model's 1-2 KiB rows, rows side by side or
-    /// prefetched gave 40% fewer tokens/s, docs/performance.md).
+    /// The kernels for rows of `row_bytes`: rows up to
+    /// [`FLOAT_STREAMED_ROW_BYTES`] take the vector dot one row at a time
+    /// with AVX2, one sequential stream with no software prefetch (on the
+    /// small model's 1-2 KiB rows, rows side by side or prefetched gave
+    /// 40% fewer tokens/s; on 8 KiB rows one at a time was 8-40% ahead,
+    /// docs/performance.md).
     fn for_rows(isa: Isa, dtype: DType, row_bytes: usize) -> Kernels {
         let kernels = Kernels::new(isa, dtype);
-        if row_bytes > SHORT_ROW_BYTES || isa < Isa::Avx2 {
+        if row_bytes > FLOAT_STREAMED_ROW_BYTES || isa < Isa::Avx2 {
             return kernels;
         }
         #[cfg(target_arch = "x86_64")]
@@ -965,8 +967,11 @@ mod tests {
     fn the_vector_dots_sum_as_the_portable_ones() {
         for level in crate::kernels::isa::all_supported() {
             for dtype in TYPES {
-                let (got, want) = (
+                // the row kernels, and the one-row kernels of the rows
+                // that stream one at a time
+                let (got, one_row, want) = (
                     Kernels::new(level, dtype),
+                    Kernels::for_rows(level, dtype, 0),
                     Kernels::new(Isa::Portable, dtype),
                 );
                 // every tail length from 0 to 35 past the fours of 32,
@@ -993,12 +998,14 @@ mod tests {
                             };
                             out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
                         };
-                        assert_eq!(
-                            run(got.vector_dot),
-                            run(want.vector_dot),
-                            "{} {dtype:?} k {k} rows {count}",
-                            level.name()
-                        );
+                        for kernel in [got.vector_dot, one_row.vector_dot] {
+                            assert_eq!(
+                                run(kernel),
+                                run(want.vector_dot),
+                                "{} {dtype:?} k {k} rows {count}",
+                                level.name()
+                            );
+                        }
                     }
                 }
             }
