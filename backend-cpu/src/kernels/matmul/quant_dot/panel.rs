@@ -2,7 +2,7 @@
 //! interleaved into panels that one `vpdpbusd` advances 16 rows at a time.
 //! The rows are a matrix in the CPU's interleaved layout, whose groups
 //! are already four bytes a row side by side and go straight into the
-//! panel.
+//! panel, or GGUF's rows of such a type, each chunk interleaved first.
 //!
 //! Each panel chunk is then multiplied by the columns, four at a time with
 //! `vpdpbusd` (`avx512_vnni::panel_vnni`) or, where AMX is on, 16 at a
@@ -30,6 +30,8 @@ thread_local! {
     static PANEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// Their scales and mins.
     static PANEL_SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A panel chunk of GGUF's rows, and the same interleaved.
+    static ROWS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Where the panels' rows come from.
@@ -39,6 +41,15 @@ enum Weights {
     Interleaved {
         layout: Interleaved,
         ptr: *const u8,
+        k: usize,
+    },
+    /// A matrix in GGUF's rows, `stride` bytes apart, of a type the
+    /// interleaved layout takes: each panel chunk's rows are interleaved
+    /// as the panel is filled.
+    Rows {
+        layout: Interleaved,
+        ptr: *const u8,
+        stride: usize,
         k: usize,
     },
 }
@@ -130,6 +141,33 @@ pub(crate) unsafe fn gemm_interleaved_with(
     gemm_from(kernel, f, weights, m, b, out)
 }
 
+/// As [`gemm_interleaved`] for a matrix in GGUF's rows (`stride` bytes
+/// apart) of a type `layout` takes: the same panels, each chunk of rows
+/// interleaved as it is filled, so the same sums.
+///
+/// # Safety
+/// The processor has AVX-512 VNNI; `a` holds `m` rows (a multiple of
+/// eight) of `k` values; the columns hold `k` values and the outputs `m`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_rows(
+    f: Format,
+    layout: Interleaved,
+    a: *const u8,
+    stride: usize,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let weights = Weights::Rows {
+        layout,
+        ptr: a,
+        stride,
+        k,
+    };
+    gemm_from(PanelKernel::active(), f, weights, m, b, out)
+}
+
 fn gemm_from(kernel: PanelKernel, f: Format, a: Weights, m: usize, b: &Cols<f32>, out: &Cols<f32>) {
     let n = b.0.len();
     let product = Product::new(kernel, f.qb, n);
@@ -181,7 +219,7 @@ impl Weights {
     /// Values a row.
     fn k(self) -> usize {
         match self {
-            Weights::Interleaved { k, .. } => k,
+            Weights::Interleaved { k, .. } | Weights::Rows { k, .. } => k,
         }
     }
 }
@@ -211,6 +249,42 @@ fn with_panel<R>(kc: usize, qb: usize, f: impl FnOnce(&mut Panel) -> R) -> R {
 fn fill(f: &Format, a: Weights, i0: usize, rows: usize, v0: usize, len: usize, panel: &mut Panel) {
     let nb = len / f.qb;
     match a {
+        Weights::Rows {
+            layout,
+            ptr,
+            stride,
+            k: _,
+        } => {
+            // the rows' blocks side by side, then interleaved in groups
+            let seg = len / f.dtype.block_size() * f.dtype.type_size();
+            let at = v0 / f.dtype.block_size() * f.dtype.type_size();
+            with_scratch(&ROWS, 2 * PANEL_R * seg, |buf| {
+                let (plain, packed) = buf.split_at_mut(PANEL_R * seg);
+                for (r, dst) in plain.chunks_exact_mut(seg).take(rows).enumerate() {
+                    // SAFETY: row i0 + r holds the values v0..v0 + len.
+                    let src =
+                        unsafe { std::slice::from_raw_parts(ptr.add((i0 + r) * stride + at), seg) };
+                    dst.copy_from_slice(src);
+                }
+                layout.pack(&plain[..rows * seg], &mut packed[..rows * seg], seg);
+                let mut groups = [std::ptr::null::<u8>(); PANEL_R / GROUP_ROWS];
+                for (g, p) in groups.iter_mut().enumerate().take(rows / GROUP_ROWS) {
+                    *p = packed[g * GROUP_ROWS * seg..].as_ptr();
+                }
+                // SAFETY: the non-null groups hold nb blocks; the panel
+                // holds nb blocks of 32 rows.
+                unsafe {
+                    interleaved_panel(
+                        layout,
+                        &groups,
+                        nb,
+                        panel.codes.as_mut_ptr(),
+                        panel.dw.as_mut_ptr(),
+                        panel.mw.as_mut_ptr(),
+                    )
+                };
+            });
+        }
         Weights::Interleaved { layout, ptr, k } => {
             let row_bytes = k / f.dtype.block_size() * f.dtype.type_size();
             let group_bytes = GROUP_ROWS * row_bytes;
