@@ -271,18 +271,8 @@ fn fill(f: &Format, a: Weights, i0: usize, rows: usize, v0: usize, len: usize, p
                 for (g, p) in groups.iter_mut().enumerate().take(rows / GROUP_ROWS) {
                     *p = packed[g * GROUP_ROWS * seg..].as_ptr();
                 }
-                // SAFETY: the non-null groups hold nb blocks; the panel
-                // holds nb blocks of 32 rows.
-                unsafe {
-                    interleaved_panel(
-                        layout,
-                        &groups,
-                        nb,
-                        panel.codes.as_mut_ptr(),
-                        panel.dw.as_mut_ptr(),
-                        panel.mw.as_mut_ptr(),
-                    )
-                };
+                // SAFETY: the non-null groups hold nb blocks.
+                unsafe { from_groups(layout, &groups, nb, panel) };
             });
         }
         Weights::Interleaved { layout, ptr, k } => {
@@ -294,19 +284,34 @@ fn fill(f: &Format, a: Weights, i0: usize, rows: usize, v0: usize, len: usize, p
                 let at = (i0 / GROUP_ROWS + g) * group_bytes + blk0 * layout.group_block_bytes();
                 *p = ptr.wrapping_add(at);
             }
-            // SAFETY: the non-null groups hold blocks blk0..blk0 + nb; the
-            // panel holds nb blocks of 32 rows.
-            unsafe {
-                interleaved_panel(
-                    layout,
-                    &groups,
-                    nb,
-                    panel.codes.as_mut_ptr(),
-                    panel.dw.as_mut_ptr(),
-                    panel.mw.as_mut_ptr(),
-                )
-            };
+            // SAFETY: the non-null groups hold blocks blk0..blk0 + nb.
+            unsafe { from_groups(layout, &groups, nb, panel) };
         }
+    }
+}
+
+/// Fills `panel` with `nb` blocks of the interleaved `groups` (up to four
+/// groups of eight rows; null past the rows).
+///
+/// # Safety
+/// The processor has AVX-512 VNNI; the non-null groups hold `nb` blocks,
+/// and the panel was made for at least `nb` blocks of 32 rows.
+unsafe fn from_groups(
+    layout: Interleaved,
+    groups: &[*const u8; PANEL_R / GROUP_ROWS],
+    nb: usize,
+    panel: &mut Panel,
+) {
+    // SAFETY: caller's contract.
+    unsafe {
+        interleaved_panel(
+            layout,
+            groups,
+            nb,
+            panel.codes.as_mut_ptr(),
+            panel.dw.as_mut_ptr(),
+            panel.mw.as_mut_ptr(),
+        )
     }
 }
 
