@@ -127,10 +127,20 @@ impl Interleaved {
     /// Converts whole groups from ggml's rows (`src`, rows of `row_bytes`)
     /// into the interleaved layout (`dst`, as long).
     pub(crate) fn pack(self, src: &[u8], dst: &mut [u8], row_bytes: usize) {
+        self.pack_strided(src, row_bytes, dst, row_bytes)
+    }
+
+    /// As [`pack`](Self::pack) for the first `row_bytes` (whole blocks) of
+    /// rows `stride` bytes apart in `src`: as many groups as `dst` holds
+    /// (`dst.len()` a multiple of eight rows of `row_bytes`), as the
+    /// products that lay out GGUF's rows a chunk at a time take them.
+    pub(crate) fn pack_strided(self, src: &[u8], stride: usize, dst: &mut [u8], row_bytes: usize) {
         match self {
-            Interleaved::Q4_0 | Interleaved::IQ4_NL => pack_as::<18, 1, 2>(src, dst, row_bytes),
-            Interleaved::Q4_K => pack_as::<144, 2, 2>(src, dst, row_bytes),
-            Interleaved::MXFP4 => pack_as::<17, 1, 1>(src, dst, row_bytes),
+            Interleaved::Q4_0 | Interleaved::IQ4_NL => {
+                pack_as::<18, 1, 2>(src, stride, dst, row_bytes)
+            }
+            Interleaved::Q4_K => pack_as::<144, 2, 2>(src, stride, dst, row_bytes),
+            Interleaved::MXFP4 => pack_as::<17, 1, 1>(src, stride, dst, row_bytes),
         }
     }
 
@@ -170,23 +180,26 @@ impl Interleaved {
     }
 }
 
-/// [`Interleaved::pack`] for blocks of `BB` bytes that start with `HEAD`
-/// units of `UNIT` bytes. The sizes are constants, so every move is one
-/// load and one store of a known width at a known offset (loading a model
-/// is mostly this loop).
+/// [`Interleaved::pack_strided`] for blocks of `BB` bytes that start with
+/// `HEAD` units of `UNIT` bytes. The sizes are constants, so every move is
+/// one load and one store of a known width at a known offset (loading a
+/// model is mostly this loop).
 fn pack_as<const BB: usize, const HEAD: usize, const UNIT: usize>(
     src: &[u8],
+    stride: usize,
     dst: &mut [u8],
     row_bytes: usize,
 ) {
     let group_bytes = GROUP_ROWS * row_bytes;
-    for (plain, inter) in src
-        .chunks_exact(group_bytes)
-        .zip(dst.chunks_exact_mut(group_bytes))
-    {
-        for (b, out) in inter.chunks_exact_mut(GROUP_ROWS * BB).enumerate() {
-            for r in 0..GROUP_ROWS {
-                let row = &plain[r * row_bytes + b * BB..][..BB];
+    for (g, inter) in dst.chunks_exact_mut(group_bytes).enumerate() {
+        // a row at a time: one sequential read, where the rows come
+        // straight from a matrix in memory
+        for r in 0..GROUP_ROWS {
+            let plain = &src[(g * GROUP_ROWS + r) * stride..][..row_bytes];
+            for (row, out) in plain
+                .chunks_exact(BB)
+                .zip(inter.chunks_exact_mut(GROUP_ROWS * BB))
+            {
                 for u in 0..HEAD {
                     let at = (u * GROUP_ROWS + r) * UNIT;
                     out[at..at + UNIT].copy_from_slice(&row[UNIT * u..UNIT * (u + 1)]);
@@ -372,6 +385,18 @@ mod tests {
                 packed[chunk1..chunk1 + 4],
                 plain[plain_block + head + 4..plain_block + head + 8]
             );
+            // blocks 1 and 2 of the same rows, read in place: the same
+            // bytes as those blocks of rows cut out first
+            let part = 2 * bb;
+            let cut: Vec<u8> = plain
+                .chunks_exact(row_bytes)
+                .flat_map(|row| &row[bb..])
+                .copied()
+                .collect();
+            let (mut whole, mut strided) = (vec![0u8; cut.len()], vec![0u8; cut.len()]);
+            layout.pack(&cut, &mut whole, part);
+            layout.pack_strided(&plain[bb..], row_bytes, &mut strided, part);
+            assert_eq!(strided, whole, "{layout:?}");
         }
     }
 

@@ -39,16 +39,12 @@ use ggraph_core::quant::{IQ4_VALUES, MXFP4_VALUES, e8m0_to_f32_half, f16_to_f32}
 
 use super::activation_quant::quantize_column;
 use super::operands::{Cols, WeightRows};
-#[cfg(target_arch = "x86_64")]
-use super::quant_dot::panel;
 use super::quant_format::Partner;
 #[cfg(target_arch = "x86_64")]
 use super::quant_format::format;
 use super::row_streaming::{
     SHORT_ROW_BYTES, STREAMED_ROW_BYTES, STREAMED_ROW_BYTES_WITH_LANE_STARTS,
 };
-#[cfg(target_arch = "x86_64")]
-use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa::Isa;
 use crate::kernels::parallel::par_ranges;
 use crate::kernels::scratch::with_scratch;
@@ -79,10 +75,6 @@ pub(crate) fn order(dtype: DType, m: usize) -> Option<Order> {
 
 /// Rows per tile.
 const TILE_ROWS: usize = 4;
-/// With VNNI, products in the whole-blocks order of more columns than
-/// this take the repacked panels, as the repacked matrices do (the tiles
-/// ran at a quarter of their speed at 512 columns, docs/performance.md).
-const PANEL_ABOVE_N: usize = 8;
 /// Most columns per tile of the 256-bit kernels (the 512-bit one takes
 /// four).
 const TILE_COLS: usize = 3;
@@ -116,17 +108,6 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
     let Some(order) = order(a.dtype, m) else {
         unreachable!("dispatch sends only the types `order` names here");
     };
-    #[cfg(target_arch = "x86_64")]
-    if order == Order::WholeBlocks && n > PANEL_ABOVE_N && isa >= Isa::Avx512Vnni {
-        // ggml's repacked order, which the repacked panels sum in: the
-        // rows interleaved a panel chunk at a time
-        if let (Some(layout), Some(f)) = (Interleaved::of(a.dtype, &[k, m]), format(a.dtype)) {
-            // SAFETY: m rows of k values a.stride apart (m a multiple of
-            // eight: the order says so), VNNI; the columns hold k values,
-            // the outputs m.
-            return unsafe { panel::gemm_rows(f, layout, a.row(0), a.stride, k, m, b, out) };
-        }
-    }
     let tiles = Tiles::new(isa, a.dtype, order);
     let offset = unsigned_offset(a.dtype);
     let partner = if has_mins(a.dtype) {

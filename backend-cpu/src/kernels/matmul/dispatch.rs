@@ -7,15 +7,20 @@ use std::ops::RangeInclusive;
 
 use ggraph_core::DType;
 
+#[cfg(target_arch = "x86_64")]
+use super::interleaved_gemm;
 use super::operands::{Cols, ProductOf, WeightRows};
 use super::quant_format::format;
 use super::{activation_quant, blocks_in_ggml_order, dequantized, float, kquants_in_ggml_order};
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::amx;
+use crate::kernels::interleave::GROUP_ROWS;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::interleave::Interleaved;
 use crate::kernels::isa::Isa;
 use crate::kernels::scratch::with_scratch;
 use Path::*;
-use Rows::{Any, Packed};
+use Rows::{Any, Groups, Packed};
 use Weights::{Float, Only, Quantized};
 
 /// A way to compute a product: a driver and its kernels.
@@ -29,6 +34,12 @@ pub(super) enum Path {
     /// Q6_K and Q4_K rows, each dot summed in ggml's order
     /// (`kquants_in_ggml_order`).
     KQuantsInGgmlOrder,
+    /// Whole groups of eight rows of a type ggml repacks, in GGUF's
+    /// layout: ggml sums them in its repacked order, which the kernels of
+    /// the CPU's interleaved layout follow, so each task interleaves the
+    /// rows it reaches into its scratch and runs those
+    /// (`interleaved_gemm::gemm_rows`).
+    RowsInterleaved,
     /// F32, F16 and BF16 rows, each dot summed in ggml's order
     /// (`float::in_ggml_order`).
     FloatsInGgmlOrder,
@@ -61,6 +72,9 @@ enum Rows {
     Packed,
     /// Any stride between values.
     Any,
+    /// Packed, and whole groups of eight rows (the matrices ggml
+    /// repacks).
+    Groups,
 }
 
 /// One row of the table: the products it fits, and their path.
@@ -96,6 +110,12 @@ const fn rule(
 const TILES_ABOVE_N: usize = 8;
 
 const ANY_ISA: RangeInclusive<Isa> = Isa::Portable..=Isa::Avx512Vnni;
+/// The levels the interleaved layout's kernels run on.
+const AVX2_ON: RangeInclusive<Isa> = Isa::Avx2..=Isa::Avx512Vnni;
+const VNNI: RangeInclusive<Isa> = Isa::Avx512Vnni..=Isa::Avx512Vnni;
+/// The 32-value block types ggml repacks (in whole groups of eight
+/// rows).
+const REPACKED_BLOCKS: &[DType] = &[DType::Q4_0, DType::IQ4_NL, DType::MXFP4];
 /// The 32-value block formats summed in ggml's order.
 const IN_ORDER: &[DType] = &[
     DType::Q8_0,
@@ -130,8 +150,13 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
     rule(ANY_ISA,      Float,          Packed, ANY_COLS,             ANY_BYTES,        FloatsInGgmlOrder),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
-    // quantised weights: every type sums in ggml's order; rows not packed
-    // are dequantised
+    // quantised weights: every type sums in ggml's order; where ggml
+    // repacks a matrix, its prompts take the interleaved layout's kernels
+    // (fewer columns measured slower there: interleaving a group costs
+    // more than one column's dots of it, docs/performance.md); rows not
+    // packed are dequantised
+    rule(AVX2_ON,      Only(&[DType::Q4_K]), Groups, 8..=usize::MAX, ANY_BYTES,       RowsInterleaved),
+    rule(VNNI,         Only(REPACKED_BLOCKS), Groups, 9..=usize::MAX, ANY_BYTES,      RowsInterleaved),
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
@@ -142,6 +167,8 @@ struct Product {
     isa: Isa,
     dtype: DType,
     packed: bool,
+    /// Whole groups of eight rows.
+    groups: bool,
     cols: usize,
     row_bytes: usize,
 }
@@ -155,6 +182,7 @@ impl Rule {
         };
         let rows = match self.rows {
             Packed => p.packed,
+            Groups => p.packed && p.groups,
             Any => true,
         };
         weights
@@ -165,13 +193,14 @@ impl Rule {
     }
 }
 
-/// The path for the weights `a` times `n` columns with the kernels of
-/// `isa`.
-pub(super) fn path(isa: Isa, a: &WeightRows, n: usize) -> Path {
+/// The path for the `m` rows of weights `a` times `n` columns with the
+/// kernels of `isa`.
+pub(super) fn path(isa: Isa, a: &WeightRows, m: usize, n: usize) -> Path {
     let product = Product {
         isa,
         dtype: a.dtype,
         packed: a.elem_stride == a.dtype.type_size(),
+        groups: m % GROUP_ROWS == 0,
         cols: n,
         row_bytes: a.k / a.dtype.block_size() * a.dtype.type_size(),
     };
@@ -209,7 +238,7 @@ pub(super) fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    match path(isa, &a, n) {
+    match path(isa, &a, m, n) {
         Zeros => {
             for &o in &out.0 {
                 // SAFETY: every output column holds m values.
@@ -234,6 +263,27 @@ pub(super) fn gemm(
         }),
         BlocksInGgmlOrder => blocks_in_ggml_order::gemm(isa, a, m, b, out),
         KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, of, a, m, b, out),
+        #[cfg(target_arch = "x86_64")]
+        RowsInterleaved => {
+            let kernels = if isa >= Isa::Avx512Vnni {
+                interleaved_gemm::Kernels::Vnni
+            } else {
+                interleaved_gemm::Kernels::Avx2
+            };
+            match Interleaved::of(a.dtype, &[a.k, m]) {
+                // SAFETY: the rule's instruction sets run the kernels; m
+                // rows (whole groups: the rule) of k values a.stride
+                // apart; the columns hold k values, the outputs m.
+                Some(layout) => unsafe {
+                    interleaved_gemm::gemm_rows(
+                        kernels, of, layout, a.ptr, a.stride, a.k, m, b, out,
+                    )
+                },
+                // the rule takes only types the layout takes: should one
+                // not be, the portable kernels sum in the same order
+                None => gemm(Isa::Portable, of, a, m, b, out),
+            }
+        }
     }
 }
 

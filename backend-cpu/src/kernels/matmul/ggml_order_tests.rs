@@ -425,6 +425,54 @@ fn every_interleaved_q4_k_kernel_gives_ggml_s_bits() {
     assert_none(failures);
 }
 
+/// The matrices ggml repacks, in GGUF's rows (further apart than a row,
+/// as in a view of a wider matrix), which take the interleaved layout's
+/// kernels a chunk at a time from eight columns on: the portable kernels'
+/// bits (which the tests above hold to ggml's) on every instruction set,
+/// for `mul_mat` and `mul_mat_id`, across the chunks of values and rows.
+#[test]
+fn rows_interleaved_in_scratch_give_the_portable_bits() {
+    let mut failures = Vec::new();
+    for dtype in [DType::Q4_K, DType::Q4_0, DType::IQ4_NL, DType::MXFP4] {
+        let shapes = [(8, 8, 256), (40, 9, 2304), (136, 12, 512), (16, 17, 4608)];
+        for (m, n, k) in shapes {
+            let w = values(m * k, (m * 13 + k) as u32);
+            let x = values(n * k, (n * 5 + k) as u32);
+            let plain = weight_bytes(dtype, &w);
+            let row_bytes = plain.len() / m;
+            let stride = row_bytes + 2 * dtype.type_size();
+            let mut bytes = vec![0xa5u8; m * stride];
+            for (dst, src) in bytes
+                .chunks_exact_mut(stride)
+                .zip(plain.chunks_exact(row_bytes))
+            {
+                dst[..row_bytes].copy_from_slice(src);
+            }
+            let a = WeightRows {
+                ptr: bytes.as_ptr(),
+                stride,
+                elem_stride: dtype.type_size(),
+                dtype,
+                k,
+            };
+            let b = Cols((0..n).map(|j| x[j * k..].as_ptr() as *mut f32).collect());
+            for of in [ProductOf::MulMat, ProductOf::MulMatId] {
+                let mut want = vec![f32::NAN; n * m];
+                let out = Cols((0..n).map(|j| want[j * m..].as_mut_ptr()).collect());
+                gemm_with(isa::Isa::Portable, of, a, m, &b, &out);
+                for isa in isa::all_supported() {
+                    let mut got = vec![f32::NAN; n * m];
+                    let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
+                    gemm_with(isa, of, a, m, &b, &out);
+                    let case = format!("{isa:?} {of:?} {dtype} m={m} n={n} k={k}");
+                    failures.extend(differences(&got, &want, case));
+                }
+            }
+        }
+    }
+    assert_none(failures);
+}
+
 /// Weight rows of `dtype` as bytes: floats as they are, quantised types
 /// quantised.
 fn weight_bytes(dtype: DType, w: &[f32]) -> Vec<u8> {

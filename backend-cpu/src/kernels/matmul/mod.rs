@@ -11,7 +11,8 @@
 //!   weights: `float::in_ggml_order`; Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1:
 //!   `blocks_in_ggml_order`; the K-quants and IQ4_XS:
 //!   `kquants_in_ggml_order`; Q4_0, Q4_K, IQ4_NL and MXFP4 in the CPU's
-//!   interleaved layout, which bypasses `dispatch`: `interleaved_gemm`);
+//!   interleaved layout, which bypasses `dispatch`, and prompts of those
+//!   types in GGUF's rows where ggml would repack them: `interleaved_gemm`);
 //!   the others take the float paths (`float`), the integer ones
 //!   (`quant_dot`, `block_gemm_avx2`) or `dequantized`;
 //! - what they share: the operands, the row-streaming policy, the row

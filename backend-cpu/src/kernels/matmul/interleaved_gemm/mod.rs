@@ -15,12 +15,18 @@
 //! the GEMMs on ggml's rows (`activation_quant`), so the sums are the
 //! same, but for Q4_K: one scale a super-block (ggml's Q8_K), so that its
 //! sub-block scales and mins apply in integers.
+//!
+//! The same kernels take prompts of GGUF's rows of these types where ggml
+//! would repack them (`gemm_rows`, which `dispatch` chooses): ggml sums
+//! those in its repacked order, so each task interleaves the chunk of
+//! rows it reaches into its scratch first.
 
 mod avx2;
 mod vnni;
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
+use std::ops::Range;
 
 use super::activation_quant::{QActs, qacts_len, quantize_acts};
 use super::block_gemm_avx2;
@@ -77,6 +83,42 @@ pub(crate) unsafe fn gemm(
     unsafe { gemm_with(Kernels::active(), of, layout, a, k, m, b, out) }
 }
 
+/// As [`gemm`] for a matrix in GGUF's rows (`stride` bytes apart) of the
+/// type `layout` lays out: each task interleaves the chunk of rows it
+/// reaches into its scratch, so the sums are those of the interleaved
+/// matrix, ggml's repacked order, with the kernels of `kernels`.
+///
+/// # Safety
+/// The processor has the kernels' instruction set; `a` holds `m` rows (a
+/// multiple of eight) of `k` values; the columns hold `k` values and the
+/// outputs `m`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_rows(
+    kernels: Kernels,
+    of: ProductOf,
+    layout: Interleaved,
+    a: *const u8,
+    stride: usize,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    if n > TILES_MAX_N
+        && layout != Interleaved::Q4_K
+        && kernels == Kernels::Vnni
+        && let Some(f) = format(layout.dtype())
+    {
+        // SAFETY: caller's contract.
+        unsafe { panel::gemm_rows(f, layout, a, stride, k, m, b, out) };
+        return;
+    }
+    let weights = Weights::Rows { ptr: a, stride };
+    // SAFETY: caller's contract.
+    unsafe { gemm_from(kernels, of, layout, weights, k, m, b, out) }
+}
+
 /// As [`gemm`], with the few-column kernels of `kernels`.
 ///
 /// # Safety
@@ -92,12 +134,11 @@ pub(super) unsafe fn gemm_with(
     out: &Cols<f32>,
 ) {
     let n = b.0.len();
-    // an invariant: Interleaved holds only types quant_format reads
-    let Some(f) = format(layout.dtype()) else {
-        return;
-    };
     // Q4_K's dots stay on these kernels, whose steps are ggml's
-    if n > TILES_MAX_N && layout != Interleaved::Q4_K {
+    if n > TILES_MAX_N
+        && layout != Interleaved::Q4_K
+        && let Some(f) = format(layout.dtype())
+    {
         // SAFETY: caller's contract.
         unsafe {
             match kernels {
@@ -107,6 +148,32 @@ pub(super) unsafe fn gemm_with(
         }
         return;
     }
+    // SAFETY: caller's contract.
+    unsafe { gemm_from(kernels, of, layout, Weights::Interleaved(a), k, m, b, out) }
+}
+
+/// The few-column kernels of `kernels` on the groups of `weights` (any
+/// column count: past [`TILES_MAX_N`] the sums are the same as the
+/// GEMMs', only slower).
+///
+/// # Safety
+/// As for [`gemm_with`] or [`gemm_rows`], whichever `weights` come from.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_from(
+    kernels: Kernels,
+    of: ProductOf,
+    layout: Interleaved,
+    weights: Weights,
+    k: usize,
+    m: usize,
+    b: &Cols<f32>,
+    out: &Cols<f32>,
+) {
+    let n = b.0.len();
+    // an invariant: Interleaved holds only types quant_format reads
+    let Some(f) = format(layout.dtype()) else {
+        return;
+    };
     let acts_format = match layout {
         // one activation scale a super-block, as ggml's Q8_K: the
         // sub-blocks' scales and mins are then applied in integers
@@ -122,7 +189,6 @@ pub(super) unsafe fn gemm_with(
     // weight blocks a row, and activation blocks a row
     let nblk = k / layout.dtype().block_size();
     let group_bytes = nblk * layout.group_block_bytes();
-    let weights = Weights(a);
     let qb = acts_format.qb;
     with_scratch(&ACTS, qacts_len(n, k, qb, t), |buf| {
         let acts = quantize_acts(b, k, acts_format, t, 1, buf);
@@ -147,15 +213,9 @@ pub(super) unsafe fn gemm_with(
                     // SAFETY: group g holds nblk blocks; the activations
                     // nblk blocks of one column.
                     unsafe {
-                        kernels.tile::<1>(
-                            layout,
-                            nblk,
-                            weights.at(g * group_bytes),
-                            &x,
-                            false,
-                            &mut sums,
-                            &mut mins,
-                        )
+                        weights.with_groups(layout, g..g + 1, 0, nblk, group_bytes, |w, _| {
+                            kernels.tile::<1>(layout, nblk, w, &x, false, &mut sums, &mut mins)
+                        })
                     };
                     for (s, m) in sums[0].iter_mut().zip(mins[0]) {
                         *s -= m;
@@ -326,76 +386,126 @@ fn columns<const T: usize>(
             let nb = KC.min(k - v0) / layout.dtype().block_size();
             let last = v0 + KC >= k;
             let blk0 = v0 / layout.dtype().block_size();
-            for tile in my_tiles.clone() {
-                let j0 = tile * T;
-                let nc = T.min(n - j0);
-                let pairs = step(of, j0, n) == Step::Pair;
-                let xo = (tile * xblk + v0 / qb) * T;
-                let so = (tile * (k / QK) + v0 / QK) * 4 * T;
-                let x = Acts {
-                    codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
-                    d: acts.d[xo..].as_ptr(),
-                    bias: acts.bias[xo..].as_ptr(),
-                    sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
-                };
-                for g in g0..g_end {
-                    // SAFETY: output column j0 + c holds m values; this
-                    // task alone writes rows of group g in the columns of
-                    // its column group.
-                    let dst = |c: usize| unsafe {
-                        std::slice::from_raw_parts_mut(
-                            out.0[j0 + c].add(g * GROUP_ROWS),
-                            GROUP_ROWS,
-                        )
+            // SAFETY: blocks blk0..blk0 + nb of groups g0..g_end exist.
+            let in_groups = |base: *const u8, group_stride: usize| {
+                for tile in my_tiles.clone() {
+                    let j0 = tile * T;
+                    let nc = T.min(n - j0);
+                    let pairs = step(of, j0, n) == Step::Pair;
+                    let xo = (tile * xblk + v0 / qb) * T;
+                    let so = (tile * (k / QK) + v0 / QK) * 4 * T;
+                    let x = Acts {
+                        codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
+                        d: acts.d[xo..].as_ptr(),
+                        bias: acts.bias[xo..].as_ptr(),
+                        sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
                     };
-                    // each chunk goes on from the sums of the chunks
-                    // before it, so that every block adds in order, as
-                    // ggml adds them
-                    let mut sums = [[0f32; GROUP_ROWS]; T];
-                    if v0 > 0 {
-                        for (c, s) in sums.iter_mut().enumerate().take(nc) {
-                            s.copy_from_slice(dst(c));
+                    for g in g0..g_end {
+                        // SAFETY: output column j0 + c holds m values; this
+                        // task alone writes rows of group g in the columns of
+                        // its column group.
+                        let dst = |c: usize| unsafe {
+                            std::slice::from_raw_parts_mut(
+                                out.0[j0 + c].add(g * GROUP_ROWS),
+                                GROUP_ROWS,
+                            )
+                        };
+                        // each chunk goes on from the sums of the chunks
+                        // before it, so that every block adds in order, as
+                        // ggml adds them
+                        let mut sums = [[0f32; GROUP_ROWS]; T];
+                        if v0 > 0 {
+                            for (c, s) in sums.iter_mut().enumerate().take(nc) {
+                                s.copy_from_slice(dst(c));
+                            }
                         }
-                    }
-                    let w = weights.at(g * group_bytes + blk0 * layout.group_block_bytes());
-                    // SAFETY: blocks blk0..blk0 + nb of group g exist;
-                    // the tile holds as many blocks of T columns.
-                    let mut none = [[0f32; GROUP_ROWS]; T];
-                    let mins =
-                        match carried.get_mut((tile - my_tiles.start) * (g_end - g0) + g - g0) {
+                        let w = base.wrapping_add((g - g0) * group_stride);
+                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                        // the tile holds as many blocks of T columns.
+                        let mut none = [[0f32; GROUP_ROWS]; T];
+                        let mins = match carried
+                            .get_mut((tile - my_tiles.start) * (g_end - g0) + g - g0)
+                        {
                             Some(mins) => mins,
                             None => &mut none,
                         };
-                    // SAFETY: blocks blk0..blk0 + nb of group g exist;
-                    // the tile holds as many blocks of T columns.
-                    unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums, mins) };
-                    if last && layout == Interleaved::Q4_K {
-                        for (s, m) in sums.iter_mut().zip(mins.iter()) {
-                            for (s, m) in s.iter_mut().zip(m) {
-                                *s -= m;
+                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
+                        // the tile holds as many blocks of T columns.
+                        unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums, mins) };
+                        if last && layout == Interleaved::Q4_K {
+                            for (s, m) in sums.iter_mut().zip(mins.iter()) {
+                                for (s, m) in s.iter_mut().zip(m) {
+                                    *s -= m;
+                                }
                             }
                         }
-                    }
-                    for (c, col) in sums.iter().enumerate().take(nc) {
-                        dst(c).copy_from_slice(col);
+                        for (c, col) in sums.iter().enumerate().take(nc) {
+                            dst(c).copy_from_slice(col);
+                        }
                     }
                 }
-            }
+            };
+            // SAFETY: as above.
+            unsafe { weights.with_groups(layout, g0..g_end, blk0, nb, group_bytes, in_groups) };
         }
     });
 }
 
-/// The matrix, shared read-only by the tasks.
+/// Where the groups come from, shared read-only by the tasks.
 #[derive(Clone, Copy)]
-struct Weights(*const u8);
+enum Weights {
+    /// The matrix in the interleaved layout.
+    Interleaved(*const u8),
+    /// GGUF's rows, `stride` bytes apart: a task interleaves the groups
+    /// it reaches into its scratch.
+    Rows { ptr: *const u8, stride: usize },
+}
 
 // SAFETY: the weights are only read while the call lasts.
 unsafe impl Sync for Weights {}
 unsafe impl Send for Weights {}
 
+thread_local! {
+    /// A task's groups interleaved from GGUF's rows.
+    static GROUPS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Weights {
-    fn at(self, offset: usize) -> *const u8 {
-        self.0.wrapping_add(offset)
+    /// Runs `f` on blocks `blk0..blk0 + nb` of `groups` (each
+    /// `group_bytes` in the whole matrix) in the interleaved layout: their
+    /// start, and the bytes from one group's to the next's.
+    ///
+    /// # Safety
+    /// The matrix holds the groups' blocks.
+    unsafe fn with_groups<R>(
+        self,
+        layout: Interleaved,
+        groups: Range<usize>,
+        blk0: usize,
+        nb: usize,
+        group_bytes: usize,
+        f: impl FnOnce(*const u8, usize) -> R,
+    ) -> R {
+        let gbb = layout.group_block_bytes();
+        match self {
+            Weights::Interleaved(ptr) => f(
+                ptr.wrapping_add(groups.start * group_bytes + blk0 * gbb),
+                group_bytes,
+            ),
+            Weights::Rows { ptr, stride } => {
+                let seg = nb * layout.block_bytes();
+                let rows = groups.len() * GROUP_ROWS;
+                with_scratch(&GROUPS, groups.len() * nb * gbb, |buf| {
+                    let first = groups.start * GROUP_ROWS * stride + blk0 * layout.block_bytes();
+                    // SAFETY: caller's contract: the rows hold the blocks.
+                    let src = unsafe {
+                        std::slice::from_raw_parts(ptr.add(first), (rows - 1) * stride + seg)
+                    };
+                    layout.pack_strided(src, stride, buf, seg);
+                    f(buf.as_ptr(), nb * gbb)
+                })
+            }
+        }
     }
 }
 
