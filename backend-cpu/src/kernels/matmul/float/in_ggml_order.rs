@@ -89,7 +89,7 @@ pub(crate) fn gemm(
                                 std::array::from_fn(|r| a.row(i0 + r));
                             // SAFETY: rows i0.. hold k values each, the columns
                             // k values; k is a multiple of 8.
-                            let dots = unsafe { (kernels.eight_lanes)(rows, cols, k) };
+                            let dots = unsafe { (kernels.eight_lanes[nc - 1])(rows, cols, k) };
                             for (c, col) in dots.iter().take(nc).enumerate() {
                                 for (r, &v) in col.iter().enumerate() {
                                     // SAFETY: output column j0 + c holds m
@@ -191,8 +191,11 @@ struct DotTile {
 }
 
 struct Kernels {
-    eight_lanes: EightLanes,
-    /// Columns `eight_lanes` computes (the rest of its array are copies).
+    /// The eight-lane tiles by column count: entry `c - 1` computes `c`
+    /// columns (where its array holds more, they are copies), up to
+    /// `cols`.
+    eight_lanes: [EightLanes; TILE_COLS],
+    /// Most columns an eight-lane tile computes.
     cols: usize,
     vector_dot: HalfDotRows,
     /// The vector dots of several columns at once, where this instruction
@@ -228,13 +231,39 @@ impl Kernels {
 
     /// The kernels for `dtype` (F32, F16 or BF16) rows.
     fn new(isa: Isa, dtype: DType) -> Kernels {
-        fn of<W: Weight>(isa: Isa) -> (EightLanes, usize) {
+        // no column computed for nothing: a tile of n columns where fewer
+        // than a full tile are left (with AVX-512 a tile of six for four
+        // columns had left a third of its multiply-adds unused)
+        fn of<W: Weight>(isa: Isa) -> ([EightLanes; TILE_COLS], usize) {
             match isa {
                 #[cfg(target_arch = "x86_64")]
-                isa if isa >= Isa::Avx512 => (x86::eight_lanes_avx512::<W> as EightLanes, 6),
+                isa if isa >= Isa::Avx512 => (
+                    [
+                        x86::eight_lanes_avx512::<W, 1>,
+                        x86::eight_lanes_avx512::<W, 2>,
+                        x86::eight_lanes_avx512::<W, 3>,
+                        x86::eight_lanes_avx512::<W, 4>,
+                        x86::eight_lanes_avx512::<W, 5>,
+                        x86::eight_lanes_avx512::<W, 6>,
+                    ],
+                    6,
+                ),
                 #[cfg(target_arch = "x86_64")]
-                isa if isa >= Isa::Avx2 => (x86::eight_lanes::<W> as EightLanes, 3),
-                _ => (eight_lanes_portable::<W> as EightLanes, 3),
+                isa if isa >= Isa::Avx2 => {
+                    let three = x86::eight_lanes::<W, 3> as EightLanes;
+                    (
+                        [
+                            x86::eight_lanes::<W, 1>,
+                            x86::eight_lanes::<W, 2>,
+                            three,
+                            three,
+                            three,
+                            three,
+                        ],
+                        3,
+                    )
+                }
+                _ => ([eight_lanes_portable::<W> as EightLanes; TILE_COLS], 3),
             }
         }
         let ((eight_lanes, cols), vector_dot, dot_tile) = match dtype {
@@ -615,15 +644,17 @@ mod x86 {
     use crate::kernels::half_dot::half_dot_avx2;
     use crate::kernels::math::{hsum256, row_pair_sums};
 
+    /// The first `C` columns (of at most three).
+    ///
     /// # Safety
     /// AVX2, FMA and F16C; as `eight_lanes_portable`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn eight_lanes<W: Weight>(
+    pub(super) unsafe fn eight_lanes<W: Weight, const C: usize>(
         rows: [*const u8; TILE_ROWS],
         cols: [*const f32; TILE_COLS],
         k: usize,
     ) -> [[f32; TILE_ROWS]; TILE_COLS] {
-        let mut acc = [[_mm256_setzero_ps(); TILE_ROWS]; 3];
+        let mut acc = [[_mm256_setzero_ps(); TILE_ROWS]; C];
         for l in (0..k).step_by(8) {
             // SAFETY: values l..l + 8 of every row and column exist.
             unsafe {
@@ -645,18 +676,19 @@ mod x86 {
         out
     }
 
-    /// As [`eight_lanes`], six columns, with two rows to a 512-bit register
-    /// (the low eight lanes one row's, the high eight the next's).
+    /// As [`eight_lanes`], up to six columns, with two rows to a 512-bit
+    /// register (the low eight lanes one row's, the high eight the
+    /// next's).
     ///
     /// # Safety
     /// AVX-512 F, AVX2, FMA and F16C; as `eight_lanes_portable`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn eight_lanes_avx512<W: Weight>(
+    pub(super) unsafe fn eight_lanes_avx512<W: Weight, const C: usize>(
         rows: [*const u8; TILE_ROWS],
         cols: [*const f32; TILE_COLS],
         k: usize,
     ) -> [[f32; TILE_ROWS]; TILE_COLS] {
-        let mut acc = [[_mm512_setzero_ps(); 2]; TILE_COLS];
+        let mut acc = [[_mm512_setzero_ps(); 2]; C];
         for l in (0..k).step_by(8) {
             // SAFETY: values l..l + 8 of every row and column exist.
             unsafe {
@@ -674,8 +706,10 @@ mod x86 {
                 }
             }
         }
+        let mut out = [[0f32; TILE_ROWS]; TILE_COLS];
         // SAFETY: AVX-512 F is enabled here.
-        unsafe { row_pair_sums(acc) }
+        out[..C].copy_from_slice(&unsafe { row_pair_sums(acc) });
+        out
     }
 
     /// As `vector_dot_rows_portable`, a row at a time with AVX2.
@@ -944,19 +978,23 @@ mod tests {
                         .collect();
                     let rp: [*const u8; TILE_ROWS] = std::array::from_fn(|r| rows[r].as_ptr());
                     let cp: [*const f32; TILE_COLS] = std::array::from_fn(|c| cols[c].as_ptr());
-                    // SAFETY: k values each, k a multiple of 8.
-                    let got = unsafe { (kernels.eight_lanes)(rp, cp, k) };
-                    for (c, got) in got.iter().enumerate().take(kernels.cols) {
-                        // the portable kernel's first column, column c
-                        let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
-                        // SAFETY: as above.
-                        let want = unsafe { (portable.eight_lanes)(rp, one, k) }[0];
-                        assert_eq!(
-                            got.map(f32::to_bits),
-                            want.map(f32::to_bits),
-                            "{} {dtype:?} k {k} column {c}",
-                            level.name()
-                        );
+                    // every tile width: each computes its columns
+                    for (nc, tile) in kernels.eight_lanes.iter().enumerate().take(kernels.cols) {
+                        // SAFETY: k values each, k a multiple of 8.
+                        let got = unsafe { tile(rp, cp, k) };
+                        for (c, got) in got.iter().enumerate().take(nc + 1) {
+                            // the portable kernel's first column, column c
+                            let one: [*const f32; TILE_COLS] = [cp[c]; TILE_COLS];
+                            // SAFETY: as above.
+                            let want = unsafe { (portable.eight_lanes[0])(rp, one, k) }[0];
+                            assert_eq!(
+                                got.map(f32::to_bits),
+                                want.map(f32::to_bits),
+                                "{} {dtype:?} k {k} column {c} of {}",
+                                level.name(),
+                                nc + 1
+                            );
+                        }
                     }
                 }
             }
