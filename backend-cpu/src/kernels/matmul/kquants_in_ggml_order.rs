@@ -869,6 +869,7 @@ mod x86 {
 
     use super::*;
     use crate::kernels::math::{f16_at, hsum256};
+    use crate::kernels::matmul::row_streaming::{PREFETCH_BYTES, prefetch_lines};
 
     /// Q6_K's 6-bit codes of one super-block, 32 values a register.
     ///
@@ -1017,6 +1018,7 @@ mod x86 {
         unsafe {
             let mut acc = [_mm256_setzero_ps(); C];
             for sb in 0..nsb {
+                one_column_ahead::<C>(row.add(sb * Q6K_BYTES), Q6K_BYTES);
                 let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
                 for c in 0..C {
                     let t = q6k_lanes(&u, &s, s16, &cols[c], sb);
@@ -1140,6 +1142,7 @@ mod x86 {
             let mut accm = [_mm_setzero_ps(); C];
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
+                one_column_ahead::<C>(blk, Q4K_BYTES);
                 let (u, s, mn) = q4k_parts(blk);
                 let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
                 for c in 0..C {
@@ -1192,6 +1195,7 @@ mod x86 {
             let mut accm = [0f32; C];
             for sb in 0..nsb {
                 let blk = row.add(sb * Q4K_BYTES);
+                one_column_ahead::<C>(blk, Q4K_BYTES);
                 let (u, s, mn) = q4k_parts(blk);
                 let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
                 for c in 0..C {
@@ -1347,6 +1351,17 @@ mod x86 {
         }
     }
 
+    /// With one column, where each row is read once, asks for the `len`
+    /// bytes [`PREFETCH_BYTES`] past `at` (the hardware's prefetch alone
+    /// left the one-column kernels waiting on their loads, a row at a
+    /// time: docs/performance.md).
+    #[inline(always)]
+    fn one_column_ahead<const C: usize>(at: *const u8, len: usize) {
+        if C == 1 {
+            prefetch_lines(at.wrapping_add(PREFETCH_BYTES), len);
+        }
+    }
+
     /// Q4_K's and Q5_K's scale of each 16 values as bytes, and their mins
     /// as 16-bit values.
     ///
@@ -1418,6 +1433,7 @@ mod x86 {
             let mut acc = [_mm256_setzero_ps(); C];
             let mut summs = [0f32; C];
             for sb in 0..nsb {
+                one_column_ahead::<C>(row.add(sb * block_bytes(T)), block_bytes(T));
                 let p = parts::<T>(row.add(sb * block_bytes(T)));
                 for c in 0..C {
                     let col = &cols[c];
