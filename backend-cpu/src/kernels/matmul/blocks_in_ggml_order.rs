@@ -1028,7 +1028,10 @@ mod x86 {
     /// AVX-512 VNNI: unsigned codes against signed activations in one
     /// `vpdpbusd` a lane group, each lane started at the column's `-o *
     /// sum(x)` so that it holds the signed sum; the scales' product is
-    /// formed in registers.
+    /// formed in registers. With one column (GGUF-row Q4_0, IQ4_NL and
+    /// MXFP4 matrices of whole groups, which sum in whole blocks) the rows
+    /// are asked for [`PREFETCH_BYTES`] ahead (four streams left to the
+    /// hardware's prefetch waited on their loads, docs/performance.md).
     ///
     /// # Safety
     /// AVX-512 VNNI and VL, AVX2, FMA and F16C; as `tile_portable`.
@@ -1042,6 +1045,13 @@ mod x86 {
         let mut whole = [_mm_setzero_ps(); C];
         let mut tail = None;
         for blk in 0..nb {
+            if C == 1 {
+                // one column reads each row once: ask for the rows ahead
+                for row in rows {
+                    let ahead = row.wrapping_add(PREFETCH_BYTES + blk * block_bytes(F));
+                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+                }
+            }
             let last_odd = O == PAIRED && blk == nb - 1 && nb % 2 == 1;
             let mut tails = [(_mm_setzero_ps(), _mm_setzero_ps()); C];
             // SAFETY: block blk of every row and column exists.
