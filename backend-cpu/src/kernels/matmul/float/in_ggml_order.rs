@@ -105,8 +105,10 @@ pub(crate) fn gemm(
         Order::VectorDot => {
             // with several columns (a mul_mat_id's expert), a chunk of
             // rows at a time, which stays in cache while every column
-            // passes over it
-            let chunk = (VECTOR_CHUNK_BYTES / row_bytes).max(1);
+            // passes over it; whole groups of the row kernels' rows, so
+            // that no chunk leaves a row to the one-row tail (on 28 KiB
+            // rows a chunk of nine had left a ninth of the rows to it)
+            let chunk = (VECTOR_CHUNK_BYTES / row_bytes).max(1).next_multiple_of(4);
             par_ranges(m, 16, |range| {
                 for c0 in range.clone().step_by(chunk) {
                     let rows = c0..(c0 + chunk).min(range.end);
