@@ -9,9 +9,10 @@
 //! VNNI), and each group's eight sums land in the eight lanes of one
 //! register, with no horizontal sums. With one column each task streams
 //! its groups in order: one run of memory rather than a stream per row.
-//! With a few, a task takes [`MC`] rows a chunk of [`KC`] values at a
-//! time, and every column tile reads them from L2; with more than
-//! [`TILES_MAX_N`], a GEMM takes over. Activations are quantised as for
+//! With more, a task takes [`MC`] rows a group at a time, and every column
+//! tile passes over the group's whole rows while they are in cache (Q4_K:
+//! any number of columns; the others up to [`TILES_MAX_N`], past which a
+//! GEMM takes over). Activations are quantised as for
 //! the GEMMs on ggml's rows (`activation_quant`), so the sums are the
 //! same, but for Q4_K: one scale a super-block (ggml's Q8_K), so that its
 //! sub-block scales and mins apply in integers.
@@ -26,7 +27,6 @@ mod vnni;
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
-use std::ops::Range;
 
 use super::activation_quant::{QActs, qacts_len, quantize_acts};
 use super::block_gemm_avx2;
@@ -48,10 +48,7 @@ use crate::team;
 const TILES_MAX_N: usize = 8;
 /// Columns per tile with more than two columns (two go as a tile of two).
 const C: usize = 4;
-/// Values per chunk of the rows with several columns.
-const KC: usize = 1024;
-/// Rows a task takes with several columns: their chunk stays in L2 while
-/// every column tile reads it.
+/// Rows a task takes with several columns.
 const MC: usize = 128;
 /// Values per activation block (the weights' blocks; Q4_K's take one
 /// scale a super-block of [`QK`]).
@@ -213,7 +210,7 @@ unsafe fn gemm_from(
                     // SAFETY: group g holds nblk blocks; the activations
                     // nblk blocks of one column.
                     unsafe {
-                        weights.with_groups(layout, g..g + 1, 0, nblk, group_bytes, |w, _| {
+                        weights.with_group(layout, g, nblk, group_bytes, |w| {
                             kernels.tile::<1>(layout, nblk, w, &x, false, &mut sums, &mut mins)
                         })
                     };
@@ -349,7 +346,11 @@ struct Shape {
 }
 
 /// Several columns, `T` a tile: a task takes [`MC`] rows (and a share of
-/// the tiles) a chunk of [`KC`] values at a time.
+/// the tiles), a group at a time, and every tile of its share passes over
+/// the group's whole rows while they are in cache. The weights are then
+/// read once, in order, one sequential stream a task (chunks of 1024
+/// values a group, which kept activation chunks in L1, were sixteen
+/// streams at once and up to half as fast, docs/performance.md).
 fn columns<const T: usize>(
     kernels: Kernels,
     layout: Interleaved,
@@ -367,7 +368,7 @@ fn columns<const T: usize>(
         group_bytes,
     } = shape;
     let xblk = acts.nblk();
-    let qb = k / xblk;
+    let nb = k / layout.dtype().block_size();
     let blocks = m.div_ceil(MC);
     let tiles = n.div_ceil(T);
     let (col_groups, per_group) = column_split(blocks, tiles);
@@ -376,77 +377,42 @@ fn columns<const T: usize>(
         let g0 = blk_row * MC / GROUP_ROWS;
         let g_end = ((blk_row + 1) * MC).min(m) / GROUP_ROWS;
         let my_tiles = cg * per_group..((cg + 1) * per_group).min(tiles);
-        // Q4_K's second sum a dot, from chunk to chunk
-        let mut carried = if layout == Interleaved::Q4_K {
-            vec![[[0f32; GROUP_ROWS]; T]; my_tiles.len() * (g_end - g0)]
-        } else {
-            Vec::new()
-        };
-        for v0 in (0..k).step_by(KC) {
-            let nb = KC.min(k - v0) / layout.dtype().block_size();
-            let last = v0 + KC >= k;
-            let blk0 = v0 / layout.dtype().block_size();
-            // SAFETY: blocks blk0..blk0 + nb of groups g0..g_end exist.
-            let in_groups = |base: *const u8, group_stride: usize| {
+        for g in g0..g_end {
+            let over_tiles = |w: *const u8| {
                 for tile in my_tiles.clone() {
                     let j0 = tile * T;
                     let nc = T.min(n - j0);
                     let pairs = step(of, j0, n) == Step::Pair;
-                    let xo = (tile * xblk + v0 / qb) * T;
-                    let so = (tile * (k / QK) + v0 / QK) * 4 * T;
                     let x = Acts {
-                        codes: acts.codes[(tile * k + v0) * T..].as_ptr(),
-                        d: acts.d[xo..].as_ptr(),
-                        bias: acts.bias[xo..].as_ptr(),
-                        sums: sums.get(so..).unwrap_or(&[]).as_ptr(),
+                        codes: acts.codes[tile * k * T..].as_ptr(),
+                        d: acts.d[tile * xblk * T..].as_ptr(),
+                        bias: acts.bias[tile * xblk * T..].as_ptr(),
+                        sums: sums.get(tile * (k / QK) * 4 * T..).unwrap_or(&[]).as_ptr(),
                     };
-                    for g in g0..g_end {
+                    // Q4_K's dots are two sums, their difference
+                    let mut dots = [[0f32; GROUP_ROWS]; T];
+                    let mut mins = [[0f32; GROUP_ROWS]; T];
+                    // SAFETY: group g holds nb blocks; the tile as many
+                    // blocks of T columns.
+                    unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut dots, &mut mins) };
+                    for (c, (d, m)) in dots.iter().zip(&mins).enumerate().take(nc) {
                         // SAFETY: output column j0 + c holds m values; this
-                        // task alone writes rows of group g in the columns of
-                        // its column group.
-                        let dst = |c: usize| unsafe {
+                        // task alone writes the rows of group g in the
+                        // columns of its share.
+                        let dst = unsafe {
                             std::slice::from_raw_parts_mut(
                                 out.0[j0 + c].add(g * GROUP_ROWS),
                                 GROUP_ROWS,
                             )
                         };
-                        // each chunk goes on from the sums of the chunks
-                        // before it, so that every block adds in order, as
-                        // ggml adds them
-                        let mut sums = [[0f32; GROUP_ROWS]; T];
-                        if v0 > 0 {
-                            for (c, s) in sums.iter_mut().enumerate().take(nc) {
-                                s.copy_from_slice(dst(c));
-                            }
-                        }
-                        let w = base.wrapping_add((g - g0) * group_stride);
-                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
-                        // the tile holds as many blocks of T columns.
-                        let mut none = [[0f32; GROUP_ROWS]; T];
-                        let mins = match carried
-                            .get_mut((tile - my_tiles.start) * (g_end - g0) + g - g0)
-                        {
-                            Some(mins) => mins,
-                            None => &mut none,
-                        };
-                        // SAFETY: blocks blk0..blk0 + nb of group g exist;
-                        // the tile holds as many blocks of T columns.
-                        unsafe { kernels.tile::<T>(layout, nb, w, &x, pairs, &mut sums, mins) };
-                        if last && layout == Interleaved::Q4_K {
-                            for (s, m) in sums.iter_mut().zip(mins.iter()) {
-                                for (s, m) in s.iter_mut().zip(m) {
-                                    *s -= m;
-                                }
-                            }
-                        }
-                        for (c, col) in sums.iter().enumerate().take(nc) {
-                            dst(c).copy_from_slice(col);
+                        for ((o, d), m) in dst.iter_mut().zip(d).zip(m) {
+                            *o = d - m;
                         }
                     }
                 }
             };
-            // SAFETY: as above.
-            unsafe { weights.with_groups(layout, g0..g_end, blk0, nb, group_bytes, in_groups) };
+            // SAFETY: the matrix holds group g's nb blocks.
+            unsafe { weights.with_group(layout, g, nb, group_bytes, over_tiles) };
         }
     });
 }
@@ -456,7 +422,7 @@ fn columns<const T: usize>(
 enum Weights {
     /// The matrix in the interleaved layout.
     Interleaved(*const u8),
-    /// GGUF's rows, `stride` bytes apart: a task interleaves the groups
+    /// GGUF's rows, `stride` bytes apart: a task interleaves each group
     /// it reaches into its scratch.
     Rows { ptr: *const u8, stride: usize },
 }
@@ -466,43 +432,38 @@ unsafe impl Sync for Weights {}
 unsafe impl Send for Weights {}
 
 thread_local! {
-    /// A task's groups interleaved from GGUF's rows.
+    /// A task's group interleaved from GGUF's rows.
     static GROUPS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Weights {
-    /// Runs `f` on blocks `blk0..blk0 + nb` of `groups` (each
-    /// `group_bytes` in the whole matrix) in the interleaved layout: their
-    /// start, and the bytes from one group's to the next's.
+    /// Runs `f` on group `g` (`nb` blocks, `group_bytes` in the whole
+    /// matrix) in the interleaved layout.
     ///
     /// # Safety
-    /// The matrix holds the groups' blocks.
-    unsafe fn with_groups<R>(
+    /// The matrix holds the group.
+    unsafe fn with_group<R>(
         self,
         layout: Interleaved,
-        groups: Range<usize>,
-        blk0: usize,
+        g: usize,
         nb: usize,
         group_bytes: usize,
-        f: impl FnOnce(*const u8, usize) -> R,
+        f: impl FnOnce(*const u8) -> R,
     ) -> R {
-        let gbb = layout.group_block_bytes();
         match self {
-            Weights::Interleaved(ptr) => f(
-                ptr.wrapping_add(groups.start * group_bytes + blk0 * gbb),
-                group_bytes,
-            ),
+            Weights::Interleaved(ptr) => f(ptr.wrapping_add(g * group_bytes)),
             Weights::Rows { ptr, stride } => {
-                let seg = nb * layout.block_bytes();
-                let rows = groups.len() * GROUP_ROWS;
-                with_scratch(&GROUPS, groups.len() * nb * gbb, |buf| {
-                    let first = groups.start * GROUP_ROWS * stride + blk0 * layout.block_bytes();
-                    // SAFETY: caller's contract: the rows hold the blocks.
+                let row_bytes = nb * layout.block_bytes();
+                with_scratch(&GROUPS, group_bytes, |buf| {
+                    // SAFETY: caller's contract: the group's rows exist.
                     let src = unsafe {
-                        std::slice::from_raw_parts(ptr.add(first), (rows - 1) * stride + seg)
+                        std::slice::from_raw_parts(
+                            ptr.add(g * GROUP_ROWS * stride),
+                            (GROUP_ROWS - 1) * stride + row_bytes,
+                        )
                     };
-                    layout.pack_strided(src, stride, buf, seg);
-                    f(buf.as_ptr(), nb * gbb)
+                    layout.pack_strided(src, stride, buf, row_bytes);
+                    f(buf.as_ptr())
                 })
             }
         }
