@@ -151,12 +151,13 @@ const RULES: &[Rule] = &[
     rule(ANY_ISA,      Float,          Packed, ANY_COLS,             ANY_BYTES,        FloatsInGgmlOrder),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights: every type sums in ggml's order; where ggml
-    // repacks a matrix, its prompts take the interleaved layout's kernels
-    // (fewer columns measured slower there: interleaving a group costs
-    // more than one column's dots of it, docs/performance.md); rows not
-    // packed are dequantised
-    rule(AVX2_ON,      Only(&[DType::Q4_K]), Groups, 8..=usize::MAX, ANY_BYTES,       RowsInterleaved),
-    rule(VNNI,         Only(REPACKED_BLOCKS), Groups, 9..=usize::MAX, ANY_BYTES,      RowsInterleaved),
+    // repacks a matrix, its products of several columns take the
+    // interleaved layout's kernels, each group interleaved as it is
+    // reached (fewer columns measured slower there: interleaving a group
+    // costs more than a few columns' dots of it, docs/performance.md);
+    // rows not packed are dequantised
+    rule(AVX2_ON,      Only(&[DType::Q4_K]), Groups, 6..=usize::MAX, ANY_BYTES,       RowsInterleaved),
+    rule(VNNI,         Only(REPACKED_BLOCKS), Groups, 8..=usize::MAX, ANY_BYTES,      RowsInterleaved),
     rule(ANY_ISA,      Only(IN_ORDER), Packed, ANY_COLS,             ANY_BYTES,        BlocksInGgmlOrder),
     rule(ANY_ISA,      Only(K_IN_ORDER), Packed, ANY_COLS,           ANY_BYTES,        KQuantsInGgmlOrder),
     rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             ANY_BYTES,        Dequantized),
