@@ -427,14 +427,20 @@ fn every_interleaved_q4_k_kernel_gives_ggml_s_bits() {
 
 /// The matrices ggml repacks, in GGUF's rows (further apart than a row,
 /// as in a view of a wider matrix), which take the interleaved layout's
-/// kernels a chunk at a time from eight columns on: the portable kernels'
-/// bits (which the tests above hold to ggml's) on every instruction set,
-/// for `mul_mat` and `mul_mat_id`, across the chunks of values and rows.
+/// kernels a group at a time from six or eight columns on: the portable
+/// kernels' bits (which the tests above hold to ggml's) on every
+/// instruction set, for `mul_mat` and `mul_mat_id`.
 #[test]
 fn rows_interleaved_in_scratch_give_the_portable_bits() {
     let mut failures = Vec::new();
     for dtype in [DType::Q4_K, DType::Q4_0, DType::IQ4_NL, DType::MXFP4] {
-        let shapes = [(8, 8, 256), (40, 9, 2304), (136, 12, 512), (16, 17, 4608)];
+        let shapes = [
+            (8, 8, 256),
+            (24, 6, 768),
+            (40, 9, 2304),
+            (136, 12, 512),
+            (16, 17, 4608),
+        ];
         for (m, n, k) in shapes {
             let w = values(m * k, (m * 13 + k) as u32);
             let x = values(n * k, (n * 5 + k) as u32);
