@@ -24,10 +24,6 @@ use crate::team;
 
 /// Rows and columns of a micro tile.
 const MICRO: usize = 16;
-/// Rows a task unpacks at a time ([`SUPER_BLOCKS`] of each), which stay in
-/// L2 while every band of columns passes over them.
-const BLOCK_ROWS: usize = 64;
-const SUPER_BLOCKS: usize = 8;
 /// Bands' super-blocks a task of the transposition takes.
 const TRANSPOSE_TASK: usize = 16;
 
@@ -137,59 +133,43 @@ pub(super) unsafe fn gemm<const T: u8>(
         let bands = &*bands;
         par_ranges(m.div_ceil(MICRO), 1, |groups| {
             let rows = groups.start * MICRO..(groups.end * MICRO).min(m);
-            with_scratch(&ROWS, BLOCK_ROWS * SUPER_BLOCKS, |unpacked| {
-                for r0 in rows.clone().step_by(BLOCK_ROWS) {
-                    let block = r0..(r0 + BLOCK_ROWS).min(rows.end);
-                    for sb0 in (0..nsb).step_by(SUPER_BLOCKS) {
-                        let nb = SUPER_BLOCKS.min(nsb - sb0);
-                        for (r, i) in block.clone().enumerate() {
-                            for s in 0..nb {
-                                let blk = a.row(i).wrapping_add((sb0 + s) * block_bytes(T));
-                                // SAFETY: row i holds super-block sb0 + s.
-                                unsafe { unpack::<T>(blk, &mut unpacked[r * SUPER_BLOCKS + s]) };
+            // sixteen rows' whole rows at a time, unpacked once, while every
+            // band passes over them (chunks of 64 rows by eight
+            // super-blocks, their dots stored and reloaded from chunk to
+            // chunk, were up to a sixth slower, docs/performance.md)
+            with_scratch(&ROWS, MICRO * nsb, |unpacked| {
+                for g0 in rows.clone().step_by(MICRO) {
+                    let live = MICRO.min(rows.end - g0);
+                    for (r, i) in (g0..g0 + live).enumerate() {
+                        for (s, to) in unpacked[r * nsb..(r + 1) * nsb].iter_mut().enumerate() {
+                            let blk = a.row(i).wrapping_add(s * block_bytes(T));
+                            // SAFETY: row i holds super-block s.
+                            unsafe { unpack::<T>(blk, to) };
+                        }
+                    }
+                    let tile: [*const Unpacked; MICRO] =
+                        std::array::from_fn(|r| unpacked[r.min(live - 1) * nsb..].as_ptr());
+                    for (b, band) in bands.chunks_exact(nsb).enumerate() {
+                        let j0 = b * MICRO;
+                        let live_cols = MICRO.min(n - j0);
+                        // column by column, as the outputs lie
+                        let mut acc = [[0f32; MICRO]; MICRO];
+                        // SAFETY: the tile's rows hold nsb unpacked
+                        // super-blocks, the band nsb.
+                        unsafe {
+                            if live_cols <= 8 {
+                                micro::<T, Ymm>(tile, band.as_ptr(), nsb, &mut acc)
+                            } else {
+                                micro::<T, Zmm>(tile, band.as_ptr(), nsb, &mut acc)
                             }
                         }
-                        for (b, band) in bands.chunks_exact(nsb).enumerate() {
-                            let j0 = b * MICRO;
-                            let live_cols = MICRO.min(n - j0);
-                            for g0 in block.clone().step_by(MICRO) {
-                                let live = MICRO.min(block.end - g0);
-                                let tile: [*const Unpacked; MICRO] = std::array::from_fn(|r| {
-                                    let at = (g0 - r0 + r.min(live - 1)) * SUPER_BLOCKS;
-                                    unpacked[at..].as_ptr()
-                                });
-                                // column by column, as the outputs lie
-                                let mut acc = [[0f32; MICRO]; MICRO];
-                                if sb0 > 0 {
-                                    for (c, col) in acc.iter_mut().enumerate().take(live_cols) {
-                                        // SAFETY: output column j0 + c holds
-                                        // m values.
-                                        let from = unsafe { out.0[j0 + c].add(g0) };
-                                        // SAFETY: as above.
-                                        col[..live].copy_from_slice(unsafe {
-                                            std::slice::from_raw_parts(from, live)
-                                        });
-                                    }
-                                }
-                                // SAFETY: the tile's rows hold nb unpacked
-                                // super-blocks, the band nsb.
-                                unsafe {
-                                    let band = band[sb0..].as_ptr();
-                                    if live_cols <= 8 {
-                                        micro::<T, Ymm>(tile, band, nb, &mut acc)
-                                    } else {
-                                        micro::<T, Zmm>(tile, band, nb, &mut acc)
-                                    }
-                                }
-                                for (c, col) in acc.iter().enumerate().take(live_cols) {
-                                    // SAFETY: as above; this task owns rows
-                                    // g0..g0 + live.
-                                    let to = unsafe { out.0[j0 + c].add(g0) };
-                                    // SAFETY: as above.
-                                    unsafe { std::slice::from_raw_parts_mut(to, live) }
-                                        .copy_from_slice(&col[..live]);
-                                }
-                            }
+                        for (c, col) in acc.iter().enumerate().take(live_cols) {
+                            // SAFETY: output column j0 + c holds m values;
+                            // this task owns rows g0..g0 + live.
+                            let to = unsafe { out.0[j0 + c].add(g0) };
+                            // SAFETY: as above.
+                            unsafe { std::slice::from_raw_parts_mut(to, live) }
+                                .copy_from_slice(&col[..live]);
                         }
                     }
                 }
