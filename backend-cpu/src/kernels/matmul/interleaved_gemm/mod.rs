@@ -101,16 +101,6 @@ pub(crate) unsafe fn gemm_rows(
     b: &Cols<f32>,
     out: &Cols<f32>,
 ) {
-    let n = b.0.len();
-    if n > TILES_MAX_N
-        && layout != Interleaved::Q4_K
-        && kernels == Kernels::Vnni
-        && let Some(f) = format(layout.dtype())
-    {
-        // SAFETY: caller's contract.
-        unsafe { panel::gemm_rows(f, layout, a, stride, k, m, b, out) };
-        return;
-    }
     let weights = Weights::Rows { ptr: a, stride };
     // SAFETY: caller's contract.
     unsafe { gemm_from(kernels, of, layout, weights, k, m, b, out) }
@@ -130,28 +120,14 @@ pub(super) unsafe fn gemm_with(
     b: &Cols<f32>,
     out: &Cols<f32>,
 ) {
-    let n = b.0.len();
-    // Q4_K's dots stay on these kernels, whose steps are ggml's
-    if n > TILES_MAX_N
-        && layout != Interleaved::Q4_K
-        && let Some(f) = format(layout.dtype())
-    {
-        // SAFETY: caller's contract.
-        unsafe {
-            match kernels {
-                Kernels::Avx2 => block_gemm_avx2::gemm_interleaved(layout, a, k, m, b, out),
-                Kernels::Vnni => panel::gemm_interleaved(f, layout, a, k, m, b, out),
-            }
-        }
-        return;
-    }
     // SAFETY: caller's contract.
     unsafe { gemm_from(kernels, of, layout, Weights::Interleaved(a), k, m, b, out) }
 }
 
-/// The few-column kernels of `kernels` on the groups of `weights` (any
-/// column count: past [`TILES_MAX_N`] the sums are the same as the
-/// GEMMs', only slower).
+/// The products of `weights`: past [`TILES_MAX_N`] columns a GEMM's
+/// (but for Q4_K, whose dots stay on the few-column kernels, whose steps
+/// are ggml's; and for GGUF's rows on AVX2, whose GEMM reads only the
+/// layout), else the few-column kernels of `kernels` (the same sums).
 ///
 /// # Safety
 /// As for [`gemm_with`] or [`gemm_rows`], whichever `weights` come from.
@@ -171,6 +147,23 @@ unsafe fn gemm_from(
     let Some(f) = format(layout.dtype()) else {
         return;
     };
+    if n > TILES_MAX_N && layout != Interleaved::Q4_K {
+        // SAFETY: caller's contract.
+        unsafe {
+            match (kernels, weights) {
+                (Kernels::Avx2, Weights::Interleaved(a)) => {
+                    return block_gemm_avx2::gemm_interleaved(layout, a, k, m, b, out);
+                }
+                (Kernels::Vnni, Weights::Interleaved(a)) => {
+                    return panel::gemm_interleaved(f, layout, a, k, m, b, out);
+                }
+                (Kernels::Vnni, Weights::Rows { ptr, stride }) => {
+                    return panel::gemm_rows(f, layout, ptr, stride, k, m, b, out);
+                }
+                (Kernels::Avx2, Weights::Rows { .. }) => {}
+            }
+        }
+    }
     let acts_format = match layout {
         // one activation scale a super-block, as ggml's Q8_K: the
         // sub-blocks' scales and mins are then applied in integers
