@@ -133,7 +133,7 @@ impl Interleaved {
     /// As [`pack`](Self::pack) for the first `row_bytes` (whole blocks) of
     /// rows `stride` bytes apart in `src`: as many groups as `dst` holds
     /// (`dst.len()` a multiple of eight rows of `row_bytes`), as the
-    /// products that lay out GGUF's rows a chunk at a time take them.
+    /// products that lay out GGUF's rows a group at a time take them.
     pub(crate) fn pack_strided(self, src: &[u8], stride: usize, dst: &mut [u8], row_bytes: usize) {
         match self {
             Interleaved::Q4_0 | Interleaved::IQ4_NL => {

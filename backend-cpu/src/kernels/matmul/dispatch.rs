@@ -266,11 +266,7 @@ pub(super) fn gemm(
         KQuantsInGgmlOrder => kquants_in_ggml_order::gemm(isa, of, a, m, b, out),
         #[cfg(target_arch = "x86_64")]
         RowsInterleaved => {
-            let kernels = if isa >= Isa::Avx512Vnni {
-                interleaved_gemm::Kernels::Vnni
-            } else {
-                interleaved_gemm::Kernels::Avx2
-            };
+            let kernels = interleaved_gemm::Kernels::of(isa);
             match Interleaved::of(a.dtype, &[a.k, m]) {
                 // SAFETY: the rule's instruction sets run the kernels; m
                 // rows (whole groups: the rule) of k values a.stride

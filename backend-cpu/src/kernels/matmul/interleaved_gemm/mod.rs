@@ -19,7 +19,7 @@
 //!
 //! The same kernels take prompts of GGUF's rows of these types where ggml
 //! would repack them (`gemm_rows`, which `dispatch` chooses): ggml sums
-//! those in its repacked order, so each task interleaves the chunk of
+//! those in its repacked order, so each task interleaves each group of
 //! rows it reaches into its scratch first.
 
 mod avx2;
@@ -81,7 +81,7 @@ pub(crate) unsafe fn gemm(
 }
 
 /// As [`gemm`] for a matrix in GGUF's rows (`stride` bytes apart) of the
-/// type `layout` lays out: each task interleaves the chunk of rows it
+/// type `layout` lays out: each task interleaves each group of rows it
 /// reaches into its scratch, so the sums are those of the interleaved
 /// matrix, ggml's repacked order, with the kernels of `kernels`.
 ///
@@ -291,7 +291,12 @@ impl Kernels {
     /// The best the active instruction set runs (at least AVX2, which the
     /// callers have checked).
     fn active() -> Kernels {
-        if isa::active() >= Kernels::Vnni.isa() {
+        Kernels::of(isa::active())
+    }
+
+    /// The best `isa` runs (at least AVX2, which the callers have checked).
+    pub(super) fn of(isa: Isa) -> Kernels {
+        if isa >= Kernels::Vnni.isa() {
             Kernels::Vnni
         } else {
             Kernels::Avx2
