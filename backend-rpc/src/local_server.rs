@@ -98,24 +98,33 @@ impl LocalServer {
 
     fn wait_listening(&mut self) -> std::io::Result<()> {
         let start = Instant::now();
-        // a probe that connects and closes costs the server one accept
+        let port = self.port();
         while start.elapsed() < Duration::from_secs(20) {
             if let Some(status) = self.child.try_wait()? {
                 return Err(std::io::Error::other(format!(
                     "ggml-rpc-server exited at start: {status}"
                 )));
             }
-            if TcpStream::connect(&self.endpoint).is_ok_and(|s| !connected_to_itself(&s)) {
-                // the listener may be another process's on the same
-                // port, if this one failed to bind and is exiting
-                std::thread::sleep(Duration::from_millis(20));
-                if let Some(status) = self.child.try_wait()? {
-                    return Err(std::io::Error::other(format!(
-                        "ggml-rpc-server exited at start: {status} ({} taken?)",
-                        self.endpoint
-                    )));
+            // the kernel's tables say whether this child listens; where
+            // there are none, a probe connection says whether anyone does
+            match listening_by(port, self.child.id()) {
+                Some(true) => return Ok(()),
+                Some(false) => {}
+                None if TcpStream::connect(&self.endpoint)
+                    .is_ok_and(|s| !connected_to_itself(&s)) =>
+                {
+                    // the listener may be another process's on the same
+                    // port, if this one failed to bind and is exiting
+                    std::thread::sleep(Duration::from_millis(20));
+                    if let Some(status) = self.child.try_wait()? {
+                        return Err(std::io::Error::other(format!(
+                            "ggml-rpc-server exited at start: {status} ({} taken?)",
+                            self.endpoint
+                        )));
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                None => {}
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -131,6 +140,44 @@ impl Drop for LocalServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether process `pid` listens on `port` of 127.0.0.1 (or of every
+/// address), by the kernel's tables where it keeps them (`/proc/net/tcp`
+/// and the process's descriptors). A probe connection cannot tell whose
+/// listener answers: a test that binds a free port for a moment can hold
+/// the port a server failed to bind.
+fn listening_by(port: u16, pid: u32) -> Option<bool> {
+    const LISTEN: &str = "0A";
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let ours = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+    ];
+    // sl, local address, remote address, state, queues, timer,
+    // retransmits, uid, timeout, inode
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(
+            |line| match &line.split_whitespace().collect::<Vec<_>>()[..] {
+                [_, local, _, LISTEN, _, _, _, _, _, inode, ..]
+                    if ours.contains(&local.to_string()) =>
+                {
+                    Some(format!("socket:[{inode}]"))
+                }
+                _ => None,
+            },
+        )
+        .collect();
+    if sockets.is_empty() {
+        return Some(false);
+    }
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|t| sockets.iter().any(|s| t.as_os_str() == s.as_str()))
+    }))
 }
 
 /// Whether a connection to a port with no listener met itself: TCP's
@@ -168,4 +215,24 @@ fn free_port() -> std::io::Result<u16> {
     Err(std::io::Error::other(
         "no free port on 127.0.0.1 that this process has not used",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_s_tables_show_whose_listener_a_port_has() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let Some(mine) = listening_by(port, std::process::id()) else {
+            // no tables on this OS: the probe connection is used instead
+            return;
+        };
+        assert!(mine);
+        let init = 1;
+        assert_ne!(listening_by(port, init), Some(true));
+        drop(listener);
+        assert_eq!(listening_by(port, std::process::id()), Some(false));
+    }
 }
