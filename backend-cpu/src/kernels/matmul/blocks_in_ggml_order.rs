@@ -81,6 +81,18 @@ const TILE_COLS: usize = 3;
 /// Row tiles a task takes before the columns move on: 32 rows, whose
 /// blocks stay in L2 while every column passes over them.
 const CHUNK_TILES: usize = 8;
+/// A tile's block decoded (AVX2, eight lanes): the four rows' 32 signed
+/// codes, their absolute values, and the four scales and (Q4_1, Q5_1)
+/// mins in f32.
+const DECODED_BLOCK: usize = 2 * TILE_ROWS * 32 + 2 * TILE_ROWS * 4;
+/// Decoded tiles a task keeps at a time: what stays in L2 beside the
+/// columns.
+const DECODED_CHUNK_BYTES: usize = 192 << 10;
+/// Columns of a decoded tile.
+const DECODED_COLS: usize = 2;
+/// Products of this many columns or more decode their rows' blocks once
+/// (fewer decode them in the tile, as they are read).
+const DECODED_FROM_COLS: usize = 4;
 
 /// One column's activations: `k` codes, a scale per block, and per block
 /// the sums of each four codes times minus the weights' offset (the
@@ -176,42 +188,78 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                 }
                 // a task's rows in chunks that stay in L2 while every
                 // column passes over them
+                let decoded = tiles.decoded.filter(|_| n >= DECODED_FROM_COLS);
+                let chunk_tiles = match decoded {
+                    Some(_) => (DECODED_CHUNK_BYTES / (nb * DECODED_BLOCK)).clamp(1, CHUNK_TILES),
+                    None => CHUNK_TILES,
+                };
+                let scratch_len = decoded.map_or(0, |_| chunk_tiles * nb * DECODED_BLOCK);
                 par_ranges(m.div_ceil(TILE_ROWS), 4, |range| {
-                    for chunk in range.clone().step_by(CHUNK_TILES) {
-                        let chunk = chunk..(chunk + CHUNK_TILES).min(range.end);
-                        let mut j0 = 0;
-                        while j0 < n {
-                            let nc = tiles.columns(n - j0);
-                            let cols = &acts[j0..j0 + nc];
-                            for t in chunk.clone() {
-                                let i0 = t * TILE_ROWS;
-                                let nr = TILE_ROWS.min(m - i0);
-                                let rows: [*const u8; TILE_ROWS] =
-                                    std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)));
-                                // SAFETY: every row holds nb blocks, every
-                                // column k codes, nb scales and k / 4 sums.
-                                let mut dots = unsafe { tiles.run(rows, cols, nb) };
-                                if has_mins(a.dtype) {
-                                    // SAFETY: as above.
-                                    let terms = unsafe { min_terms(bytes, rows, cols, nb) };
-                                    for (d, t) in dots.iter_mut().zip(terms).take(nc) {
-                                        for (d, t) in d.iter_mut().zip(t) {
-                                            *d += t;
+                    with_scratch(&DECODED, scratch_len, |scratch| {
+                        let tile_rows = |t: usize| -> [*const u8; TILE_ROWS] {
+                            let (i0, nr) = (t * TILE_ROWS, TILE_ROWS.min(m - t * TILE_ROWS));
+                            std::array::from_fn(|r| a.row(i0 + r.min(nr - 1)))
+                        };
+                        for chunk in range.clone().step_by(chunk_tiles) {
+                            let chunk = chunk..(chunk + chunk_tiles).min(range.end);
+                            if let Some(d) = decoded {
+                                for (at, t) in scratch
+                                    .chunks_exact_mut(nb * DECODED_BLOCK)
+                                    .zip(chunk.clone())
+                                {
+                                    // SAFETY: the rows hold nb blocks, the
+                                    // scratch nb decoded blocks.
+                                    unsafe { (d.decode)(tile_rows(t), nb, at.as_mut_ptr()) };
+                                }
+                            }
+                            let mut j0 = 0;
+                            while j0 < n {
+                                let nc = match decoded {
+                                    Some(_) => DECODED_COLS.min(n - j0),
+                                    None => tiles.columns(n - j0),
+                                };
+                                let cols = &acts[j0..j0 + nc];
+                                for (at, t) in chunk.clone().enumerate() {
+                                    let i0 = t * TILE_ROWS;
+                                    let nr = TILE_ROWS.min(m - i0);
+                                    let rows = tile_rows(t);
+                                    // SAFETY: every row holds nb blocks, every
+                                    // column k codes, nb scales and k / 4 sums;
+                                    // the scratch tile `at` the rows' decoded
+                                    // blocks.
+                                    let mut dots = unsafe {
+                                        match decoded {
+                                            Some(d) => d.run(
+                                                scratch[at * nb * DECODED_BLOCK..].as_ptr(),
+                                                cols,
+                                                nb,
+                                            ),
+                                            None => tiles.run(rows, cols, nb),
+                                        }
+                                    };
+                                    // the decoded tiles add the min terms
+                                    if has_mins(a.dtype) && decoded.is_none() {
+                                        // SAFETY: as above.
+                                        let terms = unsafe { min_terms(bytes, rows, cols, nb) };
+                                        for (d, t) in dots.iter_mut().zip(terms).take(nc) {
+                                            for (d, t) in d.iter_mut().zip(t) {
+                                                *d += t;
+                                            }
+                                        }
+                                    }
+                                    for (c, col) in dots.iter().take(nc).enumerate() {
+                                        for (r, &v) in col.iter().take(nr).enumerate() {
+                                            // SAFETY: output column j0 + c holds
+                                            // m values; this task owns rows i0..
+                                            // i0 + nr.
+                                            unsafe { *out.0[j0 + c].add(i0 + r) = v };
                                         }
                                     }
                                 }
-                                for (c, col) in dots.iter().take(nc).enumerate() {
-                                    for (r, &v) in col.iter().take(nr).enumerate() {
-                                        // SAFETY: output column j0 + c holds
-                                        // m values; this task owns rows i0..
-                                        // i0 + nr.
-                                        unsafe { *out.0[j0 + c].add(i0 + r) = v };
-                                    }
-                                }
+                                j0 += nc;
                             }
-                            j0 += nc;
                         }
-                    }
+                    })
                 });
             })
         })
@@ -219,6 +267,7 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
 }
 
 thread_local! {
+    static DECODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     static CODES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static BIAS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
@@ -351,6 +400,39 @@ struct Tiles {
     eight: Option<Tile<8>>,
     /// One column over many rows, the loop inside the kernel.
     matvec: Option<Matvec>,
+    /// With AVX2 in eight lanes: each tile's blocks decoded once, for
+    /// every column.
+    decoded: Option<Decoded>,
+}
+
+/// Tiles whose rows' blocks are decoded once ([`DECODED_BLOCK`]) and then
+/// read by every column.
+#[derive(Clone, Copy)]
+struct Decoded {
+    /// Four rows' `nb` blocks into `nb` decoded ones.
+    decode: unsafe fn([*const u8; TILE_ROWS], usize, *mut u8),
+    one: unsafe fn(*const u8, [Acts; 1], usize) -> [[f32; TILE_ROWS]; 1],
+    two: unsafe fn(*const u8, [Acts; 2], usize) -> [[f32; TILE_ROWS]; 2],
+}
+
+impl Decoded {
+    /// The dots of a decoded tile and one or two columns, as [`Tiles::run`]
+    /// gives them.
+    ///
+    /// # Safety
+    /// `tile` holds `nb` decoded blocks; each column `nb` blocks.
+    unsafe fn run(&self, tile: *const u8, cols: &[Acts], nb: usize) -> [[f32; TILE_ROWS]; 8] {
+        let mut out = [[0f32; TILE_ROWS]; 8];
+        // SAFETY: caller's contract.
+        unsafe {
+            match cols {
+                [a] => out[..1].copy_from_slice(&(self.one)(tile, [*a], nb)),
+                [a, b, ..] => out[..2].copy_from_slice(&(self.two)(tile, [*a, *b], nb)),
+                [] => {}
+            }
+        }
+        out
+    }
 }
 
 /// `out[i] = dot(row i, col)` for `count` rows `stride` bytes apart.
@@ -437,6 +519,7 @@ impl Tiles {
                     four: None,
                     eight: None,
                     matvec: None,
+                    decoded: None,
                 }
             }};
         }
@@ -454,6 +537,7 @@ impl Tiles {
                             four: Some(x86::tile_vnni512::<{ $f }, 4>),
                             eight: Some(x86::tile_vnni512::<{ $f }, 8>),
                             matvec: Some(x86::matvec_vnni512::<{ $f }>),
+                            decoded: None,
                         }
                     };
                 }
@@ -468,7 +552,29 @@ impl Tiles {
                 };
             }
             if isa >= Isa::Avx2 {
-                return pick!(tile_avx2);
+                let mut tiles = pick!(tile_avx2);
+                if order == Order::EightLanes {
+                    macro_rules! decoded {
+                        ($f:expr) => {{
+                            const MINS: bool = unsigned($f);
+                            Decoded {
+                                decode: x86::decode_tile::<{ $f }>,
+                                one: x86::decoded_lanes_avx2::<1, MINS>,
+                                two: x86::decoded_lanes_avx2::<2, MINS>,
+                            }
+                        }};
+                    }
+                    tiles.decoded = match dtype {
+                        DType::Q8_0 => Some(decoded!(format::Q8_0)),
+                        DType::Q5_0 => Some(decoded!(format::Q5_0)),
+                        DType::Q4_1 => Some(decoded!(format::Q4_1)),
+                        DType::Q5_1 => Some(decoded!(format::Q5_1)),
+                        DType::IQ4_NL => Some(decoded!(format::IQ4_NL)),
+                        DType::Q4_0 => Some(decoded!(format::Q4_0)),
+                        _ => None,
+                    };
+                }
+                return tiles;
             }
         }
         let _ = isa;
@@ -699,8 +805,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
-        Acts, IQ4_VALUES, MXFP4_VALUES, PAIRED, TILE_ROWS, WHOLE, block_bytes, codes_at,
-        e8m0_to_f32_half, five_bits, format, high_bits_at, unsigned,
+        Acts, DECODED_BLOCK, IQ4_VALUES, MXFP4_VALUES, PAIRED, TILE_ROWS, WHOLE, block_bytes,
+        codes_at, e8m0_to_f32_half, five_bits, format, high_bits_at, unsigned,
     };
     use crate::kernels::math::{f16_at, hsum256, row_pair_sums};
     use crate::kernels::matmul::row_streaming::PREFETCH_BYTES;
@@ -886,6 +992,102 @@ mod x86 {
             }
         }
         results::<O, C>(lanes, whole, tail)
+    }
+
+    /// Four rows' `nb` blocks decoded into `out` ([`super::DECODED_BLOCK`]
+    /// bytes a block): the signed codes, their absolute values, the
+    /// scales and Q4_1's and Q5_1's mins.
+    ///
+    /// # Safety
+    /// AVX2 and F16C; the rows hold `nb` blocks of format `F`, `out`
+    /// `nb` decoded blocks.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn decode_tile<const F: u8>(
+        rows: [*const u8; TILE_ROWS],
+        nb: usize,
+        out: *mut u8,
+    ) {
+        for blk in 0..nb {
+            // SAFETY: block blk of every row and of out exists.
+            unsafe {
+                let at = out.add(blk * DECODED_BLOCK);
+                for (r, &row) in rows.iter().enumerate() {
+                    let w = codes::<F, true>(row, blk);
+                    _mm256_storeu_si256(at.add(32 * r) as *mut __m256i, w);
+                    let aw = _mm256_sign_epi8(w, w);
+                    _mm256_storeu_si256(at.add(32 * (TILE_ROWS + r)) as *mut __m256i, aw);
+                    let d = weight_scale::<F>(row, blk);
+                    (at.add(64 * TILE_ROWS + 4 * r) as *mut f32).write_unaligned(d);
+                    if unsigned(F) {
+                        let m = f16_at(row.add(blk * block_bytes(F) + 2));
+                        (at.add(68 * TILE_ROWS + 4 * r) as *mut f32).write_unaligned(m);
+                    }
+                }
+            }
+        }
+    }
+
+    /// AVX2, eight lanes, a decoded tile ([`decode_tile`]) and `C` (one or
+    /// two) columns: the sums of [`tile_avx2`], with every accumulator in
+    /// a register (three columns' twelve spill) and each block's four
+    /// scale products for a column in one multiply; with `MINS`, Q4_1's
+    /// and Q5_1's min terms added as `super::min_terms` adds them.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `tile` holds `nb` decoded blocks, each column `nb`
+    /// blocks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn decoded_lanes_avx2<const C: usize, const MINS: bool>(
+        tile: *const u8,
+        cols: [Acts; C],
+        nb: usize,
+    ) -> [[f32; TILE_ROWS]; C] {
+        let mut lanes = [[_mm256_setzero_ps(); TILE_ROWS]; C];
+        let mut summs = [_mm_setzero_ps(); C];
+        let ones = _mm256_set1_epi16(1);
+        for blk in 0..nb {
+            // SAFETY: block blk of the tile and of every column exists.
+            unsafe {
+                let at = tile.add(blk * DECODED_BLOCK);
+                let dw = _mm_loadu_ps(at.add(64 * TILE_ROWS) as *const f32);
+                let x: [__m256i; C] = std::array::from_fn(|c| {
+                    _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i)
+                });
+                let mut d = [[0f32; TILE_ROWS]; C];
+                for (d, col) in d.iter_mut().zip(&cols) {
+                    let dx = _mm_broadcast_ss(&*col.scales.add(blk));
+                    _mm_storeu_ps(d.as_mut_ptr(), _mm_mul_ps(dw, dx));
+                }
+                if MINS {
+                    let m = _mm_loadu_ps(at.add(68 * TILE_ROWS) as *const f32);
+                    for (acc, col) in summs.iter_mut().zip(&cols) {
+                        *acc = _mm_fmadd_ps(m, _mm_broadcast_ss(&*col.sums.add(blk)), *acc);
+                    }
+                }
+                for r in 0..TILE_ROWS {
+                    let w = _mm256_loadu_si256(at.add(32 * r) as *const __m256i);
+                    let aw = _mm256_loadu_si256(at.add(32 * (TILE_ROWS + r)) as *const __m256i);
+                    for c in 0..C {
+                        let pairs = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x[c], w));
+                        let p = _mm256_madd_epi16(pairs, ones);
+                        let d = _mm256_broadcast_ss(&d[c][r]);
+                        lanes[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes[c][r]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; TILE_ROWS]; C];
+        for ((o, lanes), summs) in out.iter_mut().zip(lanes).zip(summs) {
+            let mut terms = [0f32; TILE_ROWS];
+            // SAFETY: four floats into four.
+            unsafe { _mm_storeu_ps(terms.as_mut_ptr(), summs) };
+            for ((o, l), t) in o.iter_mut().zip(lanes).zip(terms) {
+                // SAFETY: AVX2 is enabled here.
+                let dot = unsafe { hsum256(l) };
+                *o = if MINS { dot + t } else { dot };
+            }
+        }
+        out
     }
 
     /// AVX2, eight lanes, one column: `count` rows from `first` (`stride`
@@ -1302,6 +1504,35 @@ mod tests {
                             got.map(|c| c.map(f32::to_bits)),
                             want.map(|c| c.map(f32::to_bits)),
                             "{dtype} {order:?} {n} columns {nb} blocks {}",
+                            level.name()
+                        );
+                        let decoded = Tiles::new(level, dtype, order).decoded;
+                        let Some(decoded) = decoded.filter(|_| n <= DECODED_COLS) else {
+                            continue;
+                        };
+                        let mut tile = vec![0u8; nb * DECODED_BLOCK];
+                        // SAFETY: as above; the tile holds nb decoded
+                        // blocks.
+                        let got = unsafe {
+                            (decoded.decode)(rp, nb, tile.as_mut_ptr());
+                            decoded.run(tile.as_ptr(), &cp[..n], nb)
+                        };
+                        // with the min terms, which the driver adds to the
+                        // other tiles' dots
+                        let mut want = want;
+                        if has_mins(dtype) {
+                            // SAFETY: as above, with nb sum terms.
+                            let terms = unsafe { min_terms(bb, rp, &cp[..n], nb) };
+                            for (w, t) in want.iter_mut().zip(terms).take(n) {
+                                for (w, t) in w.iter_mut().zip(t) {
+                                    *w += t;
+                                }
+                            }
+                        }
+                        assert_eq!(
+                            got.map(|c| c.map(f32::to_bits)),
+                            want.map(|c| c.map(f32::to_bits)),
+                            "{dtype} {order:?} {n} columns {nb} blocks {} decoded",
                             level.name()
                         );
                     }
