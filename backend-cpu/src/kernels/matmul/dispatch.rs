@@ -146,8 +146,10 @@ const EMPTY: RangeInclusive<usize> = 0..=0;
 #[rustfmt::skip]
 const RULES: &[Rule] = &[
     //   ISAs          weights         rows    columns               row bytes         path
-    // float weights: packed rows sum in ggml's order
+    // rows of no values, of any type
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             EMPTY,            Zeros),
+    rule(ANY_ISA,      Quantized,      Any,    ANY_COLS,             EMPTY,            Zeros),
+    // float weights: packed rows sum in ggml's order
     rule(ANY_ISA,      Float,          Packed, ANY_COLS,             ANY_BYTES,        FloatsInGgmlOrder),
     rule(ANY_ISA,      Float,          Any,    ANY_COLS,             ANY_BYTES,        FloatPacked),
     // quantised weights: every type sums in ggml's order; where ggml

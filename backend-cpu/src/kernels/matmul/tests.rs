@@ -445,3 +445,26 @@ fn the_bf16_gemm_on_amx_tiles_matches_the_reference_product() {
         }
     }
 }
+
+#[test]
+fn rows_of_no_blocks_give_zeros() {
+    let row = [0u8; 1];
+    for isa in isa::all_supported() {
+        for dtype in [DType::Q8_0, DType::Q4_1, DType::Q6_K] {
+            let a = WeightRows {
+                ptr: row.as_ptr(),
+                stride: 0,
+                elem_stride: dtype.type_size(),
+                dtype,
+                k: 0,
+            };
+            let (m, n) = (5, 6);
+            let x = [0f32; 1];
+            let mut got = vec![f32::NAN; m * n];
+            let b = Cols(vec![x.as_ptr() as *mut f32; n]);
+            let out = Cols((0..n).map(|j| got[j * m..].as_mut_ptr()).collect());
+            gemm_with(isa, ProductOf::MulMat, a, m, &b, &out);
+            assert!(got.iter().all(|&v| v == 0.0), "{dtype} {isa:?}: {got:?}");
+        }
+    }
+}
