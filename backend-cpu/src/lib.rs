@@ -55,6 +55,22 @@ pub use device::{CPU_BUFFER_TYPE, CpuBuffer, CpuBufferType, CpuDevice, host_memo
 pub use repack::{CPU_REPACK_BUFFER_TYPE, RepackBuffer, RepackBufferType};
 pub use sim::{SimBuffer, SimBufferType, SimConfig, SimDevice};
 
+/// The instruction set of the CPU's kernels, by the name
+/// `GGRAPH_CPU_ISA` takes (`portable`, `avx2`, `avx512` or `avx512vnni`):
+/// the best this processor runs, or the lower one `GGRAPH_CPU_ISA` names.
+pub fn instruction_set() -> &'static str {
+    kernels::isa::active().name()
+}
+
+/// Every instruction set this processor runs, lowest first, by the names
+/// `GGRAPH_CPU_ISA` takes: the levels a test or a comparison can force.
+pub fn instruction_sets() -> Vec<&'static str> {
+    kernels::isa::all_supported()
+        .into_iter()
+        .map(|isa| isa.name())
+        .collect()
+}
+
 /// The CPU backend family: the CPU and any simulated devices asked for.
 pub struct CpuRegistration {
     cpu: Arc<CpuDevice>,

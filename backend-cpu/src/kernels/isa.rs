@@ -82,9 +82,7 @@ pub(crate) fn active() -> Isa {
     })
 }
 
-/// Every level this processor can run, lowest first (for tests that check
-/// each kernel against the others).
-#[cfg(test)]
+/// Every level this processor can run, lowest first.
 pub(crate) fn all_supported() -> Vec<Isa> {
     [Isa::Portable, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
         .into_iter()
