@@ -31,9 +31,11 @@
 //! flips codes and scale together and so no product.
 //!
 //! The portable kernels restate the sums value by value (the tests'
-//! reference); the AVX2 ones take a row a call; with AVX-512 the eight
-//! lanes take four rows a call (`lanes_avx512`), and with VNNI the tiled
-//! order runs as a 16 x 16 outer product (`outer_vnni`).
+//! reference); the AVX2 ones take a row a call in the eight lanes and
+//! the repacked order, and run the tiled order as a 4 x 8 outer product
+//! (`outer_avx2`); with AVX-512 the eight lanes take four rows a call
+//! (`lanes_avx512`), and with VNNI the tiled order runs as a 16 x 16
+//! outer product (`outer_vnni`).
 
 use std::cell::RefCell;
 
@@ -50,6 +52,8 @@ use crate::team;
 
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx512;
+#[cfg(target_arch = "x86_64")]
+mod outer_avx2;
 #[cfg(target_arch = "x86_64")]
 mod outer_vnni;
 
@@ -256,18 +260,12 @@ impl Kernels {
                 }
             };
         }
-        // the portable kernels take every type; the vector ones have Q4_K
-        // and Q6_K kernels of their own
-        macro_rules! generic {
+        // the eight lanes and the repacked order; the vector kernels have
+        // Q4_K and Q6_K lanes of their own
+        macro_rules! lanes_or_repacked {
             ($m:ident) => {
                 match (dtype, order) {
                     (_, Order::Repacked) => kernels!($m::q4k_repacked),
-                    (DType::Q2_K, Order::Tiled) => kernels!($m::tiled, tag::Q2_K),
-                    (DType::Q3_K, Order::Tiled) => kernels!($m::tiled, tag::Q3_K),
-                    (DType::Q4_K, Order::Tiled) => kernels!($m::tiled, tag::Q4_K),
-                    (DType::Q5_K, Order::Tiled) => kernels!($m::tiled, tag::Q5_K),
-                    (DType::Q6_K, Order::Tiled) => kernels!($m::tiled, tag::Q6_K),
-                    (_, Order::Tiled) => kernels!($m::tiled, tag::IQ4_XS),
                     (DType::Q2_K, _) => kernels!($m::eight_lanes, tag::Q2_K),
                     (DType::Q3_K, _) => kernels!($m::eight_lanes, tag::Q3_K),
                     (DType::Q4_K, _) => kernels!($m::eight_lanes, tag::Q4_K),
@@ -277,19 +275,60 @@ impl Kernels {
                 }
             };
         }
+        // the vector kernels' tiled order is an outer product
+        // (`outer_product`)
         #[cfg(target_arch = "x86_64")]
-        if isa >= Isa::Avx2 {
-            return match (dtype, order) {
-                (_, Order::Repacked) => kernels!(x86::q4k_repacked),
-                (DType::Q6_K, Order::Tiled) => kernels!(x86::q6k_tiled),
-                (DType::Q6_K, _) => kernels!(x86::q6k),
-                (DType::Q4_K, Order::Tiled) => kernels!(x86::q4k_tiled),
-                (DType::Q4_K, _) => kernels!(x86::q4k_lanes),
-                _ => generic!(x86),
+        if isa >= Isa::Avx2 && order != Order::Tiled {
+            return match dtype {
+                _ if order == Order::Repacked => kernels!(x86::q4k_repacked),
+                DType::Q6_K => kernels!(x86::q6k),
+                DType::Q4_K => kernels!(x86::q4k_lanes),
+                _ => lanes_or_repacked!(x86),
             };
         }
         let _ = isa;
-        generic!(portable)
+        match (dtype, order) {
+            (DType::Q2_K, Order::Tiled) => kernels!(portable::tiled, tag::Q2_K),
+            (DType::Q3_K, Order::Tiled) => kernels!(portable::tiled, tag::Q3_K),
+            (DType::Q4_K, Order::Tiled) => kernels!(portable::tiled, tag::Q4_K),
+            (DType::Q5_K, Order::Tiled) => kernels!(portable::tiled, tag::Q5_K),
+            (DType::Q6_K, Order::Tiled) => kernels!(portable::tiled, tag::Q6_K),
+            (_, Order::Tiled) => kernels!(portable::tiled, tag::IQ4_XS),
+            _ => lanes_or_repacked!(portable),
+        }
+    }
+}
+
+/// A whole product of rows of one type by Q8_K columns: the outer
+/// products of the tiled order.
+///
+/// # Safety
+/// The processor has the kernel's instruction set; the rows hold `nsb`
+/// super-blocks of the kernel's type, each column `nsb * 256` codes, `nsb`
+/// scales and `nsb * 16` sums; each output column `m` values.
+#[cfg(target_arch = "x86_64")]
+type Outer = unsafe fn(WeightRows, usize, &[Col], usize, &Cols<f32>);
+
+/// The outer product that runs the tiled order for `dtype` with `isa`,
+/// where one does.
+#[cfg(target_arch = "x86_64")]
+fn outer_product(isa: Isa, dtype: DType, order: Order) -> Option<Outer> {
+    macro_rules! of_type {
+        ($m:ident) => {
+            Some(match dtype {
+                DType::Q2_K => $m::gemm::<{ tag::Q2_K }> as Outer,
+                DType::Q3_K => $m::gemm::<{ tag::Q3_K }>,
+                DType::Q4_K => $m::gemm::<{ tag::Q4_K }>,
+                DType::Q5_K => $m::gemm::<{ tag::Q5_K }>,
+                DType::Q6_K => $m::gemm::<{ tag::Q6_K }>,
+                _ => $m::gemm::<{ tag::IQ4_XS }>,
+            })
+        };
+    }
+    match order {
+        Order::Tiled if isa >= Isa::Avx512Vnni => of_type!(outer_vnni),
+        Order::Tiled if isa >= Isa::Avx2 => of_type!(outer_avx2),
+        _ => None,
     }
 }
 
@@ -314,7 +353,6 @@ pub(crate) fn gemm(
     let Some(order) = order(a.dtype, m, n) else {
         unreachable!("dispatch sends only Q6_K and Q4_K rows here");
     };
-    let kernels = Kernels::new(isa, a.dtype, order);
     with_scratch(&CODES, n * k, |codes| {
         with_scratch(&SCALES, n * nsb, |scales| {
             with_scratch(&SUMS, n * nsb * 16, |sums| {
@@ -342,22 +380,14 @@ pub(crate) fn gemm(
                     })
                     .collect();
                 #[cfg(target_arch = "x86_64")]
-                if order == Order::Tiled && isa >= Isa::Avx512Vnni {
-                    // SAFETY: the processor has AVX-512 VNNI (and what the
-                    // level implies); the rows hold nsb super-blocks, the
-                    // columns their codes, scales and sums.
-                    unsafe {
-                        match a.dtype {
-                            DType::Q2_K => outer_vnni::gemm::<{ tag::Q2_K }>(a, m, &cols, nsb, out),
-                            DType::Q3_K => outer_vnni::gemm::<{ tag::Q3_K }>(a, m, &cols, nsb, out),
-                            DType::Q4_K => outer_vnni::gemm::<{ tag::Q4_K }>(a, m, &cols, nsb, out),
-                            DType::Q5_K => outer_vnni::gemm::<{ tag::Q5_K }>(a, m, &cols, nsb, out),
-                            DType::Q6_K => outer_vnni::gemm::<{ tag::Q6_K }>(a, m, &cols, nsb, out),
-                            _ => outer_vnni::gemm::<{ tag::IQ4_XS }>(a, m, &cols, nsb, out),
-                        }
-                    }
+                if let Some(outer) = outer_product(isa, a.dtype, order) {
+                    // SAFETY: the kernel is of this processor's instruction
+                    // set; the rows hold nsb super-blocks, the columns their
+                    // codes, scales and sums.
+                    unsafe { outer(a, m, &cols, nsb, out) };
                     return;
                 }
+                let kernels = Kernels::new(isa, a.dtype, order);
                 // column tiles that keep to one step
                 let mut tiles = Vec::new();
                 let mut j = 0;
@@ -1030,59 +1060,6 @@ mod x86 {
         }
     }
 
-    /// # Safety
-    /// AVX2, FMA and F16C are available; as for [`Kernel`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q6k_tiled<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        init: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            let mut acc = init;
-            for sb in 0..nsb {
-                let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
-                for c in 0..C {
-                    let s1 = hsum_i32(q6k_lanes(&u, &s, s16, &cols[c], sb));
-                    acc[c] = (d * s1 as f32).mul_add(*cols[c].d.add(sb), acc[c]);
-                }
-            }
-            acc
-        }
-    }
-
-    /// # Safety
-    /// AVX2, FMA and F16C are available; as for [`Kernel`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4k_tiled<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        init: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            let mut acc = init;
-            for sb in 0..nsb {
-                let blk = row.add(sb * Q4K_BYTES);
-                let (u, s, mn) = q4k_parts(blk);
-                let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
-                for c in 0..C {
-                    let col = &cols[c];
-                    let s1 = hsum_i32(lanes(&u, &s, col.codes.add(sb * QK)));
-                    let s2 = hsum_i32_128(_mm_madd_epi16(mn, sums32(col.bs16.add(sb * 16))));
-                    let r = (-dmin).mul_add(s2 as f32, d * s1 as f32);
-                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
-                }
-            }
-            acc
-        }
-    }
-
     /// Q4_K's codes (32 a register, value order), sub-block scales as
     /// 16-bit lanes, and mins as eight 16-bit values.
     ///
@@ -1461,43 +1438,6 @@ mod x86 {
                 }
             }
             std::array::from_fn(|c| hsum256(acc[c]) + if T == tag::Q5_K { summs[c] } else { 0.0 })
-        }
-    }
-
-    /// The tiled kernels' steps for Q2_K, Q3_K, Q5_K and IQ4_XS.
-    ///
-    /// # Safety
-    /// As for [`eight_lanes`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tiled<const T: u8, const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        init: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            let mut acc = init;
-            for sb in 0..nsb {
-                let p = parts::<T>(row.add(sb * block_bytes(T)));
-                for c in 0..C {
-                    let col = &cols[c];
-                    let t = if signed(T) {
-                        lanes_of::<true>(&p, col.codes.add(sb * QK))
-                    } else {
-                        lanes_of::<false>(&p, col.codes.add(sb * QK))
-                    };
-                    let mut r = p.d * hsum_i32(t) as f32;
-                    if matches!(T, tag::Q2_K | tag::Q5_K) {
-                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
-                        let m = hsum_i32(_mm256_madd_epi16(p.mins, bs));
-                        r = (-p.dmin).mul_add(m as f32, r);
-                    }
-                    acc[c] = r.mul_add(*col.d.add(sb), acc[c]);
-                }
-            }
-            acc
         }
     }
 }
