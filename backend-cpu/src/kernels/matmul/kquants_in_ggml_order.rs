@@ -55,6 +55,8 @@ mod lanes_avx512;
 #[cfg(target_arch = "x86_64")]
 mod outer_avx2;
 #[cfg(target_arch = "x86_64")]
+mod outer_operands;
+#[cfg(target_arch = "x86_64")]
 mod outer_vnni;
 
 /// Values per super-block.

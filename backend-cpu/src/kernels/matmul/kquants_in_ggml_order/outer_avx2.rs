@@ -18,6 +18,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use super::outer_operands::{Unpacked, transpose_columns, with_rows};
 use super::x86::{has_mins, parts, signed};
 use super::{Col, Cols, QK, WeightRows, block_bytes, tag};
 use crate::kernels::parallel::par_ranges;
@@ -32,35 +33,6 @@ const MICRO_ROWS: usize = 4;
 const GROUP_ROWS: usize = 16;
 /// Bands' super-blocks a task of the transposition takes.
 const TRANSPOSE_TASK: usize = 16;
-
-/// One row's super-block as the micro tile reads it.
-#[derive(Clone, Copy)]
-#[repr(C, align(32))]
-struct Unpacked {
-    /// Codes in value order: unsigned (the type's offset added), or as
-    /// they are where they keep their signs.
-    codes: [u8; QK],
-    /// The scale of each 16 values, twice in a word (`vpmaddwd`'s
-    /// multiplier for a column's two pairs).
-    scales: [i32; 16],
-    /// What each 16 values' activation sum is multiplied by and taken off
-    /// `s` (the offset times the scale), or gives `m` (the mins).
-    corr: [i16; 16],
-    d: f32,
-    dmin: f32,
-}
-
-impl Default for Unpacked {
-    fn default() -> Unpacked {
-        Unpacked {
-            codes: [0; QK],
-            scales: [0; 16],
-            corr: [0; 16],
-            d: 0.0,
-            dmin: 0.0,
-        }
-    }
-}
 
 /// One super-block of a band of eight columns, transposed.
 #[derive(Clone, Copy)]
@@ -87,7 +59,6 @@ impl Default for Band {
 
 thread_local! {
     static BANDS: RefCell<Vec<Band>> = const { RefCell::new(Vec::new()) };
-    static ROWS: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The offset a type's codes take to be unsigned (IQ4_XS's keep their
@@ -132,7 +103,7 @@ pub(super) unsafe fn gemm<const T: u8>(
         let bands = &*bands;
         par_ranges(m.div_ceil(GROUP_ROWS), 1, |groups| {
             let rows = groups.start * GROUP_ROWS..(groups.end * GROUP_ROWS).min(m);
-            with_scratch(&ROWS, GROUP_ROWS * nsb, |unpacked| {
+            with_rows(GROUP_ROWS * nsb, |unpacked| {
                 for g0 in rows.clone().step_by(GROUP_ROWS) {
                     let live = GROUP_ROWS.min(rows.end - g0);
                     for (r, i) in (g0..g0 + live).enumerate() {
@@ -177,22 +148,9 @@ unsafe fn transpose(cols: &[Col], sb: usize, out: &mut Band) {
     if cols.len() < COLS {
         *out = Band::default();
     }
-    for (c, col) in cols.iter().enumerate() {
-        // SAFETY: caller's contract; four codes, or two sums, a word.
-        unsafe {
-            let x = col.codes.add(sb * QK) as *const u32;
-            for (g, group) in out.x.iter_mut().enumerate() {
-                let to = group.as_mut_ptr().add(4 * c) as *mut u32;
-                to.write_unaligned(x.add(g).read_unaligned());
-            }
-            let sums = col.bs16.add(sb * 16) as *const u32;
-            for (p, pair) in out.sums.iter_mut().enumerate() {
-                let to = pair.as_mut_ptr().add(2 * c) as *mut u32;
-                to.write_unaligned(sums.add(p).read_unaligned());
-            }
-            out.dx[c] = *col.d.add(sb);
-        }
-    }
+    let (x, sums) = (out.x.as_flattened_mut(), out.sums.as_flattened_mut());
+    // SAFETY: caller's contract.
+    unsafe { transpose_columns(cols, sb, COLS, x, sums, &mut out.dx) };
 }
 
 /// # Safety
@@ -207,12 +165,10 @@ unsafe fn unpack<const T: u8>(blk: *const u8, to: &mut Unpacked) {
             let codes = _mm256_add_epi8(u, b);
             _mm256_storeu_si256(to.codes.as_mut_ptr().add(32 * g) as *mut __m256i, codes);
         }
-        // each 16-bit scale twice: lanes 0..3 and 8..11, then 4..7 and 12..15
-        let lo = _mm256_unpacklo_epi16(p.sc, p.sc);
-        let hi = _mm256_unpackhi_epi16(p.sc, p.sc);
         let words = to.scales.as_mut_ptr() as *mut __m256i;
-        _mm256_storeu_si256(words, _mm256_permute2x128_si256::<0x20>(lo, hi));
-        _mm256_storeu_si256(words.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
+        _mm256_storeu_si256(words, _mm256_cvtepi16_epi32(_mm256_castsi256_si128(p.sc)));
+        let high = _mm256_extracti128_si256::<1>(p.sc);
+        _mm256_storeu_si256(words.add(1), _mm256_cvtepi16_epi32(high));
         let corr = if has_mins(T) {
             p.mins
         } else {
@@ -244,7 +200,7 @@ unsafe fn micro<const T: u8>(
             let mut s = [_mm256_setzero_si256(); MICRO_ROWS];
             for sub in 0..16 {
                 let sc: [__m256i; MICRO_ROWS] =
-                    std::array::from_fn(|r| _mm256_set1_epi32(w[r].scales[sub]));
+                    std::array::from_fn(|r| _mm256_set1_epi16(w[r].scales[sub] as i16));
                 for g in 4 * sub..4 * sub + 4 {
                     let xg = _mm256_load_si256(x.x[g].as_ptr() as *const __m256i);
                     for r in 0..MICRO_ROWS {

@@ -13,19 +13,15 @@
 //! the sums of each 16 values).
 
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 
+use super::outer_operands::{BAND_COLS, Band, Unpacked, with_bands, with_rows};
 use super::x86::{has_mins, parts, signed};
 use super::{Col, Cols, QK, WeightRows, block_bytes, tag};
 use crate::kernels::matmul::register_transpose::{transpose8, transpose16};
 use crate::kernels::parallel::par_ranges;
-use crate::kernels::scratch::with_scratch;
-use crate::team;
 
-/// Rows and columns of a micro tile.
-const MICRO: usize = 16;
-/// Bands' super-blocks a task of the transposition takes.
-const TRANSPOSE_TASK: usize = 16;
+/// Rows and columns of a micro tile: a band's columns.
+const MICRO: usize = BAND_COLS;
 
 /// Values a scale covers in the type (Q4_K's, Q5_K's and IQ4_XS's cover
 /// 32, the others' 16): the sums a `vpmulld` scales.
@@ -34,61 +30,6 @@ const fn scaled(t: u8) -> usize {
         tag::Q4_K | tag::Q5_K | tag::IQ4_XS => 32,
         _ => 16,
     }
-}
-
-/// One row's super-block as the micro tile reads it.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Unpacked {
-    /// Codes in value order, unsigned (the type's offset added).
-    codes: [u8; QK],
-    /// The scale of each 16 values.
-    scales: [i32; 16],
-    /// What each 16 values' activation sum is multiplied by and taken off
-    /// `s` (the offset times the scale), or gives `m` (the mins).
-    corr: [i16; 16],
-    d: f32,
-    dmin: f32,
-}
-
-impl Default for Unpacked {
-    fn default() -> Unpacked {
-        Unpacked {
-            codes: [0; QK],
-            scales: [0; 16],
-            corr: [0; 16],
-            d: 0.0,
-            dmin: 0.0,
-        }
-    }
-}
-
-/// One super-block of a band of sixteen columns, transposed.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Band {
-    /// Group `g` holds values `4g..4g + 4` of each column, column after
-    /// column.
-    x: [[i8; 4 * MICRO]; QK / 4],
-    /// Pair `p` holds the sums of 16 values `2p` and `2p + 1` of each
-    /// column, column after column.
-    sums: [[i16; 2 * MICRO]; 8],
-    dx: [f32; MICRO],
-}
-
-impl Default for Band {
-    fn default() -> Band {
-        Band {
-            x: [[0; 4 * MICRO]; QK / 4],
-            sums: [[0; 2 * MICRO]; 8],
-            dx: [0.0; MICRO],
-        }
-    }
-}
-
-thread_local! {
-    static BANDS: RefCell<Vec<Band>> = const { RefCell::new(Vec::new()) };
-    static ROWS: RefCell<Vec<Unpacked>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The offset a type's codes take to be unsigned.
@@ -117,27 +58,14 @@ pub(super) unsafe fn gemm<const T: u8>(
     out: &Cols<f32>,
 ) {
     let n = cols.len();
-    let nbands = n.div_ceil(MICRO);
-    with_scratch(&BANDS, nbands * nsb, |bands| {
-        team::for_each_chunk_mut(bands, TRANSPOSE_TASK, |t, chunk| {
-            for (e, band) in chunk.iter_mut().enumerate() {
-                let (b, sb) = (
-                    (t * TRANSPOSE_TASK + e) / nsb,
-                    (t * TRANSPOSE_TASK + e) % nsb,
-                );
-                let live = &cols[b * MICRO..(b * MICRO + MICRO).min(n)];
-                // SAFETY: caller's contract.
-                unsafe { transpose(live, sb, band) };
-            }
-        });
-        let bands = &*bands;
+    let product = |bands: &[Band]| {
         par_ranges(m.div_ceil(MICRO), 1, |groups| {
             let rows = groups.start * MICRO..(groups.end * MICRO).min(m);
             // sixteen rows' whole rows at a time, unpacked once, while every
             // band passes over them (chunks of 64 rows by eight
             // super-blocks, their dots stored and reloaded from chunk to
             // chunk, were up to a sixth slower, docs/performance.md)
-            with_scratch(&ROWS, MICRO * nsb, |unpacked| {
+            with_rows(MICRO * nsb, |unpacked| {
                 for g0 in rows.clone().step_by(MICRO) {
                     let live = MICRO.min(rows.end - g0);
                     for (r, i) in (g0..g0 + live).enumerate() {
@@ -175,34 +103,9 @@ pub(super) unsafe fn gemm<const T: u8>(
                 }
             })
         });
-    })
-}
-
-/// Super-block `sb` of up to sixteen columns as a band (missing columns
-/// zero).
-///
-/// # Safety
-/// Each column holds super-block `sb`.
-unsafe fn transpose(cols: &[Col], sb: usize, out: &mut Band) {
-    if cols.len() < MICRO {
-        *out = Band::default();
-    }
-    for (c, col) in cols.iter().enumerate() {
-        // SAFETY: caller's contract; four codes, or two sums, a word.
-        unsafe {
-            let x = col.codes.add(sb * QK) as *const u32;
-            for (g, group) in out.x.iter_mut().enumerate() {
-                let to = group.as_mut_ptr().add(4 * c) as *mut u32;
-                to.write_unaligned(x.add(g).read_unaligned());
-            }
-            let sums = col.bs16.add(sb * 16) as *const u32;
-            for (p, pair) in out.sums.iter_mut().enumerate() {
-                let to = pair.as_mut_ptr().add(2 * c) as *mut u32;
-                to.write_unaligned(sums.add(p).read_unaligned());
-            }
-            out.dx[c] = *col.d.add(sb);
-        }
-    }
+    };
+    // SAFETY: caller's contract.
+    unsafe { with_bands(cols, nsb, product) }
 }
 
 /// # Safety
