@@ -263,7 +263,7 @@ impl Kernels {
             };
         }
         // the eight lanes and the repacked order; the vector kernels have
-        // Q4_K and Q6_K lanes of their own
+        // Q4_K lanes of their own
         macro_rules! lanes_or_repacked {
             ($m:ident) => {
                 match (dtype, order) {
@@ -283,7 +283,6 @@ impl Kernels {
         if isa >= Isa::Avx2 && order != Order::Tiled {
             return match dtype {
                 _ if order == Order::Repacked => kernels!(x86::q4k_repacked),
-                DType::Q6_K => kernels!(x86::q6k),
                 DType::Q4_K => kernels!(x86::q4k_lanes),
                 _ => lanes_or_repacked!(x86),
             };
@@ -958,60 +957,6 @@ mod x86 {
         }
     }
 
-    /// A Q6_K super-block's codes, its scales per 32 values as 16-bit lanes
-    /// (the scale of values `0..16` in the low 128 bits, of `16..32` in the
-    /// high), its 16 scales as 16-bit values, and `d`.
-    ///
-    /// # Safety
-    /// AVX2 and F16C are available; `blk` holds a Q6_K super-block.
-    #[inline(always)]
-    unsafe fn q6k_parts(blk: *const u8) -> ([__m256i; 8], [__m256i; 8], __m256i, f32) {
-        // SAFETY: caller's contract.
-        unsafe {
-            let sc8 = _mm_loadu_si128(blk.add(192) as *const __m128i);
-            let s16 = _mm256_cvtepi8_epi16(sc8);
-            (q6k_codes(blk), scale_pairs(sc8), s16, f16_at(blk.add(208)))
-        }
-    }
-
-    /// Per 32 values, the scales of their two 16 (`sc8`: the sixteen
-    /// scales, signed bytes) as 16-bit lanes, the first over the low 128
-    /// bits and the second over the high.
-    ///
-    /// # Safety
-    /// AVX2 is available.
-    #[inline(always)]
-    unsafe fn scale_pairs(sc8: __m128i) -> [__m256i; 8] {
-        // SAFETY: the caller's AVX2.
-        std::array::from_fn(|g| unsafe {
-            let (a, b) = (2 * g as i8, 2 * g as i8 + 1);
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, pick))
-        })
-    }
-
-    /// Q6_K's eight lanes with column `col`'s super-block `sb`: the codes'
-    /// offset of 32 off lane `i` as sub-blocks `2i` and `2i + 1`'s sums
-    /// times their scales.
-    ///
-    /// # Safety
-    /// AVX2 is available; the column holds super-block `sb`.
-    #[inline(always)]
-    unsafe fn q6k_lanes(
-        u: &[__m256i; 8],
-        s: &[__m256i; 8],
-        s16: __m256i,
-        col: &Col,
-        sb: usize,
-    ) -> __m256i {
-        // SAFETY: caller's contract.
-        unsafe {
-            let t = lanes(u, s, col.codes.add(sb * QK));
-            let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
-            _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, s16)))
-        }
-    }
-
     /// The sum of eight 32-bit lanes (of four with `_128`).
     ///
     /// # Safety
@@ -1033,32 +978,6 @@ mod x86 {
         unsafe {
             let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
             _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
-        }
-    }
-
-    /// # Safety
-    /// AVX2, FMA and F16C are available; as for [`Kernel`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q6k<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        _: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            let mut acc = [_mm256_setzero_ps(); C];
-            for sb in 0..nsb {
-                one_column_ahead::<C>(row.add(sb * Q6K_BYTES), Q6K_BYTES);
-                let (u, s, s16, d) = q6k_parts(row.add(sb * Q6K_BYTES));
-                for c in 0..C {
-                    let t = q6k_lanes(&u, &s, s16, &cols[c], sb);
-                    let dd = _mm256_set1_ps(*cols[c].d.add(sb) * d);
-                    acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(t), acc[c]);
-                }
-            }
-            acc.map(|a| hsum256(a))
         }
     }
 
@@ -1212,13 +1131,11 @@ mod x86 {
         }
     }
 
-    /// A super-block of Q2_K, Q3_K, Q5_K or IQ4_XS as the kernels read it:
-    /// its codes 32 a register (signed for Q3_K and IQ4_XS), per 32
-    /// values the scales of their two 16 as 16-bit lanes (the first in the
-    /// low 128 bits), its mins per 16 as 16-bit values, `d` and `dmin`.
+    /// A super-block of any of the six types as the kernels read it: its
+    /// codes 32 a register (signed for Q3_K and IQ4_XS), its scales and
+    /// mins per 16 as 16-bit values, `d` and `dmin`.
     pub(super) struct Parts {
         pub(super) u: [__m256i; 8],
-        s: [__m256i; 8],
         /// The scale of each 16 values, as 16-bit values.
         pub(super) sc: __m256i,
         pub(super) mins: __m256i,
@@ -1268,12 +1185,12 @@ mod x86 {
                         let m4 = _mm_set1_epi8(15);
                         sc8 = _mm_and_si128(b, m4);
                         mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(b), m4));
-                        (d, dmin) = (half(bytes, 80), half(bytes, 82));
+                        (d, dmin) = (f16_at(blk.add(80)), f16_at(blk.add(82)));
                     } else {
                         let [w0, w1, w2, w3] = q3k_scale_words(&bytes[96..108]);
                         let w = _mm_set_epi32(w3 as i32, w2 as i32, w1 as i32, w0 as i32);
                         sc8 = _mm_sub_epi8(w, _mm_set1_epi8(32));
-                        (d, dmin) = (half(bytes, 108), 0.0);
+                        (d, dmin) = (f16_at(blk.add(108)), 0.0);
                     }
                 }
                 tag::Q4_K => {
@@ -1283,12 +1200,12 @@ mod x86 {
                         u[2 * j + 1] = low(shr(q, 4), 15);
                     }
                     (sc8, mins) = q4k_scale_bytes(blk);
-                    (d, dmin) = (half(bytes, 0), half(bytes, 2));
+                    (d, dmin) = (f16_at(blk.add(0)), f16_at(blk.add(2)));
                 }
                 tag::Q6_K => {
                     u = q6k_codes(blk);
                     sc8 = _mm_loadu_si128(blk.add(192) as *const __m128i);
-                    (d, dmin) = (half(bytes, 208), 0.0);
+                    (d, dmin) = (f16_at(blk.add(208)), 0.0);
                 }
                 tag::Q5_K => {
                     let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
@@ -1301,7 +1218,7 @@ mod x86 {
                         }
                     }
                     (sc8, mins) = q4k_scale_bytes(blk);
-                    (d, dmin) = (half(bytes, 0), half(bytes, 2));
+                    (d, dmin) = (f16_at(blk.add(0)), f16_at(blk.add(2)));
                 }
                 _ => {
                     let values = _mm256_broadcastsi128_si256(_mm_loadu_si128(
@@ -1316,12 +1233,11 @@ mod x86 {
                     let s = _mm_sub_epi8(w, _mm_set1_epi8(32));
                     // a scale a 32 values as one a 16: each byte twice
                     sc8 = _mm_unpacklo_epi8(s, s);
-                    (d, dmin) = (half(bytes, 0), 0.0);
+                    (d, dmin) = (f16_at(blk.add(0)), 0.0);
                 }
             }
             Parts {
                 u,
-                s: scale_pairs(sc8),
                 sc: _mm256_cvtepi8_epi16(sc8),
                 mins,
                 d,
@@ -1361,25 +1277,55 @@ mod x86 {
         }
     }
 
-    /// The eight lanes of a super-block's codes times column codes `x`,
-    /// signed codes by the sign trick.
+    /// The shuffle that takes 16-bit scales `2i` and `2i + 1` of each half
+    /// over all eight lanes of the low half and of the high half.
     ///
     /// # Safety
-    /// AVX2 is available; `x` holds 256 codes.
+    /// AVX2 is available.
     #[inline(always)]
-    unsafe fn lanes_of<const SIGNED: bool>(p: &Parts, x: *const i8) -> __m256i {
+    unsafe fn scale_pair(i: usize) -> __m256i {
+        let (a, b) = (4 * i as i8, 4 * i as i8 + 1);
+        let (c, d) = (a + 2, b + 2);
+        // SAFETY: the caller's AVX2.
+        unsafe {
+            _mm256_setr_epi8(
+                a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, c, d, c, d, c, d, c, d, c, d, c, d,
+                c, d, c, d,
+            )
+        }
+    }
+
+    /// The eight lanes of a super-block's codes times each column's codes
+    /// `x[c]`, signed codes by the sign trick: a 32 values' codes and
+    /// scales stay in registers while every column passes.
+    ///
+    /// # Safety
+    /// AVX2 is available; each `x[c]` holds 256 codes.
+    #[inline(always)]
+    unsafe fn lanes_of<const SIGNED: bool, const C: usize>(
+        p: &Parts,
+        x: [*const i8; C],
+    ) -> [__m256i; C] {
         // SAFETY: caller's contract.
         unsafe {
-            let mut t = _mm256_setzero_si256();
+            // scales 0..8 and 8..16 each over both halves: one shuffle then
+            // spreads a 32 values' two over the halves of a register
+            let halves = [
+                _mm256_permute2x128_si256::<0x00>(p.sc, p.sc),
+                _mm256_permute2x128_si256::<0x11>(p.sc, p.sc),
+            ];
+            let pick = [scale_pair(0), scale_pair(1), scale_pair(2), scale_pair(3)];
+            let mut t = [_mm256_setzero_si256(); C];
             for g in 0..8 {
-                let xg = _mm256_loadu_si256(x.add(32 * g) as *const __m256i);
+                let s = _mm256_shuffle_epi8(halves[g / 4], pick[g % 4]);
                 let u = p.u[g];
-                let pairs = if SIGNED {
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xg, u))
-                } else {
-                    _mm256_maddubs_epi16(u, xg)
-                };
-                t = _mm256_add_epi32(t, _mm256_madd_epi16(p.s[g], pairs));
+                let w = if SIGNED { _mm256_sign_epi8(u, u) } else { u };
+                for c in 0..C {
+                    let xg = _mm256_loadu_si256(x[c].add(32 * g) as *const __m256i);
+                    let xg = if SIGNED { _mm256_sign_epi8(xg, u) } else { xg };
+                    t[c] =
+                        _mm256_add_epi32(t[c], _mm256_madd_epi16(s, _mm256_maddubs_epi16(w, xg)));
+                }
             }
             t
         }
@@ -1393,7 +1339,7 @@ mod x86 {
         matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
     }
 
-    /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K and IQ4_XS (the
+    /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS (the
     /// portable kernel's text).
     ///
     /// # Safety
@@ -1414,14 +1360,23 @@ mod x86 {
             for sb in 0..nsb {
                 one_column_ahead::<C>(row.add(sb * block_bytes(T)), block_bytes(T));
                 let p = parts::<T>(row.add(sb * block_bytes(T)));
-                for c in 0..C {
+                let x = cols.map(|col| col.codes.add(sb * QK));
+                let ts = if signed(T) {
+                    lanes_of::<true, C>(&p, x)
+                } else {
+                    lanes_of::<false, C>(&p, x)
+                };
+                for (c, t) in ts.into_iter().enumerate() {
                     let col = &cols[c];
                     let dx = *col.d.add(sb);
                     let (d, dmin) = (_mm256_set1_ps(dx * p.d), -dx * p.dmin);
-                    let t = if signed(T) {
-                        lanes_of::<true>(&p, col.codes.add(sb * QK))
+                    // Q6_K's offset of 32 off lane `l` as sub-blocks `2l` and
+                    // `2l + 1`'s sums times their scales
+                    let t = if T == tag::Q6_K {
+                        let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        _mm256_sub_epi32(t, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, p.sc)))
                     } else {
-                        lanes_of::<false>(&p, col.codes.add(sb * QK))
+                        t
                     };
                     if matches!(T, tag::Q2_K | tag::Q5_K) {
                         let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
