@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 pub mod cpu_timing;
+pub mod ggml_mul_mat;
 pub mod llama_bench;
 pub mod peers;
 

@@ -17,6 +17,12 @@
 //! processor with AVX2 unless `GGRAPH_CPU_REPACK=0`) gets a second row,
 //! the same weights in that layout.
 //!
+//! `--ggml PATH` runs ggml's own mul_mat (`test-backend-ops` as
+//! `scripts/ggml-mul-mat` builds it: `--ggml "$(scripts/ggml-mul-mat
+//! --path)"`) for each weight type right after ours, and shows its
+//! figure in place of the stored ones: the two measured in turn, minutes
+//! apart, on the same machine.
+//!
 //! `--cpu-time` adds, in brackets, the GFLOP/s that the CPU time used
 //! per run implies (CPU seconds / threads): a guide when other work
 //! shares the cores, not a figure to compare with ggml's.
@@ -31,6 +37,7 @@ use ggraph_benches::cpu_timing::{
     Case, find_type, load_average, parse_list, print_memory_bandwidth, time_case, values,
     weight_bytes,
 };
+use ggraph_benches::ggml_mul_mat::ggml_mul_mat;
 use ggraph_benches::peers::{self, MUL_MAT_COLUMNS};
 use ggraph_core::alloc::bind_graph_weights;
 use ggraph_core::backend::{BufferType, Device};
@@ -93,15 +100,23 @@ fn main() -> Result<()> {
         opt("--k").map_or(K.to_string(), str::to_string)
     );
     println!("machine: {}", dev.description());
-    println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
+    if opt("--ggml").is_some() {
+        println!("threads: {threads} (ggml's the same)");
+    } else {
+        println!("threads: {threads} (ggml's figures: 2 threads, from the CPU speed issue)");
+    }
     println!("load average before: {}", load_average());
     print_memory_bandwidth("before");
     println!();
     let here = peers::measured_here();
-    println!(
-        "ggml: the issue's figures / ggml-cpu measured on this kind of machine ({})",
-        here.label
-    );
+    let live = opt("--ggml");
+    match live {
+        Some(bin) => println!("ggml: test-backend-ops ({bin}), run in turn with ours"),
+        None => println!(
+            "ggml: the issue's figures / ggml-cpu measured on this kind of machine ({})",
+            here.label
+        ),
+    }
     // wide enough for a layout's row (" CPU_REPACK")
     const LABEL: usize = 12;
     print!("{:<LABEL$}", "GFLOP/s");
@@ -124,6 +139,8 @@ fn main() -> Result<()> {
     let issue_shape = shape.m == M && shape.k == K && copies == 1;
     let mut stream = dev.new_stream()?;
     let mut verdicts = Vec::new();
+    // ggml's figures in this run, one test-backend-ops run a weight type
+    let mut ggml_now: Option<(DType, Vec<(usize, f64)>)> = None;
     for (dtype, weight_buft) in types.iter().flat_map(|&t| {
         // GGUF's layout, then every layout the device offers for it
         let layouts = dev.layout_buffer_types().into_iter();
@@ -143,6 +160,12 @@ fn main() -> Result<()> {
         } else {
             print!("{row:<LABEL$}");
         }
+        if let Some(bin) = live
+            && ggml_now.as_ref().is_none_or(|(t, _)| *t != dtype)
+        {
+            let figures = ggml_mul_mat(bin, dtype, shape.m, shape.k, &columns, threads);
+            ggml_now = Some((dtype, figures));
+        }
         for &n in &columns {
             let cases = (0..copies)
                 .map(|_| build_case(&dev, &weight_buft, dtype, shape, n, &weights))
@@ -150,14 +173,25 @@ fn main() -> Result<()> {
             let (s, cpu) = time_case(stream.as_mut(), &cases, Duration::from_secs(2), threads)?;
             let flop = 2.0 * (shape.m * shape.k * n) as f64;
             let gflops = flop / s / 1e9;
-            let peer = peers::issue().mul_mat(dtype, n).filter(|_| issue_shape);
-            let today = here.mul_mat(dtype, n).filter(|_| issue_shape);
+            let (peer, today) = match &ggml_now {
+                Some((_, figures)) => {
+                    (None, figures.iter().find(|(c, _)| *c == n).map(|&(_, g)| g))
+                }
+                None => (
+                    peers::issue().mul_mat(dtype, n).filter(|_| issue_shape),
+                    here.mul_mat(dtype, n).filter(|_| issue_shape),
+                ),
+            };
             let ours = match cpu {
                 Some(c) if show_cpu => format!("{gflops:.1} [{:.0}]", flop / c / 1e9),
                 _ => format!("{gflops:.1}"),
             };
             let show = |v: Option<f64>| v.map_or_else(|| "-".into(), |p| format!("{p:.0}"));
-            let peer_text = format!("{}/{}", show(peer), show(today));
+            let peer_text = if live.is_some() {
+                show(today)
+            } else {
+                format!("{}/{}", show(peer), show(today))
+            };
             print!(" {ours:>16} {peer_text:>11}");
             verdicts.push((
                 row.clone(),
@@ -172,10 +206,12 @@ fn main() -> Result<()> {
     }
     println!("load average after: {}", load_average());
     print_memory_bandwidth("after");
-    for (name, pick) in [
-        ("the issue's figures", 0),
-        ("ggml measured on this kind of machine", 1),
-    ] {
+    let today_name = if live.is_some() {
+        "ggml in this run"
+    } else {
+        "ggml measured on this kind of machine"
+    };
+    for (name, pick) in [("the issue's figures", 0), (today_name, 1)] {
         let ratios: Vec<(&str, usize, f64)> = verdicts
             .iter()
             .filter_map(|(row, n, a, b)| [*a, *b][pick].map(|r| (row.as_str(), *n, r)))
