@@ -1296,16 +1296,16 @@ mod x86 {
     }
 
     /// The eight lanes of a super-block's codes times each column's codes
-    /// `x[c]`, signed codes by the sign trick: a 32 values' codes and
-    /// scales stay in registers while every column passes.
+    /// `x[c]`: a 32 values' codes and scales stay in registers while every
+    /// column passes. Signed codes take the sign trick, except Q3_K's with
+    /// one column: there its low two bits and its 4 where the high bit is
+    /// clear take a `vpmaddubsw` each, as ggml's kernel does (10-20% faster
+    /// on Zen 3; with four columns the sign trick's `|u|` serves them all).
     ///
     /// # Safety
     /// AVX2 is available; each `x[c]` holds 256 codes.
     #[inline(always)]
-    unsafe fn lanes_of<const SIGNED: bool, const C: usize>(
-        p: &Parts,
-        x: [*const i8; C],
-    ) -> [__m256i; C] {
+    unsafe fn lanes_of<const T: u8, const C: usize>(p: &Parts, x: [*const i8; C]) -> [__m256i; C] {
         // SAFETY: caller's contract.
         unsafe {
             // scales 0..8 and 8..16 each over both halves: one shuffle then
@@ -1319,12 +1319,28 @@ mod x86 {
             for g in 0..8 {
                 let s = _mm256_shuffle_epi8(halves[g / 4], pick[g % 4]);
                 let u = p.u[g];
-                let w = if SIGNED { _mm256_sign_epi8(u, u) } else { u };
+                let split = T == tag::Q3_K && C == 1;
+                let w = if signed(T) && !split {
+                    _mm256_sign_epi8(u, u)
+                } else {
+                    u
+                };
                 for c in 0..C {
                     let xg = _mm256_loadu_si256(x[c].add(32 * g) as *const __m256i);
-                    let xg = if SIGNED { _mm256_sign_epi8(xg, u) } else { xg };
-                    t[c] =
-                        _mm256_add_epi32(t[c], _mm256_madd_epi16(s, _mm256_maddubs_epi16(w, xg)));
+                    let pairs = if split {
+                        // u & 3 less u & 4: the codes, -4..4 in two's complement
+                        let low = _mm256_and_si256(u, _mm256_set1_epi8(3));
+                        let four = _mm256_and_si256(u, _mm256_set1_epi8(4));
+                        _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(low, xg),
+                            _mm256_maddubs_epi16(four, xg),
+                        )
+                    } else if signed(T) {
+                        _mm256_maddubs_epi16(w, _mm256_sign_epi8(xg, u))
+                    } else {
+                        _mm256_maddubs_epi16(w, xg)
+                    };
+                    t[c] = _mm256_add_epi32(t[c], _mm256_madd_epi16(s, pairs));
                 }
             }
             t
@@ -1361,11 +1377,7 @@ mod x86 {
                 one_column_ahead::<C>(row.add(sb * block_bytes(T)), block_bytes(T));
                 let p = parts::<T>(row.add(sb * block_bytes(T)));
                 let x = cols.map(|col| col.codes.add(sb * QK));
-                let ts = if signed(T) {
-                    lanes_of::<true, C>(&p, x)
-                } else {
-                    lanes_of::<false, C>(&p, x)
-                };
+                let ts = lanes_of::<T, C>(&p, x);
                 for (c, t) in ts.into_iter().enumerate() {
                     let col = &cols[c];
                     let dx = *col.d.add(sb);
