@@ -262,8 +262,7 @@ impl Kernels {
                 }
             };
         }
-        // the eight lanes and the repacked order; the vector kernels have
-        // Q4_K lanes of their own
+        // the eight lanes and the repacked order
         macro_rules! lanes_or_repacked {
             ($m:ident) => {
                 match (dtype, order) {
@@ -283,7 +282,6 @@ impl Kernels {
         if isa >= Isa::Avx2 && order != Order::Tiled {
             return match dtype {
                 _ if order == Order::Repacked => kernels!(x86::q4k_repacked),
-                DType::Q4_K => kernels!(x86::q4k_lanes),
                 _ => lanes_or_repacked!(x86),
             };
         }
@@ -938,25 +936,6 @@ mod x86 {
         }
     }
 
-    /// The eight lanes of `u` times column codes `x`, each 32 values
-    /// scaled by `s[g]` (16-bit scales, one per 16-bit lane).
-    ///
-    /// # Safety
-    /// AVX2 is available; `x` holds 256 codes.
-    #[inline(always)]
-    unsafe fn lanes(u: &[__m256i; 8], s: &[__m256i; 8], x: *const i8) -> __m256i {
-        // SAFETY: caller's contract.
-        unsafe {
-            let mut t = _mm256_setzero_si256();
-            for g in 0..8 {
-                let xg = _mm256_loadu_si256(x.add(32 * g) as *const __m256i);
-                let p = _mm256_madd_epi16(s[g], _mm256_maddubs_epi16(u[g], xg));
-                t = _mm256_add_epi32(t, p);
-            }
-            t
-        }
-    }
-
     /// The sum of eight 32-bit lanes (of four with `_128`).
     ///
     /// # Safety
@@ -1021,43 +1000,6 @@ mod x86 {
                 _mm256_castsi256_si128(bs),
                 _mm256_extracti128_si256::<1>(bs),
             )
-        }
-    }
-
-    /// # Safety
-    /// AVX2, FMA and F16C are available; as for [`Kernel`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q4k_lanes<const C: usize>(
-        row: *const u8,
-        cols: [Col; C],
-        nsb: usize,
-        _: Step,
-        _: [f32; C],
-    ) -> [f32; C] {
-        // SAFETY: caller's contract; every read is inside super-block sb.
-        unsafe {
-            let mut acc = [_mm256_setzero_ps(); C];
-            let mut accm = [_mm_setzero_ps(); C];
-            for sb in 0..nsb {
-                let blk = row.add(sb * Q4K_BYTES);
-                one_column_ahead::<C>(blk, Q4K_BYTES);
-                let (u, s, mn) = q4k_parts(blk);
-                let (d, dmin) = (f16_at(blk), f16_at(blk.add(2)));
-                for c in 0..C {
-                    let col = &cols[c];
-                    let dx = *col.d.add(sb);
-                    let t = lanes(&u, &s, col.codes.add(sb * QK));
-                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(t), acc[c]);
-                    let p = _mm_madd_epi16(mn, sums32(col.bs16.add(sb * 16)));
-                    accm[c] = _mm_fmadd_ps(_mm_set1_ps(-dx * dmin), _mm_cvtepi32_ps(p), accm[c]);
-                }
-            }
-            std::array::from_fn(|c| {
-                let m = accm[c];
-                let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-                let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-                hsum256(acc[c]) + _mm_cvtss_f32(m)
-            })
         }
     }
 
@@ -1355,8 +1297,8 @@ mod x86 {
         matches!(t, tag::Q2_K | tag::Q4_K | tag::Q5_K)
     }
 
-    /// `vec_dot`'s eight lanes for Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS (the
-    /// portable kernel's text).
+    /// `vec_dot`'s eight lanes for every type (the portable kernel's
+    /// text).
     ///
     /// # Safety
     /// AVX2, FMA and F16C are available; as for [`Kernel`], the row's type
@@ -1372,6 +1314,7 @@ mod x86 {
         // SAFETY: caller's contract; every read is inside super-block sb.
         unsafe {
             let mut acc = [_mm256_setzero_ps(); C];
+            let mut accm = [_mm_setzero_ps(); C];
             let mut summs = [0f32; C];
             for sb in 0..nsb {
                 one_column_ahead::<C>(row.add(sb * block_bytes(T)), block_bytes(T));
@@ -1390,23 +1333,43 @@ mod x86 {
                     } else {
                         t
                     };
-                    if matches!(T, tag::Q2_K | tag::Q5_K) {
+                    if has_mins(T) {
                         let bs = _mm256_loadu_si256(col.bs16.add(sb * 16) as *const __m256i);
+                        // the mins' products a 32 values (each min a 16's
+                        // pair)
                         let m = _mm256_madd_epi16(p.mins, bs);
-                        if T == tag::Q2_K {
-                            acc[c] = _mm256_fmadd_ps(
-                                _mm256_set1_ps(dmin),
-                                _mm256_cvtepi32_ps(m),
-                                acc[c],
-                            );
-                        } else {
-                            summs[c] = dmin.mul_add(hsum_i32(m) as f32, summs[c]);
+                        match T {
+                            tag::Q2_K => {
+                                acc[c] = _mm256_fmadd_ps(
+                                    _mm256_set1_ps(dmin),
+                                    _mm256_cvtepi32_ps(m),
+                                    acc[c],
+                                )
+                            }
+                            tag::Q4_K => {
+                                // lane i: the 32s 2i and 2i + 1
+                                let m4 = _mm_hadd_epi32(
+                                    _mm256_castsi256_si128(m),
+                                    _mm256_extracti128_si256::<1>(m),
+                                );
+                                accm[c] =
+                                    _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(m4), accm[c]);
+                            }
+                            _ => summs[c] = dmin.mul_add(hsum_i32(m) as f32, summs[c]),
                         }
                     }
                     acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(t), acc[c]);
                 }
             }
-            std::array::from_fn(|c| hsum256(acc[c]) + if T == tag::Q5_K { summs[c] } else { 0.0 })
+            std::array::from_fn(|c| match T {
+                tag::Q4_K => {
+                    let mut m = [0f32; 4];
+                    _mm_storeu_ps(m.as_mut_ptr(), accm[c]);
+                    hsum256(acc[c]) + hsum4(m)
+                }
+                tag::Q5_K => hsum256(acc[c]) + summs[c],
+                _ => hsum256(acc[c]),
+            })
         }
     }
 }
