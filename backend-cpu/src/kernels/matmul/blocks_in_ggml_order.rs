@@ -237,8 +237,9 @@ pub(crate) fn gemm(isa: Isa, a: WeightRows, m: usize, b: &Cols<f32>, out: &Cols<
                                             None => tiles.run(rows, cols, nb),
                                         }
                                     };
-                                    // the decoded tiles add the min terms
-                                    if has_mins(a.dtype) && decoded.is_none() {
+                                    // the decoded tiles and some others add
+                                    // the min terms
+                                    if has_mins(a.dtype) && decoded.is_none() && !tiles.add_mins {
                                         // SAFETY: as above.
                                         let terms = unsafe { min_terms(bytes, rows, cols, nb) };
                                         for (d, t) in dots.iter_mut().zip(terms).take(nc) {
@@ -403,6 +404,9 @@ struct Tiles {
     /// With AVX2 in eight lanes: each tile's blocks decoded once, for
     /// every column.
     decoded: Option<Decoded>,
+    /// Whether the tile kernels add Q4_1's and Q5_1's min terms
+    /// themselves.
+    add_mins: bool,
 }
 
 /// Tiles whose rows' blocks are decoded once ([`DECODED_BLOCK`]) and then
@@ -520,6 +524,7 @@ impl Tiles {
                     eight: None,
                     matvec: None,
                     decoded: None,
+                    add_mins: false,
                 }
             }};
         }
@@ -538,6 +543,7 @@ impl Tiles {
                             eight: Some(x86::tile_vnni512::<{ $f }, 8>),
                             matvec: Some(x86::matvec_vnni512::<{ $f }>),
                             decoded: None,
+                            add_mins: false,
                         }
                     };
                 }
@@ -552,7 +558,10 @@ impl Tiles {
                 };
             }
             if isa >= Isa::Avx2 {
-                let mut tiles = pick!(tile_avx2);
+                let mut tiles = Tiles {
+                    add_mins: true,
+                    ..pick!(tile_avx2)
+                };
                 if order == Order::EightLanes {
                     macro_rules! decoded {
                         ($f:expr) => {{
@@ -939,7 +948,9 @@ mod x86 {
     }
 
     /// AVX2: signed codes, each lane `|w| * (x with w's sign)` as
-    /// `vpmaddubsw` and `vpmaddwd` form it (a pair reaches 2 * 128 * 127).
+    /// `vpmaddubsw` and `vpmaddwd` form it (a pair reaches 2 * 128 * 127);
+    /// Q4_1's and Q5_1's unsigned codes as they are, with their min terms
+    /// (as `super::min_terms` forms them, while the blocks are in L1).
     ///
     /// # Safety
     /// AVX2, FMA and F16C; as `tile_portable`.
@@ -951,6 +962,7 @@ mod x86 {
     ) -> [[f32; TILE_ROWS]; C] {
         let mut lanes = [[[_mm256_setzero_ps(); TILE_ROWS]; C]; 2];
         let mut whole = [_mm_setzero_ps(); C];
+        let mut summs = [_mm_setzero_ps(); C];
         let mut tail = None;
         let ones = _mm256_set1_epi16(1);
         for blk in 0..nb {
@@ -959,13 +971,38 @@ mod x86 {
             // SAFETY: block blk of every row and column exists.
             unsafe {
                 let w: [__m256i; TILE_ROWS] = rows.map(|row| codes::<F, true>(row, blk));
-                let aw = w.map(|w| _mm256_sign_epi8(w, w));
+                // Q4_1's and Q5_1's codes are unsigned already
+                let aw = w.map(|w| {
+                    if unsigned(F) {
+                        w
+                    } else {
+                        _mm256_sign_epi8(w, w)
+                    }
+                });
                 let dw = rows.map(|row| weight_scale::<F>(row, blk));
+                // their mins' chains beside the lanes, as `super::min_terms`
+                // runs them
+                let mins = if unsigned(F) {
+                    let m = rows.map(|row| {
+                        (row.add(blk * block_bytes(F) + 2) as *const i16).read_unaligned()
+                    });
+                    _mm_cvtph_ps(_mm_setr_epi16(m[0], m[1], m[2], m[3], 0, 0, 0, 0))
+                } else {
+                    _mm_setzero_ps()
+                };
                 for c in 0..C {
                     let x = _mm256_loadu_si256(cols[c].codes.add(blk * 32) as *const __m256i);
                     let dx = *cols[c].scales.add(blk);
+                    if unsigned(F) {
+                        let s = _mm_set1_ps(*cols[c].sums.add(blk));
+                        summs[c] = _mm_fmadd_ps(mins, s, summs[c]);
+                    }
                     let p: [__m256i; TILE_ROWS] = std::array::from_fn(|r| {
-                        let pairs = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(x, w[r]));
+                        let pairs = if unsigned(F) {
+                            _mm256_maddubs_epi16(w[r], x)
+                        } else {
+                            _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(x, w[r]))
+                        };
                         _mm256_madd_epi16(pairs, ones)
                     });
                     if O == WHOLE || last_odd {
@@ -991,7 +1028,18 @@ mod x86 {
                 tail = Some(tails);
             }
         }
-        results::<O, C>(lanes, whole, tail)
+        let mut out = results::<O, C>(lanes, whole, tail);
+        if unsigned(F) {
+            for (o, summs) in out.iter_mut().zip(summs) {
+                let mut terms = [0f32; TILE_ROWS];
+                // SAFETY: four floats into four.
+                unsafe { _mm_storeu_ps(terms.as_mut_ptr(), summs) };
+                for (o, t) in o.iter_mut().zip(terms) {
+                    *o += t;
+                }
+            }
+        }
+        out
     }
 
     /// Four rows' `nb` blocks decoded into `out` ([`super::DECODED_BLOCK`]
@@ -1118,8 +1166,12 @@ mod x86 {
                 unsafe {
                     let w = codes::<F, true>(row, blk);
                     let x = _mm256_loadu_si256(col.codes.add(blk * 32) as *const __m256i);
-                    let pairs =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                    // Q4_1's and Q5_1's codes are unsigned already
+                    let pairs = if unsigned(F) {
+                        _mm256_maddubs_epi16(w, x)
+                    } else {
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                    };
                     let p = _mm256_madd_epi16(pairs, ones);
                     let d = _mm256_set1_ps(weight_scale::<F>(row, blk) * *col.scales.add(blk));
                     lanes = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), lanes);
@@ -1494,12 +1546,27 @@ mod tests {
                     continue;
                 }
                 for n in 1..=8 {
-                    // SAFETY: nb blocks, codes, scales and sums each.
-                    let want =
-                        unsafe { Tiles::new(Isa::Portable, dtype, order).run(rp, &cp[..n], nb) };
+                    // the dots with the min terms, which the driver adds
+                    // where the tiles do not
+                    let whole = |level: Isa| {
+                        let tiles = Tiles::new(level, dtype, order);
+                        // SAFETY: nb blocks, codes, scales and sums each;
+                        // the level is supported here.
+                        let mut dots = unsafe { tiles.run(rp, &cp[..n], nb) };
+                        if has_mins(dtype) && !tiles.add_mins {
+                            // SAFETY: as above.
+                            let terms = unsafe { min_terms(bb, rp, &cp[..n], nb) };
+                            for (d, t) in dots.iter_mut().zip(terms).take(n) {
+                                for (d, t) in d.iter_mut().zip(t) {
+                                    *d += t;
+                                }
+                            }
+                        }
+                        dots
+                    };
+                    let want = whole(Isa::Portable);
                     for level in isa::all_supported() {
-                        // SAFETY: as above; the level is supported here.
-                        let got = unsafe { Tiles::new(level, dtype, order).run(rp, &cp[..n], nb) };
+                        let got = whole(level);
                         assert_eq!(
                             got.map(|c| c.map(f32::to_bits)),
                             want.map(|c| c.map(f32::to_bits)),
@@ -1517,18 +1584,6 @@ mod tests {
                             (decoded.decode)(rp, nb, tile.as_mut_ptr());
                             decoded.run(tile.as_ptr(), &cp[..n], nb)
                         };
-                        // with the min terms, which the driver adds to the
-                        // other tiles' dots
-                        let mut want = want;
-                        if has_mins(dtype) {
-                            // SAFETY: as above, with nb sum terms.
-                            let terms = unsafe { min_terms(bb, rp, &cp[..n], nb) };
-                            for (w, t) in want.iter_mut().zip(terms).take(n) {
-                                for (w, t) in w.iter_mut().zip(t) {
-                                    *w += t;
-                                }
-                            }
-                        }
                         assert_eq!(
                             got.map(|c| c.map(f32::to_bits)),
                             want.map(|c| c.map(f32::to_bits)),
