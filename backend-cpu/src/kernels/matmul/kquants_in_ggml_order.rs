@@ -1241,8 +1241,9 @@ mod x86 {
     /// `x[c]`: a 32 values' codes and scales stay in registers while every
     /// column passes. Signed codes take the sign trick, except Q3_K's with
     /// one column: there its low two bits and its 4 where the high bit is
-    /// clear take a `vpmaddubsw` each, as ggml's kernel does (10-20% faster
-    /// on Zen 3; with four columns the sign trick's `|u|` serves them all).
+    /// clear take a `vpmaddubsw` each, as ggml's kernel does (measured
+    /// faster: docs/performance.md; with four columns the sign trick's
+    /// `|u|` serves them all).
     ///
     /// # Safety
     /// AVX2 is available; each `x[c]` holds 256 codes.
